@@ -1,0 +1,139 @@
+//! Command-line definitions (clap). `--help`, completions and the man page all come from here.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Exit codes (documented in docs/cli.md).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// The command failed (nothing useful produced).
+    pub const FAILED: u8 = 1;
+    /// Bad usage or configuration.
+    pub const USAGE: u8 = 2;
+    /// Partial: output produced but a source failed or is degraded.
+    pub const PARTIAL: u8 = 3;
+}
+
+/// partop: watch, understand and safely repartition AMD Instinct GPU nodes.
+#[derive(Debug, Parser)]
+#[command(name = "partop", version, about, long_about = None)]
+pub struct Cli {
+    /// Where the data comes from.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Remove every mutating command (kill, repartition) and its hints.
+    #[arg(long, global = true)]
+    pub read_only: bool,
+    /// Refresh interval in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub refresh: f64,
+    /// Theme name (built-in: default, light, high-contrast, monochrome) or a user theme.
+    #[arg(long)]
+    pub theme: Option<String>,
+    /// Keymap preset (built-in: default, vim) or a user keymap.
+    #[arg(long)]
+    pub keymap: Option<String>,
+    /// Subcommand; none starts the monitor.
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+/// Source selection shared by the monitor and `snapshot`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SourceArgs {
+    /// Run on partop's simulated node (optionally naming a scenario; see `partop sim list`).
+    #[arg(long, value_name = "SCENARIO", num_args = 0..=1, default_missing_value = crate::sim::scenario::DEFAULT, global = true)]
+    pub sim: Option<String>,
+    /// Path of the amd-smi executable (default: searched on PATH, then /opt/rocm/bin).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub amd_smi: Option<PathBuf>,
+    /// Per-call amd-smi time limit in seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
+    pub timeout: f64,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Take one snapshot and print it (a table, or the JSON of docs/json.md).
+    Snapshot {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The simulated node: scenarios, the fake amd-smi, workloads.
+    Sim {
+        /// What to do.
+        #[command(subcommand)]
+        action: SimCmd,
+    },
+    /// Validate themes, keymaps and config; print every problem with file, line and column.
+    CheckConfig,
+    /// Print shell completions.
+    Completions {
+        /// Shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+}
+
+/// `partop sim ...`.
+#[derive(Debug, Subcommand)]
+pub enum SimCmd {
+    /// List the built-in scenarios.
+    List,
+    /// Start a scenario: write the node state and start its workloads.
+    Start {
+        /// Scenario name or a TOML file.
+        scenario: String,
+        /// State file to write.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+        /// Seed for the simulated load (default: the scenario's).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Stop the workloads; the node stays (idle) and the state file usable.
+    Stop {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+    },
+    /// Show the node and its workloads.
+    Status {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+    },
+    /// Act as amd-smi on the simulated node (put a two-line `amd-smi` script on PATH).
+    #[command(name = "amd-smi", disable_help_flag = true)]
+    AmdSmi {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+        /// amd-smi's own arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Reload the simulated driver (what `modprobe -r amdgpu && modprobe amdgpu` does).
+    Reload {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+    },
+    /// Run one workload (started by `sim start`; not for direct use).
+    #[command(hide = true)]
+    Workload {
+        /// State file.
+        #[arg(long)]
+        state: PathBuf,
+        /// Workload name.
+        #[arg(long)]
+        name: String,
+        /// The command line it shows (e.g. `vllm serve ...`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        shown: Vec<String>,
+    },
+}

@@ -1,0 +1,8 @@
+//! Collectors: everything that reads the node (runs amd-smi, reads /proc and sysfs) and turns it
+//! into [`crate::domain::Snapshot`]s. All I/O lives here and in `exec`; the parsers inside are
+//! pure so they can be tested on fixtures.
+
+pub mod amdsmi;
+pub mod clock;
+pub mod host;
+pub mod task;

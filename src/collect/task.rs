@@ -1,0 +1,45 @@
+//! The collector task: polls a collector on an interval and publishes each snapshot on a watch
+//! channel. The UI never awaits a collector; a hung amd-smi only delays the next snapshot, and
+//! each call has its own timeout.
+
+use super::amdsmi::AmdSmiCollector;
+use crate::domain::Snapshot;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Requests the UI can send to the collector task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// Sample now.
+    RefreshNow,
+    /// Re-read static data (after a repartition), then sample.
+    Rescan,
+}
+
+/// Spawns the polling loop. It ends when every receiver is gone.
+pub fn spawn(
+    mut collector: AmdSmiCollector,
+    every: Duration,
+    tx: watch::Sender<Arc<Snapshot>>,
+    mut requests: mpsc::Receiver<Request>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                r = requests.recv() => match r {
+                    Some(Request::Rescan) => collector.invalidate_static(),
+                    Some(Request::RefreshNow) => {}
+                    None => {}
+                },
+            }
+            let snap = collector.sample().await;
+            if tx.send(Arc::new(snap)).is_err() {
+                break;
+            }
+        }
+    })
+}

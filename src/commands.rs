@@ -1,0 +1,164 @@
+//! Runs the chosen command: sets up the data source (a real amd-smi, or the simulated node with
+//! its fake amd-smi), then the monitor or a one-shot command. Errors come back as values; only
+//! `main` turns them into exit codes.
+
+use crate::cli::{Cli, Cmd, SimCmd, SourceArgs, exit};
+use crate::collect::amdsmi::runner::{Runner, locate};
+use crate::collect::amdsmi::AmdSmiCollector;
+use crate::domain::snapshot::Health;
+use crate::sim::scenario::{BUILTIN, Scenario};
+use crate::sim::session;
+use anyhow::{Context, Result};
+use clap::CommandFactory;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A simulated node started for this process; stopped (workloads ended, state removed) on drop.
+#[derive(Debug)]
+pub struct SimGuard {
+    /// Its state file.
+    pub state: PathBuf,
+}
+
+impl Drop for SimGuard {
+    fn drop(&mut self) {
+        let _ = session::stop(&self.state, Duration::from_secs(2));
+        let _ = std::fs::remove_file(&self.state);
+        let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
+    }
+}
+
+/// Where snapshots come from.
+#[derive(Debug)]
+pub struct Node {
+    /// How to run amd-smi (real, or `partop sim amd-smi`).
+    pub runner: Runner,
+    /// The simulated node, when `--sim`.
+    pub sim: Option<SimGuard>,
+    /// Scenario name, when simulated.
+    pub scenario: Option<String>,
+}
+
+/// Opens the source the flags name.
+pub fn open(src: &SourceArgs) -> Result<Node> {
+    let timeout = Duration::from_secs_f64(src.timeout.max(0.1));
+    if let Some(name) = &src.sim {
+        let scenario = Scenario::load(name)?;
+        let state = session::ephemeral_state_path();
+        session::start(&scenario, &state, None)?;
+        let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+        let runner = Runner {
+            program: exe,
+            prefix: vec!["sim".into(), "amd-smi".into(), "--state".into(), state.display().to_string()],
+            timeout,
+        };
+        return Ok(Node { runner, sim: Some(SimGuard { state }), scenario: Some(scenario.name) });
+    }
+    let program = locate(src.amd_smi.as_deref())?;
+    Ok(Node { runner: Runner { timeout, ..Runner::new(program) }, sim: None, scenario: None })
+}
+
+fn out(text: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+/// Runs the command line. Returns the exit code.
+pub fn main(cli: Cli) -> Result<u8> {
+    match cli.command {
+        None => anyhow::bail!("monitor: not built yet"),
+        Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),
+        Some(Cmd::Sim { action }) => sim(action),
+        Some(Cmd::CheckConfig) => anyhow::bail!("x"),
+        Some(Cmd::Completions { shell }) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
+            Ok(exit::OK)
+        }
+        Some(Cmd::Man) => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(exit::OK)
+        }
+    }
+}
+
+fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
+    let node = open(src)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut collector = AmdSmiCollector::new(node.runner.clone());
+    collector.simulated = node.sim.is_some();
+    let snap = rt.block_on(collector.sample());
+    let failed: Vec<String> = snap
+        .sources
+        .iter()
+        .filter(|s| matches!(s.status, Health::Down | Health::Stale))
+        .map(|s| format!("{}: {}", s.name, s.error.clone().unwrap_or_default()))
+        .collect();
+    if snap.gpus.is_empty() && !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("\n"));
+    }
+    if json {
+        out(&(serde_json::to_string_pretty(&snap)? + "\n"))?;
+    } else {
+        out(&crate::report::table(&snap))?;
+    }
+    if failed.is_empty() {
+        Ok(exit::OK)
+    } else {
+        #[expect(clippy::print_stderr, reason = "one-shot command")]
+        for f in &failed {
+            eprintln!("partop: {f}");
+        }
+        Ok(exit::PARTIAL)
+    }
+}
+
+fn sim(action: SimCmd) -> Result<u8> {
+    match action {
+        SimCmd::List => {
+            let mut s = String::new();
+            for (name, text) in BUILTIN {
+                let d = Scenario::parse(name, text).map(|s| s.description).unwrap_or_default();
+                s.push_str(&format!("{name:<24} {d}\n"));
+            }
+            out(&s)?;
+            Ok(exit::OK)
+        }
+        SimCmd::Start { scenario, state, seed } => {
+            let sc = Scenario::load(&scenario)?;
+            let st = session::start(&sc, &state, seed)?;
+            out(&session::status(&st))?;
+            Ok(exit::OK)
+        }
+        SimCmd::Stop { state } => {
+            for s in session::stop(&state, Duration::from_secs(3))? {
+                let how = if s.killed { "did not exit on SIGTERM; sent SIGKILL" } else { "stopped" };
+                out(&format!("{}: {how}\n", s.name))?;
+            }
+            Ok(exit::OK)
+        }
+        SimCmd::Status { state } => {
+            let st = crate::sim::state::SimState::load(&state)?;
+            out(&session::status(&st))?;
+            Ok(exit::OK)
+        }
+        SimCmd::AmdSmi { state, args } => {
+            let stdin = std::io::stdin();
+            let mut input = stdin.lock();
+            let mut o = std::io::stdout();
+            let mut e = std::io::stderr();
+            let code = crate::sim::amdsmi::main(&state, &args, &mut input, &mut o, &mut e);
+            Ok(u8::try_from(code.rem_euclid(256)).unwrap_or(1))
+        }
+        SimCmd::Reload { state } => {
+            let code = crate::sim::amdsmi::changes::modprobe_reload(&state, &mut std::io::stderr(), &mut std::io::stderr());
+            Ok(u8::try_from(code).unwrap_or(1))
+        }
+        SimCmd::Workload { state, name, shown: _ } => {
+            Ok(u8::try_from(crate::sim::workload::run(&state, &name)).unwrap_or(1))
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The pure domain model: what a node *is* (physical GPUs, their partitions, the processes on
+//! them) and the rules of AMD partitioning. Sits at the centre of the data flow: collectors build
+//! [`Snapshot`]s, the UI and planners read them. No I/O, no tokio, no ratatui here; the
+//! architecture test in `tests/architecture.rs` enforces that.
+
+pub mod layout;
+pub mod modes;
+pub mod product;
+pub mod provenance;
+pub mod snapshot;
+
+pub use modes::{ComputeMode, MemoryMode};
+pub use provenance::{Missing, Origin, Provenance, SourceKind};
+pub use snapshot::{GpuUse, Health, LogicalGpu, PhysicalGpu, Process, Snapshot, SourceStatus};

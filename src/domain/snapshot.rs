@@ -1,0 +1,254 @@
+//! The node snapshot: one owned, immutable picture of the node that collectors publish and
+//! everything else reads. It serialises to the stable JSON document of `docs/json.md`, so it can
+//! travel (a Prometheus exporter, a fleet view over SSH) without change.
+
+use super::modes::{ComputeMode, MemoryMode};
+use super::product::Profile;
+use super::provenance::{Missing, Provenance, SourceKind};
+use serde::{Deserialize, Serialize};
+
+/// Health of one source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Last read succeeded.
+    Ok,
+    /// Last read succeeded with warnings (e.g. per-GPU status lines).
+    Degraded,
+    /// Last read failed; values shown are from an older read.
+    Stale,
+    /// Never read successfully.
+    Down,
+}
+
+/// One data source (an amd-smi command family, sysfs, ...).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceStatus {
+    /// Name (`amd-smi`).
+    pub name: String,
+    /// Tool version, when known.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Health.
+    pub status: Health,
+    /// Last error or warning, verbatim enough to act on.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When the last successful read finished (ms since epoch).
+    #[serde(default)]
+    pub last_ok_ms: Option<u64>,
+    /// How long the last read took.
+    #[serde(default)]
+    pub took_ms: Option<u64>,
+}
+
+/// A logical GPU: one partition (XCP) of a physical GPU. Identity is (physical BDF,
+/// partition id); `gpu_id` is amd-smi's index, valid only until the next repartition.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogicalGpu {
+    /// amd-smi / HIP index.
+    pub gpu_id: u32,
+    /// Partition (XCP) index inside the physical GPU; 0 = primary.
+    pub partition_id: u32,
+    /// Full BDF including the partition function (`0000:05:00.1`).
+    pub bdf: String,
+    /// CUs owned.
+    pub cu_count: Option<u32>,
+    /// XCDs owned.
+    #[serde(default)]
+    pub xcds: Vec<u32>,
+    /// Memory domains it allocates from.
+    #[serde(default)]
+    pub memory_domains: Vec<u32>,
+    /// VRAM in use, bytes.
+    pub vram_used_bytes: Option<u64>,
+    /// VRAM total as reported, bytes. On a multi-partition primary amd-smi reports the whole
+    /// device here; see `vram_share_bytes`.
+    pub vram_total_bytes: Option<u64>,
+    /// This partition's even share of HBM (derived from the layout).
+    pub vram_share_bytes: Option<u64>,
+    /// Graphics busy, percent.
+    pub gfx_busy_percent: Option<f64>,
+    /// Memory-controller busy, percent (device-wide; primary only).
+    pub umc_busy_percent: Option<f64>,
+    /// DRM render node (`renderD128`).
+    pub render_node: Option<String>,
+    /// amd-smi UUID (not an identity: shared by partitions before ROCm 7.0).
+    pub uuid: Option<String>,
+    /// KFD gpu id.
+    pub kfd_id: Option<u64>,
+    /// KFD topology node.
+    pub node_id: Option<u32>,
+    /// Origin of every field above.
+    #[serde(default)]
+    pub provenance: Provenance,
+}
+
+impl LogicalGpu {
+    /// The primary partition carries device-wide metrics.
+    pub const fn is_primary(&self) -> bool {
+        self.partition_id == 0
+    }
+
+    /// VRAM capacity to show in a bar: the partition's own share where the reported total is the
+    /// whole device.
+    pub fn vram_capacity_bytes(&self) -> Option<u64> {
+        match (self.vram_total_bytes, self.vram_share_bytes) {
+            (Some(t), Some(s)) if t > s => Some(s),
+            (Some(t), _) => Some(t),
+            (None, s) => s,
+        }
+    }
+}
+
+/// A physical GPU (one OAM module) and its partitions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhysicalGpu {
+    /// BDF without the partition function (`0000:05:00`).
+    pub bdf: String,
+    /// Market name.
+    pub product: String,
+    /// Product-table key when identified (`mi300x`).
+    pub product_key: Option<String>,
+    /// PCI device id.
+    pub device_id: Option<String>,
+    /// OAM slot.
+    pub oam_id: Option<u32>,
+    /// Serial.
+    pub serial: Option<String>,
+    /// XCDs.
+    pub xcd_count: Option<u32>,
+    /// Total CUs.
+    pub cu_count: Option<u32>,
+    /// HBM size, bytes.
+    pub hbm_bytes: Option<u64>,
+    /// XGMI hive id.
+    pub hive: Option<String>,
+    /// Current compute (accelerator) mode.
+    pub compute_partition: Option<ComputeMode>,
+    /// Current memory (NPS) mode.
+    pub memory_partition: Option<MemoryMode>,
+    /// Memory modes the device offers (`partition --memory` caps).
+    #[serde(default)]
+    pub memory_caps: Vec<MemoryMode>,
+    /// Compute x memory combinations offered.
+    #[serde(default)]
+    pub profiles: Vec<Profile>,
+    /// Socket power, watts (device-wide).
+    pub power_watts: Option<f64>,
+    /// Power cap, watts.
+    pub power_cap_watts: Option<f64>,
+    /// Hotspot temperature, °C.
+    pub hotspot_celsius: Option<f64>,
+    /// HBM temperature, °C.
+    pub mem_celsius: Option<f64>,
+    /// Logical GPUs, by partition id.
+    pub partitions: Vec<LogicalGpu>,
+    /// Origin of every field above.
+    #[serde(default)]
+    pub provenance: Provenance,
+}
+
+/// A process's use of one logical GPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuUse {
+    /// amd-smi index of the logical GPU.
+    pub gpu_id: u32,
+    /// VRAM, bytes.
+    pub vram_bytes: Option<u64>,
+    /// GTT (system memory mapped for the GPU), bytes.
+    pub gtt_bytes: Option<u64>,
+    /// CUs occupied by its waves (point sample).
+    pub cu_occupancy: Option<u32>,
+    /// CU occupancy as a percentage of the logical GPU's CUs.
+    pub cu_percent: Option<f64>,
+}
+
+/// A process holding one or more logical GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Process {
+    /// PID.
+    pub pid: u32,
+    /// Short name.
+    pub name: Option<String>,
+    /// User.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Full command line.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Per logical GPU.
+    pub gpus: Vec<GpuUse>,
+    /// Origin of every field above.
+    #[serde(default)]
+    pub provenance: Provenance,
+}
+
+impl Process {
+    /// VRAM over all GPUs.
+    pub fn vram_total(&self) -> u64 {
+        self.gpus.iter().filter_map(|g| g.vram_bytes).sum()
+    }
+}
+
+/// One picture of the node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Format version of this document.
+    pub schema: u32,
+    /// Host name.
+    pub host: String,
+    /// RFC 3339 time the collection finished.
+    pub taken_at: String,
+    /// Same, ms since epoch.
+    pub taken_at_ms: u64,
+    /// Increases with every snapshot a collector publishes.
+    pub generation: u64,
+    /// True when the node is partop's simulator.
+    #[serde(default)]
+    pub simulated: bool,
+    /// The sources and their health.
+    pub sources: Vec<SourceStatus>,
+    /// Physical GPUs in BDF order.
+    pub gpus: Vec<PhysicalGpu>,
+    /// Processes holding GPUs.
+    pub processes: Vec<Process>,
+}
+
+/// Current snapshot document version.
+pub const SCHEMA: u32 = 1;
+
+impl Snapshot {
+    /// All logical GPUs in amd-smi index order.
+    pub fn logical(&self) -> impl Iterator<Item = (&PhysicalGpu, &LogicalGpu)> {
+        self.gpus.iter().flat_map(|g| g.partitions.iter().map(move |p| (g, p)))
+    }
+
+    /// Number of logical GPUs.
+    pub fn logical_count(&self) -> usize {
+        self.gpus.iter().map(|g| g.partitions.len()).sum()
+    }
+
+    /// Finds a logical GPU by amd-smi index.
+    pub fn by_gpu_id(&self, id: u32) -> Option<(&PhysicalGpu, &LogicalGpu)> {
+        self.logical().find(|(_, l)| l.gpu_id == id)
+    }
+
+    /// Processes using a logical GPU.
+    pub fn holders(&self, gpu_id: u32) -> impl Iterator<Item = &Process> {
+        self.processes.iter().filter(move |p| p.gpus.iter().any(|g| g.gpu_id == gpu_id))
+    }
+
+    /// A source by name.
+    pub fn source(&self, name: &str) -> Option<&SourceStatus> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+/// Convenience used by collectors: the origin of a missing field and of a present one.
+pub fn missing_reason_for_secondary(is_primary: bool) -> Missing {
+    if is_primary { Missing::NotAvailable } else { Missing::SecondaryPartition }
+}
+
+/// Re-exported for collectors.
+pub const AMD_SMI: SourceKind = SourceKind::AmdSmi;

@@ -1,0 +1,20 @@
+//! partop's entry point: parses the command line, sets up logging, and runs the chosen command.
+//! The only place that decides exit codes.
+
+use clap::Parser;
+use partop::cli::{Cli, exit};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match partop::commands::main(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            #[expect(clippy::print_stderr, reason = "the terminal is restored by now")]
+            {
+                eprintln!("partop: {e:#}");
+            }
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Plain-text rendering of a snapshot for `partop snapshot` (the JSON form is the snapshot's own
+//! serialisation). Pure: takes a snapshot, returns a string.
+
+use crate::domain::snapshot::{Health, Snapshot};
+use std::fmt::Write as _;
+
+/// Formats bytes as GiB with one decimal.
+pub fn gib(b: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "display only")]
+    let g = b as f64 / f64::from(1u32 << 30);
+    format!("{g:.1}")
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>, suffix: &str) -> String {
+    v.map_or_else(|| "N/A".to_string(), |v| format!("{v}{suffix}"))
+}
+
+/// The readable table.
+pub fn table(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let sim = if s.simulated { "  [SIMULATED NODE]" } else { "" };
+    let _ = writeln!(o, "host {}  taken {}{sim}", s.host, s.taken_at);
+    for src in &s.sources {
+        let h = match src.status {
+            Health::Ok => "ok",
+            Health::Degraded => "degraded",
+            Health::Stale => "STALE",
+            Health::Down => "DOWN",
+        };
+        let _ = write!(o, "source {:<16} {h:<8}", src.name);
+        if let Some(v) = &src.version {
+            let _ = write!(o, " {v}");
+        }
+        if let Some(e) = &src.error {
+            let _ = write!(o, "  ! {e}");
+        }
+        o.push('\n');
+    }
+    for g in &s.gpus {
+        let modes = format!(
+            "{}/{}",
+            opt(g.compute_partition, ""),
+            opt(g.memory_partition, "")
+        );
+        let _ = writeln!(
+            o,
+            "\n{}  {}  {}  power {}  hotspot {}  hbm {}",
+            g.bdf,
+            g.product,
+            modes,
+            opt(g.power_watts.map(|v| format!("{v:.0}")), " W"),
+            opt(g.hotspot_celsius.map(|v| format!("{v:.0}")), " C"),
+            opt(g.hbm_bytes.map(gib), " GiB"),
+        );
+        let _ = writeln!(
+            o,
+            "  {:>4} {:<14} {:>4} {:>5} {:>18} {:>6}  {}",
+            "GPU", "BDF", "XCDS", "CUS", "VRAM used/total GiB", "GFX%", "render"
+        );
+        for l in &g.partitions {
+            let xcds = if l.xcds.is_empty() {
+                "?".to_string()
+            } else {
+                format!("{}-{}", l.xcds[0], l.xcds[l.xcds.len() - 1])
+            };
+            let vram = format!(
+                "{}/{}",
+                opt(l.vram_used_bytes.map(gib), ""),
+                opt(l.vram_capacity_bytes().map(gib), "")
+            );
+            let _ = writeln!(
+                o,
+                "  {:>4} {:<14} {:>4} {:>5} {:>18} {:>6}  {}",
+                l.gpu_id,
+                l.bdf,
+                xcds,
+                opt(l.cu_count, ""),
+                vram,
+                opt(l.gfx_busy_percent.map(|v| format!("{v:.0}")), ""),
+                l.render_node.as_deref().unwrap_or("N/A"),
+            );
+        }
+    }
+    let _ = writeln!(o, "\n{:>8} {:<16} {:>6} {:>10} {:>8}", "PID", "NAME", "GPU", "VRAM GiB", "CUs");
+    if s.processes.is_empty() {
+        let _ = writeln!(o, "  (no GPU processes)");
+    }
+    for p in &s.processes {
+        for u in &p.gpus {
+            let _ = writeln!(
+                o,
+                "{:>8} {:<16} {:>6} {:>10} {:>8}",
+                p.pid,
+                p.name.as_deref().unwrap_or("N/A"),
+                u.gpu_id,
+                opt(u.vram_bytes.map(gib), ""),
+                opt(u.cu_occupancy, ""),
+            );
+        }
+    }
+    o
+}

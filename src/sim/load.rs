@@ -1,0 +1,117 @@
+//! The simulated load: smooth, reproducible variation from a seed. Each workload's GFX busy,
+//! VRAM and (for model servers) request queue follow value noise over time, so two runs with
+//! the same seed and the same time offsets see the same numbers.
+
+use super::scenario::Kind;
+use super::state::SimState;
+
+/// A 64-bit mix (splitmix64 finaliser) of two values.
+pub const fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Hash to [-1, 1].
+#[expect(clippy::cast_precision_loss, reason = "noise")]
+fn unit(h: u64) -> f64 {
+    (h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+}
+
+/// Smooth value noise in [-1, 1] for `key` at time `t` seconds (period 4 s).
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "t >= 0")]
+pub fn noise(seed: u64, key: u64, t: f64) -> f64 {
+    let x = t.max(0.0) / 4.0;
+    let k = x.floor();
+    let f = x - k;
+    let s = f * f * (3.0 - 2.0 * f);
+    let a = unit(mix(seed, key.wrapping_mul(1_000_003) ^ k as u64));
+    let b = unit(mix(seed, key.wrapping_mul(1_000_003) ^ (k as u64 + 1)));
+    a + (b - a) * s
+}
+
+/// Seconds since the scenario started.
+#[expect(clippy::cast_precision_loss, reason = "seconds")]
+pub fn elapsed(state: &SimState, now_ms: u64) -> f64 {
+    now_ms.saturating_sub(state.started_ms) as f64 / 1000.0
+}
+
+/// Workload `i`'s GFX busy share of its partition, percent.
+pub fn busy(state: &SimState, i: usize, t: f64) -> f64 {
+    let w = &state.workloads[i].spec;
+    if w.kind == Kind::Agent {
+        return 0.0;
+    }
+    (w.busy + w.swing * noise(state.seed, i as u64, t)).clamp(0.0, 100.0)
+}
+
+/// Workload `i`'s VRAM, bytes (model servers grow their KV cache a little with load).
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "bytes")]
+pub fn vram(state: &SimState, i: usize, t: f64) -> u64 {
+    let w = &state.workloads[i].spec;
+    let wobble = if w.kind == Kind::ModelServer { 1.0 + 0.01 * noise(state.seed, 1000 + i as u64, t) } else { 1.0 };
+    (w.vram_gb * wobble * f64::from(1u32 << 30)).max(0.0) as u64
+}
+
+/// Pressure from other workloads on the same physical GPU (0..1): the noisy-neighbour effect.
+pub fn neighbour_pressure(state: &SimState, i: usize, t: f64) -> f64 {
+    let me = &state.workloads[i].spec;
+    (0..state.workloads.len())
+        .filter(|j| *j != i && state.alive(*j))
+        .filter(|j| {
+            let o = &state.workloads[*j].spec;
+            o.kind != Kind::Agent && o.gpu == me.gpu && o.partition != me.partition
+        })
+        .map(|j| busy(state, j, t) / 100.0)
+        .fold(0.0, f64::max)
+}
+
+/// A model server's vLLM-style figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelFigures {
+    /// `vllm:num_requests_running`.
+    pub running: f64,
+    /// `vllm:num_requests_waiting`.
+    pub waiting: f64,
+    /// `vllm:kv_cache_usage_perc` (0..1).
+    pub kv_cache: f64,
+    /// `vllm:prompt_tokens_total`.
+    pub prompt_tokens: f64,
+    /// `vllm:generation_tokens_total`.
+    pub generation_tokens: f64,
+}
+
+/// Figures for model server `i` at `t`. A neighbour above 90% busy makes the queue grow.
+pub fn model_figures(state: &SimState, i: usize, t: f64) -> ModelFigures {
+    let b = busy(state, i, t) / 100.0;
+    let p = neighbour_pressure(state, i, t);
+    let running = (b * 24.0).round();
+    let squeeze = if p > 0.9 { (t / 10.0).min(40.0) } else { 0.0 };
+    let waiting = (b * 3.0 * (1.0 + noise(state.seed, 2000 + i as u64, t)).max(0.0) + squeeze).round();
+    let rate = b * 900.0 * (1.0 - 0.5 * p);
+    ModelFigures {
+        running,
+        waiting,
+        kv_cache: (0.15 + 0.7 * b).min(1.0),
+        prompt_tokens: (rate * 4.0 * t).round(),
+        generation_tokens: (rate * t).round(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noise_is_reproducible_bounded_and_smooth() {
+        for k in 0..50 {
+            let t = f64::from(k) * 0.37;
+            let a = noise(7, 3, t);
+            assert_eq!(a, noise(7, 3, t));
+            assert!((-1.0..=1.0).contains(&a));
+            assert!((noise(7, 3, t + 0.01) - a).abs() < 0.05);
+        }
+        assert_ne!(noise(7, 3, 1.0), noise(8, 3, 1.0));
+    }
+}

@@ -1,0 +1,267 @@
+//! Scenario files: a node (product, GPU count, modes, ROCm family) and its workloads. Built-in
+//! scenarios live in `scenarios/` and are embedded in the binary.
+
+use crate::domain::{ComputeMode, MemoryMode};
+use serde::Deserialize;
+use std::path::Path;
+
+/// The scenario `--sim` starts without a name.
+pub const DEFAULT: &str = "dpx-nps2-two-models";
+
+/// Built-in scenarios, embedded (a test checks every file in `scenarios/` is listed).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("spx-nps1-one-model", include_str!("../../scenarios/spx-nps1-one-model.toml")),
+    ("dpx-nps2-two-models", include_str!("../../scenarios/dpx-nps2-two-models.toml")),
+    ("cpx-nps4-small-models", include_str!("../../scenarios/cpx-nps4-small-models.toml")),
+    ("noisy-neighbour", include_str!("../../scenarios/noisy-neighbour.toml")),
+    ("idle-partition", include_str!("../../scenarios/idle-partition.toml")),
+    ("agent-holds-kfd", include_str!("../../scenarios/agent-holds-kfd.toml")),
+    ("stubborn-process", include_str!("../../scenarios/stubborn-process.toml")),
+    ("rocm64-spx", include_str!("../../scenarios/rocm64-spx.toml")),
+    ("dpx-nps1-firmware", include_str!("../../scenarios/dpx-nps1-firmware.toml")),
+    ("cpx-64-busy", include_str!("../../scenarios/cpx-64-busy.toml")),
+];
+
+/// What a workload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// An HTTP model server answering like vLLM.
+    ModelServer,
+    /// A batch/training job.
+    Batch,
+    /// An agent holding `/dev/kfd` on every GPU (gpuagent, metrics exporter).
+    Agent,
+}
+
+/// One workload.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Unique name.
+    pub name: String,
+    /// Kind.
+    pub kind: Kind,
+    /// Physical GPU index (BDF order); ignored for agents.
+    #[serde(default)]
+    pub gpu: u32,
+    /// Partition on that GPU.
+    #[serde(default)]
+    pub partition: u32,
+    /// VRAM it holds, GiB.
+    #[serde(default)]
+    pub vram_gb: f64,
+    /// Mean GFX busy, percent of its partition.
+    #[serde(default)]
+    pub busy: f64,
+    /// How much the load swings around the mean (percent points).
+    #[serde(default = "default_swing")]
+    pub swing: f64,
+    /// Process name amd-smi shows (comm).
+    #[serde(default)]
+    pub comm: Option<String>,
+    /// Model id (model servers).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// HTTP port on 127.0.0.1 (model servers); 0 picks a free one.
+    #[serde(default)]
+    pub port: u16,
+    /// Ignore SIGTERM (needs SIGKILL).
+    #[serde(default)]
+    pub ignore_sigterm: bool,
+}
+
+const fn default_swing() -> f64 {
+    10.0
+}
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// One line shown by `sim list`.
+    pub description: String,
+    /// Product key (`mi300x`, `mi325x`, `mi308x`, `mi350x`, `mi355x`, `mi300x-dpx-nps1-fw`).
+    pub product: String,
+    /// Physical GPUs.
+    #[serde(default = "default_gpus")]
+    pub gpus: u32,
+    /// Compute mode at start.
+    pub compute: ComputeMode,
+    /// Memory mode at start.
+    pub memory: MemoryMode,
+    /// ROCm version the fake amd-smi emulates (6.4.x or 7.x).
+    #[serde(default = "default_rocm")]
+    pub rocm: String,
+    /// Seed for the simulated load.
+    #[serde(default)]
+    pub seed: u64,
+    /// Seconds a driver reload takes.
+    #[serde(default = "default_reload")]
+    pub reload_secs: f64,
+    /// Workloads.
+    #[serde(default, rename = "workload")]
+    pub workloads: Vec<WorkloadSpec>,
+}
+
+const fn default_gpus() -> u32 {
+    8
+}
+fn default_rocm() -> String {
+    "7.0.2".into()
+}
+const fn default_reload() -> f64 {
+    6.0
+}
+
+/// A scenario that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// Unknown name.
+    #[error("unknown scenario {name:?}; available: {available}")]
+    Unknown {
+        /// Asked for.
+        name: String,
+        /// Built-ins.
+        available: String,
+    },
+    /// TOML error, with location.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Parse {
+        /// File or built-in name.
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Semantically wrong.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// File or built-in name.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Could not read the file.
+    #[error("{path}: {error}")]
+    Io {
+        /// Path.
+        path: String,
+        /// OS error.
+        error: String,
+    },
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(before.len(), |i| before.len() - i - 1) + 1;
+    (line, col)
+}
+
+/// Parses TOML text into `T`, with file:line:column errors.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(origin: &str, text: &str) -> Result<T, ScenarioError> {
+    toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+        ScenarioError::Parse {
+            origin: origin.to_string(),
+            line,
+            column,
+            message: e.message().to_string(),
+        }
+    })
+}
+
+impl Scenario {
+    /// Loads a built-in by name, or a file by path.
+    pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
+        if let Some((n, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::parse(n, text);
+        }
+        let p = Path::new(name_or_path);
+        if p.extension().is_some_and(|e| e == "toml") || p.exists() {
+            let text = std::fs::read_to_string(p).map_err(|e| ScenarioError::Io {
+                path: p.display().to_string(),
+                error: e.to_string(),
+            })?;
+            return Self::parse(&p.display().to_string(), &text);
+        }
+        Err(ScenarioError::Unknown {
+            name: name_or_path.to_string(),
+            available: BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Parses and validates.
+    pub fn parse(origin: &str, text: &str) -> Result<Self, ScenarioError> {
+        let s: Self = parse_toml(origin, text)?;
+        s.validate(origin)?;
+        Ok(s)
+    }
+
+    fn validate(&self, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid { origin: origin.into(), message: m });
+        let Some(prod) = crate::domain::product::by_key(&self.product) else {
+            let known: Vec<_> = crate::domain::product::all().iter().map(|p| p.key).collect();
+            return bad(format!("unknown product {:?}; known: {}", self.product, known.join(", ")));
+        };
+        if !prod.offers(self.compute, self.memory) {
+            return bad(format!("{} does not offer {}/{}", prod.market_name, self.compute, self.memory));
+        }
+        if self.gpus == 0 || self.gpus > 16 {
+            return bad(format!("gpus must be 1..=16, not {}", self.gpus));
+        }
+        let parts = self.compute.partitions(prod.xcds);
+        let mut names = std::collections::HashSet::new();
+        for w in &self.workloads {
+            if !names.insert(&w.name) {
+                return bad(format!("workload {:?} is defined twice", w.name));
+            }
+            if w.kind != Kind::Agent && (w.gpu >= self.gpus || w.partition >= parts) {
+                return bad(format!(
+                    "workload {:?} is placed on GPU {} partition {}, but the node has {} GPUs of {} partitions",
+                    w.name, w.gpu, w.partition, self.gpus, parts
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses_and_every_file_is_registered() {
+        for (n, t) in BUILTIN {
+            Scenario::parse(n, t).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let f = f.unwrap().path();
+            let stem = f.file_stem().unwrap().to_string_lossy().to_string();
+            assert!(BUILTIN.iter().any(|(n, _)| *n == stem), "{stem} not registered in BUILTIN");
+        }
+    }
+
+    #[test]
+    fn errors_name_location_and_alternatives() {
+        let e = Scenario::parse("x.toml", "name = \"a\"\ndescription = 3\n").unwrap_err();
+        assert!(e.to_string().starts_with("x.toml:2:"), "{e}");
+        let e = Scenario::load("no-such").unwrap_err().to_string();
+        assert!(e.contains("dpx-nps2-two-models"), "{e}");
+        let e = Scenario::parse(
+            "y",
+            "name='y'\ndescription='d'\nproduct='mi300x'\ncompute='SPX'\nmemory='NPS4'\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("does not offer SPX/NPS4"), "{e}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Starting and stopping a simulated node: writes the state file and launches each workload as
+//! a real, detached OS process (its own process group, so a Ctrl-C in the terminal does not
+//! reach it), logging to a file beside the state; stopping sends SIGTERM, waits, then SIGKILL.
+
+use super::scenario::{Kind, Scenario};
+use super::state::{SimState, StateError, process_start};
+use crate::collect::clock;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A simulator lifecycle error.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// State file problem.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Already running.
+    #[error("a simulated node is already running from {path} ({holders}); stop it with `partop sim stop --state {path}`")]
+    Running {
+        /// Path.
+        path: String,
+        /// Live workloads.
+        holders: String,
+    },
+    /// Could not launch.
+    #[error("could not start workload {name}: {error}")]
+    Spawn {
+        /// Workload.
+        name: String,
+        /// Why.
+        error: String,
+    },
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
+}
+
+/// The command line a workload shows in `ps` (what discovery and operators see).
+fn shown(w: &super::scenario::WorkloadSpec, port: u16) -> Vec<String> {
+    match w.kind {
+        Kind::ModelServer => {
+            let model = w.model.clone().unwrap_or_else(|| w.name.clone());
+            vec!["vllm".into(), "serve".into(), model, "--host".into(), "127.0.0.1".into(), "--port".into(), port.to_string()]
+        }
+        Kind::Batch => vec!["python3".into(), "train.py".into(), "--job".into(), w.name.clone()],
+        Kind::Agent => vec![w.comm.clone().unwrap_or_else(|| "gpuagent".into())],
+    }
+}
+
+/// Starts `scenario`: writes `state_path` and launches the workloads.
+pub fn start(scenario: &Scenario, state_path: &Path, seed: Option<u64>) -> Result<SimState, SessionError> {
+    if let Ok(old) = SimState::load(state_path) {
+        if old.any_held() {
+            return Err(SessionError::Running {
+                path: state_path.display().to_string(),
+                holders: old.holder_names().join(", "),
+            });
+        }
+    }
+    if let Some(dir) = state_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let log_dir = state_path.with_extension("logs");
+    let _ = std::fs::create_dir_all(&log_dir);
+    let mut state = SimState::from_scenario(scenario, seed.unwrap_or(scenario.seed), log_dir, clock::now_ms());
+    state.save(state_path)?;
+    for i in 0..state.workloads.len() {
+        launch(&mut state, i, state_path)?;
+    }
+    state.save(state_path)?;
+    Ok(state)
+}
+
+/// Launches workload `i` (detached) and records its pid and start time.
+pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), SessionError> {
+    let exe = std::env::current_exe().map_err(|e| SessionError::Spawn { name: "partop".into(), error: e.to_string() })?;
+    let index = state.placement_index(i);
+    let w = &mut state.workloads[i];
+    if w.spec.kind == Kind::ModelServer && w.port == 0 {
+        w.port = free_port();
+    }
+    let log = state.log_dir.join(format!("{}.log", w.spec.name));
+    let spawn_err = |e: std::io::Error| SessionError::Spawn { name: w.spec.name.clone(), error: e.to_string() };
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(spawn_err)?;
+    let errf = out.try_clone().map_err(spawn_err)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("sim").arg("workload").arg("--state").arg(state_path).arg("--name").arg(&w.spec.name).arg("--");
+    cmd.args(shown(&w.spec, w.port));
+    if let Some(ix) = index {
+        cmd.env("HIP_VISIBLE_DEVICES", ix.to_string());
+    }
+    cmd.stdin(Stdio::null()).stdout(out).stderr(errf).process_group(0);
+    let mut child = cmd.spawn().map_err(|e| SessionError::Spawn { name: w.spec.name.clone(), error: e.to_string() })?;
+    let pid = child.id();
+    w.pid = Some(pid);
+    w.start_ticks = process_start(pid);
+    w.started_ms = clock::now_ms();
+    // Reap it when it exits, so a stopped workload does not linger as a zombie.
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}
+
+/// Signals a pid only if it still is the process we started (same start time).
+fn signal(pid: u32, ticks: Option<u64>, sig: Signal) -> bool {
+    if process_start(pid) != ticks || ticks.is_none() {
+        return false;
+    }
+    i32::try_from(pid).is_ok_and(|p| kill(Pid::from_raw(p), sig).is_ok())
+}
+
+/// What `stop` did to each workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    /// Workload name.
+    pub name: String,
+    /// Whether SIGKILL was needed.
+    pub killed: bool,
+}
+
+/// Stops every live workload: SIGTERM, a grace period, then SIGKILL. The state file stays.
+pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionError> {
+    let mut state = SimState::load(state_path)?;
+    let live: Vec<usize> = (0..state.workloads.len()).filter(|i| state.alive(*i)).collect();
+    for &i in &live {
+        let w = &state.workloads[i];
+        signal(w.pid.unwrap_or(0), w.start_ticks, Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && live.iter().any(|i| state.alive(*i)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut report = Vec::new();
+    for &i in &live {
+        let killed = state.alive(i);
+        if killed {
+            let w = &state.workloads[i];
+            signal(w.pid.unwrap_or(0), w.start_ticks, Signal::SIGKILL);
+        }
+        report.push(Stopped { name: state.workloads[i].spec.name.clone(), killed });
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && live.iter().any(|i| state.alive(*i)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for w in &mut state.workloads {
+        w.pid = None;
+        w.start_ticks = None;
+    }
+    state.save(state_path)?;
+    Ok(report)
+}
+
+/// A human summary of the node.
+pub fn status(state: &SimState) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let prod = state.product();
+    let _ = writeln!(o, "scenario {}  product {}  ROCm {}  seed {}", state.scenario, prod.market_name, state.rocm, state.seed);
+    for (i, g) in state.gpus.iter().enumerate() {
+        let pending = g.modes.pending_memory.map(|m| format!(" (pending {m} until reload)")).unwrap_or_default();
+        let _ = writeln!(o, "  GPU {i} {}  {}/{}{pending}", g.bdf(0), g.modes.compute, g.modes.memory);
+    }
+    let _ = writeln!(o, "  {} logical GPUs", state.logical().len());
+    if state.reloading.is_some() {
+        let _ = writeln!(o, "  driver reloading");
+    }
+    for (i, w) in state.workloads.iter().enumerate() {
+        let alive = if state.alive(i) { format!("pid {}", w.pid.unwrap_or(0)) } else { "stopped".into() };
+        let port = if w.port > 0 { format!(" port {}", w.port) } else { String::new() };
+        let place = state.placement_index(i).map_or_else(|| "all GPUs (/dev/kfd)".into(), |x| format!("logical GPU {x}"));
+        let _ = writeln!(o, "  {:<18} {:<13} {:<22} {alive}{port}", w.spec.name, format!("{:?}", w.spec.kind), place);
+    }
+    o
+}
+
+/// The state file `--sim` uses: one per partop process, under the XDG state dir.
+pub fn ephemeral_state_path() -> PathBuf {
+    crate::paths::state_dir().join("sim").join(format!("node-{}.json", std::process::id()))
+}

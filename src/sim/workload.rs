@@ -1,0 +1,101 @@
+//! One simulated workload process (`partop sim workload`). It is a real process: it holds its
+//! place until signalled, honours or ignores SIGTERM as its scenario says, and model servers
+//! answer HTTP on 127.0.0.1 like vLLM: `/health`, `/v1/models`, and `/metrics` in Prometheus text.
+
+use super::load;
+use super::scenario::Kind;
+use super::state::SimState;
+use crate::collect::clock;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Prometheus text for model server `i`, as vLLM names its metrics.
+pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
+    let t = load::elapsed(state, now_ms);
+    let f = load::model_figures(state, i, t);
+    let model = state.workloads[i].spec.model.clone().unwrap_or_default();
+    let l = format!("{{model_name=\"{model}\"}}");
+    let mut o = String::new();
+    let mut g = |name: &str, help: &str, kind: &str, v: f64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}");
+    };
+    g("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", f.running);
+    g("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", f.waiting);
+    g("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", f.kv_cache);
+    g("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", f.prompt_tokens);
+    g("vllm:generation_tokens_total", "Number of generation tokens processed.", "counter", f.generation_tokens);
+    o
+}
+
+/// Runs workload `name` until terminated. Returns the exit status.
+pub fn run(state_path: &Path, name: &str) -> i32 {
+    let state = match SimState::load(state_path) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    let Some(i) = state.workloads.iter().position(|w| w.spec.name == name) else {
+        log::error!("no workload {name} in {}", state_path.display());
+        return 1;
+    };
+    let term = Arc::new(AtomicBool::new(false));
+    if signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).is_err() {
+        return 1;
+    }
+    let spec = state.workloads[i].spec.clone();
+    let server = if spec.kind == Kind::ModelServer {
+        match tiny_http::Server::http(("127.0.0.1", state.workloads[i].port)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::error!("{name}: cannot listen on port {}: {e}", state.workloads[i].port);
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
+    loop {
+        if term.swap(false, Ordering::SeqCst) {
+            if spec.ignore_sigterm {
+                continue;
+            }
+            return 0;
+        }
+        match &server {
+            Some(s) => {
+                if let Ok(Some(req)) = s.recv_timeout(Duration::from_millis(200)) {
+                    respond(state_path, i, req);
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn respond(state_path: &Path, i: usize, req: tiny_http::Request) {
+    // Re-read the node so neighbours' load (the noisy-neighbour effect) is current.
+    let state = SimState::load(state_path);
+    let url = req.url().split('?').next().unwrap_or("").to_string();
+    let (code, body, ctype) = match (&state, url.as_str()) {
+        (Ok(_), "/health") => (200, String::new(), "text/plain"),
+        (Ok(s), "/v1/models") => {
+            let model = s.workloads[i].spec.model.clone().unwrap_or_default();
+            let body = serde_json::json!({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": 32768}]});
+            (200, body.to_string(), "application/json")
+        }
+        (Ok(s), "/metrics") => (200, metrics_text(s, i, clock::now_ms()), "text/plain; version=0.0.4"),
+        (Err(_), _) => (503, "simulator state unavailable".into(), "text/plain"),
+        _ => (404, "not found".into(), "text/plain"),
+    };
+    let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()).ok();
+    let mut resp = tiny_http::Response::from_string(body).with_status_code(code);
+    if let Some(h) = header {
+        resp = resp.with_header(h);
+    }
+    let _ = req.respond(resp);
+}
