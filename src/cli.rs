@@ -101,6 +101,12 @@ pub enum SimCmd {
         #[arg(long, env = "PARTOP_SIM_STATE")]
         state: PathBuf,
     },
+    /// Start the stopped workloads again, where their partition still exists.
+    Resume {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+    },
     /// Show the node and its workloads.
     Status {
         /// State file.

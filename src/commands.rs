@@ -3,8 +3,8 @@
 //! `main` turns them into exit codes.
 
 use crate::cli::{Cli, Cmd, SimCmd, SourceArgs, exit};
-use crate::collect::amdsmi::runner::{Runner, locate};
 use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::amdsmi::runner::{Runner, locate};
 use crate::domain::snapshot::Health;
 use crate::sim::scenario::{BUILTIN, Scenario};
 use crate::sim::session;
@@ -50,13 +50,29 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         let exe = std::env::current_exe().context("cannot find partop's own executable")?;
         let runner = Runner {
             program: exe,
-            prefix: vec!["sim".into(), "amd-smi".into(), "--state".into(), state.display().to_string()],
+            prefix: vec![
+                "sim".into(),
+                "amd-smi".into(),
+                "--state".into(),
+                state.display().to_string(),
+            ],
             timeout,
         };
-        return Ok(Node { runner, sim: Some(SimGuard { state }), scenario: Some(scenario.name) });
+        return Ok(Node {
+            runner,
+            sim: Some(SimGuard { state }),
+            scenario: Some(scenario.name),
+        });
     }
     let program = locate(src.amd_smi.as_deref())?;
-    Ok(Node { runner: Runner { timeout, ..Runner::new(program) }, sim: None, scenario: None })
+    Ok(Node {
+        runner: Runner {
+            timeout,
+            ..Runner::new(program)
+        },
+        sim: None,
+        scenario: None,
+    })
 }
 
 fn out(text: &str) -> Result<()> {
@@ -87,7 +103,9 @@ pub fn main(cli: Cli) -> Result<u8> {
 
 fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
     let node = open(src)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let mut collector = AmdSmiCollector::new(node.runner.clone());
     collector.simulated = node.sim.is_some();
     let snap = rt.block_on(collector.sample());
@@ -121,13 +139,19 @@ fn sim(action: SimCmd) -> Result<u8> {
         SimCmd::List => {
             let mut s = String::new();
             for (name, text) in BUILTIN {
-                let d = Scenario::parse(name, text).map(|s| s.description).unwrap_or_default();
+                let d = Scenario::parse(name, text)
+                    .map(|s| s.description)
+                    .unwrap_or_default();
                 s.push_str(&format!("{name:<24} {d}\n"));
             }
             out(&s)?;
             Ok(exit::OK)
         }
-        SimCmd::Start { scenario, state, seed } => {
+        SimCmd::Start {
+            scenario,
+            state,
+            seed,
+        } => {
             let sc = Scenario::load(&scenario)?;
             let st = session::start(&sc, &state, seed)?;
             out(&session::status(&st))?;
@@ -135,8 +159,23 @@ fn sim(action: SimCmd) -> Result<u8> {
         }
         SimCmd::Stop { state } => {
             for s in session::stop(&state, Duration::from_secs(3))? {
-                let how = if s.killed { "did not exit on SIGTERM; sent SIGKILL" } else { "stopped" };
+                let how = if s.killed {
+                    "did not exit on SIGTERM; sent SIGKILL"
+                } else {
+                    "stopped"
+                };
                 out(&format!("{}: {how}\n", s.name))?;
+            }
+            Ok(exit::OK)
+        }
+        SimCmd::Resume { state } => {
+            for r in session::resume(&state)? {
+                match r {
+                    session::Resumed::Started(n) => out(&format!("{n}: started\n"))?,
+                    session::Resumed::NoPlace(n) => out(&format!(
+                        "{n}: not started: its partition does not exist in the current layout\n"
+                    ))?,
+                }
             }
             Ok(exit::OK)
         }
@@ -154,11 +193,17 @@ fn sim(action: SimCmd) -> Result<u8> {
             Ok(u8::try_from(code.rem_euclid(256)).unwrap_or(1))
         }
         SimCmd::Reload { state } => {
-            let code = crate::sim::amdsmi::changes::modprobe_reload(&state, &mut std::io::stderr(), &mut std::io::stderr());
+            let code = crate::sim::amdsmi::changes::modprobe_reload(
+                &state,
+                &mut std::io::stderr(),
+                &mut std::io::stderr(),
+            );
             Ok(u8::try_from(code).unwrap_or(1))
         }
-        SimCmd::Workload { state, name, shown: _ } => {
-            Ok(u8::try_from(crate::sim::workload::run(&state, &name)).unwrap_or(1))
-        }
+        SimCmd::Workload {
+            state,
+            name,
+            shown: _,
+        } => Ok(u8::try_from(crate::sim::workload::run(&state, &name)).unwrap_or(1)),
     }
 }

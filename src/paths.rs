@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 /// `$XDG_CONFIG_HOME/partop` (user themes, keymaps, config.toml).
 pub fn config_dir() -> PathBuf {
-    dirs::config_dir().unwrap_or_else(std::env::temp_dir).join("partop")
+    dirs::config_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("partop")
 }
 
 /// `$XDG_STATE_HOME/partop` (journal, simulator state).

@@ -18,7 +18,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>, suffix: &str) -> String {
 /// The readable table.
 pub fn table(s: &Snapshot) -> String {
     let mut o = String::new();
-    let sim = if s.simulated { "  [SIMULATED NODE]" } else { "" };
+    let sim = if s.simulated {
+        "  [SIMULATED NODE]"
+    } else {
+        ""
+    };
     let _ = writeln!(o, "host {}  taken {}{sim}", s.host, s.taken_at);
     for src in &s.sources {
         let h = match src.status {
@@ -54,8 +58,8 @@ pub fn table(s: &Snapshot) -> String {
         );
         let _ = writeln!(
             o,
-            "  {:>4} {:<14} {:>4} {:>5} {:>18} {:>6}  {}",
-            "GPU", "BDF", "XCDS", "CUS", "VRAM used/total GiB", "GFX%", "render"
+            "  {:>4} {:<14} {:>4} {:>5} {:>18} {:>6}  render",
+            "GPU", "BDF", "XCDS", "CUS", "VRAM used/total GiB", "GFX%"
         );
         for l in &g.partitions {
             let xcds = if l.xcds.is_empty() {
@@ -81,7 +85,11 @@ pub fn table(s: &Snapshot) -> String {
             );
         }
     }
-    let _ = writeln!(o, "\n{:>8} {:<16} {:>6} {:>10} {:>8}", "PID", "NAME", "GPU", "VRAM GiB", "CUs");
+    let _ = writeln!(
+        o,
+        "\n{:>8} {:<16} {:>6} {:>10} {:>8}",
+        "PID", "NAME", "GPU", "VRAM GiB", "CUs"
+    );
     if s.processes.is_empty() {
         let _ = writeln!(o, "  (no GPU processes)");
     }

@@ -67,11 +67,17 @@ impl Product {
 
 /// Whether a profile list allows the combination.
 pub fn offers(profiles: &[Profile], compute: ComputeMode, memory: MemoryMode) -> bool {
-    profiles.iter().any(|p| p.compute == compute && p.memory.contains(&memory))
+    profiles
+        .iter()
+        .any(|p| p.compute == compute && p.memory.contains(&memory))
 }
 
 fn p(index: u32, compute: ComputeMode, memory: &[MemoryMode]) -> Profile {
-    Profile { index, compute, memory: memory.to_vec() }
+    Profile {
+        index,
+        compute,
+        memory: memory.to_vec(),
+    }
 }
 
 use ComputeMode::{Cpx, Dpx, Qpx, Spx};
@@ -149,7 +155,11 @@ pub fn all() -> Vec<Product> {
             cus_per_xcd: 20,
             vram_mb: 196_592,
             power_cap_w: 650,
-            profiles: vec![p(0, Spx, &[Nps1]), p(1, Dpx, &[Nps1]), p(2, Cpx, &[Nps1, Nps4])],
+            profiles: vec![
+                p(0, Spx, &[Nps1]),
+                p(1, Dpx, &[Nps1]),
+                p(2, Cpx, &[Nps1, Nps4]),
+            ],
             default_compute: vec![(Nps1, Spx), (Nps4, Cpx)],
             source: "rocprofiler-compute mi_gpu_spec (4 XCD x 20 CU); VRAM size assumed",
         },
@@ -191,14 +201,17 @@ pub fn by_key(key: &str) -> Option<Product> {
 /// standard firmware variant.
 pub fn identify(device_id: Option<&str>, market_name: Option<&str>) -> Option<Product> {
     let all = all();
-    if let Some(id) = device_id {
-        if let Some(p) = all.iter().find(|p| p.device_id.eq_ignore_ascii_case(id)) {
-            return Some(p.clone());
-        }
+    if let Some(id) = device_id
+        && let Some(p) = all.iter().find(|p| p.device_id.eq_ignore_ascii_case(id))
+    {
+        return Some(p.clone());
     }
     let name = market_name?.to_ascii_uppercase();
     all.into_iter().find(|p| {
-        let short = p.market_name.trim_start_matches("AMD Instinct ").to_ascii_uppercase();
+        let short = p
+            .market_name
+            .trim_start_matches("AMD Instinct ")
+            .to_ascii_uppercase();
         name.contains(&short)
     })
 }
@@ -216,7 +229,10 @@ mod tests {
         assert!(!m.offers(Spx, Nps4), "SPX+NPS4 is invalid");
         assert!(m.offers(Dpx, Nps2));
         assert!(m.offers(Cpx, Nps4));
-        assert!(!m.offers(Dpx, Nps4), "memory partitions cannot exceed compute partitions");
+        assert!(
+            !m.offers(Dpx, Nps4),
+            "memory partitions cannot exceed compute partitions"
+        );
         let fw = by_key("mi300x-dpx-nps1-fw").unwrap();
         assert!(!fw.offers(Dpx, Nps2));
     }
@@ -241,7 +257,10 @@ mod tests {
     fn identify_by_device_id_or_name() {
         assert_eq!(identify(Some("0x74A1"), None).unwrap().key, "mi300x");
         assert_eq!(identify(None, Some("MI300X-O")).unwrap().key, "mi300x");
-        assert_eq!(identify(None, Some("AMD Instinct MI355X")).unwrap().key, "mi355x");
+        assert_eq!(
+            identify(None, Some("AMD Instinct MI355X")).unwrap().key,
+            "mi355x"
+        );
         assert!(identify(Some("0x1234"), Some("Radeon")).is_none());
     }
 }

@@ -82,6 +82,11 @@ pub fn note(
 ) {
     prov.insert(
         field.to_string(),
-        Origin { source, detail: detail.to_string(), at_ms, missing },
+        Origin {
+            source,
+            detail: detail.to_string(),
+            at_ms,
+            missing,
+        },
     );
 }

@@ -221,7 +221,9 @@ pub const SCHEMA: u32 = 1;
 impl Snapshot {
     /// All logical GPUs in amd-smi index order.
     pub fn logical(&self) -> impl Iterator<Item = (&PhysicalGpu, &LogicalGpu)> {
-        self.gpus.iter().flat_map(|g| g.partitions.iter().map(move |p| (g, p)))
+        self.gpus
+            .iter()
+            .flat_map(|g| g.partitions.iter().map(move |p| (g, p)))
     }
 
     /// Number of logical GPUs.
@@ -236,7 +238,9 @@ impl Snapshot {
 
     /// Processes using a logical GPU.
     pub fn holders(&self, gpu_id: u32) -> impl Iterator<Item = &Process> {
-        self.processes.iter().filter(move |p| p.gpus.iter().any(|g| g.gpu_id == gpu_id))
+        self.processes
+            .iter()
+            .filter(move |p| p.gpus.iter().any(|g| g.gpu_id == gpu_id))
     }
 
     /// A source by name.
@@ -247,7 +251,11 @@ impl Snapshot {
 
 /// Convenience used by collectors: the origin of a missing field and of a present one.
 pub fn missing_reason_for_secondary(is_primary: bool) -> Missing {
-    if is_primary { Missing::NotAvailable } else { Missing::SecondaryPartition }
+    if is_primary {
+        Missing::NotAvailable
+    } else {
+        Missing::SecondaryPartition
+    }
 }
 
 /// Re-exported for collectors.

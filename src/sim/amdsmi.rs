@@ -16,7 +16,11 @@ use std::path::Path;
 /// (major, minor, patch) of a version string.
 pub fn rocm_tuple(v: &str) -> (u32, u32, u32) {
     let mut it = v.split('.').map(|p| p.trim().parse::<u32>().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0), it.next().unwrap_or(0))
+    (
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
 }
 
 /// What the emulated tool does differently by version.
@@ -72,10 +76,10 @@ pub fn main(
             return 1;
         }
     };
-    if state.settle(clock::now_ms()) {
-        if let Err(e) = state.save(state_path) {
-            let _ = writeln!(err, "partop sim amd-smi: {e}");
-        }
+    if state.settle(clock::now_ms())
+        && let Err(e) = state.save(state_path)
+    {
+        let _ = writeln!(err, "partop sim amd-smi: {e}");
     }
     let flavor = Flavor::of(&state.rocm);
     let args = match Args::parse(argv) {
@@ -88,7 +92,10 @@ pub fn main(
     let reading = state.reloading.is_some();
     let cmd = args.command.as_deref().unwrap_or("");
     if reading && cmd != "version" {
-        let _ = writeln!(out, "[AMDSMI_STATUS_DRIVER_NOT_LOADED] amdgpu driver is reloading; no GPUs are available");
+        let _ = writeln!(
+            out,
+            "[AMDSMI_STATUS_DRIVER_NOT_LOADED] amdgpu driver is reloading; no GPUs are available"
+        );
         return 1;
     }
     match cmd {

@@ -15,11 +15,16 @@ fn leaf(v: &Value) -> Option<String> {
             let val = leaf(&m["value"]).unwrap_or_default();
             let unit = m["unit"].as_str().unwrap_or("");
             let unit = if unit == "C" { "\u{b0}C" } else { unit };
-            Some(if val == "N/A" { val } else { format!("{val} {unit}") })
+            Some(if val == "N/A" {
+                val
+            } else {
+                format!("{val} {unit}")
+            })
         }
-        Value::Array(a) if a.iter().all(|x| leaf(x).is_some()) => {
-            Some(format!("[{}]", a.iter().filter_map(leaf).collect::<Vec<_>>().join(", ")))
-        }
+        Value::Array(a) if a.iter().all(|x| leaf(x).is_some()) => Some(format!(
+            "[{}]",
+            a.iter().filter_map(leaf).collect::<Vec<_>>().join(", ")
+        )),
         _ => None,
     }
 }
@@ -54,7 +59,11 @@ pub fn gpus(items: &[Value]) -> String {
             out.push('\n');
         }
         let Value::Object(m) = item else { continue };
-        let _ = writeln!(out, "GPU: {}", m.get("gpu").and_then(leaf).unwrap_or_default());
+        let _ = writeln!(
+            out,
+            "GPU: {}",
+            m.get("gpu").and_then(leaf).unwrap_or_default()
+        );
         for (k, v) in m.iter().filter(|(k, _)| k.as_str() != "gpu") {
             section(&mut out, k, v, 1);
         }
@@ -97,6 +106,9 @@ mod tests {
     fn nested_sections_units_and_lists() {
         let v = json!([{"gpu": 0, "usage": {"gfx_activity": {"value": 60, "unit": "%"}, "vcn_activity": [{"value": 0, "unit": "%"}, "N/A"]}, "temperature": {"hotspot": {"value": 55, "unit": "C"}}}]);
         let s = gpus(v.as_array().unwrap());
-        assert_eq!(s, "GPU: 0\n    USAGE:\n        GFX_ACTIVITY: 60 %\n        VCN_ACTIVITY: [0 %, N/A]\n    TEMPERATURE:\n        HOTSPOT: 55 \u{b0}C\n");
+        assert_eq!(
+            s,
+            "GPU: 0\n    USAGE:\n        GFX_ACTIVITY: 60 %\n        VCN_ACTIVITY: [0 %, N/A]\n    TEMPERATURE:\n        HOTSPOT: 55 \u{b0}C\n"
+        );
     }
 }

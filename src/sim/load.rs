@@ -20,7 +20,11 @@ fn unit(h: u64) -> f64 {
 }
 
 /// Smooth value noise in [-1, 1] for `key` at time `t` seconds (period 4 s).
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "t >= 0")]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "t >= 0"
+)]
 pub fn noise(seed: u64, key: u64, t: f64) -> f64 {
     let x = t.max(0.0) / 4.0;
     let k = x.floor();
@@ -47,10 +51,18 @@ pub fn busy(state: &SimState, i: usize, t: f64) -> f64 {
 }
 
 /// Workload `i`'s VRAM, bytes (model servers grow their KV cache a little with load).
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "bytes")]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "bytes"
+)]
 pub fn vram(state: &SimState, i: usize, t: f64) -> u64 {
     let w = &state.workloads[i].spec;
-    let wobble = if w.kind == Kind::ModelServer { 1.0 + 0.01 * noise(state.seed, 1000 + i as u64, t) } else { 1.0 };
+    let wobble = if w.kind == Kind::ModelServer {
+        1.0 + 0.01 * noise(state.seed, 1000 + i as u64, t)
+    } else {
+        1.0
+    };
     (w.vram_gb * wobble * f64::from(1u32 << 30)).max(0.0) as u64
 }
 
@@ -88,7 +100,8 @@ pub fn model_figures(state: &SimState, i: usize, t: f64) -> ModelFigures {
     let p = neighbour_pressure(state, i, t);
     let running = (b * 24.0).round();
     let squeeze = if p > 0.9 { (t / 10.0).min(40.0) } else { 0.0 };
-    let waiting = (b * 3.0 * (1.0 + noise(state.seed, 2000 + i as u64, t)).max(0.0) + squeeze).round();
+    let waiting =
+        (b * 3.0 * (1.0 + noise(state.seed, 2000 + i as u64, t)).max(0.0) + squeeze).round();
     let rate = b * 900.0 * (1.0 - 0.5 * p);
     ModelFigures {
         running,

@@ -57,7 +57,8 @@ impl Formatter for PyFormatter<'_> {
 /// Serialises like `json.dumps(value, indent=4)` plus the newline `print` adds.
 pub fn dumps<T: Serialize>(value: &T) -> String {
     let mut out = Vec::new();
-    let mut ser = Serializer::with_formatter(&mut out, PyFormatter(PrettyFormatter::with_indent(b"    ")));
+    let mut ser =
+        Serializer::with_formatter(&mut out, PyFormatter(PrettyFormatter::with_indent(b"    ")));
     if value.serialize(&mut ser).is_err() {
         return "{}\n".to_string();
     }
@@ -81,7 +82,9 @@ mod tests {
 
     #[test]
     fn byte_identical_to_a_fixture() {
-        let text = include_str!("../../tests/fixtures/amd-smi/synth-partition-c-m-json-8xmi300x-spx-nps1-rocm7.0.json");
+        let text = include_str!(
+            "../../tests/fixtures/amd-smi/synth-partition-c-m-json-8xmi300x-spx-nps1-rocm7.0.json"
+        );
         let v: serde_json::Value = serde_json::from_str(text).unwrap();
         assert_eq!(dumps(&v), text);
     }

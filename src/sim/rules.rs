@@ -48,7 +48,11 @@ pub enum RuleError {
 
 /// Memory modes a product offers (the union of its profiles).
 pub fn memory_caps(product: &Product) -> Vec<MemoryMode> {
-    let mut c: Vec<MemoryMode> = product.profiles.iter().flat_map(|p| p.memory.clone()).collect();
+    let mut c: Vec<MemoryMode> = product
+        .profiles
+        .iter()
+        .flat_map(|p| p.memory.clone())
+        .collect();
     c.sort();
     c.dedup();
     c
@@ -139,7 +143,14 @@ mod tests {
     use MemoryMode::{Nps1, Nps2, Nps4};
 
     fn node(c: ComputeMode, m: MemoryMode) -> Vec<GpuModes> {
-        vec![GpuModes { compute: c, memory: m, pending_memory: None }; 8]
+        vec![
+            GpuModes {
+                compute: c,
+                memory: m,
+                pending_memory: None
+            };
+            8
+        ]
     }
 
     #[test]
@@ -147,7 +158,11 @@ mod tests {
         let p = by_key("mi300x").unwrap();
         for m in [Nps1, Nps2, Nps4] {
             for c in [Spx, Dpx, Qpx, Cpx] {
-                let mut g = GpuModes { compute: Spx, memory: m, pending_memory: None };
+                let mut g = GpuModes {
+                    compute: Spx,
+                    memory: m,
+                    pending_memory: None,
+                };
                 let r = set_compute(&p, &mut g, c, false);
                 assert_eq!(r.is_ok(), p.offers(c, m), "{c}/{m}");
             }
@@ -157,7 +172,11 @@ mod tests {
     #[test]
     fn compute_change_is_busy_while_held_and_immediate_otherwise() {
         let p = by_key("mi300x").unwrap();
-        let mut g = GpuModes { compute: Spx, memory: Nps1, pending_memory: None };
+        let mut g = GpuModes {
+            compute: Spx,
+            memory: Nps1,
+            pending_memory: None,
+        };
         assert_eq!(set_compute(&p, &mut g, Dpx, true), Err(RuleError::Busy));
         assert_eq!(g.compute, Spx);
         assert_eq!(set_compute(&p, &mut g, Cpx, false), Ok(3));
@@ -167,8 +186,15 @@ mod tests {
     #[test]
     fn setting_unavailable_beats_busy() {
         let p = by_key("mi300x").unwrap();
-        let mut g = GpuModes { compute: Cpx, memory: Nps4, pending_memory: None };
-        assert_eq!(set_compute(&p, &mut g, Spx, true), Err(RuleError::SettingUnavailable));
+        let mut g = GpuModes {
+            compute: Cpx,
+            memory: Nps4,
+            pending_memory: None,
+        };
+        assert_eq!(
+            set_compute(&p, &mut g, Spx, true),
+            Err(RuleError::SettingUnavailable)
+        );
     }
 
     #[test]
@@ -176,11 +202,20 @@ mod tests {
         let p = by_key("mi300x").unwrap();
         let mut hive = node(Dpx, Nps1);
         set_memory(&p, &mut hive, Nps4).unwrap();
-        assert!(hive.iter().all(|g| g.memory == Nps1 && g.pending_memory == Some(Nps4)));
+        assert!(
+            hive.iter()
+                .all(|g| g.memory == Nps1 && g.pending_memory == Some(Nps4))
+        );
         assert_eq!(reload(&p, &mut hive, true), Err(RuleError::RestartErr));
-        assert!(hive.iter().all(|g| g.pending_memory == Some(Nps4)), "a failed reload keeps it pending");
+        assert!(
+            hive.iter().all(|g| g.pending_memory == Some(Nps4)),
+            "a failed reload keeps it pending"
+        );
         reload(&p, &mut hive, false).unwrap();
-        assert!(hive.iter().all(|g| g.memory == Nps4 && g.compute == Cpx && g.pending_memory.is_none()));
+        assert!(
+            hive.iter()
+                .all(|g| g.memory == Nps4 && g.compute == Cpx && g.pending_memory.is_none())
+        );
         // A plain reload returns compute to the default too.
         let mut hive = node(Dpx, Nps2);
         reload(&p, &mut hive, false).unwrap();
@@ -194,8 +229,18 @@ mod tests {
     fn invalid_memory_mode_lists_valid_ones() {
         let p = by_key("mi300x-dpx-nps1-fw").unwrap();
         let mut hive = node(Dpx, Nps1);
-        assert_eq!(set_memory(&p, &mut hive, MemoryMode::Nps8), Err(RuleError::Inval { valid: vec![Nps1, Nps4] }));
-        assert_eq!(set_memory(&p, &mut hive, Nps2), Err(RuleError::Inval { valid: vec![Nps1, Nps4] }));
+        assert_eq!(
+            set_memory(&p, &mut hive, MemoryMode::Nps8),
+            Err(RuleError::Inval {
+                valid: vec![Nps1, Nps4]
+            })
+        );
+        assert_eq!(
+            set_memory(&p, &mut hive, Nps2),
+            Err(RuleError::Inval {
+                valid: vec![Nps1, Nps4]
+            })
+        );
     }
 
     #[test]

@@ -10,16 +10,46 @@ pub const DEFAULT: &str = "dpx-nps2-two-models";
 
 /// Built-in scenarios, embedded (a test checks every file in `scenarios/` is listed).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("spx-nps1-one-model", include_str!("../../scenarios/spx-nps1-one-model.toml")),
-    ("dpx-nps2-two-models", include_str!("../../scenarios/dpx-nps2-two-models.toml")),
-    ("cpx-nps4-small-models", include_str!("../../scenarios/cpx-nps4-small-models.toml")),
-    ("noisy-neighbour", include_str!("../../scenarios/noisy-neighbour.toml")),
-    ("idle-partition", include_str!("../../scenarios/idle-partition.toml")),
-    ("agent-holds-kfd", include_str!("../../scenarios/agent-holds-kfd.toml")),
-    ("stubborn-process", include_str!("../../scenarios/stubborn-process.toml")),
-    ("rocm64-spx", include_str!("../../scenarios/rocm64-spx.toml")),
-    ("dpx-nps1-firmware", include_str!("../../scenarios/dpx-nps1-firmware.toml")),
-    ("cpx-64-busy", include_str!("../../scenarios/cpx-64-busy.toml")),
+    (
+        "spx-nps1-one-model",
+        include_str!("../../scenarios/spx-nps1-one-model.toml"),
+    ),
+    (
+        "dpx-nps2-two-models",
+        include_str!("../../scenarios/dpx-nps2-two-models.toml"),
+    ),
+    (
+        "cpx-nps4-small-models",
+        include_str!("../../scenarios/cpx-nps4-small-models.toml"),
+    ),
+    (
+        "noisy-neighbour",
+        include_str!("../../scenarios/noisy-neighbour.toml"),
+    ),
+    (
+        "idle-partition",
+        include_str!("../../scenarios/idle-partition.toml"),
+    ),
+    (
+        "agent-holds-kfd",
+        include_str!("../../scenarios/agent-holds-kfd.toml"),
+    ),
+    (
+        "stubborn-process",
+        include_str!("../../scenarios/stubborn-process.toml"),
+    ),
+    (
+        "rocm64-spx",
+        include_str!("../../scenarios/rocm64-spx.toml"),
+    ),
+    (
+        "dpx-nps1-firmware",
+        include_str!("../../scenarios/dpx-nps1-firmware.toml"),
+    ),
+    (
+        "cpx-64-busy",
+        include_str!("../../scenarios/cpx-64-busy.toml"),
+    ),
 ];
 
 /// What a workload is.
@@ -161,12 +191,18 @@ pub enum ScenarioError {
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(before.len(), |i| before.len() - i - 1) + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
     (line, col)
 }
 
 /// Parses TOML text into `T`, with file:line:column errors.
-pub fn parse_toml<T: serde::de::DeserializeOwned>(origin: &str, text: &str) -> Result<T, ScenarioError> {
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    origin: &str,
+    text: &str,
+) -> Result<T, ScenarioError> {
     toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
         ScenarioError::Parse {
@@ -194,7 +230,11 @@ impl Scenario {
         }
         Err(ScenarioError::Unknown {
             name: name_or_path.to_string(),
-            available: BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+            available: BUILTIN
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
     }
 
@@ -206,13 +246,28 @@ impl Scenario {
     }
 
     fn validate(&self, origin: &str) -> Result<(), ScenarioError> {
-        let bad = |m: String| Err(ScenarioError::Invalid { origin: origin.into(), message: m });
+        let bad = |m: String| {
+            Err(ScenarioError::Invalid {
+                origin: origin.into(),
+                message: m,
+            })
+        };
         let Some(prod) = crate::domain::product::by_key(&self.product) else {
-            let known: Vec<_> = crate::domain::product::all().iter().map(|p| p.key).collect();
-            return bad(format!("unknown product {:?}; known: {}", self.product, known.join(", ")));
+            let known: Vec<_> = crate::domain::product::all()
+                .iter()
+                .map(|p| p.key)
+                .collect();
+            return bad(format!(
+                "unknown product {:?}; known: {}",
+                self.product,
+                known.join(", ")
+            ));
         };
         if !prod.offers(self.compute, self.memory) {
-            return bad(format!("{} does not offer {}/{}", prod.market_name, self.compute, self.memory));
+            return bad(format!(
+                "{} does not offer {}/{}",
+                prod.market_name, self.compute, self.memory
+            ));
         }
         if self.gpus == 0 || self.gpus > 16 {
             return bad(format!("gpus must be 1..=16, not {}", self.gpus));
@@ -247,7 +302,10 @@ mod tests {
         for f in std::fs::read_dir(dir).unwrap() {
             let f = f.unwrap().path();
             let stem = f.file_stem().unwrap().to_string_lossy().to_string();
-            assert!(BUILTIN.iter().any(|(n, _)| *n == stem), "{stem} not registered in BUILTIN");
+            assert!(
+                BUILTIN.iter().any(|(n, _)| *n == stem),
+                "{stem} not registered in BUILTIN"
+            );
         }
     }
 

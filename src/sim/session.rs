@@ -19,7 +19,9 @@ pub enum SessionError {
     #[error(transparent)]
     State(#[from] StateError),
     /// Already running.
-    #[error("a simulated node is already running from {path} ({holders}); stop it with `partop sim stop --state {path}`")]
+    #[error(
+        "a simulated node is already running from {path} ({holders}); stop it with `partop sim stop --state {path}`"
+    )]
     Running {
         /// Path.
         path: String,
@@ -47,29 +49,51 @@ fn shown(w: &super::scenario::WorkloadSpec, port: u16) -> Vec<String> {
     match w.kind {
         Kind::ModelServer => {
             let model = w.model.clone().unwrap_or_else(|| w.name.clone());
-            vec!["vllm".into(), "serve".into(), model, "--host".into(), "127.0.0.1".into(), "--port".into(), port.to_string()]
+            vec![
+                "vllm".into(),
+                "serve".into(),
+                model,
+                "--host".into(),
+                "127.0.0.1".into(),
+                "--port".into(),
+                port.to_string(),
+            ]
         }
-        Kind::Batch => vec!["python3".into(), "train.py".into(), "--job".into(), w.name.clone()],
+        Kind::Batch => vec![
+            "python3".into(),
+            "train.py".into(),
+            "--job".into(),
+            w.name.clone(),
+        ],
         Kind::Agent => vec![w.comm.clone().unwrap_or_else(|| "gpuagent".into())],
     }
 }
 
 /// Starts `scenario`: writes `state_path` and launches the workloads.
-pub fn start(scenario: &Scenario, state_path: &Path, seed: Option<u64>) -> Result<SimState, SessionError> {
-    if let Ok(old) = SimState::load(state_path) {
-        if old.any_held() {
-            return Err(SessionError::Running {
-                path: state_path.display().to_string(),
-                holders: old.holder_names().join(", "),
-            });
-        }
+pub fn start(
+    scenario: &Scenario,
+    state_path: &Path,
+    seed: Option<u64>,
+) -> Result<SimState, SessionError> {
+    if let Ok(old) = SimState::load(state_path)
+        && old.any_held()
+    {
+        return Err(SessionError::Running {
+            path: state_path.display().to_string(),
+            holders: old.holder_names().join(", "),
+        });
     }
     if let Some(dir) = state_path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     let log_dir = state_path.with_extension("logs");
     let _ = std::fs::create_dir_all(&log_dir);
-    let mut state = SimState::from_scenario(scenario, seed.unwrap_or(scenario.seed), log_dir, clock::now_ms());
+    let mut state = SimState::from_scenario(
+        scenario,
+        seed.unwrap_or(scenario.seed),
+        log_dir,
+        clock::now_ms(),
+    );
     state.save(state_path)?;
     for i in 0..state.workloads.len() {
         launch(&mut state, i, state_path)?;
@@ -80,24 +104,48 @@ pub fn start(scenario: &Scenario, state_path: &Path, seed: Option<u64>) -> Resul
 
 /// Launches workload `i` (detached) and records its pid and start time.
 pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), SessionError> {
-    let exe = std::env::current_exe().map_err(|e| SessionError::Spawn { name: "partop".into(), error: e.to_string() })?;
+    let exe = std::env::current_exe().map_err(|e| SessionError::Spawn {
+        name: "partop".into(),
+        error: e.to_string(),
+    })?;
     let index = state.placement_index(i);
-    let w = &mut state.workloads[i];
-    if w.spec.kind == Kind::ModelServer && w.port == 0 {
-        w.port = free_port();
+    if state.workloads[i].spec.kind == Kind::ModelServer && state.workloads[i].port == 0 {
+        // The workload reads its port from the state file: write it before spawning.
+        state.workloads[i].port = free_port();
+        state.save(state_path)?;
     }
+    let w = &mut state.workloads[i];
     let log = state.log_dir.join(format!("{}.log", w.spec.name));
-    let spawn_err = |e: std::io::Error| SessionError::Spawn { name: w.spec.name.clone(), error: e.to_string() };
-    let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(spawn_err)?;
+    let spawn_err = |e: std::io::Error| SessionError::Spawn {
+        name: w.spec.name.clone(),
+        error: e.to_string(),
+    };
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(spawn_err)?;
     let errf = out.try_clone().map_err(spawn_err)?;
     let mut cmd = Command::new(exe);
-    cmd.arg("sim").arg("workload").arg("--state").arg(state_path).arg("--name").arg(&w.spec.name).arg("--");
+    cmd.arg("sim")
+        .arg("workload")
+        .arg("--state")
+        .arg(state_path)
+        .arg("--name")
+        .arg(&w.spec.name)
+        .arg("--");
     cmd.args(shown(&w.spec, w.port));
     if let Some(ix) = index {
         cmd.env("HIP_VISIBLE_DEVICES", ix.to_string());
     }
-    cmd.stdin(Stdio::null()).stdout(out).stderr(errf).process_group(0);
-    let mut child = cmd.spawn().map_err(|e| SessionError::Spawn { name: w.spec.name.clone(), error: e.to_string() })?;
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(errf)
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| SessionError::Spawn {
+        name: w.spec.name.clone(),
+        error: e.to_string(),
+    })?;
     let pid = child.id();
     w.pid = Some(pid);
     w.start_ticks = process_start(pid);
@@ -127,7 +175,9 @@ pub struct Stopped {
 /// Stops every live workload: SIGTERM, a grace period, then SIGKILL. The state file stays.
 pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionError> {
     let mut state = SimState::load(state_path)?;
-    let live: Vec<usize> = (0..state.workloads.len()).filter(|i| state.alive(*i)).collect();
+    let live: Vec<usize> = (0..state.workloads.len())
+        .filter(|i| state.alive(*i))
+        .collect();
     for &i in &live {
         let w = &state.workloads[i];
         signal(w.pid.unwrap_or(0), w.start_ticks, Signal::SIGTERM);
@@ -143,7 +193,10 @@ pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionE
             let w = &state.workloads[i];
             signal(w.pid.unwrap_or(0), w.start_ticks, Signal::SIGKILL);
         }
-        report.push(Stopped { name: state.workloads[i].spec.name.clone(), killed });
+        report.push(Stopped {
+            name: state.workloads[i].spec.name.clone(),
+            killed,
+        });
     }
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline && live.iter().any(|i| state.alive(*i)) {
@@ -157,30 +210,95 @@ pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionE
     Ok(report)
 }
 
+/// What `resume` did with each stopped workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// Started again.
+    Started(String),
+    /// Its partition does not exist in the current layout.
+    NoPlace(String),
+}
+
+/// Starts every stopped workload whose partition exists in the current layout (after a
+/// rehearsed repartition, or after `stop`).
+pub fn resume(state_path: &Path) -> Result<Vec<Resumed>, SessionError> {
+    let mut state = SimState::load(state_path)?;
+    let mut out = Vec::new();
+    for i in 0..state.workloads.len() {
+        if state.alive(i) {
+            continue;
+        }
+        let name = state.workloads[i].spec.name.clone();
+        let placed =
+            state.workloads[i].spec.kind == Kind::Agent || state.placement_index(i).is_some();
+        if placed {
+            launch(&mut state, i, state_path)?;
+            out.push(Resumed::Started(name));
+        } else {
+            out.push(Resumed::NoPlace(name));
+        }
+    }
+    state.save(state_path)?;
+    Ok(out)
+}
+
 /// A human summary of the node.
 pub fn status(state: &SimState) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let prod = state.product();
-    let _ = writeln!(o, "scenario {}  product {}  ROCm {}  seed {}", state.scenario, prod.market_name, state.rocm, state.seed);
+    let _ = writeln!(
+        o,
+        "scenario {}  product {}  ROCm {}  seed {}",
+        state.scenario, prod.market_name, state.rocm, state.seed
+    );
     for (i, g) in state.gpus.iter().enumerate() {
-        let pending = g.modes.pending_memory.map(|m| format!(" (pending {m} until reload)")).unwrap_or_default();
-        let _ = writeln!(o, "  GPU {i} {}  {}/{}{pending}", g.bdf(0), g.modes.compute, g.modes.memory);
+        let pending = g
+            .modes
+            .pending_memory
+            .map(|m| format!(" (pending {m} until reload)"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  GPU {i} {}  {}/{}{pending}",
+            g.bdf(0),
+            g.modes.compute,
+            g.modes.memory
+        );
     }
     let _ = writeln!(o, "  {} logical GPUs", state.logical().len());
     if state.reloading.is_some() {
         let _ = writeln!(o, "  driver reloading");
     }
     for (i, w) in state.workloads.iter().enumerate() {
-        let alive = if state.alive(i) { format!("pid {}", w.pid.unwrap_or(0)) } else { "stopped".into() };
-        let port = if w.port > 0 { format!(" port {}", w.port) } else { String::new() };
-        let place = state.placement_index(i).map_or_else(|| "all GPUs (/dev/kfd)".into(), |x| format!("logical GPU {x}"));
-        let _ = writeln!(o, "  {:<18} {:<13} {:<22} {alive}{port}", w.spec.name, format!("{:?}", w.spec.kind), place);
+        let alive = if state.alive(i) {
+            format!("pid {}", w.pid.unwrap_or(0))
+        } else {
+            "stopped".into()
+        };
+        let port = if w.port > 0 {
+            format!(" port {}", w.port)
+        } else {
+            String::new()
+        };
+        let place = state.placement_index(i).map_or_else(
+            || "all GPUs (/dev/kfd)".into(),
+            |x| format!("logical GPU {x}"),
+        );
+        let _ = writeln!(
+            o,
+            "  {:<18} {:<13} {:<22} {alive}{port}",
+            w.spec.name,
+            format!("{:?}", w.spec.kind),
+            place
+        );
     }
     o
 }
 
 /// The state file `--sim` uses: one per partop process, under the XDG state dir.
 pub fn ephemeral_state_path() -> PathBuf {
-    crate::paths::state_dir().join("sim").join(format!("node-{}.json", std::process::id()))
+    crate::paths::state_dir()
+        .join("sim")
+        .join(format!("node-{}.json", std::process::id()))
 }

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Buses of the 8 OAM GPUs on a real MI300X node (ROCm/amdsmi#132), extended for larger nodes.
-const BUSES: [&str; 16] =
-    ["05", "26", "46", "65", "85", "a6", "c6", "e5", "0d", "2e", "4e", "6d", "8d", "ae", "ce", "ed"];
+const BUSES: [&str; 16] = [
+    "05", "26", "46", "65", "85", "a6", "c6", "e5", "0d", "2e", "4e", "6d", "8d", "ae", "ce", "ed",
+];
 const OAM: [u32; 16] = [7, 6, 4, 5, 3, 2, 0, 1, 15, 14, 12, 13, 11, 10, 8, 9];
 
 /// One physical GPU.
@@ -93,13 +94,17 @@ pub struct SimState {
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// No file.
-    #[error("simulator state {path} does not exist; start a node with `partop sim start SCENARIO --state {path}`")]
+    #[error(
+        "simulator state {path} does not exist; start a node with `partop sim start SCENARIO --state {path}`"
+    )]
     Missing {
         /// Path.
         path: String,
     },
     /// Unreadable or corrupt.
-    #[error("simulator state {path} is unreadable ({error}); remove it and run `partop sim start SCENARIO --state {path}`")]
+    #[error(
+        "simulator state {path} is unreadable ({error}); remove it and run `partop sim start SCENARIO --state {path}`"
+    )]
     Corrupt {
         /// Path.
         path: String,
@@ -133,13 +138,23 @@ impl SimState {
                 bus: BUSES[i % BUSES.len()].to_string(),
                 oam_id: OAM[i % OAM.len()],
                 serial: serial(seed, i),
-                modes: GpuModes { compute: s.compute, memory: s.memory, pending_memory: None },
+                modes: GpuModes {
+                    compute: s.compute,
+                    memory: s.memory,
+                    pending_memory: None,
+                },
             })
             .collect();
         let workloads = s
             .workloads
             .iter()
-            .map(|w| SimWorkload { spec: w.clone(), pid: None, start_ticks: None, port: w.port, started_ms: 0 })
+            .map(|w| SimWorkload {
+                spec: w.clone(),
+                pid: None,
+                start_ticks: None,
+                port: w.port,
+                started_ms: 0,
+            })
             .collect();
         Self {
             format: 1,
@@ -163,11 +178,16 @@ impl SimState {
             if e.kind() == std::io::ErrorKind::NotFound {
                 StateError::Missing { path: p.clone() }
             } else {
-                StateError::Corrupt { path: p.clone(), error: e.to_string() }
+                StateError::Corrupt {
+                    path: p.clone(),
+                    error: e.to_string(),
+                }
             }
         })?;
-        let s: Self = serde_json::from_str(&text)
-            .map_err(|e| StateError::Corrupt { path: p.clone(), error: e.to_string() })?;
+        let s: Self = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+            path: p.clone(),
+            error: e.to_string(),
+        })?;
         if product::by_key(&s.product).is_none() {
             return Err(StateError::Product(s.product));
         }
@@ -176,7 +196,10 @@ impl SimState {
 
     /// Writes atomically.
     pub fn save(&self, path: &Path) -> Result<(), StateError> {
-        let err = |e: std::io::Error| StateError::Write { path: path.display().to_string(), error: e.to_string() };
+        let err = |e: std::io::Error| StateError::Write {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        };
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let text = serde_json::to_string_pretty(self).map_err(|e| StateError::Write {
             path: path.display().to_string(),
@@ -211,8 +234,12 @@ impl SimState {
 
     /// Whether workload `i`'s process is alive (same pid and start time, not a zombie).
     pub fn alive(&self, i: usize) -> bool {
-        let Some(w) = self.workloads.get(i) else { return false };
-        let (Some(pid), Some(ticks)) = (w.pid, w.start_ticks) else { return false };
+        let Some(w) = self.workloads.get(i) else {
+            return false;
+        };
+        let (Some(pid), Some(ticks)) = (w.pid, w.start_ticks) else {
+            return false;
+        };
         process_start(pid).is_some_and(|t| t == ticks)
     }
 
@@ -222,12 +249,17 @@ impl SimState {
         if !self.alive(i) {
             return None;
         }
-        Some(if w.spec.kind == Kind::Agent { None } else { Some(w.spec.gpu as usize) })
+        Some(if w.spec.kind == Kind::Agent {
+            None
+        } else {
+            Some(w.spec.gpu as usize)
+        })
     }
 
     /// Whether anything holds physical GPU `phys`.
     pub fn is_held(&self, phys: usize) -> bool {
-        (0..self.workloads.len()).any(|i| matches!(self.holds(i), Some(None)) || self.holds(i) == Some(Some(phys)))
+        (0..self.workloads.len())
+            .any(|i| matches!(self.holds(i), Some(None)) || self.holds(i) == Some(Some(phys)))
     }
 
     /// Whether anything holds any GPU.
@@ -248,15 +280,15 @@ impl SimState {
 
     /// Completes a reload whose time has passed (a reload survives its CLI being killed).
     pub fn settle(&mut self, now_ms: u64) -> bool {
-        if let Some(r) = self.reloading {
-            if now_ms >= r.until_ms {
-                self.reloading = None;
-                let mut modes = self.modes();
-                // Holders were checked when the reload started.
-                let _ = super::rules::reload(&self.product(), &mut modes, false);
-                self.set_modes(modes);
-                return true;
-            }
+        if let Some(r) = self.reloading
+            && now_ms >= r.until_ms
+        {
+            self.reloading = None;
+            let mut modes = self.modes();
+            // Holders were checked when the reload started.
+            let _ = super::rules::reload(&self.product(), &mut modes, false);
+            self.set_modes(modes);
+            return true;
         }
         false
     }

@@ -20,13 +20,41 @@ pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
     let l = format!("{{model_name=\"{model}\"}}");
     let mut o = String::new();
     let mut g = |name: &str, help: &str, kind: &str, v: f64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}");
+        let _ = writeln!(
+            o,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{l} {v}"
+        );
     };
-    g("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", f.running);
-    g("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", f.waiting);
-    g("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", f.kv_cache);
-    g("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "counter", f.prompt_tokens);
-    g("vllm:generation_tokens_total", "Number of generation tokens processed.", "counter", f.generation_tokens);
+    g(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        "gauge",
+        f.running,
+    );
+    g(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        "gauge",
+        f.waiting,
+    );
+    g(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        "gauge",
+        f.kv_cache,
+    );
+    g(
+        "vllm:prompt_tokens_total",
+        "Number of prefill tokens processed.",
+        "counter",
+        f.prompt_tokens,
+    );
+    g(
+        "vllm:generation_tokens_total",
+        "Number of generation tokens processed.",
+        "counter",
+        f.generation_tokens,
+    );
     o
 }
 
@@ -52,7 +80,10 @@ pub fn run(state_path: &Path, name: &str) -> i32 {
         match tiny_http::Server::http(("127.0.0.1", state.workloads[i].port)) {
             Ok(s) => Some(s),
             Err(e) => {
-                log::error!("{name}: cannot listen on port {}: {e}", state.workloads[i].port);
+                log::error!(
+                    "{name}: cannot listen on port {}: {e}",
+                    state.workloads[i].port
+                );
                 return 1;
             }
         }
@@ -88,7 +119,11 @@ fn respond(state_path: &Path, i: usize, req: tiny_http::Request) {
             let body = serde_json::json!({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": 32768}]});
             (200, body.to_string(), "application/json")
         }
-        (Ok(s), "/metrics") => (200, metrics_text(s, i, clock::now_ms()), "text/plain; version=0.0.4"),
+        (Ok(s), "/metrics") => (
+            200,
+            metrics_text(s, i, clock::now_ms()),
+            "text/plain; version=0.0.4",
+        ),
         (Err(_), _) => (503, "simulator state unavailable".into(), "text/plain"),
         _ => (404, "not found".into(), "text/plain"),
     };

@@ -60,11 +60,21 @@ fn rec<T: ?Sized>(
     at: u64,
     missing: Missing,
 ) {
-    note(prov, field, source, detail, at, if v.is_some() { None } else { Some(missing) });
+    note(
+        prov,
+        field,
+        source,
+        detail,
+        at,
+        if v.is_some() { None } else { Some(missing) },
+    );
 }
 
 /// Assembles GPUs and processes.
-#[expect(clippy::too_many_lines, reason = "one pass over the node, kept in reading order")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pass over the node, kept in reading order"
+)]
 pub fn assemble(
     st: &StaticData,
     metric: Option<(&[MetricEntry], u64)>,
@@ -72,8 +82,9 @@ pub fn assemble(
 ) -> (Vec<PhysicalGpu>, Vec<Process>) {
     let at = st.at_ms;
     let statics: HashMap<u32, &StaticEntry> = st.statics.iter().map(|s| (s.gpu, s)).collect();
-    let metrics: HashMap<u32, &MetricEntry> =
-        metric.map(|(m, _)| m.iter().map(|e| (e.gpu, e)).collect()).unwrap_or_default();
+    let metrics: HashMap<u32, &MetricEntry> = metric
+        .map(|(m, _)| m.iter().map(|e| (e.gpu, e)).collect())
+        .unwrap_or_default();
     let m_at = metric.map_or(0, |(_, t)| t);
 
     // 1. The logical GPUs, from `list` (or `static` when list is missing).
@@ -83,11 +94,21 @@ pub fn assemble(
             .bdf
             .get()
             .map(str::to_string)
-            .or_else(|| statics.get(&l.gpu).and_then(|s| s.bus.as_ref()?.get()?.bdf.0.clone()))
+            .or_else(|| {
+                statics
+                    .get(&l.gpu)
+                    .and_then(|s| s.bus.as_ref()?.get()?.bdf.0.clone())
+            })
             .unwrap_or_else(|| format!("unknown:{}", l.gpu));
         let (phys, func) = split_bdf(&bdf);
         let partition_id = l.partition_id.u32().or(func).unwrap_or(0);
-        bases.push(Base { gpu: l.gpu, bdf, phys, partition_id, list: Some(i) });
+        bases.push(Base {
+            gpu: l.gpu,
+            bdf,
+            phys,
+            partition_id,
+            list: Some(i),
+        });
     }
     if bases.is_empty() {
         for s in &st.statics {
@@ -103,7 +124,13 @@ pub fn assemble(
                 .and_then(|p| p.get()?.partition_id.u32())
                 .or(func)
                 .unwrap_or(0);
-            bases.push(Base { gpu: s.gpu, bdf, phys, partition_id: pid, list: None });
+            bases.push(Base {
+                gpu: s.gpu,
+                bdf,
+                phys,
+                partition_id: pid,
+                list: None,
+            });
         }
     }
     bases.sort_by_key(|b| b.gpu);
@@ -126,22 +153,44 @@ pub fn assemble(
         let primary = members.first().map_or(0, |b| b.gpu);
         let pst = statics.get(&primary).copied();
         let asic = pst.and_then(|s| s.asic.as_ref()?.get());
-        let mut g = PhysicalGpu { bdf: phys.clone(), ..PhysicalGpu::default() };
+        let mut g = PhysicalGpu {
+            bdf: phys.clone(),
+            ..PhysicalGpu::default()
+        };
         let prov = &mut g.provenance;
 
         let name = asic.and_then(|a| a.market_name.get());
         let dev = asic.and_then(|a| a.device_id.get());
         let prod = product::identify(dev, name);
         g.product = name.map_or_else(
-            || prod.as_ref().map_or_else(|| "unknown GPU".to_string(), |p| p.market_name.into()),
+            || {
+                prod.as_ref()
+                    .map_or_else(|| "unknown GPU".to_string(), |p| p.market_name.into())
+            },
             str::to_string,
         );
         g.product_key = prod.as_ref().map(|p| p.key.to_string());
         g.device_id = dev.map(str::to_string);
         g.serial = asic.and_then(|a| a.asic_serial.0.clone());
         g.oam_id = asic.and_then(|a| a.oam_id.u32());
-        rec(prov, "product", name, SourceKind::AmdSmi, "amd-smi static -a", at, Missing::NotAvailable);
-        rec(prov, "oam_id", g.oam_id.as_ref(), SourceKind::AmdSmi, "amd-smi static -a", at, Missing::NotAvailable);
+        rec(
+            prov,
+            "product",
+            name,
+            SourceKind::AmdSmi,
+            "amd-smi static -a",
+            at,
+            Missing::NotAvailable,
+        );
+        rec(
+            prov,
+            "oam_id",
+            g.oam_id.as_ref(),
+            SourceKind::AmdSmi,
+            "amd-smi static -a",
+            at,
+            Missing::NotAvailable,
+        );
         if let Some(p) = &prod {
             g.xcd_count = Some(p.xcds);
             g.cu_count = Some(p.cus());
@@ -151,27 +200,57 @@ pub fn assemble(
         }
 
         // HBM: the primary reports the whole device.
-        let size = pst.and_then(|s| s.vram.as_ref()?.get()?.size).and_then(|q| q.bytes());
+        let size = pst
+            .and_then(|s| s.vram.as_ref()?.get()?.size)
+            .and_then(|q| q.bytes());
         g.hbm_bytes = size.or_else(|| prod.as_ref().map(|p| p.vram_mb << 20));
         match (size, &prod) {
-            (Some(_), _) => note(prov, "hbm_bytes", SourceKind::AmdSmi, "amd-smi static -v (primary: whole device)", at, None),
-            (None, Some(p)) => note(prov, "hbm_bytes", SourceKind::ProductTable, p.source, at, None),
-            (None, None) => note(prov, "hbm_bytes", SourceKind::AmdSmi, STATIC, at, Some(Missing::NotAvailable)),
+            (Some(_), _) => note(
+                prov,
+                "hbm_bytes",
+                SourceKind::AmdSmi,
+                "amd-smi static -v (primary: whole device)",
+                at,
+                None,
+            ),
+            (None, Some(p)) => note(
+                prov,
+                "hbm_bytes",
+                SourceKind::ProductTable,
+                p.source,
+                at,
+                None,
+            ),
+            (None, None) => note(
+                prov,
+                "hbm_bytes",
+                SourceKind::AmdSmi,
+                STATIC,
+                at,
+                Some(Missing::NotAvailable),
+            ),
         }
 
         // Modes: partition doc of the primary, else static -p of the primary, else any member.
         let cur = st.partition.as_ref().and_then(|p| {
-            p.current_partition.iter().find(|r| r.gpu_id.u32() == Some(primary))
+            p.current_partition
+                .iter()
+                .find(|r| r.gpu_id.u32() == Some(primary))
         });
         let mut compute: Option<(ComputeMode, &str)> = cur
             .and_then(|r| r.accelerator_type.get()?.parse().ok())
             .map(|m| (m, PARTITION));
-        let mut memory: Option<(MemoryMode, &str)> =
-            cur.and_then(|r| r.memory.get()?.parse().ok()).map(|m| (m, PARTITION));
+        let mut memory: Option<(MemoryMode, &str)> = cur
+            .and_then(|r| r.memory.get()?.parse().ok())
+            .map(|m| (m, PARTITION));
         for b in &members {
-            let sp = statics.get(&b.gpu).and_then(|s| s.partition.as_ref()?.get());
+            let sp = statics
+                .get(&b.gpu)
+                .and_then(|s| s.partition.as_ref()?.get());
             if compute.is_none() {
-                compute = sp.and_then(|p| p.compute()?.parse().ok()).map(|m| (m, "amd-smi static -p"));
+                compute = sp
+                    .and_then(|p| p.compute()?.parse().ok())
+                    .map(|m| (m, "amd-smi static -p"));
             }
             if memory.is_none() {
                 memory = sp
@@ -179,40 +258,73 @@ pub fn assemble(
                     .map(|m| (m, "amd-smi static -p"));
             }
         }
-        #[expect(clippy::cast_possible_truncation, reason = "partition counts are small")]
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "partition counts are small"
+        )]
         let n = members.len() as u32;
-        if compute.is_none() {
-            if let Some(p) = &prod {
-                compute = ComputeMode::ALL
-                    .into_iter()
-                    .find(|m| m.partitions(p.xcds) == n)
-                    .map(|m| (m, "inferred from the number of logical GPUs"));
-            }
+        if compute.is_none()
+            && let Some(p) = &prod
+        {
+            compute = ComputeMode::ALL
+                .into_iter()
+                .find(|m| m.partitions(p.xcds) == n)
+                .map(|m| (m, "inferred from the number of logical GPUs"));
         }
         g.compute_partition = compute.map(|(m, _)| m);
         g.memory_partition = memory.map(|(m, _)| m);
-        let src = |d: &str| if d.starts_with("inferred") { SourceKind::Derived } else { SourceKind::AmdSmi };
+        let src = |d: &str| {
+            if d.starts_with("inferred") {
+                SourceKind::Derived
+            } else {
+                SourceKind::AmdSmi
+            }
+        };
         match compute {
             Some((_, d)) => note(prov, "compute_partition", src(d), d, at, None),
-            None => note(prov, "compute_partition", SourceKind::AmdSmi, STATIC, at, Some(Missing::NotAvailable)),
+            None => note(
+                prov,
+                "compute_partition",
+                SourceKind::AmdSmi,
+                STATIC,
+                at,
+                Some(Missing::NotAvailable),
+            ),
         }
         match memory {
             Some((_, d)) => note(prov, "memory_partition", SourceKind::AmdSmi, d, at, None),
-            None => note(prov, "memory_partition", SourceKind::AmdSmi, STATIC, at, Some(Missing::NotAvailable)),
+            None => note(
+                prov,
+                "memory_partition",
+                SourceKind::AmdSmi,
+                STATIC,
+                at,
+                Some(Missing::NotAvailable),
+            ),
         }
 
         // What the device offers: its own caps and profiles when readable, else the table.
         let caps = st.partition.as_ref().and_then(|p| {
-            let r = p.memory_partition.iter().find(|r| r.gpu_id.u32() == Some(primary))?;
+            let r = p
+                .memory_partition
+                .iter()
+                .find(|r| r.gpu_id.u32() == Some(primary))?;
             Some(parse_memory_caps(r.memory_partition_caps.get()?))
         });
         let profiles: Vec<Profile> = st
             .partition
             .as_ref()
             .map(|p| {
+                // `gpu_id` is printed only on the first row of each GPU's block: carry it.
+                let mut owner = None;
                 p.partition_profiles
                     .iter()
-                    .filter(|r| r.gpu_id.u32() == Some(primary))
+                    .filter(|r| {
+                        if r.gpu_id.0.is_some() {
+                            owner = r.gpu_id.u32();
+                        }
+                        owner == Some(primary)
+                    })
                     .filter_map(|r| {
                         Some(Profile {
                             index: r.profile_index.u32()?,
@@ -226,31 +338,85 @@ pub fn assemble(
         if profiles.is_empty() {
             if let Some(p) = &prod {
                 g.profiles.clone_from(&p.profiles);
-                note(prov, "profiles", SourceKind::ProductTable, &format!("product table: {} (amd-smi partition -a needs root)", p.source), at, None);
+                note(
+                    prov,
+                    "profiles",
+                    SourceKind::ProductTable,
+                    &format!(
+                        "product table: {} (amd-smi partition -a needs root)",
+                        p.source
+                    ),
+                    at,
+                    None,
+                );
             } else {
-                note(prov, "profiles", SourceKind::AmdSmi, "amd-smi partition -a", at, Some(Missing::NeedsRoot));
+                note(
+                    prov,
+                    "profiles",
+                    SourceKind::AmdSmi,
+                    "amd-smi partition -a",
+                    at,
+                    Some(Missing::NeedsRoot),
+                );
             }
         } else {
             g.profiles = profiles;
-            note(prov, "profiles", SourceKind::AmdSmi, "amd-smi partition -a", at, None);
+            note(
+                prov,
+                "profiles",
+                SourceKind::AmdSmi,
+                "amd-smi partition -a",
+                at,
+                None,
+            );
         }
         match caps {
             Some(c) => {
                 g.memory_caps = c;
-                note(prov, "memory_caps", SourceKind::AmdSmi, "amd-smi partition -m", at, None);
+                note(
+                    prov,
+                    "memory_caps",
+                    SourceKind::AmdSmi,
+                    "amd-smi partition -m",
+                    at,
+                    None,
+                );
             }
             None => {
-                let mut c: Vec<MemoryMode> = g.profiles.iter().flat_map(|p| p.memory.clone()).collect();
+                let mut c: Vec<MemoryMode> =
+                    g.profiles.iter().flat_map(|p| p.memory.clone()).collect();
                 c.sort();
                 c.dedup();
                 g.memory_caps = c;
-                note(prov, "memory_caps", SourceKind::Derived, "union of the offered profiles", at, None);
+                note(
+                    prov,
+                    "memory_caps",
+                    SourceKind::Derived,
+                    "union of the offered profiles",
+                    at,
+                    None,
+                );
             }
         }
-        note(prov, "hive", SourceKind::AmdSmi, STATIC, at, Some(Missing::NotReported));
+        note(
+            prov,
+            "hive",
+            SourceKind::AmdSmi,
+            STATIC,
+            at,
+            Some(Missing::NotReported),
+        );
 
         g.power_cap_watts = pst.and_then(|s| s.limit.as_ref()?.get()?.cap());
-        rec(prov, "power_cap_watts", g.power_cap_watts.as_ref(), SourceKind::AmdSmi, "amd-smi static -l", at, Missing::NotReported);
+        rec(
+            prov,
+            "power_cap_watts",
+            g.power_cap_watts.as_ref(),
+            SourceKind::AmdSmi,
+            "amd-smi static -l",
+            at,
+            Missing::NotReported,
+        );
 
         // Device-wide metrics from the primary.
         let pm = metrics.get(&primary).copied();
@@ -259,9 +425,33 @@ pub fn assemble(
             let t = pm.and_then(|m| m.temperature.as_ref()?.get());
             g.hotspot_celsius = t.and_then(|t| t.hotspot?.num());
             g.mem_celsius = t.and_then(|t| t.mem?.num());
-            rec(prov, "power_watts", g.power_watts.as_ref(), SourceKind::AmdSmi, "amd-smi metric -p (primary)", m_at, Missing::NotAvailable);
-            rec(prov, "hotspot_celsius", g.hotspot_celsius.as_ref(), SourceKind::AmdSmi, "amd-smi metric -t (primary)", m_at, Missing::NotAvailable);
-            rec(prov, "mem_celsius", g.mem_celsius.as_ref(), SourceKind::AmdSmi, "amd-smi metric -t (primary)", m_at, Missing::NotAvailable);
+            rec(
+                prov,
+                "power_watts",
+                g.power_watts.as_ref(),
+                SourceKind::AmdSmi,
+                "amd-smi metric -p (primary)",
+                m_at,
+                Missing::NotAvailable,
+            );
+            rec(
+                prov,
+                "hotspot_celsius",
+                g.hotspot_celsius.as_ref(),
+                SourceKind::AmdSmi,
+                "amd-smi metric -t (primary)",
+                m_at,
+                Missing::NotAvailable,
+            );
+            rec(
+                prov,
+                "mem_celsius",
+                g.mem_celsius.as_ref(),
+                SourceKind::AmdSmi,
+                "amd-smi metric -t (primary)",
+                m_at,
+                Missing::NotAvailable,
+            );
         }
         let xcp_busy = pm
             .and_then(|m| m.usage.as_ref()?.get()?.gfx_busy_inst.as_ref()?.get())
@@ -288,24 +478,65 @@ pub fn assemble(
                 l.uuid = e.uuid.0.clone();
                 l.kfd_id = e.kfd_id.0;
                 l.node_id = e.node_id.u32();
-                rec(lp, "render_node", l.render_node.as_ref(), SourceKind::AmdSmi, LIST, at, Missing::NotReported);
-                rec(lp, "kfd_id", l.kfd_id.as_ref(), SourceKind::AmdSmi, LIST, at, Missing::NotReported);
+                rec(
+                    lp,
+                    "render_node",
+                    l.render_node.as_ref(),
+                    SourceKind::AmdSmi,
+                    LIST,
+                    at,
+                    Missing::NotReported,
+                );
+                rec(
+                    lp,
+                    "kfd_id",
+                    l.kfd_id.as_ref(),
+                    SourceKind::AmdSmi,
+                    LIST,
+                    at,
+                    Missing::NotReported,
+                );
             }
             let shape = layout.iter().find(|s| s.partition_id == b.partition_id);
             let own_cus = statics
                 .get(&b.gpu)
                 .and_then(|s| s.asic.as_ref()?.get()?.num_compute_units?.num());
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "CU counts")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "CU counts"
+            )]
             match (own_cus, shape) {
                 (Some(c), _) => {
                     l.cu_count = Some(c as u32);
-                    note(lp, "cu_count", SourceKind::AmdSmi, "amd-smi static -a num_compute_units", at, None);
+                    note(
+                        lp,
+                        "cu_count",
+                        SourceKind::AmdSmi,
+                        "amd-smi static -a num_compute_units",
+                        at,
+                        None,
+                    );
                 }
                 (None, Some(s)) => {
                     l.cu_count = Some(s.cus);
-                    note(lp, "cu_count", SourceKind::Derived, "layout of the current modes", at, None);
+                    note(
+                        lp,
+                        "cu_count",
+                        SourceKind::Derived,
+                        "layout of the current modes",
+                        at,
+                        None,
+                    );
                 }
-                (None, None) => note(lp, "cu_count", SourceKind::AmdSmi, STATIC, at, Some(Missing::NotAvailable)),
+                (None, None) => note(
+                    lp,
+                    "cu_count",
+                    SourceKind::AmdSmi,
+                    STATIC,
+                    at,
+                    Some(Missing::NotAvailable),
+                ),
             }
             if let Some(c) = l.cu_count {
                 cu_by_gpu.insert(b.gpu, c);
@@ -314,36 +545,102 @@ pub fn assemble(
                 l.xcds.clone_from(&s.xcds);
                 l.memory_domains.clone_from(&s.memory_domains);
                 l.vram_share_bytes = Some(s.vram_share_mb << 20);
-                note(lp, "vram_share_bytes", SourceKind::Derived, "HBM / partitions (even share)", at, None);
+                note(
+                    lp,
+                    "vram_share_bytes",
+                    SourceKind::Derived,
+                    "HBM / partitions (even share)",
+                    at,
+                    None,
+                );
             }
             if metric.is_some() {
                 let m = metrics.get(&b.gpu).copied();
                 let mu = m.and_then(|m| m.mem_usage.as_ref()?.get());
                 l.vram_used_bytes = mu.and_then(|u| u.used_vram?.bytes());
                 l.vram_total_bytes = mu.and_then(|u| u.total_vram?.bytes());
-                rec(lp, "vram_used_bytes", l.vram_used_bytes.as_ref(), SourceKind::AmdSmi, "amd-smi metric -m used_vram", m_at, Missing::NotAvailable);
-                rec(lp, "vram_total_bytes", l.vram_total_bytes.as_ref(), SourceKind::AmdSmi, "amd-smi metric -m total_vram", m_at, Missing::NotAvailable);
+                rec(
+                    lp,
+                    "vram_used_bytes",
+                    l.vram_used_bytes.as_ref(),
+                    SourceKind::AmdSmi,
+                    "amd-smi metric -m used_vram",
+                    m_at,
+                    Missing::NotAvailable,
+                );
+                rec(
+                    lp,
+                    "vram_total_bytes",
+                    l.vram_total_bytes.as_ref(),
+                    SourceKind::AmdSmi,
+                    "amd-smi metric -m total_vram",
+                    m_at,
+                    Missing::NotAvailable,
+                );
                 let own = m.and_then(|m| m.usage.as_ref()?.get());
                 let key = format!("xcp_{}", b.partition_id);
-                let from_xcp = if n > 1 { xcp_busy.get(&key).and_then(|v| mean(v)) } else { None };
+                let from_xcp = if n > 1 {
+                    xcp_busy.get(&key).and_then(|v| mean(v))
+                } else {
+                    None
+                };
                 if let Some(v) = from_xcp {
                     l.gfx_busy_percent = Some(v);
-                    note(lp, "gfx_busy_percent", SourceKind::Derived, &format!("amd-smi metric -u gfx_busy_inst.{key} (mean of its XCCs, on the primary)"), m_at, None);
+                    note(
+                        lp,
+                        "gfx_busy_percent",
+                        SourceKind::Derived,
+                        &format!(
+                            "amd-smi metric -u gfx_busy_inst.{key} (mean of its XCCs, on the primary)"
+                        ),
+                        m_at,
+                        None,
+                    );
                 } else {
                     l.gfx_busy_percent = own.and_then(|u| u.gfx_activity?.num());
-                    let miss = if b.partition_id == 0 { Missing::NotAvailable } else { Missing::SecondaryPartition };
-                    rec(lp, "gfx_busy_percent", l.gfx_busy_percent.as_ref(), SourceKind::AmdSmi, "amd-smi metric -u gfx_activity", m_at, miss);
+                    let miss = if b.partition_id == 0 {
+                        Missing::NotAvailable
+                    } else {
+                        Missing::SecondaryPartition
+                    };
+                    rec(
+                        lp,
+                        "gfx_busy_percent",
+                        l.gfx_busy_percent.as_ref(),
+                        SourceKind::AmdSmi,
+                        "amd-smi metric -u gfx_activity",
+                        m_at,
+                        miss,
+                    );
                 }
-                l.umc_busy_percent = if b.partition_id == 0 { own.and_then(|u| u.umc_activity?.num()) } else { None };
-                let miss = if b.partition_id == 0 { Missing::NotAvailable } else { Missing::SecondaryPartition };
-                rec(lp, "umc_busy_percent", l.umc_busy_percent.as_ref(), SourceKind::AmdSmi, "amd-smi metric -u umc_activity", m_at, miss);
+                l.umc_busy_percent = if b.partition_id == 0 {
+                    own.and_then(|u| u.umc_activity?.num())
+                } else {
+                    None
+                };
+                let miss = if b.partition_id == 0 {
+                    Missing::NotAvailable
+                } else {
+                    Missing::SecondaryPartition
+                };
+                rec(
+                    lp,
+                    "umc_busy_percent",
+                    l.umc_busy_percent.as_ref(),
+                    SourceKind::AmdSmi,
+                    "amd-smi metric -u umc_activity",
+                    m_at,
+                    miss,
+                );
             }
             g.partitions.push(l);
         }
         gpus.push(g);
     }
 
-    let processes = process.map(|(p, t)| processes(p, t, &cu_by_gpu)).unwrap_or_default();
+    let processes = process
+        .map(|(p, t)| processes(p, t, &cu_by_gpu))
+        .unwrap_or_default();
     (gpus, processes)
 }
 
@@ -357,27 +654,87 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
     for e in entries {
         for slot in &e.process_list {
-            let Some(info) = &slot.process_info.0 else { continue };
+            let Some(info) = &slot.process_info.0 else {
+                continue;
+            };
             let p = by_pid.entry(info.pid).or_insert_with(|| {
-                let mut p = Process { pid: info.pid, name: info.name.0.clone(), ..Process::default() };
-                rec(&mut p.provenance, "name", p.name.as_ref(), SourceKind::AmdSmi, PROCESS, at, Missing::NeedsRoot);
+                let mut p = Process {
+                    pid: info.pid,
+                    name: info.name.0.clone(),
+                    ..Process::default()
+                };
+                rec(
+                    &mut p.provenance,
+                    "name",
+                    p.name.as_ref(),
+                    SourceKind::AmdSmi,
+                    PROCESS,
+                    at,
+                    Missing::NeedsRoot,
+                );
                 p
             });
             let mem = info.memory_usage.as_ref().and_then(|m| m.get());
             let vram = mem.and_then(|m| m.vram_mem?.bytes());
             let gtt = mem.and_then(|m| m.gtt_mem?.bytes());
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "CU counts")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "CU counts"
+            )]
             let cu = info.cu_occupancy.and_then(|q| q.num()).map(|v| v as u32);
             let cu_percent = cu.zip(cus.get(&e.gpu)).map(|(c, total)| {
-                if *total == 0 { 0.0 } else { f64::from(c) * 100.0 / f64::from(*total) }
+                if *total == 0 {
+                    0.0
+                } else {
+                    f64::from(c) * 100.0 / f64::from(*total)
+                }
             });
             let gid = e.gpu;
-            let miss_mem = if mem.is_none() { Missing::NotReported } else { Missing::NotAvailable };
-            rec(&mut p.provenance, &format!("gpu{gid}.vram_bytes"), vram.as_ref(), SourceKind::AmdSmi, PROCESS, at, miss_mem.clone());
-            rec(&mut p.provenance, &format!("gpu{gid}.gtt_bytes"), gtt.as_ref(), SourceKind::AmdSmi, PROCESS, at, miss_mem);
-            let miss_cu = if info.cu_occupancy.is_none() { Missing::NotReported } else { Missing::NotAvailable };
-            rec(&mut p.provenance, &format!("gpu{gid}.cu_occupancy"), cu.as_ref(), SourceKind::AmdSmi, PROCESS, at, miss_cu);
-            p.gpus.push(GpuUse { gpu_id: gid, vram_bytes: vram, gtt_bytes: gtt, cu_occupancy: cu, cu_percent });
+            let miss_mem = if mem.is_none() {
+                Missing::NotReported
+            } else {
+                Missing::NotAvailable
+            };
+            rec(
+                &mut p.provenance,
+                &format!("gpu{gid}.vram_bytes"),
+                vram.as_ref(),
+                SourceKind::AmdSmi,
+                PROCESS,
+                at,
+                miss_mem.clone(),
+            );
+            rec(
+                &mut p.provenance,
+                &format!("gpu{gid}.gtt_bytes"),
+                gtt.as_ref(),
+                SourceKind::AmdSmi,
+                PROCESS,
+                at,
+                miss_mem,
+            );
+            let miss_cu = if info.cu_occupancy.is_none() {
+                Missing::NotReported
+            } else {
+                Missing::NotAvailable
+            };
+            rec(
+                &mut p.provenance,
+                &format!("gpu{gid}.cu_occupancy"),
+                cu.as_ref(),
+                SourceKind::AmdSmi,
+                PROCESS,
+                at,
+                miss_cu,
+            );
+            p.gpus.push(GpuUse {
+                gpu_id: gid,
+                vram_bytes: vram,
+                gtt_bytes: gtt,
+                cu_occupancy: cu,
+                cu_percent,
+            });
         }
     }
     by_pid.into_values().collect()

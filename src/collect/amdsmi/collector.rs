@@ -79,7 +79,9 @@ impl AmdSmiCollector {
 
     fn mark(&mut self, name: &str, r: Result<u64, &AmdSmiError>) {
         let version = self.version.as_ref().map(AmdSmiVersion::label);
-        let Some(s) = self.status.iter_mut().find(|s| s.name == name) else { return };
+        let Some(s) = self.status.iter_mut().find(|s| s.name == name) else {
+            return;
+        };
         s.version = version;
         match r {
             Ok(took) => {
@@ -89,7 +91,11 @@ impl AmdSmiCollector {
                 s.took_ms = Some(took);
             }
             Err(e) => {
-                s.status = if s.last_ok_ms.is_some() { Health::Stale } else { Health::Down };
+                s.status = if s.last_ok_ms.is_some() {
+                    Health::Stale
+                } else {
+                    Health::Down
+                };
                 s.error = Some(e.to_string());
                 log::warn!("{name}: {e}");
             }
@@ -118,7 +124,10 @@ impl AmdSmiCollector {
             Ok(out) => {
                 self.version = AmdSmiVersion::parse(&out.stdout);
                 if self.version.is_none() {
-                    log::warn!("amd-smi version: unrecognised output {:?}", out.stdout.trim());
+                    log::warn!(
+                        "amd-smi version: unrecognised output {:?}",
+                        out.stdout.trim()
+                    );
                 }
             }
             Err(e) => log::warn!("amd-smi version: {e}"),
@@ -126,15 +135,24 @@ impl AmdSmiCollector {
     }
 
     async fn read_static(&self) -> Result<(StaticData, Vec<String>), AmdSmiError> {
-        let family = self.version.as_ref().map_or(Family::Rocm7, AmdSmiVersion::family);
+        let family = self
+            .version
+            .as_ref()
+            .map_or(Family::Rocm7, AmdSmiVersion::family);
         let list_args = ["list", "-e", "--json", "-g", "all"];
-        let static_args = ["static", "-a", "-b", "-v", "-p", "-l", "--json", "-g", "all"];
+        let static_args = [
+            "static", "-a", "-b", "-v", "-p", "-l", "--json", "-g", "all",
+        ];
         let part_args = ["partition", "-c", "-m", "--json"];
         let (list, stat, part) = tokio::join!(
             self.runner.run(&list_args),
             self.runner.run(&static_args),
             async {
-                if family == Family::Rocm7 { Some(self.runner.run(&part_args).await) } else { None }
+                if family == Family::Rocm7 {
+                    Some(self.runner.run(&part_args).await)
+                } else {
+                    None
+                }
             }
         );
         let mut warnings = Vec::new();
@@ -145,7 +163,8 @@ impl AmdSmiCollector {
         let (statics, ex) = parse_gpu_array::<StaticEntry>(&stat.command, &stat.stdout)?;
         warnings.extend(ex.status_lines);
         let partition = match part {
-            Some(Ok(out)) => match out.json_or_error()
+            Some(Ok(out)) => match out
+                .json_or_error()
                 .and_then(|o| parse_object::<PartitionDoc>(&o.command, &o.stdout))
             {
                 Ok((p, _)) => Some(p),
@@ -161,11 +180,22 @@ impl AmdSmiCollector {
             }
             None => None,
         };
-        Ok((StaticData { list, statics, partition, at_ms: clock::now_ms() }, warnings))
+        Ok((
+            StaticData {
+                list,
+                statics,
+                partition,
+                at_ms: clock::now_ms(),
+            },
+            warnings,
+        ))
     }
 
     async fn read_metric(&self) -> Result<Vec<MetricEntry>, AmdSmiError> {
-        let out = self.runner.run(&["metric", "-u", "-p", "-t", "-m", "--json", "-g", "all"]).await?;
+        let out = self
+            .runner
+            .run(&["metric", "-u", "-p", "-t", "-m", "--json", "-g", "all"])
+            .await?;
         let out = out.json_or_error()?;
         Ok(parse_gpu_array::<MetricEntry>(&out.command, &out.stdout)?.0)
     }

@@ -32,9 +32,7 @@ pub enum AmdSmiError {
         after: Duration,
     },
     /// The user lacks the video/render groups.
-    #[error(
-        "`{command}`: {message}. Fix: sudo usermod -aG video,render $USER, then log in again"
-    )]
+    #[error("`{command}`: {message}. Fix: sudo usermod -aG video,render $USER, then log in again")]
     MissingGroups {
         /// Command line.
         command: String,

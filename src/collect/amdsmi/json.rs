@@ -63,7 +63,11 @@ impl Q {
     }
 
     /// The value in bytes (bare numbers are taken as bytes).
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "rounded, clamped")]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "rounded, clamped"
+    )]
     pub fn bytes(self) -> Option<u64> {
         match self {
             Self::Val(v, Unit::Bytes(m)) => Some((v.max(0.0) * m as f64).round() as u64),
@@ -110,7 +114,9 @@ impl<'de> Deserialize<'de> for Q {
                 while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     match k.as_ref() {
                         "value" => value = Some(map.next_value::<Q>()?),
-                        "unit" => unit = Unit::parse(&map.next_value::<std::borrow::Cow<'de, str>>()?),
+                        "unit" => {
+                            unit = Unit::parse(&map.next_value::<std::borrow::Cow<'de, str>>()?)
+                        }
                         _ => {
                             map.next_value::<de::IgnoredAny>()?;
                         }
@@ -308,7 +314,11 @@ pub fn parse_value<T: DeserializeOwned>(command: &str, json: &str) -> Result<T, 
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_data() {
-            AmdSmiError::Shape { command: command.to_string(), path, detail: inner.to_string() }
+            AmdSmiError::Shape {
+                command: command.to_string(),
+                path,
+                detail: inner.to_string(),
+            }
         } else {
             AmdSmiError::NotJson {
                 command: command.to_string(),
@@ -336,11 +346,14 @@ pub fn parse_gpu_array<T: DeserializeOwned>(
                 message,
             });
         }
-        return w.gpu_data.map(|v| (v, extras)).ok_or_else(|| AmdSmiError::Shape {
-            command: command.to_string(),
-            path: ".".into(),
-            detail: "an object without \"gpu_data\"".into(),
-        });
+        return w
+            .gpu_data
+            .map(|v| (v, extras))
+            .ok_or_else(|| AmdSmiError::Shape {
+                command: command.to_string(),
+                path: ".".into(),
+                detail: "an object without \"gpu_data\"".into(),
+            });
     }
     let v: Vec<T> = parse_value(command, json)?;
     Ok((v, extras))
@@ -377,11 +390,16 @@ fn check_preamble(
     json: &str,
     extras: &Extras,
 ) -> Result<(), AmdSmiError> {
-    if let Some(w) = extras.preamble.iter().find(|l| l.contains("missing the following required groups"))
+    if let Some(w) = extras
+        .preamble
+        .iter()
+        .find(|l| l.contains("missing the following required groups"))
+        && json.trim().is_empty()
     {
-        if json.trim().is_empty() {
-            return Err(AmdSmiError::MissingGroups { command: command.into(), message: w.clone() });
-        }
+        return Err(AmdSmiError::MissingGroups {
+            command: command.into(),
+            message: w.clone(),
+        });
     }
     if json.trim().is_empty() {
         if !extras.status_lines.is_empty() {
@@ -419,7 +437,10 @@ mod tests {
     #[test]
     fn ids_as_int_string_list_or_na() {
         let v: Vec<Id> = serde_json::from_str(r#"[0,"1","0,1,2,3","N/A",""]"#).unwrap();
-        assert_eq!(v, vec![Id(Some(0)), Id(Some(1)), Id(Some(0)), Id(None), Id(None)]);
+        assert_eq!(
+            v,
+            vec![Id(Some(0)), Id(Some(1)), Id(Some(0)), Id(None), Id(None)]
+        );
     }
 
     #[test]

@@ -40,11 +40,14 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, AmdSmiError> {
         return if p.is_file() {
             Ok(p.to_path_buf())
         } else {
-            Err(AmdSmiError::NotFound { searched: p.display().to_string() })
+            Err(AmdSmiError::NotFound {
+                searched: p.display().to_string(),
+            })
         };
     }
-    let mut dirs: Vec<PathBuf> =
-        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     dirs.push(PathBuf::from("/opt/rocm/bin"));
     for d in &dirs {
         let c = d.join("amd-smi");
@@ -52,14 +55,22 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, AmdSmiError> {
             return Ok(c);
         }
     }
-    let searched = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":");
+    let searched = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
     Err(AmdSmiError::NotFound { searched })
 }
 
 impl Runner {
     /// A runner for `program` with the default 10 s limit.
     pub fn new(program: PathBuf) -> Self {
-        Self { program, prefix: Vec::new(), timeout: Duration::from_secs(10) }
+        Self {
+            program,
+            prefix: Vec::new(),
+            timeout: Duration::from_secs(10),
+        }
     }
 
     /// The command line as a user would type it.
@@ -89,7 +100,11 @@ impl Runner {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.prefix)
             .args(args)
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -103,7 +118,10 @@ impl Runner {
         }
         let out = tokio::time::timeout(self.timeout, child.wait_with_output())
             .await
-            .map_err(|_| AmdSmiError::Timeout { command: command.clone(), after: self.timeout })?
+            .map_err(|_| AmdSmiError::Timeout {
+                command: command.clone(),
+                after: self.timeout,
+            })?
             .map_err(|e| AmdSmiError::Spawn {
                 program: self.program.display().to_string(),
                 error: e.to_string(),
@@ -126,7 +144,11 @@ impl RawOutput {
             Some(0) => Ok(self),
             _ if has_json => Ok(self),
             code => {
-                let text = if self.stderr.trim().is_empty() { &self.stdout } else { &self.stderr };
+                let text = if self.stderr.trim().is_empty() {
+                    &self.stdout
+                } else {
+                    &self.stderr
+                };
                 if text.contains("missing the following required groups") {
                     return Err(AmdSmiError::MissingGroups {
                         command: self.command,

@@ -2,8 +2,8 @@
 //! skips the rest without allocating, which keeps a 64-GPU parse well under a millisecond.
 
 use super::json::{Id, Q, Section, Text};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -110,7 +110,9 @@ pub struct StaticPartition {
 impl StaticPartition {
     /// The compute mode under either key.
     pub fn compute(&self) -> Option<&str> {
-        self.accelerator_partition.get().or_else(|| self.compute_partition.get())
+        self.accelerator_partition
+            .get()
+            .or_else(|| self.compute_partition.get())
     }
 }
 
@@ -136,9 +138,13 @@ pub struct Ppt {
 impl Limit {
     /// Power cap in W under either layout.
     pub fn cap(&self) -> Option<f64> {
-        self.socket_power
-            .and_then(Q::num)
-            .or_else(|| self.ppt0.as_ref()?.get()?.socket_power_limit.and_then(Q::num))
+        self.socket_power.and_then(Q::num).or_else(|| {
+            self.ppt0
+                .as_ref()?
+                .get()?
+                .socket_power_limit
+                .and_then(Q::num)
+        })
     }
 }
 

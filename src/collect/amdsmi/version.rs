@@ -53,7 +53,9 @@ impl AmdSmiVersion {
             if line.starts_with("AMDSMI Tool:") {
                 let mut v = Self::default();
                 for part in line.split('|') {
-                    let Some((k, val)) = part.split_once(':') else { continue };
+                    let Some((k, val)) = part.split_once(':') else {
+                        continue;
+                    };
                     let val = val.trim();
                     let known = (val != "N/A" && !val.is_empty()).then(|| val.to_string());
                     match k.trim() {
@@ -68,7 +70,10 @@ impl AmdSmiVersion {
             }
             if let Some(rest) = line.strip_prefix("AMD-SMI ") {
                 let tool = rest.split_whitespace().next()?.to_string();
-                return Some(Self { tool, ..Self::default() });
+                return Some(Self {
+                    tool,
+                    ..Self::default()
+                });
             }
         }
         None
@@ -134,7 +139,11 @@ mod tests {
         assert_eq!(v.rocm, None);
         assert_eq!(v.family(), Family::Rocm7);
         assert_eq!(v.reload_method(), ReloadMethod::ResetReload);
-        let late = AmdSmiVersion { tool: "27.0.0".into(), rocm: Some("7.13.0".into()), ..Default::default() };
+        let late = AmdSmiVersion {
+            tool: "27.0.0".into(),
+            rocm: Some("7.13.0".into()),
+            ..Default::default()
+        };
         assert_eq!(late.reload_method(), ReloadMethod::Modprobe);
     }
 

@@ -57,12 +57,21 @@ impl Args {
                         a.gpus.push(argv[i].clone());
                     }
                     if a.gpus.is_empty() {
-                        return Err("amd-smi: error: argument -g/--gpu: expected at least one argument".into());
+                        return Err(
+                            "amd-smi: error: argument -g/--gpu: expected at least one argument"
+                                .into(),
+                        );
                     }
                 }
-                "-C" | "--compute-partition" | "--accelerator-partition" | "-M" | "--memory-partition" => {
+                "-C"
+                | "--compute-partition"
+                | "--accelerator-partition"
+                | "-M"
+                | "--memory-partition" => {
                     let Some(v) = argv.get(i + 1) else {
-                        return Err(format!("amd-smi set: error: argument {t}: expected one argument"));
+                        return Err(format!(
+                            "amd-smi set: error: argument {t}: expected one argument"
+                        ));
                     };
                     if t == "-M" || t == "--memory-partition" {
                         a.memory = Some(v.clone());

@@ -56,7 +56,10 @@ pub fn set(
     if let Some(m) = &args.memory {
         return set_memory(state, path, flavor, args, m, stdin, out, err);
     }
-    let _ = writeln!(err, "amd-smi set: error: one of the arguments -C/--compute-partition -M/--memory-partition is required");
+    let _ = writeln!(
+        err,
+        "amd-smi set: error: one of the arguments -C/--compute-partition -M/--memory-partition is required"
+    );
     2
 }
 
@@ -76,13 +79,37 @@ fn targets(state: &SimState, args: &Args) -> Result<Vec<crate::sim::rules::Logic
         .collect()
 }
 
-fn set_compute(state: &mut SimState, path: &Path, args: &Args, value: &str, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+fn set_compute(
+    state: &mut SimState,
+    path: &Path,
+    args: &Args,
+    value: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let prod = state.product();
-    let by_index = value.parse::<u32>().ok().and_then(|i| prod.profiles.iter().find(|p| p.index == i)).map(|p| p.compute);
-    let Some(mode) = by_index.or_else(|| value.parse::<ComputeMode>().ok().filter(|m| prod.profiles.iter().any(|p| p.compute == *m))) else {
-        let mut choices: Vec<String> = prod.profiles.iter().map(|p| p.compute.name().to_string()).collect();
+    let by_index = value
+        .parse::<u32>()
+        .ok()
+        .and_then(|i| prod.profiles.iter().find(|p| p.index == i))
+        .map(|p| p.compute);
+    let Some(mode) = by_index.or_else(|| {
+        value
+            .parse::<ComputeMode>()
+            .ok()
+            .filter(|m| prod.profiles.iter().any(|p| p.compute == *m))
+    }) else {
+        let mut choices: Vec<String> = prod
+            .profiles
+            .iter()
+            .map(|p| p.compute.name().to_string())
+            .collect();
         choices.extend(prod.profiles.iter().map(|p| p.index.to_string()));
-        let _ = writeln!(err, "amd-smi set: error: argument -C/--compute-partition: invalid choice: '{value}' (choose from {})", choices.join(", "));
+        let _ = writeln!(
+            err,
+            "amd-smi set: error: argument -C/--compute-partition: invalid choice: '{value}' (choose from {})",
+            choices.join(", ")
+        );
         return 2;
     };
     let logical = match targets(state, args) {
@@ -92,13 +119,20 @@ fn set_compute(state: &mut SimState, path: &Path, args: &Args, value: &str, out:
             return 0;
         }
     };
-    let profile = prod.profiles.iter().find(|p| p.compute == mode).map_or(0, |p| p.index);
+    let profile = prod
+        .profiles
+        .iter()
+        .find(|p| p.compute == mode)
+        .map_or(0, |p| p.index);
     for l in logical {
         let _ = writeln!(out, "GPU: {}", l.index);
         let g = state.gpus[l.phys].clone();
         let bdf = g.bdf(l.shape.partition_id);
         if l.shape.partition_id != 0 {
-            let _ = writeln!(out, "    ACCELERATOR_PARTITION: [AMDSMI_STATUS_NOT_SUPPORTED] Unable to set compute partition to {mode} (profile #{profile})\n");
+            let _ = writeln!(
+                out,
+                "    ACCELERATOR_PARTITION: [AMDSMI_STATUS_NOT_SUPPORTED] Unable to set compute partition to {mode} (profile #{profile})\n"
+            );
             continue;
         }
         let held = state.is_held(l.phys);
@@ -109,15 +143,30 @@ fn set_compute(state: &mut SimState, path: &Path, args: &Args, value: &str, out:
                 if !save(state, path, err) {
                     return 1;
                 }
-                let _ = writeln!(out, "    ACCELERATOR_PARTITION: Successfully set accelerator partition to {mode} (profile #{idx})\n");
+                let _ = writeln!(
+                    out,
+                    "    ACCELERATOR_PARTITION: Successfully set accelerator partition to {mode} (profile #{idx})\n"
+                );
             }
             Err(RuleError::Busy) => {
-                let _ = writeln!(err, "amdsmi.amdsmi_exception.AmdSmiLibraryException: Error code:\n30 | AMDSMI_STATUS_BUSY - Device busy\n\nThe above exception was the direct cause of the following exception:\n\nValueError: Unable to set accelerator partition to {mode} on GPU ID: {} BDF:{bdf}", l.index);
+                let _ = writeln!(
+                    err,
+                    "amdsmi.amdsmi_exception.AmdSmiLibraryException: Error code:\n30 | AMDSMI_STATUS_BUSY - Device busy\n\nThe above exception was the direct cause of the following exception:\n\nValueError: Unable to set accelerator partition to {mode} on GPU ID: {} BDF:{bdf}",
+                    l.index
+                );
                 return 1;
             }
             Err(_) => {
-                let _ = writeln!(out, "Attempted to set accelerator partition to {mode} (profile #{profile}) on GPU ID: {} BDF:{bdf}\n\n[AMDSMI_STATUS_SETTING_UNAVAILABLE] Please check amd-smi partition --memory --accelerator for available profiles.\nUsers may need to switch memory partition to another mode in order to enable the desired accelerator partition.", l.index);
-                let _ = writeln!(err, "amdsmi.amdsmi_exception.AmdSmiLibraryException: Error code:\n        55 | AMDSMI_STATUS_SETTING_UNAVAILABLE - Setting is not available\n\nThe above exception was the direct cause of the following exception:\n\nValueError: [AMDSMI_STATUS_SETTING_UNAVAILABLE] Unable to set accelerator partition to {mode} on GPU ID: {} BDF:{bdf}", l.index);
+                let _ = writeln!(
+                    out,
+                    "Attempted to set accelerator partition to {mode} (profile #{profile}) on GPU ID: {} BDF:{bdf}\n\n[AMDSMI_STATUS_SETTING_UNAVAILABLE] Please check amd-smi partition --memory --accelerator for available profiles.\nUsers may need to switch memory partition to another mode in order to enable the desired accelerator partition.",
+                    l.index
+                );
+                let _ = writeln!(
+                    err,
+                    "amdsmi.amdsmi_exception.AmdSmiLibraryException: Error code:\n        55 | AMDSMI_STATUS_SETTING_UNAVAILABLE - Setting is not available\n\nThe above exception was the direct cause of the following exception:\n\nValueError: [AMDSMI_STATUS_SETTING_UNAVAILABLE] Unable to set accelerator partition to {mode} on GPU ID: {} BDF:{bdf}",
+                    l.index
+                );
                 return 1;
             }
         }
@@ -137,7 +186,10 @@ fn set_memory(
     err: &mut dyn Write,
 ) -> i32 {
     let Ok(mode) = value.parse::<MemoryMode>() else {
-        let _ = writeln!(err, "amd-smi set: error: argument -M/--memory-partition: invalid choice: '{value}' (choose from NPS1, NPS2, NPS4, NPS8)");
+        let _ = writeln!(
+            err,
+            "amd-smi set: error: argument -M/--memory-partition: invalid choice: '{value}' (choose from NPS1, NPS2, NPS4, NPS8)"
+        );
         return 2;
     };
     let before = match targets(state, args) {
@@ -147,7 +199,15 @@ fn set_memory(
             return 0;
         }
     };
-    let _ = write!(out, "{}", if flavor.rocm7 { texts::SET_MEMORY_WARNING_7 } else { texts::SET_MEMORY_WARNING_6 });
+    let _ = write!(
+        out,
+        "{}",
+        if flavor.rocm7 {
+            texts::SET_MEMORY_WARNING_7
+        } else {
+            texts::SET_MEMORY_WARNING_6
+        }
+    );
     if let Err(code) = confirm(stdin, out, err) {
         return code;
     }
@@ -157,7 +217,11 @@ fn set_memory(
     if let Err(RuleError::Inval { valid }) = rules::set_memory(&prod, &mut modes, mode) {
         let valid = valid.iter().map(|m| m.name()).collect::<Vec<_>>().join(",");
         for l in &before {
-            let _ = writeln!(out, "GPU: {}\nValid Memory partition Modes: {valid}\n    MEMORY_PARTITION: [AMDSMI_STATUS_INVAL] Unable to set memory partition to {mode}\n", l.index);
+            let _ = writeln!(
+                out,
+                "GPU: {}\nValid Memory partition Modes: {valid}\n    MEMORY_PARTITION: [AMDSMI_STATUS_INVAL] Unable to set memory partition to {mode}\n",
+                l.index
+            );
         }
         return 0;
     }
@@ -173,19 +237,32 @@ fn set_memory(
         };
         for l in &before {
             if l.shape.partition_id == 0 {
-                let _ = writeln!(out, "GPU: {}\n    MEMORY_PARTITION: Successfully set memory partition to {mode}, {reload_hint}\n", l.index);
+                let _ = writeln!(
+                    out,
+                    "GPU: {}\n    MEMORY_PARTITION: Successfully set memory partition to {mode}, {reload_hint}\n",
+                    l.index
+                );
             } else {
-                let _ = writeln!(out, "GPU: {}\n    MEMORY_PARTITION: [AMDSMI_STATUS_NOT_SUPPORTED] Unable to set memory partition to {mode}\n", l.index);
+                let _ = writeln!(
+                    out,
+                    "GPU: {}\n    MEMORY_PARTITION: [AMDSMI_STATUS_NOT_SUPPORTED] Unable to set memory partition to {mode}\n",
+                    l.index
+                );
             }
         }
         return 0;
     }
     // 6.3/6.4: the same command reloads the driver.
-    let first = before.first().map_or_else(|| "0000:00:00.0".into(), |l| state.gpus[l.phys].bdf(0));
+    let first = before
+        .first()
+        .map_or_else(|| "0000:00:00.0".into(), |l| state.gpus[l.phys].bdf(0));
     let held = state.any_held();
     progress(state, "Updating memory partition for gpu 0: ", out, held);
     if held {
-        let _ = writeln!(out, "\nGPU: 0\n    MEMORY_PARTITION: [AMDSMI_STATUS_AMDGPU_RESTART_ERR] Could not successfully restart\n        driver after applying {mode} on GPU ID: 0 BDF:{first}\n");
+        let _ = writeln!(
+            out,
+            "\nGPU: 0\n    MEMORY_PARTITION: [AMDSMI_STATUS_AMDGPU_RESTART_ERR] Could not successfully restart\n        driver after applying {mode} on GPU ID: 0 BDF:{first}\n"
+        );
         return 0;
     }
     let mut modes = state.modes();
@@ -196,13 +273,21 @@ fn set_memory(
     }
     let _ = writeln!(out);
     for l in state.logical() {
-        let _ = writeln!(out, "GPU: {}\n    MEMORY_PARTITION: Successfully set memory partition to {mode}\n", l.index);
+        let _ = writeln!(
+            out,
+            "GPU: {}\n    MEMORY_PARTITION: Successfully set memory partition to {mode}\n",
+            l.index
+        );
     }
     0
 }
 
 /// Waits out the reload time drawing amd-smi's bar; a failing reload gives up early.
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "seconds")]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "seconds"
+)]
 fn progress(state: &SimState, label: &str, out: &mut dyn Write, fails: bool) {
     let total = state.reload_secs.max(0.0);
     let budget = 140.0;
@@ -210,10 +295,18 @@ fn progress(state: &SimState, label: &str, out: &mut dyn Write, fails: bool) {
     let _ = writeln!(out, "{label}");
     for s in 0..=steps {
         let done = f64::from(s).min(total);
-        let _ = write!(out, "{} {}/{} secs remain\r", texts::bar(done, budget), done as u32, budget as u32);
+        let _ = write!(
+            out,
+            "{} {}/{} secs remain\r",
+            texts::bar(done, budget),
+            done as u32,
+            budget as u32
+        );
         let _ = out.flush();
         if s < steps {
-            std::thread::sleep(Duration::from_secs_f64((total / f64::from(steps.max(1))).min(1.0)));
+            std::thread::sleep(Duration::from_secs_f64(
+                (total / f64::from(steps.max(1))).min(1.0),
+            ));
         }
     }
     let _ = writeln!(out);
@@ -230,7 +323,10 @@ pub fn reset(
     err: &mut dyn Write,
 ) -> i32 {
     if !args.has("reload-driver") {
-        let _ = writeln!(err, "amd-smi reset: error: one of the reset arguments is required (only -r/--reload-driver is simulated)");
+        let _ = writeln!(
+            err,
+            "amd-smi reset: error: one of the reset arguments is required (only -r/--reload-driver is simulated)"
+        );
         return 2;
     }
     if !flavor.reset_reload {
@@ -247,7 +343,11 @@ pub fn reset(
         progress(state, "Reloading driver for all AMD GPUs: ", out, true);
         let _ = writeln!(out);
         for l in &before {
-            let _ = writeln!(out, "GPU: {}\n    RELOAD_DRIVER: [AMDSMI_STATUS_AMDGPU_RESTART_ERR] Unable to successfully restart driver\n", l.index);
+            let _ = writeln!(
+                out,
+                "GPU: {}\n    RELOAD_DRIVER: [AMDSMI_STATUS_AMDGPU_RESTART_ERR] Unable to successfully restart driver\n",
+                l.index
+            );
         }
         return 0;
     }
@@ -258,15 +358,25 @@ pub fn reset(
     finish_reload(state, path, err);
     let _ = writeln!(out);
     for l in state.logical() {
-        let _ = writeln!(out, "GPU: {}\n    RELOAD_DRIVER: Successfully reloaded driver\n", l.index);
+        let _ = writeln!(
+            out,
+            "GPU: {}\n    RELOAD_DRIVER: Successfully reloaded driver\n",
+            l.index
+        );
     }
     0
 }
 
 /// Marks the driver as reloading (reads fail meanwhile).
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "ms")]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "ms"
+)]
 pub fn begin_reload(state: &mut SimState, path: &Path, err: &mut dyn Write) -> bool {
-    state.reloading = Some(Reloading { until_ms: clock::now_ms() + (state.reload_secs * 1000.0) as u64 });
+    state.reloading = Some(Reloading {
+        until_ms: clock::now_ms() + (state.reload_secs * 1000.0) as u64,
+    });
     save(state, path, err)
 }
 
@@ -294,6 +404,15 @@ pub fn modprobe_reload(state_path: &Path, out: &mut dyn Write, err: &mut dyn Wri
     if !begin_reload(&mut state, state_path, err) {
         return 1;
     }
-    progress(&state, "Reloading amdgpu (simulated modprobe -r amdgpu && modprobe amdgpu): ", out, false);
-    if finish_reload(&mut state, state_path, err) { 0 } else { 1 }
+    progress(
+        &state,
+        "Reloading amdgpu (simulated modprobe -r amdgpu && modprobe amdgpu): ",
+        out,
+        false,
+    );
+    if finish_reload(&mut state, state_path, err) {
+        0
+    } else {
+        1
+    }
 }

@@ -75,7 +75,11 @@ fn select<'a>(logical: &'a [Logical], args: &Args) -> Result<Vec<&'a Logical>, S
     }
     let mut v = Vec::new();
     for g in &args.gpus {
-        match g.parse::<u32>().ok().and_then(|i| logical.iter().find(|l| l.index == i)) {
+        match g
+            .parse::<u32>()
+            .ok()
+            .and_then(|i| logical.iter().find(|l| l.index == i))
+        {
             Some(l) => v.push(l),
             None => return Err(g.clone()),
         }
@@ -85,10 +89,22 @@ fn select<'a>(logical: &'a [Logical], args: &Args) -> Result<Vec<&'a Logical>, S
 
 fn uuid(state: &SimState, l: &Logical, flavor: Flavor) -> String {
     let g = &state.gpus[l.phys];
-    let dev = state.product().device_id.trim_start_matches("0x").to_string();
+    let dev = state
+        .product()
+        .device_id
+        .trim_start_matches("0x")
+        .to_string();
     let tail = &g.serial[g.serial.len().saturating_sub(12)..].to_ascii_lowercase();
-    let p = if flavor.rocm7 { l.shape.partition_id } else { 0 };
-    format!("{}ff{dev}-0000-1000-80{:02x}-{tail}", &g.serial[2..4].to_ascii_lowercase(), p)
+    let p = if flavor.rocm7 {
+        l.shape.partition_id
+    } else {
+        0
+    };
+    format!(
+        "{}ff{dev}-0000-1000-80{:02x}-{tail}",
+        &g.serial[2..4].to_ascii_lowercase(),
+        p
+    )
 }
 
 /// All read commands.
@@ -110,25 +126,68 @@ pub fn read(state: &SimState, flavor: Flavor, args: &Args, out: &mut dyn Write) 
     let ld = load_now(state, &logical, t);
     let cmd = args.command.as_deref().unwrap_or("");
     let items: Vec<Value> = match cmd {
-        "list" => sel.iter().map(|l| list_entry(state, l, flavor, args)).collect(),
-        "static" => sel.iter().map(|l| static_entry(state, l, flavor, args)).collect(),
-        "metric" => sel.iter().map(|l| metric_entry(state, &logical, l, flavor, args, &ld, t)).collect(),
-        "process" => sel.iter().map(|l| process_entry(state, l, flavor, t)).collect(),
-        "monitor" => sel.iter().map(|l| monitor_row(state, &logical, l, &ld)).collect(),
+        "list" => sel
+            .iter()
+            .map(|l| list_entry(state, l, flavor, args))
+            .collect(),
+        "static" => sel
+            .iter()
+            .map(|l| static_entry(state, l, flavor, args))
+            .collect(),
+        "metric" => sel
+            .iter()
+            .map(|l| metric_entry(state, &logical, l, flavor, args, &ld, t))
+            .collect(),
+        "process" => sel
+            .iter()
+            .map(|l| process_entry(state, l, flavor, t))
+            .collect(),
+        "monitor" => sel
+            .iter()
+            .map(|l| monitor_row(state, &logical, l, flavor, &ld))
+            .collect(),
         "partition" => return partition(state, flavor, args, &sel, out),
         _ => {
             // The default view (no command): the list, human.
             let _ = writeln!(out, "{}", Flavor::version_line(&state.rocm));
-            sel.iter().map(|l| list_entry(state, l, flavor, args)).collect()
+            sel.iter()
+                .map(|l| list_entry(state, l, flavor, args))
+                .collect()
         }
     };
     if args.json {
         let wrap = flavor.rocm7 && matches!(cmd, "static" | "metric");
-        let v = if wrap { json!({"gpu_data": items}) } else { Value::Array(items) };
+        let v = if wrap {
+            json!({"gpu_data": items})
+        } else {
+            Value::Array(items)
+        };
         let _ = write!(out, "{}", dumps(&v));
     } else if cmd == "monitor" {
-        let heads = ["GPU", "XCP", "POWER", "GPU_T", "MEM_T", "GFX_CLK", "GFX%", "MEM%", "VRAM_USED", "VRAM_TOTAL"];
-        let keys = ["gpu", "xcp", "power_usage", "hotspot_temperature", "memory_temperature", "gfx_clk", "gfx", "mem", "vram_used", "vram_total"];
+        let heads = [
+            "GPU",
+            "XCP",
+            "POWER",
+            "GPU_T",
+            "MEM_T",
+            "GFX_CLK",
+            "GFX%",
+            "MEM%",
+            "VRAM_USED",
+            "VRAM_TOTAL",
+        ];
+        let keys = [
+            "gpu",
+            "xcp",
+            "power_usage",
+            "hotspot_temperature",
+            "memory_temperature",
+            "gfx_clk",
+            "gfx",
+            "mem",
+            "vram_used",
+            "vram_total",
+        ];
         let rows: Vec<Vec<String>> = items
             .iter()
             .map(|r| keys.iter().map(|k| cell(&r[*k])).collect())
@@ -142,7 +201,11 @@ pub fn read(state: &SimState, flavor: Flavor, args: &Args, out: &mut dyn Write) 
 
 fn cell(v: &Value) -> String {
     match v {
-        Value::Object(m) => format!("{} {}", m.get("value").map(ToString::to_string).unwrap_or_default(), m.get("unit").and_then(Value::as_str).unwrap_or("")),
+        Value::Object(m) => format!(
+            "{} {}",
+            m.get("value").map(ToString::to_string).unwrap_or_default(),
+            m.get("unit").and_then(Value::as_str).unwrap_or("")
+        ),
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
@@ -165,7 +228,10 @@ fn list_entry(state: &SimState, l: &Logical, flavor: Flavor, args: &Args) -> Val
         m.insert("card".into(), json!(format!("card{}", minor - 127)));
         m.insert("hsa_id".into(), json!(l.index + 2));
         m.insert("hip_id".into(), json!(l.index));
-        m.insert("hip_uuid".into(), json!(format!("GPU-{}", &uuid(state, l, flavor)[..8])));
+        m.insert(
+            "hip_uuid".into(),
+            json!(format!("GPU-{}", &uuid(state, l, flavor)[..8])),
+        );
     }
     Value::Object(m)
 }
@@ -175,24 +241,32 @@ fn static_entry(state: &SimState, l: &Logical, flavor: Flavor, args: &Args) -> V
     let g = &state.gpus[l.phys];
     let p = l.shape.partition_id;
     let primary = p == 0;
-    let any = ["asic", "bus", "vram", "partition", "limit"].iter().any(|f| args.has(f));
+    let any = ["asic", "bus", "vram", "partition", "limit"]
+        .iter()
+        .any(|f| args.has(f));
     let want = |f: &str| args.has(f) || (!any && (f != "partition" || !flavor.rocm7));
     let mut m = Map::new();
     m.insert("gpu".into(), json!(l.index));
     if want("asic") {
-        m.insert("asic".into(), json!({
-            "market_name": prod.market_name, "vendor_id": "0x1002",
-            "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]", "subvendor_id": "0x1002",
-            "device_id": prod.device_id, "subsystem_id": prod.device_id, "rev_id": "0x00",
-            "asic_serial": g.serial, "oam_id": g.oam_id, "num_compute_units": l.shape.cus,
-            "target_graphics_version": prod.arch,
-        }));
+        m.insert(
+            "asic".into(),
+            json!({
+                "market_name": prod.market_name, "vendor_id": "0x1002",
+                "vendor_name": "Advanced Micro Devices Inc. [AMD/ATI]", "subvendor_id": "0x1002",
+                "device_id": prod.device_id, "subsystem_id": prod.device_id, "rev_id": "0x00",
+                "asic_serial": g.serial, "oam_id": g.oam_id, "num_compute_units": l.shape.cus,
+                "target_graphics_version": prod.arch,
+            }),
+        );
     }
     if want("bus") {
-        m.insert("bus".into(), json!({
-            "bdf": g.bdf(p), "max_pcie_width": 16, "max_pcie_speed": vu(32, "GT/s"),
-            "pcie_interface_version": "Gen 5", "slot_type": "OAM",
-        }));
+        m.insert(
+            "bus".into(),
+            json!({
+                "bdf": g.bdf(p), "max_pcie_width": 16, "max_pcie_speed": vu(32, "GT/s"),
+                "pcie_interface_version": "Gen 5", "slot_type": "OAM",
+            }),
+        );
     }
     if want("limit") {
         let w = |v: u32| if primary { vu(v, "W") } else { json!(NA) };
@@ -205,7 +279,11 @@ fn static_entry(state: &SimState, l: &Logical, flavor: Flavor, args: &Args) -> V
         }));
     }
     if want("partition") {
-        let key = if flavor.accel_key { "accelerator_partition" } else { "compute_partition" };
+        let key = if flavor.accel_key {
+            "accelerator_partition"
+        } else {
+            "compute_partition"
+        };
         let (c, mm) = if primary {
             (json!(g.modes.compute.name()), json!(g.modes.memory.name()))
         } else {
@@ -218,16 +296,30 @@ fn static_entry(state: &SimState, l: &Logical, flavor: Flavor, args: &Args) -> V
         m.insert("partition".into(), Value::Object(pm));
     }
     if want("vram") {
-        let size = if primary { prod.vram_mb } else { l.shape.vram_share_mb };
-        m.insert("vram".into(), json!({
-            "type": "HBM", "vendor": NA, "size": vu(size, "MB"), "bit_width": 8192,
-            "max_bandwidth": vu(5300, "GB/s"),
-        }));
+        let size = if primary {
+            prod.vram_mb
+        } else {
+            l.shape.vram_share_mb
+        };
+        m.insert(
+            "vram".into(),
+            json!({
+                "type": "HBM", "vendor": NA, "size": vu(size, "MB"), "bit_width": 8192,
+                "max_bandwidth": vu(5300, "GB/s"),
+            }),
+        );
     }
     Value::Object(m)
 }
 
-fn xcp_lists(prod_xcds: u32, logical: &[Logical], phys: usize, busy: &[f64], slots: usize, val: impl Fn(f64) -> Value) -> Value {
+fn xcp_lists(
+    prod_xcds: u32,
+    logical: &[Logical],
+    phys: usize,
+    busy: &[f64],
+    slots: usize,
+    val: impl Fn(f64) -> Value,
+) -> Value {
     let mut m = Map::new();
     for l in logical.iter().filter(|l| l.phys == phys) {
         let own = l.shape.xcds.len().min(slots);
@@ -239,29 +331,55 @@ fn xcp_lists(prod_xcds: u32, logical: &[Logical], phys: usize, busy: &[f64], slo
     Value::Object(m)
 }
 
-#[expect(clippy::too_many_arguments, reason = "one metric object needs the whole picture")]
-fn metric_entry(state: &SimState, logical: &[Logical], l: &Logical, flavor: Flavor, args: &Args, ld: &Load, t: f64) -> Value {
+fn metric_entry(
+    state: &SimState,
+    logical: &[Logical],
+    l: &Logical,
+    flavor: Flavor,
+    args: &Args,
+    ld: &Load,
+    t: f64,
+) -> Value {
     let prod = state.product();
     let primary = l.shape.partition_id == 0;
-    let any = ["usage", "power", "temperature", "mem-usage", "ecc"].iter().any(|f| args.has(f));
+    let any = ["usage", "power", "temperature", "mem-usage", "ecc"]
+        .iter()
+        .any(|f| args.has(f));
     let want = |f: &str| !any || args.has(f);
     let siblings: Vec<&Logical> = logical.iter().filter(|x| x.phys == l.phys).collect();
     #[expect(clippy::cast_precision_loss, reason = "small counts")]
-    let dev_busy = siblings.iter().map(|x| ld.busy[x.index as usize]).sum::<f64>() / siblings.len() as f64;
+    let dev_busy = siblings
+        .iter()
+        .map(|x| ld.busy[x.index as usize])
+        .sum::<f64>()
+        / siblings.len() as f64;
     let bandwidth_hog = state.workloads.iter().enumerate().any(|(i, w)| {
-        state.alive(i) && w.spec.gpu as usize == l.phys && w.spec.comm.as_deref() == Some("rocm_bandwidth_")
+        state.alive(i)
+            && w.spec.gpu as usize == l.phys
+            && w.spec.comm.as_deref() == Some("rocm_bandwidth_")
     });
-    let umc = if bandwidth_hog { 88.0 } else { (dev_busy * 0.4).round() };
-    let power = (140.0 + (f64::from(prod.power_cap_w) - 140.0) * 0.85 * dev_busy / 100.0
+    let umc = if bandwidth_hog {
+        88.0
+    } else {
+        (dev_busy * 0.4).round()
+    };
+    let power = (140.0
+        + (f64::from(prod.power_cap_w) - 140.0) * 0.85 * dev_busy / 100.0
         + 4.0 * load::noise(state.seed, 5000 + l.phys as u64, t))
-        .round();
+    .round();
     let mut m = Map::new();
     m.insert("gpu".into(), json!(l.index));
     if want("usage") {
         if primary {
             let jpeg_slots = if flavor.rocm7 { 40 } else { 32 };
             let pct = |v: f64| vu(v, "%");
-            let na_or_zero = |n: usize| if flavor.rocm7 { vec![json!(NA); n] } else { vec![vu(0, "%"); n] };
+            let na_or_zero = |n: usize| {
+                if flavor.rocm7 {
+                    vec![json!(NA); n]
+                } else {
+                    vec![vu(0, "%"); n]
+                }
+            };
             m.insert("usage".into(), json!({
                 "gfx_activity": vu(dev_busy.round(), "%"), "umc_activity": vu(umc, "%"), "mm_activity": NA,
                 "vcn_activity": na_or_zero(4), "jpeg_activity": na_or_zero(32),
@@ -275,15 +393,27 @@ fn metric_entry(state: &SimState, logical: &[Logical], l: &Logical, flavor: Flav
     }
     if want("power") {
         let sp = if primary { vu(power, "W") } else { json!(NA) };
-        m.insert("power".into(), json!({
-            "socket_power": sp, "gfx_voltage": NA, "soc_voltage": NA, "mem_voltage": NA,
-            "throttle_status": NA, "power_management": "ENABLED",
-        }));
+        m.insert(
+            "power".into(),
+            json!({
+                "socket_power": sp, "gfx_voltage": NA, "soc_voltage": NA, "mem_voltage": NA,
+                "throttle_status": NA, "power_management": "ENABLED",
+            }),
+        );
     }
     if want("temperature") {
         let frac = power / f64::from(prod.power_cap_w);
-        let c = |base: f64, span: f64| if primary { vu((base + span * frac).round(), "C") } else { json!(NA) };
-        m.insert("temperature".into(), json!({"edge": NA, "hotspot": c(36.0, 50.0), "mem": c(33.0, 32.0)}));
+        let c = |base: f64, span: f64| {
+            if primary {
+                vu((base + span * frac).round(), "C")
+            } else {
+                json!(NA)
+            }
+        };
+        m.insert(
+            "temperature".into(),
+            json!({"edge": NA, "hotspot": c(36.0, 50.0), "mem": c(33.0, 32.0)}),
+        );
     }
     if want("ecc") {
         m.insert("ecc".into(), json!({
@@ -292,7 +422,11 @@ fn metric_entry(state: &SimState, logical: &[Logical], l: &Logical, flavor: Flav
         }));
     }
     if want("mem-usage") {
-        let total = if primary { prod.vram_mb } else { l.shape.vram_share_mb };
+        let total = if primary {
+            prod.vram_mb
+        } else {
+            l.shape.vram_share_mb
+        };
         let used = ld.vram[l.index as usize] >> 20;
         let mb = |v: u64| vu(v, "MB");
         m.insert("mem_usage".into(), json!({
@@ -310,20 +444,36 @@ fn process_entry(state: &SimState, l: &Logical, flavor: Flavor, t: f64) -> Value
     for i in 0..state.workloads.len() {
         let w = &state.workloads[i];
         // Agents hold /dev/kfd without a DRM client: amd-smi's fdinfo scan does not list them.
-        if w.spec.kind == Kind::Agent || !state.alive(i) || state.placement_index(i) != Some(l.index) {
+        if w.spec.kind == Kind::Agent
+            || !state.alive(i)
+            || state.placement_index(i) != Some(l.index)
+        {
             continue;
         }
         let vram = load::vram(state, i, t);
         let gtt: u64 = 2_134_016;
         let cpu: u64 = 211_795_968;
         let mut info = Map::new();
-        info.insert("name".into(), json!(w.spec.comm.clone().unwrap_or_else(|| w.spec.name.clone())));
+        info.insert(
+            "name".into(),
+            json!(w.spec.comm.clone().unwrap_or_else(|| w.spec.name.clone())),
+        );
         info.insert("pid".into(), json!(w.pid));
-        info.insert("memory_usage".into(), json!({"gtt_mem": vu(gtt, "B"), "cpu_mem": vu(cpu, "B"), "vram_mem": vu(vram, "B")}));
+        info.insert(
+            "memory_usage".into(),
+            json!({"gtt_mem": vu(gtt, "B"), "cpu_mem": vu(cpu, "B"), "vram_mem": vu(vram, "B")}),
+        );
         info.insert("mem_usage".into(), vu(gtt + cpu + vram, "B"));
-        info.insert("usage".into(), json!({"gfx": vu(0, "ns"), "enc": vu(0, "ns")}));
+        info.insert(
+            "usage".into(),
+            json!({"gfx": vu(0, "ns"), "enc": vu(0, "ns")}),
+        );
         if flavor.cu_occupancy {
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "CU count")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "CU count"
+            )]
             let cu = (load::busy(state, i, t) / 100.0 * f64::from(l.shape.cus)).round() as u32;
             info.insert("cu_occupancy".into(), json!(cu));
         }
@@ -335,17 +485,31 @@ fn process_entry(state: &SimState, l: &Logical, flavor: Flavor, t: f64) -> Value
     json!({"gpu": l.index, "process_list": list})
 }
 
-fn monitor_row(state: &SimState, logical: &[Logical], l: &Logical, ld: &Load) -> Value {
+fn monitor_row(
+    state: &SimState,
+    logical: &[Logical],
+    l: &Logical,
+    flavor: Flavor,
+    ld: &Load,
+) -> Value {
     let prod = state.product();
     let primary = l.shape.partition_id == 0;
     let siblings: Vec<&Logical> = logical.iter().filter(|x| x.phys == l.phys).collect();
     #[expect(clippy::cast_precision_loss, reason = "small counts")]
-    let dev_busy = siblings.iter().map(|x| ld.busy[x.index as usize]).sum::<f64>() / siblings.len() as f64;
+    let dev_busy = siblings
+        .iter()
+        .map(|x| ld.busy[x.index as usize])
+        .sum::<f64>()
+        / siblings.len() as f64;
     let on = |v: Value| if primary { v } else { json!(NA) };
     #[expect(clippy::cast_precision_loss, reason = "GB display")]
     let gb = |mb: u64| vu((mb as f64 / 1024.0 * 10.0).round() / 10.0, "GB");
-    let total = if primary { prod.vram_mb } else { l.shape.vram_share_mb };
-    json!({
+    let total = if primary {
+        prod.vram_mb
+    } else {
+        l.shape.vram_share_mb
+    };
+    let mut row = json!({
         "gpu": l.index, "xcp": l.shape.partition_id,
         "power_usage": on(vu((140.0 + f64::from(prod.power_cap_w - 140) * 0.85 * dev_busy / 100.0).round(), "W")),
         "hotspot_temperature": on(vu(45, "C")), "memory_temperature": on(vu(40, "C")),
@@ -353,7 +517,14 @@ fn monitor_row(state: &SimState, logical: &[Logical], l: &Logical, ld: &Load) ->
         "gfx": on(vu(dev_busy.round(), "%")), "mem": on(vu((dev_busy * 0.4).round(), "%")),
         "encoder": NA, "decoder": on(vu(0, "%")),
         "vram_used": gb(ld.vram[l.index as usize] >> 20), "vram_total": gb(total),
-    })
+    });
+    if !flavor.rocm7 {
+        // The XCP column arrived in 7.0.
+        if let Some(m) = row.as_object_mut() {
+            m.shift_remove("xcp");
+        }
+    }
+    row
 }
 
 fn resources(parts: u32) -> Vec<(&'static str, u32, u32)> {
@@ -366,10 +537,21 @@ fn resources(parts: u32) -> Vec<(&'static str, u32, u32)> {
     ]
 }
 
-fn partition(state: &SimState, flavor: Flavor, args: &Args, sel: &[&Logical], out: &mut dyn Write) -> i32 {
+fn partition(
+    state: &SimState,
+    flavor: Flavor,
+    args: &Args,
+    sel: &[&Logical],
+    out: &mut dyn Write,
+) -> i32 {
     let prod = state.product();
     let all = !args.has("current") && !args.has("memory") && !args.has("accelerator");
-    let caps = crate::sim::rules::memory_caps(&prod).iter().map(|m| m.name()).collect::<Vec<_>>().join(",");
+    let caps = crate::sim::rules::memory_caps(&prod)
+        .iter()
+        .map(|m| m.name())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut resources_rows = Vec::new();
     let mut current = Vec::new();
     let mut memory = Vec::new();
     let mut profiles = Vec::new();
@@ -378,29 +560,42 @@ fn partition(state: &SimState, flavor: Flavor, args: &Args, sel: &[&Logical], ou
         let primary = l.shape.partition_id == 0;
         let pid = l.shape.partition_id.to_string();
         if primary {
-            let idx = prod.profiles.iter().find(|p| p.compute == g.modes.compute).map_or(0, |p| p.index);
+            let idx = prod
+                .profiles
+                .iter()
+                .find(|p| p.compute == g.modes.compute)
+                .map_or(0, |p| p.index);
             current.push(json!({"gpu_id": l.index, "memory": g.modes.memory.name(), "accelerator_type": g.modes.compute.name(), "accelerator_profile_index": idx, "partition_id": pid}));
             memory.push(json!({"gpu_id": l.index, "memory_partition_caps": caps, "current_memory_partition": g.modes.memory.name()}));
-            for p in &prod.profiles {
+            for (pi, p) in prod.profiles.iter().enumerate() {
                 let parts = p.compute.partitions(prod.xcds);
-                let star = if p.compute == g.modes.compute { "*" } else { "" };
+                let star = if p.compute == g.modes.compute {
+                    "*"
+                } else {
+                    ""
+                };
                 let res = resources(parts);
                 for (ri, (rt, inst, shared)) in res.iter().enumerate() {
+                    resources_rows.push(json!({"resource_index": pi * res.len() + ri, "resource_type": rt, "resource_instances": inst, "resources_shared": shared}));
                     let first = ri == 0;
                     let e = |v: Value| if first { v } else { json!("") };
                     profiles.push(json!({
-                        "gpu_id": e(json!(l.index)), "profile_index": e(json!(p.index)),
+                        "gpu_id": if first && pi == 0 { json!(l.index) } else { json!("") }, "profile_index": e(json!(p.index)),
                         "memory_partition_caps": e(json!(p.memory.iter().map(|m| m.name()).collect::<Vec<_>>().join(","))),
                         "accelerator_type": e(json!(format!("{}{star}", p.compute.name()))),
                         "partition_id": e(json!(if star.is_empty() { NA.to_string() } else { (0..parts).map(|x| x.to_string()).collect::<Vec<_>>().join(",") })),
                         "num_partitions": e(json!(parts)), "num_resources": e(json!(res.len())),
-                        "resource_index": ri, "resource_type": rt, "resource_instances": inst, "resources_shared": shared,
+                        "resource_index": pi * res.len() + ri, "resource_type": rt, "resource_instances": inst, "resources_shared": shared,
                     }));
                 }
             }
         } else {
             current.push(json!({"gpu_id": l.index, "memory": NA, "accelerator_type": NA, "accelerator_profile_index": NA, "partition_id": pid}));
             memory.push(json!({"gpu_id": l.index, "memory_partition_caps": NA, "current_memory_partition": NA}));
+            if flavor.rocm7 {
+                // 7.0.2 prints one all-N/A profile row per secondary (ROCm/amdsmi#132).
+                profiles.push(json!({"gpu_id": l.index, "profile_index": NA, "memory_partition_caps": NA, "accelerator_type": NA, "partition_id": pid, "num_partitions": NA, "num_resources": NA, "resource_index": NA, "resource_type": NA, "resource_instances": NA, "resources_shared": NA}));
+            }
         }
     }
     let mut doc = Map::new();
@@ -413,25 +608,85 @@ fn partition(state: &SimState, flavor: Flavor, args: &Args, sel: &[&Logical], ou
     if all || args.has("accelerator") {
         doc.insert("partition_profiles".into(), Value::Array(profiles));
     }
+    if all || args.has("accelerator") {
+        doc.insert("partition_resources".into(), Value::Array(resources_rows));
+    }
     if args.json {
         if flavor.rocm7 {
             let _ = write!(out, "{}", dumps(&Value::Object(doc)));
         } else {
-            let rows: Vec<Value> = doc.get("current_partition").and_then(Value::as_array).cloned().unwrap_or_default();
+            let rows: Vec<Value> = doc
+                .get("current_partition")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             let _ = write!(out, "{}", dumps(&Value::Array(rows)));
         }
         return 0;
     }
-    let text = |v: &Value| match v { Value::String(s) => s.clone(), o => o.to_string() };
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        o => o.to_string(),
+    };
     if let Some(Value::Array(rows)) = doc.get("current_partition") {
         let _ = writeln!(out, "CURRENT_PARTITION:");
-        let r: Vec<Vec<String>> = rows.iter().map(|x| ["gpu_id", "memory", "accelerator_type", "accelerator_profile_index", "partition_id"].iter().map(|k| text(&x[*k])).collect()).collect();
-        let _ = write!(out, "{}", human::table(&["GPU_ID", "MEMORY", "ACCELERATOR_TYPE", "ACCELERATOR_PROFILE_INDEX", "PARTITION_ID"], &r));
+        let r: Vec<Vec<String>> = rows
+            .iter()
+            .map(|x| {
+                [
+                    "gpu_id",
+                    "memory",
+                    "accelerator_type",
+                    "accelerator_profile_index",
+                    "partition_id",
+                ]
+                .iter()
+                .map(|k| text(&x[*k]))
+                .collect()
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "{}",
+            human::table(
+                &[
+                    "GPU_ID",
+                    "MEMORY",
+                    "ACCELERATOR_TYPE",
+                    "ACCELERATOR_PROFILE_INDEX",
+                    "PARTITION_ID"
+                ],
+                &r
+            )
+        );
     }
     if let Some(Value::Array(rows)) = doc.get("memory_partition") {
         let _ = writeln!(out, "\nMEMORY_PARTITION:");
-        let r: Vec<Vec<String>> = rows.iter().map(|x| ["gpu_id", "memory_partition_caps", "current_memory_partition"].iter().map(|k| text(&x[*k])).collect()).collect();
-        let _ = write!(out, "{}", human::table(&["GPU_ID", "MEMORY_PARTITION_CAPS", "CURRENT_MEMORY_PARTITION"], &r));
+        let r: Vec<Vec<String>> = rows
+            .iter()
+            .map(|x| {
+                [
+                    "gpu_id",
+                    "memory_partition_caps",
+                    "current_memory_partition",
+                ]
+                .iter()
+                .map(|k| text(&x[*k]))
+                .collect()
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "{}",
+            human::table(
+                &[
+                    "GPU_ID",
+                    "MEMORY_PARTITION_CAPS",
+                    "CURRENT_MEMORY_PARTITION"
+                ],
+                &r
+            )
+        );
     }
     0
 }

@@ -71,7 +71,11 @@ pub fn is_yes(answer: &str) -> bool {
 
 /// A progress bar line as amd-smi draws it (40 cells).
 pub fn bar(done: f64, total: f64) -> String {
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "0..=40")]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "0..=40"
+    )]
     let filled = ((done / total.max(0.001)) * 40.0).clamp(0.0, 40.0) as usize;
     format!("[{}{}]", "\u{2588}".repeat(filled), ".".repeat(40 - filled))
 }

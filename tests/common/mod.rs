@@ -1,0 +1,150 @@
+//! Shared helpers for the integration tests: the partop binary, a simulated node in a temp dir,
+//! and `wait_until` (never fixed sleeps).
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The partop binary under test.
+pub fn partop() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_partop"))
+}
+
+/// What a command printed.
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(cmd: &mut Command, stdin: &str) -> Out {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Polls `pred` until true or the deadline (PARTOP_TEST_TIMEOUT_SECS, default 20 s).
+pub fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+    let secs = std::env::var("PARTOP_TEST_TIMEOUT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if pred() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// A simulated node in a temp dir, stopped on drop.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub state: PathBuf,
+}
+
+impl Node {
+    /// Starts a built-in scenario, or TOML text when it contains a newline.
+    pub fn start(scenario: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("node.json");
+        let arg = if scenario.contains('\n') {
+            let f = dir.path().join("scenario.toml");
+            std::fs::write(&f, scenario).unwrap();
+            f.display().to_string()
+        } else {
+            scenario.to_string()
+        };
+        let o = run(
+            partop().args(["sim", "start", &arg, "--state"]).arg(&state),
+            "",
+        );
+        assert_eq!(o.code, 0, "sim start failed: {}{}", o.stdout, o.stderr);
+        Self { dir, state }
+    }
+
+    /// Runs the fake amd-smi with `stdin`.
+    pub fn amd(&self, args: &str, stdin: &str) -> Out {
+        let mut c = partop();
+        c.args(["sim", "amd-smi", "--state"])
+            .arg(&self.state)
+            .args(args.split_whitespace());
+        run(&mut c, stdin)
+    }
+
+    pub fn sim(&self, verb: &str) -> Out {
+        run(partop().args(["sim", verb, "--state"]).arg(&self.state), "")
+    }
+
+    /// JSON output of the fake amd-smi.
+    pub fn json(&self, args: &str) -> serde_json::Value {
+        let o = self.amd(args, "");
+        assert_eq!(o.code, 0, "{args}: {}{}", o.stdout, o.stderr);
+        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{args}: {e}\n{}", o.stdout))
+    }
+
+    /// A two-line `amd-smi` script that forwards to the fake, for PATH-based tests.
+    pub fn script(&self) -> PathBuf {
+        let bin = self.dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let p = bin.join("amd-smi");
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\nexec {} sim amd-smi --state {} \"$@\"\n",
+                env!("CARGO_BIN_EXE_partop"),
+                self.state.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = run(
+            partop().args(["sim", "stop", "--state"]).arg(&self.state),
+            "",
+        );
+    }
+}
+
+/// A fixture file's text.
+pub fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/amd-smi")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// A scenario with a short reload, for cycle tests.
+pub fn quick(base: &str, rocm: &str, compute: &str, memory: &str, workloads: &str) -> String {
+    format!(
+        "name = \"{base}\"\ndescription = \"test\"\nproduct = \"mi300x\"\ncompute = \"{compute}\"\nmemory = \"{memory}\"\nrocm = \"{rocm}\"\nseed = 11\nreload_secs = 0.3\n{workloads}"
+    )
+}
