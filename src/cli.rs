@@ -48,6 +48,9 @@ pub struct SourceArgs {
     /// Path of the amd-smi executable (default: searched on PATH, then /opt/rocm/bin).
     #[arg(long, value_name = "PATH", global = true)]
     pub amd_smi: Option<PathBuf>,
+    /// Read from a recording made by `partop record` instead of a live node.
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]
+    pub replay: Option<PathBuf>,
     /// Per-call amd-smi time limit in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
     pub timeout: f64,
@@ -61,6 +64,13 @@ pub enum Cmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Record this node's amd-smi outputs and partition files into one file (for bug reports,
+    /// replay with --replay, or rehearsal with `partop sim start FILE`).
+    Record {
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// The simulated node: scenarios, the fake amd-smi, workloads.
     Sim {
@@ -86,7 +96,7 @@ pub enum SimCmd {
     List,
     /// Start a scenario: write the node state and start its workloads.
     Start {
-        /// Scenario name or a TOML file.
+        /// Scenario name, a scenario TOML file, or a recording made by `partop record`.
         scenario: String,
         /// State file to write.
         #[arg(long, env = "PARTOP_SIM_STATE")]
@@ -128,18 +138,5 @@ pub enum SimCmd {
         /// State file.
         #[arg(long, env = "PARTOP_SIM_STATE")]
         state: PathBuf,
-    },
-    /// Run one workload (started by `sim start`; not for direct use).
-    #[command(hide = true)]
-    Workload {
-        /// State file.
-        #[arg(long)]
-        state: PathBuf,
-        /// Workload name.
-        #[arg(long)]
-        name: String,
-        /// The command line it shows (e.g. `vllm serve ...`).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        shown: Vec<String>,
     },
 }

@@ -5,4 +5,5 @@
 pub mod amdsmi;
 pub mod clock;
 pub mod host;
+pub mod procinfo;
 pub mod task;

@@ -4,6 +4,7 @@
 
 use crate::cli::{Cli, Cmd, SimCmd, SourceArgs, exit};
 use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::amdsmi::recording::{CommandSource, Recording};
 use crate::collect::amdsmi::runner::{Runner, locate};
 use crate::domain::snapshot::Health;
 use crate::sim::scenario::{BUILTIN, Scenario};
@@ -32,8 +33,8 @@ impl Drop for SimGuard {
 /// Where snapshots come from.
 #[derive(Debug)]
 pub struct Node {
-    /// How to run amd-smi (real, or `partop sim amd-smi`).
-    pub runner: Runner,
+    /// Where amd-smi output comes from (the real tool, `partop sim amd-smi`, or a recording).
+    pub source: CommandSource,
     /// The simulated node, when `--sim`.
     pub sim: Option<SimGuard>,
     /// Scenario name, when simulated.
@@ -59,17 +60,25 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             timeout,
         };
         return Ok(Node {
-            runner,
+            source: CommandSource::Live(runner),
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
         });
     }
+    if let Some(path) = &src.replay {
+        let rec = Recording::load(path)?;
+        return Ok(Node {
+            source: CommandSource::Replay(std::sync::Arc::new(rec)),
+            sim: None,
+            scenario: None,
+        });
+    }
     let program = locate(src.amd_smi.as_deref())?;
     Ok(Node {
-        runner: Runner {
+        source: CommandSource::Live(Runner {
             timeout,
             ..Runner::new(program)
-        },
+        }),
         sim: None,
         scenario: None,
     })
@@ -85,10 +94,11 @@ fn out(text: &str) -> Result<()> {
 /// Runs the command line. Returns the exit code.
 pub fn main(cli: Cli) -> Result<u8> {
     match cli.command {
-        None => anyhow::bail!("monitor: not built yet"),
+        None => crate::ui::run::monitor(&cli),
         Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),
         Some(Cmd::Sim { action }) => sim(action),
-        Some(Cmd::CheckConfig) => anyhow::bail!("x"),
+        Some(Cmd::Record { out: path }) => record(&cli.source, &path),
+        Some(Cmd::CheckConfig) => crate::ui::config::check_config(),
         Some(Cmd::Completions { shell }) => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
@@ -106,7 +116,7 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut collector = AmdSmiCollector::new(node.runner.clone());
+    let mut collector = AmdSmiCollector::with_source(node.source.clone());
     collector.simulated = node.sim.is_some();
     let snap = rt.block_on(collector.sample());
     let failed: Vec<String> = snap
@@ -132,6 +142,34 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
         }
         Ok(exit::PARTIAL)
     }
+}
+
+fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
+    let node = open(src)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut collector = AmdSmiCollector::with_source(node.source.clone());
+    collector.start_recording(crate::collect::host::hostname());
+    let snap = rt.block_on(collector.sample());
+    let mut rec = collector.take_recording().unwrap_or_default();
+    if node.sim.is_none() {
+        rec.add_partition_files(std::path::Path::new("/sys"));
+    }
+    if let Some(s) = &node.scenario {
+        rec.host = format!("simulated:{s}");
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&rec)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out(&format!(
+        "recorded {} amd-smi outputs and {} partition files ({} GPUs, {} logical) to {}\n",
+        rec.outputs.len(),
+        rec.files.len(),
+        snap.gpus.len(),
+        snap.logical_count(),
+        path.display()
+    ))?;
+    Ok(exit::OK)
 }
 
 fn sim(action: SimCmd) -> Result<u8> {
@@ -200,10 +238,5 @@ fn sim(action: SimCmd) -> Result<u8> {
             );
             Ok(u8::try_from(code).unwrap_or(1))
         }
-        SimCmd::Workload {
-            state,
-            name,
-            shown: _,
-        } => Ok(u8::try_from(crate::sim::workload::run(&state, &name)).unwrap_or(1)),
     }
 }

@@ -3,10 +3,13 @@
 //! [`Snapshot`]s, the UI and planners read them. No I/O, no tokio, no ratatui here; the
 //! architecture test in `tests/architecture.rs` enforces that.
 
+pub mod findings;
+pub mod history;
 pub mod layout;
 pub mod modes;
 pub mod product;
 pub mod provenance;
+pub mod served;
 pub mod snapshot;
 
 pub use modes::{ComputeMode, MemoryMode};

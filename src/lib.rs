@@ -14,4 +14,4 @@ pub mod domain;
 pub mod paths;
 pub mod report;
 pub mod sim;
-// pub mod ui;
+pub mod ui;

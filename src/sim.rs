@@ -8,6 +8,7 @@ pub mod amdsmi;
 pub mod human;
 pub mod load;
 pub mod pyjson;
+pub mod replay;
 pub mod rules;
 pub mod scenario;
 pub mod session;

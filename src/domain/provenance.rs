@@ -37,6 +37,8 @@ pub enum Missing {
     NotAvailable,
     /// The read failed (the error text).
     ReadFailed(String),
+    /// Does not apply here (the text says why, e.g. "not in a container").
+    NotApplicable(String),
 }
 
 impl Missing {
@@ -50,6 +52,7 @@ impl Missing {
             Self::NotReported => "not reported by this amd-smi version".into(),
             Self::NotAvailable => "the tool reported N/A".into(),
             Self::ReadFailed(e) => format!("read failed: {e}"),
+            Self::NotApplicable(why) => why.clone(),
         }
     }
 }

@@ -177,6 +177,21 @@ pub struct Process {
     /// Full command line.
     #[serde(default)]
     pub command: Option<String>,
+    /// Parent PID.
+    #[serde(default)]
+    pub ppid: Option<u32>,
+    /// Start time, ms since epoch.
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// Container id (docker, containerd, podman), from the cgroup.
+    #[serde(default)]
+    pub container_id: Option<String>,
+    /// systemd unit, from the cgroup.
+    #[serde(default)]
+    pub systemd_unit: Option<String>,
+    /// Kubernetes pod UID, from the cgroup.
+    #[serde(default)]
+    pub k8s_pod_uid: Option<String>,
     /// Per logical GPU.
     pub gpus: Vec<GpuUse>,
     /// Origin of every field above.

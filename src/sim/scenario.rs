@@ -221,6 +221,9 @@ impl Scenario {
             return Self::parse(n, text);
         }
         let p = Path::new(name_or_path);
+        if p.extension().is_some_and(|e| e == "json") {
+            return super::replay::scenario_from_recording(p);
+        }
         if p.extension().is_some_and(|e| e == "toml") || p.exists() {
             let text = std::fs::read_to_string(p).map_err(|e| ScenarioError::Io {
                 path: p.display().to_string(),

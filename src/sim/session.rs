@@ -126,15 +126,14 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
         .open(&log)
         .map_err(spawn_err)?;
     let errf = out.try_clone().map_err(spawn_err)?;
+    // The workload shows the command line of the server it stands for (`vllm serve ...`) in
+    // /proc, exactly as discovery and operators see real ones; partop recognises itself by the
+    // environment marker.
+    let shown = shown(&w.spec, w.port);
     let mut cmd = Command::new(exe);
-    cmd.arg("sim")
-        .arg("workload")
-        .arg("--state")
-        .arg(state_path)
-        .arg("--name")
-        .arg(&w.spec.name)
-        .arg("--");
-    cmd.args(shown(&w.spec, w.port));
+    cmd.arg0(&shown[0]).args(&shown[1..]);
+    cmd.env(super::workload::ENV_NAME, &w.spec.name)
+        .env(super::workload::ENV_STATE, state_path);
     if let Some(ix) = index {
         cmd.env("HIP_VISIBLE_DEVICES", ix.to_string());
     }

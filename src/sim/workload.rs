@@ -12,6 +12,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+/// Environment variable naming the workload a process runs (set by `sim start`).
+pub const ENV_NAME: &str = "PARTOP_SIM_WORKLOAD";
+/// Environment variable with the state file of that workload.
+pub const ENV_STATE: &str = "PARTOP_SIM_WORKLOAD_STATE";
+
+/// If this process was started as a simulated workload, runs it and returns its exit status.
+pub fn from_env() -> Option<i32> {
+    let name = std::env::var(ENV_NAME).ok()?;
+    let state = std::env::var_os(ENV_STATE)?;
+    Some(run(Path::new(&state), &name))
+}
+
 /// Prometheus text for model server `i`, as vLLM names its metrics.
 pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
     let t = load::elapsed(state, now_ms);
@@ -76,6 +88,10 @@ pub fn run(state_path: &Path, name: &str) -> i32 {
         return 1;
     }
     let spec = state.workloads[i].spec.clone();
+    // comm (what amd-smi and top show) as the real process would have it.
+    if let Ok(c) = std::ffi::CString::new(spec.comm.clone().unwrap_or_else(|| "python3".into())) {
+        let _ = nix::sys::prctl::set_name(&c);
+    }
     let server = if spec.kind == Kind::ModelServer {
         match tiny_http::Server::http(("127.0.0.1", state.workloads[i].port)) {
             Ok(s) => Some(s),

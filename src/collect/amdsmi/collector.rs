@@ -5,7 +5,8 @@
 use super::assemble::{StaticData, assemble};
 use super::error::AmdSmiError;
 use super::json::{parse_gpu_array, parse_object};
-use super::runner::Runner;
+use super::recording::{CommandSource, Recording};
+use super::runner::{RawOutput, Runner};
 use super::schema::{ListEntry, MetricEntry, PartitionDoc, ProcessEntry, StaticEntry};
 use super::version::{AmdSmiVersion, Family};
 use crate::collect::{clock, host};
@@ -21,7 +22,8 @@ pub const SRC_PROCESS: &str = "amd-smi process";
 /// Collector state.
 #[derive(Debug)]
 pub struct AmdSmiCollector {
-    runner: Runner,
+    source: CommandSource,
+    recording: Option<Recording>,
     version: Option<AmdSmiVersion>,
     version_tried: bool,
     statics: Option<StaticData>,
@@ -46,10 +48,20 @@ fn status(name: &str) -> SourceStatus {
 }
 
 impl AmdSmiCollector {
-    /// A collector using `runner`.
+    /// A collector running amd-smi through `runner`.
     pub fn new(runner: Runner) -> Self {
+        Self::with_source(CommandSource::Live(runner))
+    }
+
+    /// A collector reading from `source` (live or a recording).
+    pub fn with_source(source: CommandSource) -> Self {
+        let host = match &source {
+            CommandSource::Replay(r) => r.host.clone(),
+            CommandSource::Live(_) => host::hostname(),
+        };
         Self {
-            runner,
+            source,
+            recording: None,
             version: None,
             version_tried: false,
             statics: None,
@@ -57,7 +69,7 @@ impl AmdSmiCollector {
             process: None,
             status: vec![status(SRC_STATIC), status(SRC_METRIC), status(SRC_PROCESS)],
             generation: 0,
-            host: host::hostname(),
+            host,
             simulated: false,
         }
     }
@@ -67,9 +79,32 @@ impl AmdSmiCollector {
         self.version.as_ref()
     }
 
-    /// The runner (executors reuse it for `set`/`reset`).
-    pub const fn runner(&self) -> &Runner {
-        &self.runner
+    /// The live runner, if any (executors reuse it for `set`/`reset`).
+    pub const fn runner(&self) -> Option<&Runner> {
+        match &self.source {
+            CommandSource::Live(r) => Some(r),
+            CommandSource::Replay(_) => None,
+        }
+    }
+
+    /// Starts keeping every output read, for `partop record`.
+    pub fn start_recording(&mut self, host: String) {
+        self.recording = Some(Recording::new(host));
+    }
+
+    /// The outputs recorded so far.
+    pub fn take_recording(&mut self) -> Option<Recording> {
+        self.recording.take()
+    }
+
+    async fn call(&self, args: &[&str]) -> Result<RawOutput, AmdSmiError> {
+        self.source.call(args).await
+    }
+
+    fn keep(&mut self, args: &[&str], out: &Result<RawOutput, AmdSmiError>) {
+        if let (Some(rec), Ok(o)) = (self.recording.as_mut(), out) {
+            rec.insert(args, o);
+        }
     }
 
     /// Forces a static re-read on the next sample (after a repartition).
@@ -120,7 +155,9 @@ impl AmdSmiCollector {
             return;
         }
         self.version_tried = true;
-        match self.runner.run(&["version"]).await {
+        let out = self.call(&ARGS_VERSION).await;
+        self.keep(&ARGS_VERSION, &out);
+        match out {
             Ok(out) => {
                 self.version = AmdSmiVersion::parse(&out.stdout);
                 if self.version.is_none() {
@@ -134,76 +171,25 @@ impl AmdSmiCollector {
         }
     }
 
-    async fn read_static(&self) -> Result<(StaticData, Vec<String>), AmdSmiError> {
+    async fn read_static(&mut self) -> Result<(StaticData, Vec<String>), AmdSmiError> {
         let family = self
             .version
             .as_ref()
             .map_or(Family::Rocm7, AmdSmiVersion::family);
-        let list_args = ["list", "-e", "--json", "-g", "all"];
-        let static_args = [
-            "static", "-a", "-b", "-v", "-p", "-l", "--json", "-g", "all",
-        ];
-        let part_args = ["partition", "-c", "-m", "--json"];
-        let (list, stat, part) = tokio::join!(
-            self.runner.run(&list_args),
-            self.runner.run(&static_args),
-            async {
+        let (list, stat, part) =
+            tokio::join!(self.call(&ARGS_LIST), self.call(&ARGS_STATIC), async {
                 if family == Family::Rocm7 {
-                    Some(self.runner.run(&part_args).await)
+                    Some(self.call(&ARGS_PARTITION).await)
                 } else {
                     None
                 }
-            }
-        );
-        let mut warnings = Vec::new();
-        let list = list?.json_or_error()?;
-        let (list, ex) = parse_gpu_array::<ListEntry>(&list.command, &list.stdout)?;
-        warnings.extend(ex.preamble.into_iter().chain(ex.status_lines));
-        let stat = stat?.json_or_error()?;
-        let (statics, ex) = parse_gpu_array::<StaticEntry>(&stat.command, &stat.stdout)?;
-        warnings.extend(ex.status_lines);
-        let partition = match part {
-            Some(Ok(out)) => match out
-                .json_or_error()
-                .and_then(|o| parse_object::<PartitionDoc>(&o.command, &o.stdout))
-            {
-                Ok((p, _)) => Some(p),
-                Err(e) => {
-                    // Modes are also in `static -p`; caps fall back to the product table.
-                    warnings.push(e.to_string());
-                    None
-                }
-            },
-            Some(Err(e)) => {
-                warnings.push(e.to_string());
-                None
-            }
-            None => None,
-        };
-        Ok((
-            StaticData {
-                list,
-                statics,
-                partition,
-                at_ms: clock::now_ms(),
-            },
-            warnings,
-        ))
-    }
-
-    async fn read_metric(&self) -> Result<Vec<MetricEntry>, AmdSmiError> {
-        let out = self
-            .runner
-            .run(&["metric", "-u", "-p", "-t", "-m", "--json", "-g", "all"])
-            .await?;
-        let out = out.json_or_error()?;
-        Ok(parse_gpu_array::<MetricEntry>(&out.command, &out.stdout)?.0)
-    }
-
-    async fn read_process(&self) -> Result<Vec<ProcessEntry>, AmdSmiError> {
-        let out = self.runner.run(&["process", "--json", "-g", "all"]).await?;
-        let out = out.json_or_error()?;
-        Ok(parse_gpu_array::<ProcessEntry>(&out.command, &out.stdout)?.0)
+            });
+        self.keep(&ARGS_LIST, &list);
+        self.keep(&ARGS_STATIC, &stat);
+        if let Some(p) = &part {
+            self.keep(&ARGS_PARTITION, p);
+        }
+        parse_static(list, stat, part, clock::now_ms())
     }
 
     /// One collection. Never fails: errors become source health, and the last good values stay.
@@ -221,23 +207,30 @@ impl AmdSmiCollector {
             }
         }
         let t = std::time::Instant::now();
-        let (metric, process) = tokio::join!(self.read_metric(), self.read_process());
+        let (metric, process) = tokio::join!(self.call(&ARGS_METRIC), self.call(&ARGS_PROCESS));
         let took = ms(t);
-        match metric {
+        self.keep(&ARGS_METRIC, &metric);
+        self.keep(&ARGS_PROCESS, &process);
+        match metric.and_then(|o| parse_per_gpu::<MetricEntry>(o)) {
             Ok(m) => {
                 self.metric = Some((m, clock::now_ms()));
                 self.mark(SRC_METRIC, Ok(took));
             }
             Err(e) => self.mark(SRC_METRIC, Err(&e)),
         }
-        match process {
+        match process.and_then(|o| parse_per_gpu::<ProcessEntry>(o)) {
             Ok(p) => {
                 self.process = Some((p, clock::now_ms()));
                 self.mark(SRC_PROCESS, Ok(took));
             }
             Err(e) => self.mark(SRC_PROCESS, Err(&e)),
         }
-        self.snapshot()
+        let mut snap = self.snapshot();
+        // PIDs of a recording belong to another host: only a live node is looked up in /proc.
+        if matches!(self.source, CommandSource::Live(_)) {
+            crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+        }
+        snap
     }
 
     /// The snapshot from what has been read so far.
@@ -267,4 +260,66 @@ impl AmdSmiCollector {
 
 fn ms(t: std::time::Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `amd-smi version`.
+pub const ARGS_VERSION: [&str; 1] = ["version"];
+/// The list read.
+pub const ARGS_LIST: [&str; 5] = ["list", "-e", "--json", "-g", "all"];
+/// The static read.
+pub const ARGS_STATIC: [&str; 9] = [
+    "static", "-a", "-b", "-v", "-p", "-l", "--json", "-g", "all",
+];
+/// The partition read (7.x).
+pub const ARGS_PARTITION: [&str; 4] = ["partition", "-c", "-m", "--json"];
+/// The metric read.
+pub const ARGS_METRIC: [&str; 8] = ["metric", "-u", "-p", "-t", "-m", "--json", "-g", "all"];
+/// The process read.
+pub const ARGS_PROCESS: [&str; 4] = ["process", "--json", "-g", "all"];
+
+/// Parses a per-GPU JSON output (metric, process).
+pub fn parse_per_gpu<T: serde::de::DeserializeOwned>(
+    out: RawOutput,
+) -> Result<Vec<T>, AmdSmiError> {
+    let out = out.json_or_error()?;
+    Ok(parse_gpu_array::<T>(&out.command, &out.stdout)?.0)
+}
+
+/// Parses the static reads. A failed `partition` read is a warning: the modes are also in
+/// `static -p`, and caps fall back to the product table.
+pub fn parse_static(
+    list: Result<RawOutput, AmdSmiError>,
+    stat: Result<RawOutput, AmdSmiError>,
+    part: Option<Result<RawOutput, AmdSmiError>>,
+    at_ms: u64,
+) -> Result<(StaticData, Vec<String>), AmdSmiError> {
+    let mut warnings = Vec::new();
+    let list = list?.json_or_error()?;
+    let (list, ex) = parse_gpu_array::<ListEntry>(&list.command, &list.stdout)?;
+    warnings.extend(ex.preamble.into_iter().chain(ex.status_lines));
+    let stat = stat?.json_or_error()?;
+    let (statics, ex) = parse_gpu_array::<StaticEntry>(&stat.command, &stat.stdout)?;
+    warnings.extend(ex.status_lines);
+    let partition = match part {
+        Some(r) => match r
+            .and_then(RawOutput::json_or_error)
+            .and_then(|o| parse_object::<PartitionDoc>(&o.command, &o.stdout))
+        {
+            Ok((p, _)) => Some(p),
+            Err(e) => {
+                warnings.push(e.to_string());
+                None
+            }
+        },
+        None => None,
+    };
+    Ok((
+        StaticData {
+            list,
+            statics,
+            partition,
+            at_ms,
+        },
+        warnings,
+    ))
 }

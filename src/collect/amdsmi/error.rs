@@ -77,6 +77,12 @@ pub enum AmdSmiError {
         /// A short excerpt.
         excerpt: String,
     },
+    /// A replayed recording lacks this command.
+    #[error("the recording has no output for `{command}`")]
+    NotRecorded {
+        /// Command line.
+        command: String,
+    },
     /// JSON of a shape partop has not seen.
     #[error(
         "`{command}`: unexpected value at {path}: {detail}. Please report it with `partop record`"

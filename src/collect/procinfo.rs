@@ -1,0 +1,267 @@
+//! Enriches the processes in a snapshot from /proc (under a configurable root): user, full
+//! command line, start time, parent, and the container, systemd unit or Kubernetes pod from the
+//! cgroup. Values that cannot be read (another user's process without root) are marked missing
+//! with the reason.
+
+use crate::domain::provenance::{Missing, SourceKind, note};
+use crate::domain::snapshot::Snapshot;
+use std::path::Path;
+
+/// Who owns a process, from its cgroup path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupOwner {
+    /// Container id (64 hex).
+    pub container: Option<String>,
+    /// systemd unit (`vllm.service`).
+    pub unit: Option<String>,
+    /// Kubernetes pod UID.
+    pub pod: Option<String>,
+}
+
+fn hex_id(s: &str) -> Option<String> {
+    let id: String = s.chars().take_while(char::is_ascii_hexdigit).collect();
+    (id.len() >= 12).then(|| id[..12.min(id.len())].to_string())
+}
+
+/// Parses `/proc/PID/cgroup` (v1 or v2).
+pub fn parse_cgroup(text: &str) -> CgroupOwner {
+    let mut o = CgroupOwner::default();
+    for line in text.lines() {
+        let path = line.splitn(3, ':').nth(2).unwrap_or("");
+        for seg in path.split('/') {
+            if let Some(rest) = seg
+                .strip_prefix("docker-")
+                .or_else(|| seg.strip_prefix("cri-containerd-"))
+                .or_else(|| seg.strip_prefix("crio-"))
+                .or_else(|| seg.strip_prefix("libpod-"))
+            {
+                o.container = o.container.or_else(|| hex_id(rest));
+            } else if let Some(pod) = seg
+                .strip_prefix("kubepods-")
+                .and_then(|s| s.rsplit_once("-pod"))
+                .map(|(_, p)| p.trim_end_matches(".slice"))
+            {
+                o.pod = Some(pod.replace('_', "-"));
+            } else if let Some(pod) = seg.strip_prefix("pod") {
+                if pod.len() >= 32 {
+                    o.pod = Some(pod.to_string());
+                }
+            } else if seg.ends_with(".service")
+                && !seg.starts_with("docker")
+                && !seg.starts_with("containerd")
+                && !seg.starts_with("user@")
+            {
+                o.unit = Some(seg.to_string());
+            } else if path.starts_with("/docker/") {
+                o.container = o.container.or_else(|| hex_id(seg));
+            }
+        }
+    }
+    if o.container.is_some() {
+        o.unit = None;
+    }
+    o
+}
+
+/// Fills user, command line, start time, parent and cgroup owner for every process.
+pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
+    use procfs::FromReadSI as _;
+    let boot_ms =
+        procfs::KernelStats::from_file(proc_root.join("stat"), procfs::current_system_info())
+            .ok()
+            .map(|k| k.btime * 1000);
+    let tps = procfs::ticks_per_second();
+    let at = snap.taken_at_ms;
+    for p in &mut snap.processes {
+        let Ok(pid) = i32::try_from(p.pid) else {
+            continue;
+        };
+        let Ok(proc_) = procfs::process::Process::new_with_root(proc_root.join(p.pid.to_string()))
+        else {
+            note(
+                &mut p.provenance,
+                "command",
+                SourceKind::Procfs,
+                "/proc",
+                at,
+                Some(Missing::ReadFailed("the process is gone".into())),
+            );
+            continue;
+        };
+        let _ = pid;
+        let stat_src = "/proc/PID/stat";
+        if let Ok(st) = proc_.stat() {
+            p.ppid = u32::try_from(st.ppid).ok();
+            p.started_at_ms = boot_ms.map(|b| b + st.starttime * 1000 / tps.max(1));
+            note(
+                &mut p.provenance,
+                "ppid",
+                SourceKind::Procfs,
+                stat_src,
+                at,
+                None,
+            );
+            note(
+                &mut p.provenance,
+                "started_at_ms",
+                SourceKind::Procfs,
+                "/proc/PID/stat starttime + boot time",
+                at,
+                None,
+            );
+            if p.name.is_none() {
+                p.name = Some(st.comm.clone());
+                note(
+                    &mut p.provenance,
+                    "name",
+                    SourceKind::Procfs,
+                    "/proc/PID/stat",
+                    at,
+                    None,
+                );
+            }
+        }
+        match proc_.cmdline() {
+            Ok(c) if !c.is_empty() => {
+                p.command = Some(c.join(" "));
+                note(
+                    &mut p.provenance,
+                    "command",
+                    SourceKind::Procfs,
+                    "/proc/PID/cmdline",
+                    at,
+                    None,
+                );
+            }
+            Ok(_) => note(
+                &mut p.provenance,
+                "command",
+                SourceKind::Procfs,
+                "/proc/PID/cmdline",
+                at,
+                Some(Missing::NotAvailable),
+            ),
+            Err(e) => note(
+                &mut p.provenance,
+                "command",
+                SourceKind::Procfs,
+                "/proc/PID/cmdline",
+                at,
+                Some(Missing::ReadFailed(e.to_string())),
+            ),
+        }
+        match proc_.uid() {
+            Ok(uid) => {
+                p.user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| Some(uid.to_string()), |u| Some(u.name));
+                note(
+                    &mut p.provenance,
+                    "user",
+                    SourceKind::Procfs,
+                    "/proc/PID/status Uid",
+                    at,
+                    None,
+                );
+            }
+            Err(e) => note(
+                &mut p.provenance,
+                "user",
+                SourceKind::Procfs,
+                "/proc/PID/status",
+                at,
+                Some(Missing::ReadFailed(e.to_string())),
+            ),
+        }
+        let cg = "/proc/PID/cgroup";
+        match std::fs::read_to_string(proc_root.join(p.pid.to_string()).join("cgroup")) {
+            Ok(text) => {
+                let o = parse_cgroup(&text);
+                let na = |what: &str| Some(Missing::NotApplicable(format!("not in a {what}")));
+                note(
+                    &mut p.provenance,
+                    "container_id",
+                    SourceKind::Procfs,
+                    cg,
+                    at,
+                    if o.container.is_some() {
+                        None
+                    } else {
+                        na("container")
+                    },
+                );
+                note(
+                    &mut p.provenance,
+                    "systemd_unit",
+                    SourceKind::Procfs,
+                    cg,
+                    at,
+                    if o.unit.is_some() {
+                        None
+                    } else {
+                        na("systemd service")
+                    },
+                );
+                note(
+                    &mut p.provenance,
+                    "k8s_pod_uid",
+                    SourceKind::Procfs,
+                    cg,
+                    at,
+                    if o.pod.is_some() {
+                        None
+                    } else {
+                        na("Kubernetes pod")
+                    },
+                );
+                p.container_id = o.container;
+                p.systemd_unit = o.unit;
+                p.k8s_pod_uid = o.pod;
+            }
+            Err(e) => {
+                for k in ["container_id", "systemd_unit", "k8s_pod_uid"] {
+                    note(
+                        &mut p.provenance,
+                        k,
+                        SourceKind::Procfs,
+                        cg,
+                        at,
+                        Some(Missing::ReadFailed(e.to_string())),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_owners() {
+        let k8s = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-4f5e6d7c8b9a0f1e2d3c4b5a69788796a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0.scope";
+        let o = parse_cgroup(k8s);
+        assert_eq!(
+            o.pod.as_deref(),
+            Some("1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d")
+        );
+        assert_eq!(o.container.as_deref(), Some("4f5e6d7c8b9a"));
+        assert_eq!(
+            parse_cgroup("0::/system.slice/vllm-llama.service\n")
+                .unit
+                .as_deref(),
+            Some("vllm-llama.service")
+        );
+        let d = parse_cgroup(
+            "0::/system.slice/docker-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope",
+        );
+        assert_eq!(d.container.as_deref(), Some("0123456789ab"));
+        assert_eq!(d.unit, None);
+        assert_eq!(
+            parse_cgroup("0::/user.slice/user-1000.slice/session-3.scope"),
+            CgroupOwner::default()
+        );
+    }
+}

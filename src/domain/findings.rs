@@ -1,0 +1,307 @@
+//! Findings: trouble worth an operator's attention, each saying what was seen and for how long.
+//! Pure: fed one snapshot at a time, it keeps only the "since when" state it needs.
+//!
+//! - Noisy neighbour: on a physical GPU split into partitions that share an HBM (NPS) domain, one
+//!   partition runs hot (GFX >= 90%) while the device's memory controller is saturated
+//!   (UMC >= 80%) and a sibling in the same domain is doing work. Partitions in separate NPS
+//!   domains do not compete for bandwidth, so they are not flagged.
+//! - Idle partition: a logical GPU holding VRAM with GFX below 1% for the idle time.
+//! - Unlisted holder: a process holding a GPU's device files that amd-smi does not list
+//!   (needs the /proc holder scan; reported when the snapshot carries holder data).
+
+use super::snapshot::{LogicalGpu, PhysicalGpu, Snapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// How bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Worth knowing.
+    Info,
+    /// Costs capacity or latency.
+    Warn,
+}
+
+/// What kind of trouble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A partition starving its siblings of shared bandwidth.
+    NoisyNeighbour,
+    /// Memory held, nothing done.
+    IdlePartition,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Kind.
+    pub kind: Kind,
+    /// Severity.
+    pub severity: Severity,
+    /// The logical GPU's identity (BDF with partition function).
+    pub subject: String,
+    /// The amd-smi index at the time.
+    pub gpu_id: u32,
+    /// What was seen.
+    pub saw: String,
+    /// Since when (ms since epoch).
+    pub since_ms: u64,
+}
+
+/// Thresholds (from config).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    /// Idle this long before it is a finding.
+    pub idle_after_ms: u64,
+    /// VRAM above this counts as "held".
+    pub idle_vram_bytes: u64,
+    /// GFX busy that counts as hot.
+    pub hot_busy: f64,
+    /// Device UMC busy that counts as saturated.
+    pub hot_umc: f64,
+    /// Hot this long before it is a finding.
+    pub hot_after_ms: u64,
+    /// A sibling busier than this is "doing work".
+    pub sibling_active: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            idle_after_ms: 10 * 60 * 1000,
+            idle_vram_bytes: 2 << 30,
+            hot_busy: 90.0,
+            hot_umc: 80.0,
+            hot_after_ms: 30 * 1000,
+            sibling_active: 5.0,
+        }
+    }
+}
+
+/// Remembers since when each condition holds.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    /// Thresholds in force.
+    pub thresholds: Thresholds,
+    idle_since: HashMap<String, u64>,
+    hot_since: HashMap<String, u64>,
+}
+
+/// "12m 5s", "40s".
+pub fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn gib(b: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "display")]
+    let g = b as f64 / f64::from(1u32 << 30);
+    format!("{g:.1} GiB")
+}
+
+fn shares_domain(a: &LogicalGpu, b: &LogicalGpu) -> bool {
+    // Unknown layout: assume shared (NPS1 is the common case and the safe guess).
+    a.memory_domains.is_empty()
+        || b.memory_domains.is_empty()
+        || a.memory_domains
+            .iter()
+            .any(|d| b.memory_domains.contains(d))
+}
+
+impl Tracker {
+    /// A tracker with thresholds.
+    pub fn new(thresholds: Thresholds) -> Self {
+        Self {
+            thresholds,
+            ..Self::default()
+        }
+    }
+
+    /// Takes in one snapshot; returns the findings that hold now.
+    pub fn observe(&mut self, snap: &Snapshot) -> Vec<Finding> {
+        let now = snap.taken_at_ms;
+        let t = self.thresholds;
+        let mut out = Vec::new();
+        let mut seen_idle = Vec::new();
+        let mut seen_hot = Vec::new();
+        for g in &snap.gpus {
+            let umc = g
+                .partitions
+                .iter()
+                .find(|l| l.is_primary())
+                .and_then(|l| l.umc_busy_percent);
+            for l in &g.partitions {
+                let busy = l.gfx_busy_percent;
+                // Idle: memory held beyond the driver's own reservation, no GFX work.
+                if let (Some(b), Some(v)) = (busy, l.vram_used_bytes) {
+                    if b < 1.0 && v >= t.idle_vram_bytes {
+                        let since = *self.idle_since.entry(l.bdf.clone()).or_insert(now);
+                        seen_idle.push(l.bdf.clone());
+                        if now.saturating_sub(since) >= t.idle_after_ms {
+                            out.push(Finding {
+                                kind: Kind::IdlePartition,
+                                severity: Severity::Info,
+                                subject: l.bdf.clone(),
+                                gpu_id: l.gpu_id,
+                                saw: format!(
+                                    "holds {} with GFX busy below 1% for {}",
+                                    gib(v),
+                                    duration(now - since)
+                                ),
+                                since_ms: since,
+                            });
+                        }
+                    }
+                }
+                if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot) {
+                    out.push(f);
+                }
+            }
+        }
+        self.idle_since.retain(|k, _| seen_idle.contains(k));
+        self.hot_since.retain(|k, _| seen_hot.contains(k));
+        out
+    }
+
+    fn hot(
+        &mut self,
+        g: &PhysicalGpu,
+        l: &LogicalGpu,
+        umc: Option<f64>,
+        now: u64,
+        seen: &mut Vec<String>,
+    ) -> Option<Finding> {
+        let t = self.thresholds;
+        if g.partitions.len() < 2 || l.gfx_busy_percent? < t.hot_busy || umc? < t.hot_umc {
+            return None;
+        }
+        let victims: Vec<&LogicalGpu> = g
+            .partitions
+            .iter()
+            .filter(|s| s.bdf != l.bdf && shares_domain(l, s))
+            .filter(|s| s.gfx_busy_percent.is_some_and(|b| b >= t.sibling_active))
+            .collect();
+        if victims.is_empty() {
+            return None;
+        }
+        let since = *self.hot_since.entry(l.bdf.clone()).or_insert(now);
+        seen.push(l.bdf.clone());
+        if now.saturating_sub(since) < t.hot_after_ms {
+            return None;
+        }
+        let names: Vec<String> = victims
+            .iter()
+            .map(|v| format!("GPU {}", v.gpu_id))
+            .collect();
+        Some(Finding {
+            kind: Kind::NoisyNeighbour,
+            severity: Severity::Warn,
+            subject: l.bdf.clone(),
+            gpu_id: l.gpu_id,
+            saw: format!(
+                "GFX {:.0}% with the device's HBM bandwidth at {:.0}% for {}, sharing its memory domain with busy {}",
+                l.gfx_busy_percent.unwrap_or(0.0),
+                umc.unwrap_or(0.0),
+                duration(now - since),
+                names.join(", ")
+            ),
+            since_ms: since,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
+
+    fn node(busy: [f64; 2], umc: f64, domains: [u32; 2], vram: u64, at: u64) -> Snapshot {
+        let l = |i: u32| LogicalGpu {
+            gpu_id: i,
+            partition_id: i,
+            bdf: format!("0000:05:00.{i}"),
+            gfx_busy_percent: Some(busy[i as usize]),
+            umc_busy_percent: (i == 0).then_some(umc),
+            vram_used_bytes: Some(vram),
+            memory_domains: vec![domains[i as usize]],
+            ..LogicalGpu::default()
+        };
+        Snapshot {
+            taken_at_ms: at,
+            gpus: vec![PhysicalGpu {
+                bdf: "0000:05:00".into(),
+                partitions: vec![l(0), l(1)],
+                ..PhysicalGpu::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn noisy_neighbour_needs_shared_domain_and_time() {
+        let mut t = Tracker::default();
+        assert!(
+            t.observe(&node([30.0, 99.0], 88.0, [0, 0], 0, 0))
+                .is_empty(),
+            "not yet 30 s"
+        );
+        let f = t.observe(&node([30.0, 99.0], 88.0, [0, 0], 0, 45_000));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].kind, Kind::NoisyNeighbour);
+        assert_eq!(f[0].gpu_id, 1);
+        assert!(
+            f[0].saw.contains("for 45s") && f[0].saw.contains("GPU 0"),
+            "{}",
+            f[0].saw
+        );
+        // Separate NPS domains: no contention for bandwidth.
+        let mut t = Tracker::default();
+        t.observe(&node([30.0, 99.0], 88.0, [0, 1], 0, 0));
+        assert!(
+            t.observe(&node([30.0, 99.0], 88.0, [0, 1], 0, 60_000))
+                .is_empty()
+        );
+        // It resets when the condition stops.
+        let mut t = Tracker::default();
+        t.observe(&node([30.0, 99.0], 88.0, [0, 0], 0, 0));
+        t.observe(&node([30.0, 50.0], 40.0, [0, 0], 0, 10_000));
+        assert!(
+            t.observe(&node([30.0, 99.0], 88.0, [0, 0], 0, 40_000))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn idle_partition_after_the_idle_time() {
+        let mut t = Tracker::new(Thresholds {
+            idle_after_ms: 60_000,
+            ..Thresholds::default()
+        });
+        assert!(
+            t.observe(&node([0.0, 0.0], 0.0, [0, 1], 70 << 30, 0))
+                .is_empty()
+        );
+        let f = t.observe(&node([0.0, 0.0], 0.0, [0, 1], 70 << 30, 125_000));
+        assert_eq!(f.len(), 2);
+        assert!(
+            f[0].saw.contains("holds 70.0 GiB") && f[0].saw.contains("2m 5s"),
+            "{}",
+            f[0].saw
+        );
+        // Little memory held is not a finding.
+        let mut t = Tracker::new(Thresholds {
+            idle_after_ms: 0,
+            ..Thresholds::default()
+        });
+        assert!(
+            t.observe(&node([0.0, 0.0], 0.0, [0, 1], 283 << 20, 0))
+                .is_empty()
+        );
+    }
+}

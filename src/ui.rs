@@ -1,0 +1,14 @@
+//! The monitor UI. The UI task owns [`state::State`] and only draws; collectors publish owned
+//! snapshots over a watch channel; keys become [`command::Command`]s through the keymap; one pure
+//! reducer (`state::update`) turns messages into state changes and effects; views render
+//! `&State` and never do I/O.
+
+pub mod app;
+pub mod command;
+pub mod config;
+pub mod keymap;
+pub mod run;
+pub mod state;
+pub mod terminal;
+pub mod theme;
+pub mod view;

@@ -1,0 +1,90 @@
+//! The app loop: owns the state, receives input, snapshots and ticks, runs the reducer, performs
+//! its effects, and draws when something changed. Input is read on its own thread, so a slow
+//! collector can never delay a key press.
+
+use super::state::{Effect, Msg, State, update};
+use super::theme::Theme;
+use super::view;
+use crate::collect::clock;
+use crate::collect::task::Request;
+use crate::domain::Snapshot;
+use ratatui::DefaultTerminal;
+use ratatui::crossterm::event::{self, Event};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Spawns the input thread; it stops when `stop` is set or the channel closes.
+fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match event::poll(Duration::from_millis(100)) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => break,
+            }
+            let msg = match event::read() {
+                Ok(Event::Key(k)) => Msg::Key(k),
+                Ok(Event::Resize(w, h)) => Msg::Resize(w, h),
+                Ok(_) => continue,
+                Err(_) => break,
+            };
+            if tx.blocking_send(msg).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Runs until quit (a key, SIGTERM, SIGHUP or SIGINT).
+pub async fn run(
+    terminal: &mut DefaultTerminal,
+    mut state: State,
+    theme: &Theme,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    requests: mpsc::Sender<Request>,
+) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::channel(64);
+    let stop = Arc::new(AtomicBool::new(false));
+    input_thread(tx, Arc::clone(&stop));
+    let size = terminal.size()?;
+    update(&mut state, Msg::Resize(size.width, size.height));
+    update(&mut state, Msg::Tick(clock::now_ms()));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        // Every wake-up is a key, a snapshot or a tick: each changes what is on screen.
+        terminal.draw(|f| view::render(f, &state, theme))?;
+        let effects = tokio::select! {
+            Some(m) = rx.recv() => update(&mut state, m),
+            r = snapshots.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                let s = Arc::clone(&snapshots.borrow_and_update());
+                update(&mut state, Msg::Snapshot(s))
+            }
+            _ = tick.tick() => update(&mut state, Msg::Tick(clock::now_ms())),
+            _ = term.recv() => vec![Effect::Quit],
+            _ = hup.recv() => vec![Effect::Quit],
+            _ = int.recv() => vec![Effect::Quit],
+        };
+        let mut quit = false;
+        for e in effects {
+            match e {
+                Effect::Quit => quit = true,
+                Effect::RefreshNow => {
+                    let _ = requests.try_send(Request::RefreshNow);
+                }
+            }
+        }
+        if quit {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The closed set of commands a key can be bound to. Keymap files name them in snake_case; the
+//! help overlay and `docs/keymap.md` are generated from this list, so they cannot drift.
+
+use std::fmt;
+
+/// How dangerous a command is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Danger {
+    /// Changes only the view.
+    Safe,
+    /// Starts a change to the node; always through plan -> confirm. Removed by `--read-only`.
+    Mutating,
+}
+
+macro_rules! commands {
+    ($( $v:ident = $name:literal, $doc:literal, $danger:ident; )*) => {
+        /// A bindable command.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Command { $( #[doc = $doc] $v, )* }
+
+        impl Command {
+            /// Every command, in help order.
+            pub const ALL: &'static [Self] = &[ $( Self::$v, )* ];
+
+            /// The name used in keymap files.
+            pub const fn name(self) -> &'static str {
+                match self { $( Self::$v => $name, )* }
+            }
+
+            /// One line for help and docs.
+            pub const fn doc(self) -> &'static str {
+                match self { $( Self::$v => $doc, )* }
+            }
+
+            /// Its danger class.
+            pub const fn danger(self) -> Danger {
+                match self { $( Self::$v => Danger::$danger, )* }
+            }
+        }
+    };
+}
+
+commands! {
+    Quit = "quit", "Quit partop (a simulated node is stopped)", Safe;
+    ToggleHelp = "toggle_help", "Show or hide this help", Safe;
+    NextView = "next_view", "Next view", Safe;
+    PrevView = "prev_view", "Previous view", Safe;
+    ViewOverview = "view_overview", "Overview: partition map of every physical GPU", Safe;
+    ViewGpus = "view_gpus", "GPUs: every logical GPU as a row", Safe;
+    ViewProcesses = "view_processes", "Processes holding GPUs", Safe;
+    ViewDetail = "view_detail", "Detail of the selected GPU or process, with sources and ages", Safe;
+    ViewFindings = "view_findings", "Findings: noisy neighbours, idle partitions", Safe;
+    ViewLog = "view_log", "Log of collector errors and actions", Safe;
+    SelectNext = "select_next", "Select the next row", Safe;
+    SelectPrev = "select_prev", "Select the previous row", Safe;
+    PageDown = "page_down", "Down one page", Safe;
+    PageUp = "page_up", "Up one page", Safe;
+    Top = "top", "First row", Safe;
+    Bottom = "bottom", "Last row", Safe;
+    OpenDetail = "open_detail", "Open the selected row in the detail view", Safe;
+    CycleSort = "cycle_sort", "Sort processes by the next column", Safe;
+    ReverseSort = "reverse_sort", "Reverse the sort order", Safe;
+    Filter = "filter", "Filter processes by text (Enter keeps, Esc clears)", Safe;
+    CycleGroup = "cycle_group", "Group processes: none, by logical GPU, by model", Safe;
+    RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;
+    Cancel = "cancel", "Close the overlay or clear the filter", Safe;
+}
+
+impl Command {
+    /// Looks a command up by its keymap name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|c| c.name() == s)
+    }
+
+    /// The closest known name, for "did you mean".
+    pub fn suggest(s: &str) -> Option<&'static str> {
+        Self::ALL
+            .iter()
+            .map(|c| (c.name(), strsim(s, c.name())))
+            .filter(|(_, d)| *d <= 3)
+            .min_by_key(|(_, d)| *d)
+            .map(|(n, _)| n)
+    }
+}
+
+/// Levenshtein distance (names are short).
+fn strsim(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_snake_case_and_round_trip() {
+        let mut seen = std::collections::HashSet::new();
+        for c in Command::ALL {
+            assert!(seen.insert(c.name()));
+            assert!(c.name().chars().all(|x| x.is_ascii_lowercase() || x == '_'));
+            assert_eq!(Command::from_name(c.name()), Some(*c));
+            assert!(!c.doc().is_empty());
+        }
+        assert_eq!(Command::suggest("qiut"), Some("quit"));
+        assert_eq!(Command::suggest("zzzzzzzz"), None);
+    }
+}

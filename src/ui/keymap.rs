@@ -1,0 +1,588 @@
+//! Keymaps: key notation, the embedded presets (`keymaps/*.toml`), the user's file merged over
+//! them key by key, validation, and resolution of key presses (with sequences) to commands.
+
+use super::command::{Command, Danger};
+use super::config::ConfigError;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use toml::Spanned;
+
+/// Built-in presets, embedded (a test checks every file in `keymaps/` is listed).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("../../keymaps/default.toml")),
+    ("vim", include_str!("../../keymaps/vim.toml")),
+];
+
+/// Where a binding applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Section {
+    /// Everywhere unless an exclusive overlay is open.
+    Global,
+    /// Overview.
+    Overview,
+    /// GPUs.
+    Gpus,
+    /// Processes.
+    Processes,
+    /// Detail.
+    Detail,
+    /// Findings.
+    Findings,
+    /// Log.
+    Log,
+    /// The help overlay (exclusive).
+    Help,
+    /// The filter input (exclusive; printable keys are text).
+    Filter,
+}
+
+impl Section {
+    /// All sections.
+    pub const ALL: [Self; 9] = [
+        Self::Global,
+        Self::Overview,
+        Self::Gpus,
+        Self::Processes,
+        Self::Detail,
+        Self::Findings,
+        Self::Log,
+        Self::Help,
+        Self::Filter,
+    ];
+
+    /// Name in files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Global => "global",
+            Self::Overview => "overview",
+            Self::Gpus => "gpus",
+            Self::Processes => "processes",
+            Self::Detail => "detail",
+            Self::Findings => "findings",
+            Self::Log => "log",
+            Self::Help => "help",
+            Self::Filter => "filter",
+        }
+    }
+
+    /// Exclusive sections stop global bindings.
+    pub const fn exclusive(self) -> bool {
+        matches!(self, Self::Help | Self::Filter)
+    }
+}
+
+/// A key: code plus ctrl/alt (shift is folded into the character or `backtab`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Key code.
+    pub code: KeyCodeOrd,
+    /// Ctrl held.
+    pub ctrl: bool,
+    /// Alt held.
+    pub alt: bool,
+}
+
+/// An orderable key code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyCodeOrd {
+    /// A character.
+    Char(char),
+    /// A function key.
+    F(u8),
+    /// A named key.
+    Named(&'static str),
+}
+
+const NAMED: &[(&str, KeyCode)] = &[
+    ("enter", KeyCode::Enter),
+    ("esc", KeyCode::Esc),
+    ("tab", KeyCode::Tab),
+    ("backtab", KeyCode::BackTab),
+    ("backspace", KeyCode::Backspace),
+    ("up", KeyCode::Up),
+    ("down", KeyCode::Down),
+    ("left", KeyCode::Left),
+    ("right", KeyCode::Right),
+    ("pageup", KeyCode::PageUp),
+    ("pagedown", KeyCode::PageDown),
+    ("home", KeyCode::Home),
+    ("end", KeyCode::End),
+    ("delete", KeyCode::Delete),
+];
+
+impl Key {
+    /// From a terminal event.
+    pub fn from_event(e: &KeyEvent) -> Option<Self> {
+        let code = match e.code {
+            KeyCode::Char(' ') => KeyCodeOrd::Named("space"),
+            KeyCode::Char(c) => KeyCodeOrd::Char(c),
+            KeyCode::F(n) => KeyCodeOrd::F(n),
+            other => KeyCodeOrd::Named(NAMED.iter().find(|(_, k)| *k == other)?.0),
+        };
+        Some(Self {
+            code,
+            ctrl: e.modifiers.contains(KeyModifiers::CONTROL),
+            alt: e.modifiers.contains(KeyModifiers::ALT),
+        })
+    }
+
+    /// Parses `ctrl-c`, `G`, `f5`, `pagedown`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (mut ctrl, mut alt) = (false, false);
+        let mut rest = s;
+        loop {
+            if let Some(r) = rest.strip_prefix("ctrl-") {
+                ctrl = true;
+                rest = r;
+            } else if let Some(r) = rest.strip_prefix("alt-") {
+                alt = true;
+                rest = r;
+            } else if let Some(r) = rest.strip_prefix("shift-") {
+                // shift-tab is backtab; shift-x is X.
+                rest = r;
+                if rest == "tab" {
+                    return Ok(Self {
+                        code: KeyCodeOrd::Named("backtab"),
+                        ctrl,
+                        alt,
+                    });
+                }
+                let mut c = rest.chars();
+                if let (Some(ch), None) = (c.next(), c.next()) {
+                    return Ok(Self {
+                        code: KeyCodeOrd::Char(ch.to_ascii_uppercase()),
+                        ctrl,
+                        alt,
+                    });
+                }
+            } else {
+                break;
+            }
+        }
+        let mut chars = rest.chars();
+        let code = match (chars.next(), chars.next()) {
+            (Some(c), None) => KeyCodeOrd::Char(c),
+            _ if rest == "space" => KeyCodeOrd::Named("space"),
+            _ if rest.starts_with('f')
+                && rest[1..].parse::<u8>().is_ok_and(|n| (1..=12).contains(&n)) =>
+            {
+                KeyCodeOrd::F(rest[1..].parse().unwrap_or(1))
+            }
+            _ => KeyCodeOrd::Named(
+                NAMED
+                    .iter()
+                    .find(|(n, _)| *n == rest)
+                    .map(|(n, _)| *n)
+                    .ok_or_else(|| format!("unknown key {s:?}"))?,
+            ),
+        };
+        Ok(Self { code, ctrl, alt })
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ctrl {
+            f.write_str("ctrl-")?;
+        }
+        if self.alt {
+            f.write_str("alt-")?;
+        }
+        match self.code {
+            KeyCodeOrd::Char(c) => write!(f, "{c}"),
+            KeyCodeOrd::F(n) => write!(f, "f{n}"),
+            KeyCodeOrd::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+/// Parses a space-separated sequence.
+pub fn parse_seq(s: &str) -> Result<Vec<Key>, String> {
+    let seq: Result<Vec<Key>, String> = s.split_whitespace().map(Key::parse).collect();
+    let seq = seq?;
+    if seq.is_empty() {
+        return Err("empty key".into());
+    }
+    Ok(seq)
+}
+
+/// The result of resolving pending keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolve {
+    /// A complete binding.
+    Command(Command),
+    /// A prefix of a longer binding: wait for the next key.
+    Pending,
+    /// Nothing bound.
+    Unbound,
+}
+
+/// A resolved keymap.
+#[derive(Debug, Clone, Default)]
+pub struct Keymap {
+    /// Preset it was built from.
+    pub preset: String,
+    map: HashMap<Section, BTreeMap<Vec<Key>, Command>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    preset: Option<String>,
+    clear_defaults: Option<bool>,
+    global: Option<BTreeMap<String, Spanned<String>>>,
+    overview: Option<BTreeMap<String, Spanned<String>>>,
+    gpus: Option<BTreeMap<String, Spanned<String>>>,
+    processes: Option<BTreeMap<String, Spanned<String>>>,
+    detail: Option<BTreeMap<String, Spanned<String>>>,
+    findings: Option<BTreeMap<String, Spanned<String>>>,
+    log: Option<BTreeMap<String, Spanned<String>>>,
+    help: Option<BTreeMap<String, Spanned<String>>>,
+    filter: Option<BTreeMap<String, Spanned<String>>>,
+}
+
+impl File {
+    fn sections(self) -> Vec<(Section, BTreeMap<String, Spanned<String>>)> {
+        [
+            (Section::Global, self.global),
+            (Section::Overview, self.overview),
+            (Section::Gpus, self.gpus),
+            (Section::Processes, self.processes),
+            (Section::Detail, self.detail),
+            (Section::Findings, self.findings),
+            (Section::Log, self.log),
+            (Section::Help, self.help),
+            (Section::Filter, self.filter),
+        ]
+        .into_iter()
+        .filter_map(|(s, m)| m.map(|m| (s, m)))
+        .collect()
+    }
+}
+
+impl Keymap {
+    /// Applies one file's bindings over `self`, collecting errors with their location.
+    fn apply(
+        &mut self,
+        origin: &str,
+        text: &str,
+        errors: &mut Vec<ConfigError>,
+    ) -> Option<(Option<String>, bool)> {
+        let file: File = match toml::from_str(text) {
+            Ok(f) => f,
+            Err(e) => {
+                errors.push(ConfigError::from_toml(origin, text, &e));
+                return None;
+            }
+        };
+        let preset = file.preset.clone();
+        let clear = file.clear_defaults.unwrap_or(false);
+        if clear {
+            self.map.clear();
+        }
+        for (section, binds) in file.sections() {
+            for (keys, cmd) in binds {
+                let span = cmd.span();
+                let err = |m: String| ConfigError::at(origin, text, span.start, m);
+                let seq = match parse_seq(&keys) {
+                    Ok(s) => s,
+                    Err(m) => {
+                        errors.push(err(format!("[{}] {m}", section.name())));
+                        continue;
+                    }
+                };
+                let name = cmd.into_inner();
+                let entry = self.map.entry(section).or_default();
+                if name == "no_op" {
+                    entry.remove(&seq);
+                    continue;
+                }
+                match Command::from_name(&name) {
+                    Some(c) => {
+                        entry.insert(seq, c);
+                    }
+                    None => {
+                        let hint = Command::suggest(&name)
+                            .map(|s| format!("; did you mean {s:?}?"))
+                            .unwrap_or_default();
+                        errors.push(err(format!(
+                            "[{}] unknown command {name:?} for key {keys:?}{hint}",
+                            section.name()
+                        )));
+                    }
+                }
+            }
+        }
+        Some((preset, clear))
+    }
+
+    /// Builds a keymap: the default preset, the named preset over it, then the user's file.
+    pub fn load(
+        preset: &str,
+        user: Option<(&str, &str)>,
+        read_only: bool,
+    ) -> (Self, Vec<ConfigError>) {
+        let mut errors = Vec::new();
+        let mut km = Self::default();
+        // The user file may name the preset itself.
+        let mut preset = preset.to_string();
+        if let Some((_, text)) = user {
+            if let Ok(f) = toml::from_str::<File>(text) {
+                if let Some(p) = f.preset {
+                    preset = p;
+                }
+            }
+        }
+        let default = BUILTIN[0].1;
+        km.apply("keymaps/default.toml", default, &mut errors);
+        if preset != "default" {
+            match BUILTIN.iter().find(|(n, _)| *n == preset) {
+                Some((n, text)) => {
+                    km.apply(&format!("keymaps/{n}.toml"), text, &mut errors);
+                }
+                None => errors.push(ConfigError::plain(
+                    user.map_or("--keymap", |(o, _)| o),
+                    format!(
+                        "unknown keymap preset {preset:?}; built-in: {}",
+                        BUILTIN
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+        if let Some((origin, text)) = user {
+            km.apply(origin, text, &mut errors);
+        }
+        km.preset = preset;
+        if read_only {
+            for m in km.map.values_mut() {
+                m.retain(|_, c| c.danger() == Danger::Safe);
+            }
+        }
+        errors.extend(km.validate());
+        (km, errors)
+    }
+
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        for (section, binds) in &self.map {
+            let keys: Vec<&Vec<Key>> = binds.keys().collect();
+            for a in &keys {
+                for b in &keys {
+                    if a.len() < b.len() && b.starts_with(a) {
+                        let show = |s: &Vec<Key>| {
+                            s.iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        };
+                        errors.push(ConfigError::plain(
+                            "keymap",
+                            format!(
+                                "[{}] {:?} is both a key and the start of {:?}",
+                                section.name(),
+                                show(a),
+                                show(b)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if !self
+            .map
+            .values()
+            .any(|m| m.values().any(|c| *c == Command::Quit))
+        {
+            errors.push(ConfigError::plain(
+                "keymap",
+                "no key is bound to quit".into(),
+            ));
+        }
+        errors
+    }
+
+    /// Resolves pending keys against the section stack (most specific first).
+    pub fn resolve(&self, stack: &[Section], keys: &[Key]) -> Resolve {
+        let mut pending = false;
+        for s in stack {
+            if let Some(m) = self.map.get(s) {
+                if let Some(c) = m.get(keys) {
+                    return Resolve::Command(*c);
+                }
+                if m.keys()
+                    .any(|k| k.len() > keys.len() && k.starts_with(keys))
+                {
+                    pending = true;
+                }
+            }
+            if s.exclusive() {
+                break;
+            }
+        }
+        if pending {
+            Resolve::Pending
+        } else {
+            Resolve::Unbound
+        }
+    }
+
+    /// The keys bound to `cmd` in `section`, printed.
+    pub fn keys_for(&self, section: Section, cmd: Command) -> Vec<String> {
+        self.map
+            .get(&section)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, c)| **c == cmd)
+                    .map(|(k, _)| {
+                        k.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every binding of a section.
+    pub fn bindings(&self, section: Section) -> Vec<(String, Command)> {
+        self.map
+            .get(&section)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, c)| {
+                        (
+                            k.iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(" "),
+                            *c,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notation_round_trips() {
+        for s in [
+            "q", "G", "ctrl-c", "alt-x", "f5", "pagedown", "space", "backtab", "?",
+        ] {
+            assert_eq!(Key::parse(s).unwrap().to_string(), s);
+        }
+        assert_eq!(Key::parse("shift-tab").unwrap().to_string(), "backtab");
+        assert_eq!(Key::parse("shift-g").unwrap().to_string(), "G");
+        assert!(Key::parse("hyper-x").is_err());
+    }
+
+    #[test]
+    fn builtins_load_cleanly_and_every_file_is_registered() {
+        for (n, _) in BUILTIN {
+            let (_, e) = Keymap::load(n, None, false);
+            assert!(e.is_empty(), "{n}: {e:?}");
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/keymaps");
+        for f in std::fs::read_dir(dir).unwrap() {
+            let stem = f
+                .unwrap()
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            assert!(
+                BUILTIN.iter().any(|(n, _)| *n == stem),
+                "{stem} not registered"
+            );
+        }
+    }
+
+    #[test]
+    fn resolve_with_sections_sequences_and_exclusive_overlays() {
+        let (km, _) = Keymap::load("vim", None, false);
+        let k = |s: &str| parse_seq(s).unwrap();
+        assert_eq!(
+            km.resolve(&[Section::Processes, Section::Global], &k("j")),
+            Resolve::Command(Command::SelectNext)
+        );
+        assert_eq!(
+            km.resolve(&[Section::Gpus, Section::Global], &k("g")),
+            Resolve::Pending
+        );
+        assert_eq!(
+            km.resolve(&[Section::Gpus, Section::Global], &k("g g")),
+            Resolve::Command(Command::Top)
+        );
+        assert_eq!(
+            km.resolve(&[Section::Processes, Section::Global], &k("o")),
+            Resolve::Command(Command::CycleGroup)
+        );
+        assert_eq!(
+            km.resolve(&[Section::Help], &k("j")),
+            Resolve::Unbound,
+            "help is exclusive"
+        );
+        assert_eq!(
+            km.resolve(&[Section::Help], &k("q")),
+            Resolve::Command(Command::ToggleHelp)
+        );
+    }
+
+    #[test]
+    fn user_file_overrides_key_by_key_and_reports_errors_with_location() {
+        let user =
+            "preset = \"vim\"\n[global]\n\"x\" = \"quit\"\n\"q\" = \"no_op\"\n\"z\" = \"qiut\"\n";
+        let (km, errors) = Keymap::load("default", Some(("keymap.toml", user)), false);
+        assert_eq!(km.preset, "vim");
+        assert_eq!(
+            km.resolve(&[Section::Global], &parse_seq("x").unwrap()),
+            Resolve::Command(Command::Quit)
+        );
+        assert_eq!(
+            km.resolve(&[Section::Global], &parse_seq("q").unwrap()),
+            Resolve::Unbound
+        );
+        assert_eq!(
+            km.resolve(&[Section::Global], &parse_seq("j").unwrap()),
+            Resolve::Command(Command::SelectNext),
+            "vim kept"
+        );
+        assert_eq!(errors.len(), 1);
+        let e = errors[0].to_string();
+        assert!(
+            e.starts_with("keymap.toml:5:7:") && e.contains("did you mean \"quit\""),
+            "{e}"
+        );
+        let (_, errors) = Keymap::load(
+            "default",
+            Some(("k.toml", "[nowhere]\n\"a\" = \"quit\"\n")),
+            false,
+        );
+        assert!(
+            errors[0].to_string().starts_with("k.toml:1:"),
+            "{}",
+            errors[0]
+        );
+        let (_, errors) = Keymap::load(
+            "default",
+            Some(("k.toml", "[global]\n\"z\" = \"quit\"\n\"z z\" = \"top\"\n")),
+            false,
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.to_string().contains("is both a key and the start of"))
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! Starts the monitor: configuration, logging into the Log view, the data source (and the
+//! simulated node), the collector task, the terminal guard and the app loop; then stops it all
+//! in reverse order.
+
+use super::config;
+use super::state::State;
+use crate::cli::{Cli, exit};
+use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::task;
+use crate::domain::findings::Thresholds;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs the monitor. Returns the exit code.
+pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
+    let loaded = config::load(
+        &crate::paths::config_dir(),
+        cli.theme.as_deref(),
+        cli.keymap.as_deref(),
+        cli.read_only,
+    );
+    // tui-logger keeps log lines for the Log view; nothing is printed while the screen is ours.
+    let _ = tui_logger::init_logger(log::LevelFilter::Info);
+    tui_logger::set_default_level(log::LevelFilter::Info);
+    for e in &loaded.errors {
+        log::warn!("config: {e} (using the default)");
+    }
+    let node = crate::commands::open(&cli.source)?;
+    let refresh = if (cli.refresh - 1.0).abs() > f64::EPSILON {
+        cli.refresh
+    } else {
+        loaded.config.refresh_secs
+    };
+    let refresh = Duration::from_secs_f64(refresh.max(0.2));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut collector = AmdSmiCollector::with_source(node.source.clone());
+    collector.simulated = node.sim.is_some();
+    let thresholds = Thresholds {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "minutes"
+        )]
+        idle_after_ms: (loaded.config.idle_minutes.max(0.0) * 60_000.0) as u64,
+        ..Thresholds::default()
+    };
+    let mut state = State::new(
+        loaded.keymap.clone(),
+        thresholds,
+        u64::try_from(refresh.as_millis()).unwrap_or(1000),
+    );
+    state.read_only = cli.read_only || loaded.config.read_only;
+    state.scenario.clone_from(&node.scenario);
+    if let Some(s) = &node.scenario {
+        log::info!("simulated node: scenario {s}");
+    }
+    let result = rt.block_on(async {
+        let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::domain::Snapshot::default()));
+        let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
+        let handle = task::spawn(collector, refresh, tx, req_rx);
+        let (guard, mut terminal) = super::terminal::Guard::enter()?;
+        let r = super::app::run(&mut terminal, state, &loaded.theme, rx, req_tx).await;
+        drop(guard);
+        handle.abort();
+        r
+    });
+    rt.shutdown_timeout(Duration::from_millis(500));
+    drop(node);
+    result.map(|()| exit::OK)
+}

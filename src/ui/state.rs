@@ -1,0 +1,643 @@
+//! The UI state and the one reducer: `update(&mut State, Msg) -> Vec<Effect>`. Pure: no I/O, no
+//! drawing. Derived data (sorted, filtered, grouped process rows; findings; history) is computed
+//! here when its inputs change, never while drawing.
+
+use super::command::Command;
+use super::keymap::{Key, Keymap, Resolve, Section};
+use crate::domain::findings::{Finding, Thresholds, Tracker};
+use crate::domain::history::History;
+use crate::domain::served::model_of;
+use crate::domain::snapshot::{Process, Snapshot};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
+use std::sync::Arc;
+
+/// The views, in tab order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Partition map.
+    Overview,
+    /// Logical GPUs.
+    Gpus,
+    /// Processes.
+    Processes,
+    /// Detail of the selection.
+    Detail,
+    /// Findings.
+    Findings,
+    /// Log.
+    Log,
+}
+
+impl View {
+    /// Tab order.
+    pub const ALL: [Self; 6] = [
+        Self::Overview,
+        Self::Gpus,
+        Self::Processes,
+        Self::Detail,
+        Self::Findings,
+        Self::Log,
+    ];
+
+    /// Tab title.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Self::Overview => "Overview",
+            Self::Gpus => "GPUs",
+            Self::Processes => "Processes",
+            Self::Detail => "Detail",
+            Self::Findings => "Findings",
+            Self::Log => "Log",
+        }
+    }
+
+    /// Its keymap section.
+    pub const fn section(self) -> Section {
+        match self {
+            Self::Overview => Section::Overview,
+            Self::Gpus => Section::Gpus,
+            Self::Processes => Section::Processes,
+            Self::Detail => Section::Detail,
+            Self::Findings => Section::Findings,
+            Self::Log => Section::Log,
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+}
+
+/// Process table sort column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// VRAM (default: the biggest holders first).
+    Vram,
+    /// CU occupancy.
+    Cu,
+    /// GTT.
+    Gtt,
+    /// Logical GPU.
+    Gpu,
+    /// PID.
+    Pid,
+    /// User.
+    User,
+    /// Name.
+    Name,
+    /// Start time.
+    Start,
+}
+
+impl SortKey {
+    const ORDER: [Self; 8] = [
+        Self::Vram,
+        Self::Cu,
+        Self::Gtt,
+        Self::Gpu,
+        Self::Pid,
+        Self::User,
+        Self::Name,
+        Self::Start,
+    ];
+
+    /// Column label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Vram => "VRAM",
+            Self::Cu => "CU%",
+            Self::Gtt => "GTT",
+            Self::Gpu => "GPU",
+            Self::Pid => "PID",
+            Self::User => "USER",
+            Self::Name => "NAME",
+            Self::Start => "START",
+        }
+    }
+}
+
+/// Process grouping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// One row per process.
+    None,
+    /// Under each logical GPU.
+    Gpu,
+    /// Under each served model.
+    Model,
+}
+
+/// One row of the process table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcRow {
+    /// A group heading.
+    Heading(String),
+    /// A process (index into `snapshot.processes`), optionally for one GPU of it.
+    Process {
+        /// Index into the snapshot's processes.
+        index: usize,
+        /// The GPU this row is about, when grouped by GPU.
+        gpu: Option<u32>,
+    },
+}
+
+/// What runs on a logical GPU (derived from the processes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuUse {
+    /// Served model(s) or process name(s).
+    pub label: String,
+    /// Number of processes holding it.
+    pub holders: usize,
+    /// Sum of the holders' CU occupancy, percent of its CUs.
+    pub cu_percent: Option<f64>,
+}
+
+/// What the detail view shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetailTarget {
+    /// A logical GPU by identity (BDF with partition function).
+    Gpu(String),
+    /// A process.
+    Process(u32),
+}
+
+/// Everything the reducer can receive.
+#[derive(Debug, Clone)]
+pub enum Msg {
+    /// A key press.
+    Key(KeyEvent),
+    /// A bound command (from a key, or a test).
+    Command(Command),
+    /// The terminal's new size.
+    Resize(u16, u16),
+    /// A new snapshot from the collector.
+    Snapshot(Arc<Snapshot>),
+    /// The clock (ages on screen).
+    Tick(u64),
+}
+
+/// Side effects, performed by the app loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Leave.
+    Quit,
+    /// Ask the collector for a sample now.
+    RefreshNow,
+}
+
+/// The UI state.
+#[derive(Debug)]
+pub struct State {
+    /// Latest snapshot.
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// Busy history for sparklines.
+    pub history: History,
+    /// Findings tracker.
+    pub tracker: Tracker,
+    /// Current findings.
+    pub findings: Vec<Finding>,
+    /// Active view.
+    pub view: View,
+    /// Where Detail returns to.
+    pub back: View,
+    /// Help overlay open.
+    pub help: bool,
+    /// Process filter text.
+    pub filter: String,
+    /// The filter is being typed.
+    pub editing_filter: bool,
+    /// Sort column.
+    pub sort: SortKey,
+    /// Descending.
+    pub sort_desc: bool,
+    /// Grouping.
+    pub group: Group,
+    /// Selected logical GPU (index in amd-smi order).
+    pub gpu_sel: usize,
+    /// Selected process row.
+    pub proc_sel: usize,
+    /// Selected finding.
+    pub finding_sel: usize,
+    /// Detail target.
+    pub detail: Option<DetailTarget>,
+    /// Derived process rows.
+    pub rows: Vec<ProcRow>,
+    /// Derived per logical GPU (by amd-smi index): what runs on it.
+    pub gpu_labels: std::collections::HashMap<u32, GpuUse>,
+    /// Keys of an unfinished sequence.
+    pub pending: Vec<Key>,
+    /// Wall clock for ages, ms since epoch.
+    pub now_ms: u64,
+    /// Terminal size.
+    pub size: (u16, u16),
+    /// Resolved keymap.
+    pub keymap: Keymap,
+    /// No mutating commands.
+    pub read_only: bool,
+    /// The simulated scenario, when simulated.
+    pub scenario: Option<String>,
+    /// Refresh interval (to call data late).
+    pub refresh_ms: u64,
+}
+
+impl State {
+    /// A fresh state.
+    pub fn new(keymap: Keymap, thresholds: Thresholds, refresh_ms: u64) -> Self {
+        Self {
+            snapshot: None,
+            history: History::new(120),
+            tracker: Tracker::new(thresholds),
+            findings: Vec::new(),
+            view: View::Overview,
+            back: View::Overview,
+            help: false,
+            filter: String::new(),
+            editing_filter: false,
+            sort: SortKey::Vram,
+            sort_desc: true,
+            group: Group::None,
+            gpu_sel: 0,
+            proc_sel: 0,
+            finding_sel: 0,
+            detail: None,
+            rows: Vec::new(),
+            gpu_labels: std::collections::HashMap::new(),
+            pending: Vec::new(),
+            now_ms: 0,
+            size: (80, 24),
+            keymap,
+            read_only: false,
+            scenario: None,
+            refresh_ms,
+        }
+    }
+
+    /// Rows that fit a page of a list view.
+    pub fn page(&self) -> usize {
+        usize::from(self.size.1.saturating_sub(8)).max(1)
+    }
+
+    /// The keymap sections in force, most specific first.
+    pub fn sections(&self) -> Vec<Section> {
+        if self.help {
+            vec![Section::Help]
+        } else if self.editing_filter {
+            vec![Section::Filter]
+        } else {
+            vec![self.view.section(), Section::Global]
+        }
+    }
+
+    fn list_len(&self) -> usize {
+        match self.view {
+            View::Overview | View::Gpus => self.snapshot.as_ref().map_or(0, |s| s.logical_count()),
+            View::Processes => self.rows.len(),
+            View::Findings => self.findings.len(),
+            View::Detail | View::Log => 0,
+        }
+    }
+
+    fn sel_mut(&mut self) -> Option<&mut usize> {
+        match self.view {
+            View::Overview | View::Gpus => Some(&mut self.gpu_sel),
+            View::Processes => Some(&mut self.proc_sel),
+            View::Findings => Some(&mut self.finding_sel),
+            View::Detail | View::Log => None,
+        }
+    }
+
+    fn set_view(&mut self, v: View) {
+        if v == View::Detail && self.view != View::Detail {
+            self.back = self.view;
+            if self.detail.is_none() {
+                self.detail = self.selection_target();
+            }
+        }
+        self.view = v;
+    }
+
+    /// What Enter on the current selection would show.
+    pub fn selection_target(&self) -> Option<DetailTarget> {
+        let snap = self.snapshot.as_ref()?;
+        match self.view {
+            View::Processes => match self.rows.get(self.proc_sel)? {
+                ProcRow::Process { index, .. } => {
+                    Some(DetailTarget::Process(snap.processes.get(*index)?.pid))
+                }
+                ProcRow::Heading(_) => None,
+            },
+            View::Findings => self
+                .findings
+                .get(self.finding_sel)
+                .map(|f| DetailTarget::Gpu(f.subject.clone())),
+            _ => snap
+                .logical()
+                .nth(self.gpu_sel)
+                .map(|(_, l)| DetailTarget::Gpu(l.bdf.clone())),
+        }
+    }
+
+    /// The model a process serves, or its name.
+    pub fn label_of(p: &Process) -> String {
+        p.command
+            .as_deref()
+            .and_then(model_of)
+            .map(|(_, m)| m)
+            .or_else(|| p.name.clone())
+            .unwrap_or_else(|| format!("pid {}", p.pid))
+    }
+
+    /// Recomputes the process rows (filter, sort, group).
+    pub fn derive_rows(&mut self) {
+        let Some(snap) = self.snapshot.clone() else {
+            self.rows.clear();
+            return;
+        };
+        self.gpu_labels.clear();
+        for p in &snap.processes {
+            let label = Self::label_of(p);
+            for g in &p.gpus {
+                let e = self.gpu_labels.entry(g.gpu_id).or_default();
+                if e.label.is_empty() {
+                    e.label.clone_from(&label);
+                } else if !e.label.split(", ").any(|x| x == label) {
+                    e.label = format!("{}, {label}", e.label);
+                }
+                e.holders += 1;
+                if let Some(c) = g.cu_percent {
+                    e.cu_percent = Some(e.cu_percent.unwrap_or(0.0) + c);
+                }
+            }
+        }
+        let needle = self.filter.to_lowercase();
+        let matches = |p: &Process| {
+            needle.is_empty()
+                || [
+                    p.name.as_deref(),
+                    p.command.as_deref(),
+                    p.user.as_deref(),
+                    p.container_id.as_deref(),
+                    p.systemd_unit.as_deref(),
+                ]
+                .into_iter()
+                .flatten()
+                .any(|s| s.to_lowercase().contains(&needle))
+                || p.pid.to_string().contains(&needle)
+        };
+        let mut idx: Vec<usize> = (0..snap.processes.len())
+            .filter(|i| matches(&snap.processes[*i]))
+            .collect();
+        let key = self.sort;
+        idx.sort_by(|a, b| {
+            let (p, q) = (&snap.processes[*a], &snap.processes[*b]);
+            let cu = |p: &Process| {
+                p.gpus
+                    .iter()
+                    .filter_map(|g| g.cu_percent)
+                    .fold(0.0, f64::max)
+            };
+            let o = match key {
+                SortKey::Vram => p.vram_total().cmp(&q.vram_total()),
+                SortKey::Cu => cu(p).total_cmp(&cu(q)),
+                SortKey::Gtt => p
+                    .gpus
+                    .iter()
+                    .filter_map(|g| g.gtt_bytes)
+                    .sum::<u64>()
+                    .cmp(&q.gpus.iter().filter_map(|g| g.gtt_bytes).sum::<u64>()),
+                SortKey::Gpu => p
+                    .gpus
+                    .first()
+                    .map(|g| g.gpu_id)
+                    .cmp(&q.gpus.first().map(|g| g.gpu_id)),
+                SortKey::Pid => p.pid.cmp(&q.pid),
+                SortKey::User => p.user.cmp(&q.user),
+                SortKey::Name => p.name.cmp(&q.name),
+                SortKey::Start => p.started_at_ms.cmp(&q.started_at_ms),
+            };
+            o.then(p.pid.cmp(&q.pid))
+        });
+        if self.sort_desc {
+            idx.reverse();
+        }
+        self.rows = match self.group {
+            Group::None => idx
+                .into_iter()
+                .map(|index| ProcRow::Process { index, gpu: None })
+                .collect(),
+            Group::Gpu => {
+                let mut rows = Vec::new();
+                for (_, l) in snap.logical() {
+                    let members: Vec<usize> = idx
+                        .iter()
+                        .copied()
+                        .filter(|i| snap.processes[*i].gpus.iter().any(|g| g.gpu_id == l.gpu_id))
+                        .collect();
+                    if members.is_empty() {
+                        continue;
+                    }
+                    rows.push(ProcRow::Heading(format!("GPU {} ({})", l.gpu_id, l.bdf)));
+                    rows.extend(members.into_iter().map(|index| ProcRow::Process {
+                        index,
+                        gpu: Some(l.gpu_id),
+                    }));
+                }
+                rows
+            }
+            Group::Model => {
+                let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+                for i in idx {
+                    let p = &snap.processes[i];
+                    let label = p.command.as_deref().and_then(model_of).map_or_else(
+                        || "(not a model server)".to_string(),
+                        |(k, m)| format!("{m} ({k})"),
+                    );
+                    match groups.iter_mut().find(|(l, _)| *l == label) {
+                        Some((_, v)) => v.push(i),
+                        None => groups.push((label, vec![i])),
+                    }
+                }
+                groups.sort_by(|a, b| {
+                    a.0.starts_with('(')
+                        .cmp(&b.0.starts_with('('))
+                        .then(a.0.cmp(&b.0))
+                });
+                groups
+                    .into_iter()
+                    .flat_map(|(l, v)| {
+                        std::iter::once(ProcRow::Heading(l)).chain(
+                            v.into_iter()
+                                .map(|index| ProcRow::Process { index, gpu: None }),
+                        )
+                    })
+                    .collect()
+            }
+        };
+        self.proc_sel = self.proc_sel.min(self.rows.len().saturating_sub(1));
+    }
+}
+
+fn command(state: &mut State, c: Command) -> Vec<Effect> {
+    let len = state.list_len();
+    let page = state.page();
+    match c {
+        Command::Quit => return vec![Effect::Quit],
+        Command::RefreshNow => return vec![Effect::RefreshNow],
+        Command::ToggleHelp => state.help = !state.help,
+        Command::NextView => state.set_view(View::ALL[(state.view.index() + 1) % View::ALL.len()]),
+        Command::PrevView => {
+            state.set_view(View::ALL[(state.view.index() + View::ALL.len() - 1) % View::ALL.len()])
+        }
+        Command::ViewOverview => state.set_view(View::Overview),
+        Command::ViewGpus => state.set_view(View::Gpus),
+        Command::ViewProcesses => state.set_view(View::Processes),
+        Command::ViewDetail => state.set_view(View::Detail),
+        Command::ViewFindings => state.set_view(View::Findings),
+        Command::ViewLog => state.set_view(View::Log),
+        Command::SelectNext
+        | Command::SelectPrev
+        | Command::PageDown
+        | Command::PageUp
+        | Command::Top
+        | Command::Bottom => {
+            if let Some(sel) = state.sel_mut() {
+                let last = len.saturating_sub(1);
+                *sel = match c {
+                    Command::SelectNext => (*sel + 1).min(last),
+                    Command::SelectPrev => sel.saturating_sub(1),
+                    Command::PageDown => (*sel + page).min(last),
+                    Command::PageUp => sel.saturating_sub(page),
+                    Command::Top => 0,
+                    _ => last,
+                };
+            }
+        }
+        Command::OpenDetail => {
+            if let Some(t) = state.selection_target() {
+                state.detail = Some(t);
+                state.set_view(View::Detail);
+            }
+        }
+        Command::CycleSort => {
+            let i = SortKey::ORDER
+                .iter()
+                .position(|k| *k == state.sort)
+                .unwrap_or(0);
+            state.sort = SortKey::ORDER[(i + 1) % SortKey::ORDER.len()];
+            state.sort_desc = matches!(
+                state.sort,
+                SortKey::Vram | SortKey::Cu | SortKey::Gtt | SortKey::Start
+            );
+            state.derive_rows();
+        }
+        Command::ReverseSort => {
+            state.sort_desc = !state.sort_desc;
+            state.derive_rows();
+        }
+        Command::CycleGroup => {
+            state.group = match state.group {
+                Group::None => Group::Gpu,
+                Group::Gpu => Group::Model,
+                Group::Model => Group::None,
+            };
+            state.proc_sel = 0;
+            state.derive_rows();
+        }
+        Command::Filter => {
+            state.set_view(View::Processes);
+            state.editing_filter = true;
+        }
+        Command::Cancel => {
+            if state.help {
+                state.help = false;
+            } else if !state.filter.is_empty() && state.view == View::Processes {
+                state.filter.clear();
+                state.derive_rows();
+            } else if state.view == View::Detail {
+                state.view = state.back;
+            }
+        }
+    }
+    Vec::new()
+}
+
+fn filter_key(state: &mut State, k: &KeyEvent) {
+    match k.code {
+        KeyCode::Enter => state.editing_filter = false,
+        KeyCode::Esc => {
+            state.editing_filter = false;
+            state.filter.clear();
+        }
+        KeyCode::Backspace => {
+            state.filter.pop();
+        }
+        KeyCode::Char(c)
+            if !k
+                .modifiers
+                .contains(ratatui::crossterm::event::KeyModifiers::CONTROL) =>
+        {
+            state.filter.push(c)
+        }
+        _ => return,
+    }
+    state.proc_sel = 0;
+    state.derive_rows();
+}
+
+/// The reducer.
+pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
+    match msg {
+        Msg::Key(k) => {
+            if k.kind == KeyEventKind::Release {
+                return Vec::new();
+            }
+            if state.editing_filter {
+                if k.code == KeyCode::Char('c')
+                    && k.modifiers
+                        .contains(ratatui::crossterm::event::KeyModifiers::CONTROL)
+                {
+                    return vec![Effect::Quit];
+                }
+                filter_key(state, &k);
+                return Vec::new();
+            }
+            let Some(key) = Key::from_event(&k) else {
+                return Vec::new();
+            };
+            state.pending.push(key);
+            match state.keymap.resolve(&state.sections(), &state.pending) {
+                Resolve::Command(c) => {
+                    state.pending.clear();
+                    command(state, c)
+                }
+                Resolve::Pending => Vec::new(),
+                Resolve::Unbound => {
+                    state.pending.clear();
+                    Vec::new()
+                }
+            }
+        }
+        Msg::Command(c) => command(state, c),
+        Msg::Resize(w, h) => {
+            state.size = (w, h);
+            Vec::new()
+        }
+        Msg::Snapshot(s) => {
+            state.history.push(&s);
+            state.findings = state.tracker.observe(&s);
+            state.now_ms = state.now_ms.max(s.taken_at_ms);
+            state.snapshot = Some(s);
+            state.derive_rows();
+            let n = state.snapshot.as_ref().map_or(0, |s| s.logical_count());
+            state.gpu_sel = state.gpu_sel.min(n.saturating_sub(1));
+            state.finding_sel = state
+                .finding_sel
+                .min(state.findings.len().saturating_sub(1));
+            Vec::new()
+        }
+        Msg::Tick(now) => {
+            state.now_ms = now;
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Rendering: `render(&State, &Theme, &mut Frame)` draws the header, the active view, the footer
+//! and any overlay. Views read `&State` only: no I/O, no locks, no sorting.
+
+pub mod chrome;
+pub mod detail;
+pub mod findings;
+pub mod fmt;
+pub mod gpus;
+pub mod help;
+pub mod overview;
+pub mod partition_map;
+pub mod processes;
+
+use super::state::{State, View};
+use super::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::widgets::{Block, Borders};
+
+/// Draws one frame.
+pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
+    let area = frame.area();
+    frame.render_widget(Block::default().style(theme.get("ui")), area);
+    let [header, tabs, body, footer] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    chrome::header(frame, header, state, theme);
+    chrome::tabs(frame, tabs, state, theme);
+    match state.view {
+        View::Overview => overview::render(frame, body, state, theme),
+        View::Gpus => gpus::render(frame, body, state, theme),
+        View::Processes => processes::render(frame, body, state, theme),
+        View::Detail => detail::render(frame, body, state, theme),
+        View::Findings => findings::render(frame, body, state, theme),
+        View::Log => {
+            let w = tui_logger::TuiLoggerWidget::default()
+                .block(
+                    Block::default()
+                        .borders(Borders::ALL)
+                        .title(" Log ")
+                        .border_style(theme.get("ui.border")),
+                )
+                .style_error(theme.get("status.crit"))
+                .style_warn(theme.get("status.warn"))
+                .style_info(theme.get("ui"))
+                .output_target(false)
+                .output_file(false)
+                .output_line(false)
+                .output_timestamp(Some("%H:%M:%S".into()));
+            frame.render_widget(w, body);
+        }
+    }
+    chrome::footer(frame, footer, state, theme);
+    if state.help {
+        help::render(frame, area, state, theme);
+    }
+}

@@ -1,0 +1,171 @@
+//! Header (host, SIMULATED badge, modes, each source's health and age), tabs and footer hints.
+
+use super::fmt::age;
+use crate::domain::snapshot::Health;
+use crate::ui::command::Command;
+use crate::ui::keymap::Section;
+use crate::ui::state::{State, View};
+use crate::ui::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+/// Distinct compute/memory modes on the node (`DPX/NPS2 x8`).
+fn modes(state: &State) -> String {
+    let Some(s) = &state.snapshot else {
+        return String::new();
+    };
+    let mut v: Vec<(String, usize)> = Vec::new();
+    for g in &s.gpus {
+        let m = format!(
+            "{}/{}",
+            g.compute_partition.map_or("?", |c| c.name()),
+            g.memory_partition.map_or("?", |m| m.name())
+        );
+        match v.iter_mut().find(|(x, _)| *x == m) {
+            Some((_, n)) => *n += 1,
+            None => v.push((m, 1)),
+        }
+    }
+    v.iter()
+        .map(|(m, n)| format!("{m}×{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The top two lines: who and what, then each source's health, age and last error.
+pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let mut spans = vec![Span::styled(" partop ", theme.get("ui.title"))];
+    let simulated =
+        state.scenario.is_some() || state.snapshot.as_ref().is_some_and(|s| s.simulated);
+    if simulated {
+        let label = state.scenario.as_deref().map_or_else(
+            || " SIMULATED ".to_string(),
+            |s| format!(" SIMULATED: {s} "),
+        );
+        spans.push(Span::styled(label, theme.get("header.sim")));
+        spans.push(Span::raw(" "));
+    }
+    let mut sources = vec![Span::styled(" sources ", theme.get("ui.muted"))];
+    match &state.snapshot {
+        None => sources.push(Span::styled(
+            "waiting for the first sample…",
+            theme.get("ui.muted"),
+        )),
+        Some(s) => {
+            spans.push(Span::raw(format!(
+                "{} · {} GPUs · {} logical · {}",
+                s.host,
+                s.gpus.len(),
+                s.logical_count(),
+                modes(state)
+            )));
+            let mut errors = Vec::new();
+            for src in &s.sources {
+                let short = src.name.trim_start_matches("amd-smi ");
+                // Static data is read at start and after a change, not every tick: never "late".
+                let polled = src.name != crate::collect::amdsmi::collector::SRC_STATIC;
+                let late = polled
+                    && src.last_ok_ms.is_some_and(|t| {
+                        state.now_ms.saturating_sub(t) > state.refresh_ms * 3 + 2000
+                    });
+                let (word, style) = match (src.status, late) {
+                    (Health::Ok, false) => ("ok", "status.ok"),
+                    (Health::Ok | Health::Degraded, true) | (Health::Stale, _) => {
+                        ("STALE", "status.stale")
+                    }
+                    (Health::Degraded, false) => ("warn", "status.warn"),
+                    (Health::Down, _) => ("DOWN", "status.crit"),
+                };
+                let a = src
+                    .last_ok_ms
+                    .map(|t| format!(" {}", age(state.now_ms, t)))
+                    .unwrap_or_default();
+                sources.push(Span::styled(format!("{short} {word}{a}"), theme.get(style)));
+                sources.push(Span::raw("  "));
+                if let Some(e) = &src.error {
+                    errors.push(e.clone());
+                }
+            }
+            if let Some(e) = errors.first() {
+                sources.push(Span::styled(format!("! {e}"), theme.get("status.warn")));
+            }
+        }
+    }
+    let lines = vec![Line::from(spans), Line::from(sources)];
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// The tab line.
+pub fn tabs(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let mut spans = Vec::new();
+    for (i, v) in View::ALL.iter().enumerate() {
+        let mut title = format!(" {} {} ", i + 1, v.title());
+        if *v == View::Findings && !state.findings.is_empty() {
+            title = format!(" {} {} ({}) ", i + 1, v.title(), state.findings.len());
+        }
+        let style = if *v == state.view {
+            theme.get("ui.tab.active")
+        } else {
+            theme.get("ui.tab")
+        };
+        spans.push(Span::styled(title, style));
+    }
+    if state.read_only {
+        spans.push(Span::styled("  read-only", theme.get("ui.muted")));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Hint keys for a command in the current sections.
+fn key(state: &State, c: Command) -> Option<String> {
+    [state.view.section(), Section::Global]
+        .iter()
+        .find_map(|s| {
+            state
+                .keymap
+                .keys_for(*s, c)
+                .into_iter()
+                .min_by_key(|k| (k.chars().count(), k.clone()))
+        })
+}
+
+/// The bottom line: the filter being typed, or the main keys.
+pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let line = if state.editing_filter {
+        Line::from(vec![
+            Span::styled(" filter: ", theme.get("ui.title")),
+            Span::raw(state.filter.clone()),
+            Span::styled("▏  Enter keep · Esc clear", theme.get("ui.hint")),
+        ])
+    } else {
+        let mut cmds = vec![
+            Command::Quit,
+            Command::ToggleHelp,
+            Command::NextView,
+            Command::OpenDetail,
+        ];
+        if state.view == View::Processes {
+            cmds.extend([Command::Filter, Command::CycleSort, Command::CycleGroup]);
+        }
+        let mut spans = Vec::new();
+        for c in cmds {
+            if let Some(k) = key(state, c) {
+                spans.push(Span::styled(format!(" {k} "), theme.get("ui.title")));
+                spans.push(Span::styled(
+                    c.name().replace('_', " "),
+                    theme.get("ui.hint"),
+                ));
+            }
+        }
+        if !state.filter.is_empty() {
+            spans.push(Span::styled(
+                format!("  filter: {}", state.filter),
+                theme.get("status.warn"),
+            ));
+        }
+        Line::from(spans)
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}

@@ -1,0 +1,96 @@
+//! Number and time formatting shared by the views.
+
+/// Bytes as GiB, one decimal.
+pub fn gib(b: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "display")]
+    let g = b as f64 / f64::from(1u32 << 30);
+    if g >= 100.0 {
+        format!("{g:.0}")
+    } else {
+        format!("{g:.1}")
+    }
+}
+
+/// An age: "3s", "2m", "1h".
+pub fn age(now_ms: u64, at_ms: u64) -> String {
+    let s = now_ms.saturating_sub(at_ms) / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        _ => format!("{}h", s / 3600),
+    }
+}
+
+/// A percentage or N/A.
+pub fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "N/A".into(), |v| format!("{v:.0}%"))
+}
+
+/// A horizontal bar of `width` cells for `frac` in 0..=1, with eighth-block resolution.
+pub fn bar(frac: f64, width: usize) -> String {
+    const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "bounded"
+    )]
+    let eighths = (frac.clamp(0.0, 1.0) * (width * 8) as f64).round() as usize;
+    let full = eighths / 8;
+    let mut s = "█".repeat(full);
+    if full < width {
+        s.push(PARTS[eighths % 8]);
+        s.push_str(&" ".repeat(width - full - 1));
+    }
+    s
+}
+
+/// A sparkline of the last `width` samples (0..=100).
+pub fn spark(samples: &[u64], width: usize) -> String {
+    const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let tail = &samples[samples.len().saturating_sub(width)..];
+    let mut s: String = " ".repeat(width - tail.len());
+    for v in tail {
+        #[expect(clippy::cast_possible_truncation, reason = "0..=7")]
+        s.push(LEVELS[((*v).min(100) * 7 / 100) as usize]);
+    }
+    s
+}
+
+/// Truncates to `w` characters with an ellipsis.
+pub fn cut(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else if w == 0 {
+        String::new()
+    } else {
+        let mut t: String = s.chars().take(w - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// First visible row so that `sel` stays on screen.
+pub const fn offset(sel: usize, visible: usize) -> usize {
+    if visible == 0 || sel < visible {
+        0
+    } else {
+        sel + 1 - visible
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_and_sparks_have_exact_widths() {
+        for f in [0.0, 0.01, 0.5, 0.99, 1.0, 2.0] {
+            assert_eq!(bar(f, 10).chars().count(), 10, "{f}");
+        }
+        assert_eq!(bar(1.0, 4), "████");
+        assert_eq!(spark(&[0, 50, 100], 5), "  ▁▄█");
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(offset(12, 10), 3);
+        assert_eq!(age(10_000, 7_000), "3s");
+    }
+}

@@ -1,0 +1,252 @@
+//! Overview: every physical GPU as a partition map, labelled with what runs on each logical GPU
+//! and its load; modes, power and temperature (device-wide, marked *). Cards in a grid when the
+//! terminal is large, two lines per GPU when it is small.
+
+use super::fmt::{gib, pct, spark};
+use super::partition_map::PartitionMap;
+use crate::domain::snapshot::PhysicalGpu;
+use crate::ui::state::State;
+use crate::ui::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+
+fn title(i: usize, g: &PhysicalGpu) -> String {
+    let modes = format!(
+        "{}/{}",
+        g.compute_partition.map_or("?", |c| c.name()),
+        g.memory_partition.map_or("?", |m| m.name())
+    );
+    let power = g
+        .power_watts
+        .map_or_else(|| "N/A".into(), |p| format!("{p:.0}W"));
+    let temp = g
+        .hotspot_celsius
+        .map_or_else(|| "N/A".into(), |t| format!("{t:.0}°C"));
+    let short = g.product.trim_start_matches("AMD Instinct ");
+    format!(
+        "GPU{i} {} {short} {modes} {power}* {temp}*",
+        g.bdf.trim_start_matches("0000:")
+    )
+}
+
+/// Draws the overview.
+pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let Some(snap) = &state.snapshot else {
+        frame.render_widget(Paragraph::new("No data yet: the first sample is on its way. If it takes long, see the Log view (6).").style(theme.get("ui.muted")), area);
+        return;
+    };
+    if snap.gpus.is_empty() {
+        frame.render_widget(
+            Paragraph::new(
+                "No GPUs reported. Check the header for the source's error, or the Log view (6).",
+            )
+            .style(theme.get("status.warn")),
+            area,
+        );
+        return;
+    }
+    let selected_bdf = snap
+        .logical()
+        .nth(state.gpu_sel)
+        .map(|(g, _)| g.bdf.clone());
+    let sel_id = snap.logical().nth(state.gpu_sel).map(|(_, l)| l.gpu_id);
+    let compact = area.height < 30 || area.width < 100;
+    if compact {
+        render_compact(frame, area, state, theme, selected_bdf.as_deref());
+        return;
+    }
+    let cols = (usize::from(area.width) / 84).clamp(1, 4);
+    let card_w = area.width / u16::try_from(cols).unwrap_or(1);
+    let per_line = (usize::from(card_w.saturating_sub(2)) / 40).max(1);
+    let heights: Vec<u16> = snap
+        .gpus
+        .iter()
+        .map(|g| 4 + u16::try_from(g.partitions.len().div_ceil(per_line)).unwrap_or(8))
+        .collect();
+    let row_h = heights.iter().copied().max().unwrap_or(6);
+    let sel_gpu = snap
+        .gpus
+        .iter()
+        .position(|g| Some(&g.bdf) == selected_bdf.as_ref())
+        .unwrap_or(0);
+    let rows_fit = usize::from(area.height / row_h).max(1);
+    let first_row = (sel_gpu / cols).saturating_sub(rows_fit - 1);
+    for (i, g) in snap.gpus.iter().enumerate() {
+        let r = i / cols;
+        if r < first_row || r >= first_row + rows_fit {
+            continue;
+        }
+        let c = i % cols;
+        let rect = Rect {
+            x: area.x + card_w * u16::try_from(c).unwrap_or(0),
+            y: area.y + row_h * u16::try_from(r - first_row).unwrap_or(0),
+            width: card_w,
+            height: row_h,
+        };
+        let focused = Some(&g.bdf) == selected_bdf.as_ref();
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .title(format!(" {} ", title(i, g)))
+            .border_style(if focused {
+                theme.get("ui.border.focused")
+            } else {
+                theme.get("ui.border")
+            });
+        let inner = block.inner(rect);
+        frame.render_widget(block, rect);
+        let map = PartitionMap::from_gpu(g, theme);
+        frame.render_widget(
+            &map,
+            Rect {
+                height: 2.min(inner.height),
+                ..inner
+            },
+        );
+        let mut lines = Vec::new();
+        let cell = usize::from(inner.width) / per_line;
+        for chunk in g.partitions.chunks(per_line) {
+            let mut spans = Vec::new();
+            for l in chunk {
+                let label = state
+                    .gpu_labels
+                    .get(&l.gpu_id)
+                    .map_or_else(|| "idle".to_string(), |u| u.label.clone());
+                let vram = match (l.vram_used_bytes, l.vram_capacity_bytes()) {
+                    (Some(u), Some(c)) => format!("{}/{}G", gib(u), gib(c)),
+                    _ => "N/A".into(),
+                };
+                let head = format!("{:>2} ", l.gpu_id);
+                let body = format!(
+                    "{} {:>4} {} {}",
+                    super::fmt::cut(&label, cell.saturating_sub(27).max(4)),
+                    pct(l.gfx_busy_percent),
+                    spark(&state.history.busy(&l.bdf), 5),
+                    vram
+                );
+                let style = if Some(l.gpu_id) == sel_id {
+                    theme.get("table.row.selected")
+                } else {
+                    theme.get("ui")
+                };
+                spans.push(Span::styled(head, theme.partition(l.gpu_id)));
+                let text = format!(" {body}");
+                let pad = cell.saturating_sub(3 + text.chars().count());
+                spans.push(Span::styled(text, style));
+                spans.push(Span::raw(" ".repeat(pad)));
+            }
+            lines.push(Line::from(spans));
+        }
+        let rest = Rect {
+            y: inner.y + 2,
+            height: inner.height.saturating_sub(2),
+            ..inner
+        };
+        frame.render_widget(Paragraph::new(lines), rest);
+    }
+}
+
+fn render_compact(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    state: &State,
+    theme: &Theme,
+    selected: Option<&str>,
+) {
+    let Some(snap) = &state.snapshot else { return };
+    let per = 2u16;
+    let fit = usize::from(area.height / per).max(1);
+    let sel = snap
+        .gpus
+        .iter()
+        .position(|g| Some(g.bdf.as_str()) == selected)
+        .unwrap_or(0);
+    let first = sel.saturating_sub(fit - 1);
+    for (row, (i, g)) in snap
+        .gpus
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(fit)
+        .enumerate()
+    {
+        let y = area.y + per * u16::try_from(row).unwrap_or(0);
+        let focused = Some(g.bdf.as_str()) == selected;
+        let mut spans = vec![Span::styled(
+            title(i, g),
+            if focused {
+                theme.get("ui.border.focused")
+            } else {
+                theme.get("ui.title")
+            },
+        )];
+        let labels: Vec<String> = g
+            .partitions
+            .iter()
+            .filter_map(|l| {
+                state
+                    .gpu_labels
+                    .get(&l.gpu_id)
+                    .map(|u| format!("{}:{} {}", l.gpu_id, u.label, pct(l.gfx_busy_percent)))
+            })
+            .collect();
+        if !labels.is_empty() {
+            spans.push(Span::raw("  "));
+            spans.push(Span::styled(labels.join(" "), theme.get("ui")));
+        }
+        frame.render_widget(
+            Paragraph::new(Line::from(spans)),
+            Rect {
+                x: area.x,
+                y,
+                width: area.width,
+                height: 1,
+            },
+        );
+        let map = PartitionMap::from_gpu(g, theme);
+        frame.render_widget(
+            &map,
+            Rect {
+                x: area.x,
+                y: y + 1,
+                width: area.width.min(60),
+                height: 1,
+            },
+        );
+        let n_dom = g.memory_partition.map_or(1, |m| m.domains());
+        let mem = format!(" HBM {} domain{}", n_dom, if n_dom == 1 { "" } else { "s" });
+        if area.width > 62 {
+            frame.render_widget(
+                Paragraph::new(mem).style(theme.get("ui.muted")),
+                Rect {
+                    x: area.x + 60,
+                    y: y + 1,
+                    width: area.width - 60,
+                    height: 1,
+                },
+            );
+        }
+    }
+    if snap.gpus.len() > fit {
+        let more = format!(
+            "{}-{} of {} GPUs (↓/↑ to scroll)",
+            first + 1,
+            (first + fit).min(snap.gpus.len()),
+            snap.gpus.len()
+        );
+        let y = area.y + area.height.saturating_sub(1);
+        let w = u16::try_from(more.chars().count())
+            .unwrap_or(0)
+            .min(area.width);
+        frame.render_widget(
+            Paragraph::new(more).style(theme.get("ui.hint")),
+            Rect {
+                x: area.x + area.width - w,
+                y,
+                width: w,
+                height: 1,
+            },
+        );
+    }
+}

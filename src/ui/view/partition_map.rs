@@ -1,0 +1,144 @@
+//! The partition map widget: one physical GPU's XCDs and HBM (NPS) domains drawn as blocks, each
+//! coloured and labelled by the logical GPU that owns it. Built from a live GPU or from layout
+//! shapes, so a staged (not yet applied) layout can be drawn beside the current one.
+
+use crate::domain::layout::PartitionShape;
+use crate::domain::snapshot::PhysicalGpu;
+use crate::ui::theme::Theme;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::widgets::Widget;
+
+/// The map of one physical GPU.
+#[derive(Debug, Clone)]
+pub struct PartitionMap<'a> {
+    /// Owner (logical GPU index) of each XCD.
+    pub xcds: Vec<Option<u32>>,
+    /// Logical GPUs allocating from each memory domain.
+    pub domains: Vec<Vec<u32>>,
+    /// Theme.
+    pub theme: &'a Theme,
+}
+
+impl<'a> PartitionMap<'a> {
+    /// From a live GPU.
+    pub fn from_gpu(g: &PhysicalGpu, theme: &'a Theme) -> Self {
+        let n_xcd = g.xcd_count.unwrap_or(0) as usize;
+        let mut xcds = vec![None; n_xcd];
+        let n_dom = g.memory_partition.map_or(1, |m| m.domains() as usize);
+        let mut domains = vec![Vec::new(); n_dom];
+        for l in &g.partitions {
+            for x in &l.xcds {
+                if let Some(slot) = xcds.get_mut(*x as usize) {
+                    *slot = Some(l.gpu_id);
+                }
+            }
+            for d in &l.memory_domains {
+                if let Some(slot) = domains.get_mut(*d as usize) {
+                    slot.push(l.gpu_id);
+                }
+            }
+        }
+        Self {
+            xcds,
+            domains,
+            theme,
+        }
+    }
+
+    /// From layout shapes (a staged layout), numbering from `first`.
+    pub fn from_shapes(
+        shapes: &[PartitionShape],
+        xcd_count: u32,
+        domains: u32,
+        first: u32,
+        theme: &'a Theme,
+    ) -> Self {
+        let mut xcds = vec![None; xcd_count as usize];
+        let mut doms = vec![Vec::new(); domains as usize];
+        for s in shapes {
+            let id = first + s.partition_id;
+            for x in &s.xcds {
+                if let Some(slot) = xcds.get_mut(*x as usize) {
+                    *slot = Some(id);
+                }
+            }
+            for d in &s.memory_domains {
+                if let Some(slot) = doms.get_mut(*d as usize) {
+                    slot.push(id);
+                }
+            }
+        }
+        Self {
+            xcds,
+            domains: doms,
+            theme,
+        }
+    }
+
+    fn style(&self, owner: Option<u32>) -> Style {
+        owner.map_or_else(|| self.theme.get("ui.muted"), |o| self.theme.partition(o))
+    }
+}
+
+fn centered(text: &str, w: usize) -> String {
+    let t: String = text.chars().take(w).collect();
+    let pad = w.saturating_sub(t.chars().count());
+    format!("{}{t}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
+}
+
+impl Widget for &PartitionMap<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        if area.height == 0 || area.width < 8 {
+            return;
+        }
+        let muted = self.theme.get("ui.muted");
+        buf.set_string(area.x, area.y, "XCD ", muted);
+        let w = usize::from(area.width - 4);
+        if self.xcds.is_empty() {
+            buf.set_string(
+                area.x + 4,
+                area.y,
+                "layout unknown (product not identified)",
+                muted,
+            );
+            return;
+        }
+        let n = self.xcds.len();
+        let cell = (w / n).max(1);
+        for (i, owner) in self.xcds.iter().enumerate() {
+            // A gap where the owner changes keeps partitions apart in a colourless theme.
+            let gap = usize::from(i + 1 < n && self.xcds[i + 1] != *owner && cell > 2);
+            let label = owner.map_or_else(|| "·".to_string(), |o| o.to_string());
+            #[expect(clippy::cast_possible_truncation, reason = "fits the area")]
+            let x = area.x + 4 + (i * cell) as u16;
+            buf.set_string(x, area.y, centered(&label, cell - gap), self.style(*owner));
+        }
+        if area.height < 2 {
+            return;
+        }
+        buf.set_string(area.x, area.y + 1, "HBM ", muted);
+        let d = self.domains.len().max(1);
+        let dcell = (cell * n / d).max(1);
+        for (i, owners) in self.domains.iter().enumerate() {
+            let label = if owners.is_empty() {
+                format!("NPS{i}: free")
+            } else {
+                let ids: Vec<String> = owners.iter().map(ToString::to_string).collect();
+                format!("mem{i}: {}", ids.join(","))
+            };
+            let style = if owners.len() == 1 {
+                self.style(owners.first().copied())
+            } else {
+                self.theme
+                    .get("partition.domain")
+                    .add_modifier(ratatui::style::Modifier::REVERSED)
+            };
+            let gap = usize::from(i + 1 < d && dcell > 2);
+            #[expect(clippy::cast_possible_truncation, reason = "fits the area")]
+            let x = area.x + 4 + (i * dcell) as u16;
+            buf.set_string(x, area.y + 1, centered(&label, dcell - gap), style);
+        }
+    }
+}
