@@ -139,24 +139,25 @@ impl Tracker {
             for l in &g.partitions {
                 let busy = l.gfx_busy_percent;
                 // Idle: memory held beyond the driver's own reservation, no GFX work.
-                if let (Some(b), Some(v)) = (busy, l.vram_used_bytes) {
-                    if b < 1.0 && v >= t.idle_vram_bytes {
-                        let since = *self.idle_since.entry(l.bdf.clone()).or_insert(now);
-                        seen_idle.push(l.bdf.clone());
-                        if now.saturating_sub(since) >= t.idle_after_ms {
-                            out.push(Finding {
-                                kind: Kind::IdlePartition,
-                                severity: Severity::Info,
-                                subject: l.bdf.clone(),
-                                gpu_id: l.gpu_id,
-                                saw: format!(
-                                    "holds {} with GFX busy below 1% for {}",
-                                    gib(v),
-                                    duration(now - since)
-                                ),
-                                since_ms: since,
-                            });
-                        }
+                if let (Some(b), Some(v)) = (busy, l.vram_used_bytes)
+                    && b < 1.0
+                    && v >= t.idle_vram_bytes
+                {
+                    let since = *self.idle_since.entry(l.bdf.clone()).or_insert(now);
+                    seen_idle.push(l.bdf.clone());
+                    if now.saturating_sub(since) >= t.idle_after_ms {
+                        out.push(Finding {
+                            kind: Kind::IdlePartition,
+                            severity: Severity::Info,
+                            subject: l.bdf.clone(),
+                            gpu_id: l.gpu_id,
+                            saw: format!(
+                                "holds {} with GFX busy below 1% for {}",
+                                gib(v),
+                                duration(now - since)
+                            ),
+                            since_ms: since,
+                        });
                     }
                 }
                 if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot) {

@@ -22,12 +22,11 @@ pub fn model_of(command: &str) -> Option<(&'static str, String)> {
             .any(|a| a.ends_with(s) || a.contains(&format!("{s}.")) || a.contains(&format!("/{s}")))
     };
     let short = |m: String| m.rsplit('/').next().map_or(m.clone(), str::to_string);
-    if let Some(i) = args.iter().position(|a| a.ends_with("vllm")) {
-        if args.get(i + 1) == Some(&"serve") {
-            if let Some(m) = args.get(i + 2).filter(|m| !m.starts_with('-')) {
-                return Some(("vllm", short((*m).to_string())));
-            }
-        }
+    if let Some(i) = args.iter().position(|a| a.ends_with("vllm"))
+        && args.get(i + 1) == Some(&"serve")
+        && let Some(m) = args.get(i + 2).filter(|m| !m.starts_with('-'))
+    {
+        return Some(("vllm", short((*m).to_string())));
     }
     if has("vllm") || command.contains("vllm.entrypoints") {
         return flag(&["--model"]).map(|m| ("vllm", short(m)));

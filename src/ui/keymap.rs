@@ -327,12 +327,11 @@ impl Keymap {
         let mut km = Self::default();
         // The user file may name the preset itself.
         let mut preset = preset.to_string();
-        if let Some((_, text)) = user {
-            if let Ok(f) = toml::from_str::<File>(text) {
-                if let Some(p) = f.preset {
-                    preset = p;
-                }
-            }
+        if let Some((_, text)) = user
+            && let Ok(f) = toml::from_str::<File>(text)
+            && let Some(p) = f.preset
+        {
+            preset = p;
         }
         let default = BUILTIN[0].1;
         km.apply("keymaps/default.toml", default, &mut errors);

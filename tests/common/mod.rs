@@ -2,6 +2,8 @@
 //! and `wait_until` (never fixed sleeps).
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod nodes;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

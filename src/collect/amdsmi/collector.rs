@@ -211,14 +211,14 @@ impl AmdSmiCollector {
         let took = ms(t);
         self.keep(&ARGS_METRIC, &metric);
         self.keep(&ARGS_PROCESS, &process);
-        match metric.and_then(|o| parse_per_gpu::<MetricEntry>(o)) {
+        match metric.and_then(parse_per_gpu::<MetricEntry>) {
             Ok(m) => {
                 self.metric = Some((m, clock::now_ms()));
                 self.mark(SRC_METRIC, Ok(took));
             }
             Err(e) => self.mark(SRC_METRIC, Err(&e)),
         }
-        match process.and_then(|o| parse_per_gpu::<ProcessEntry>(o)) {
+        match process.and_then(parse_per_gpu::<ProcessEntry>) {
             Ok(p) => {
                 self.process = Some((p, clock::now_ms()));
                 self.mark(SRC_PROCESS, Ok(took));
@@ -226,9 +226,25 @@ impl AmdSmiCollector {
             Err(e) => self.mark(SRC_PROCESS, Err(&e)),
         }
         let mut snap = self.snapshot();
-        // PIDs of a recording belong to another host: only a live node is looked up in /proc.
-        if matches!(self.source, CommandSource::Live(_)) {
-            crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+        // PIDs of a recording belong to another host: only a live node is looked up in /proc;
+        // a replay gets the facts its recording kept.
+        match &self.source {
+            CommandSource::Live(_) => {
+                crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+                if let Some(rec) = self.recording.as_mut() {
+                    for p in &snap.processes {
+                        rec.processes
+                            .insert(p.pid, super::recording::ProcFacts::of(p));
+                    }
+                }
+            }
+            CommandSource::Replay(rec) => {
+                for p in &mut snap.processes {
+                    if let Some(f) = rec.processes.get(&p.pid) {
+                        f.apply(p);
+                    }
+                }
+            }
         }
         snap
     }

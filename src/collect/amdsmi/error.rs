@@ -24,7 +24,7 @@ pub enum AmdSmiError {
         error: String,
     },
     /// It did not answer in time (and was killed).
-    #[error("`{command}` did not answer within {}s; it was stopped. The last good values stay on screen", .after.as_secs_f32())]
+    #[error("timed out after {}s: `{command}` (stopped; the last good values stay on screen)", .after.as_secs_f32())]
     Timeout {
         /// Command line.
         command: String,

@@ -40,6 +40,72 @@ pub struct Recording {
     /// Partition files from sysfs (path → content), where readable.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// What /proc said about each GPU process (command line, user, start, owner).
+    #[serde(default)]
+    pub processes: BTreeMap<u32, ProcFacts>,
+}
+
+/// The /proc facts of one process, as recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcFacts {
+    /// Full command line.
+    pub command: Option<String>,
+    /// User.
+    pub user: Option<String>,
+    /// Parent.
+    pub ppid: Option<u32>,
+    /// Start, ms since epoch.
+    pub started_at_ms: Option<u64>,
+    /// Container id.
+    pub container_id: Option<String>,
+    /// systemd unit.
+    pub systemd_unit: Option<String>,
+    /// Kubernetes pod UID.
+    pub k8s_pod_uid: Option<String>,
+}
+
+impl ProcFacts {
+    /// Takes the facts from an enriched process.
+    pub fn of(p: &crate::domain::Process) -> Self {
+        Self {
+            command: p.command.clone(),
+            user: p.user.clone(),
+            ppid: p.ppid,
+            started_at_ms: p.started_at_ms,
+            container_id: p.container_id.clone(),
+            systemd_unit: p.systemd_unit.clone(),
+            k8s_pod_uid: p.k8s_pod_uid.clone(),
+        }
+    }
+
+    /// Puts them back on a replayed process, marked as recorded.
+    pub fn apply(&self, p: &mut crate::domain::Process) {
+        p.command.clone_from(&self.command);
+        p.user.clone_from(&self.user);
+        p.ppid = self.ppid;
+        p.started_at_ms = self.started_at_ms;
+        p.container_id.clone_from(&self.container_id);
+        p.systemd_unit.clone_from(&self.systemd_unit);
+        p.k8s_pod_uid.clone_from(&self.k8s_pod_uid);
+        for k in [
+            "command",
+            "user",
+            "ppid",
+            "started_at_ms",
+            "container_id",
+            "systemd_unit",
+            "k8s_pod_uid",
+        ] {
+            crate::domain::provenance::note(
+                &mut p.provenance,
+                k,
+                crate::domain::SourceKind::Procfs,
+                "/proc (recorded)",
+                0,
+                None,
+            );
+        }
+    }
 }
 
 /// Recording file problems.

@@ -54,9 +54,14 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui.muted"),
         )),
         Some(s) => {
+            // Counts and modes first; the host last (a recorded simulator has no real host).
+            let host = if s.host.starts_with("simulated:") {
+                String::new()
+            } else {
+                format!(" · {}", s.host)
+            };
             spans.push(Span::raw(format!(
-                "{} · {} GPUs · {} logical · {}",
-                s.host,
+                "{} GPUs · {} logical · {}{host}",
                 s.gpus.len(),
                 s.logical_count(),
                 modes(state)

@@ -11,6 +11,15 @@ pub fn gib(b: u64) -> String {
     }
 }
 
+/// Memory with its unit: "512M" below 1 GiB, "80.7G" above.
+pub fn mem(b: u64) -> String {
+    if b < 1 << 30 {
+        format!("{}M", b >> 20)
+    } else {
+        format!("{}G", gib(b))
+    }
+}
+
 /// An age: "3s", "2m", "1h".
 pub fn age(now_ms: u64, at_ms: u64) -> String {
     let s = now_ms.saturating_sub(at_ms) / 1000;
@@ -50,7 +59,6 @@ pub fn spark(samples: &[u64], width: usize) -> String {
     let tail = &samples[samples.len().saturating_sub(width)..];
     let mut s: String = " ".repeat(width - tail.len());
     for v in tail {
-        #[expect(clippy::cast_possible_truncation, reason = "0..=7")]
         s.push(LEVELS[((*v).min(100) * 7 / 100) as usize]);
     }
     s

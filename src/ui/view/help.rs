@@ -53,7 +53,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 ));
                 continue;
             } else {
-                format!("{} {}", format!("{:<11}", cut(k, 11)), doc)
+                format!("{:<11} {doc}", cut(k, 11))
             };
             let t = cut(&text, col_w.saturating_sub(1));
             spans.push(Span::styled(

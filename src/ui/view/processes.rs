@@ -1,7 +1,7 @@
 //! Processes: pid, user, name, logical GPU(s), VRAM, GTT, CU%, start time, container or unit,
 //! command line; sorted, filtered and grouped as the state's derived rows say.
 
-use super::fmt::{cut, gib, offset};
+use super::fmt::{cut, mem, offset};
 use crate::domain::snapshot::Process;
 use crate::ui::state::{Group, ProcRow, SortKey, State};
 use crate::ui::theme::Theme;
@@ -72,13 +72,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     Cell::from(cut(p.name.as_deref().unwrap_or("N/A"), 15)),
                     Cell::from(gpus),
                     Cell::from(if has_vram {
-                        format!("{:>6}", gib(vram))
+                        format!("{:>6}", mem(vram))
                     } else {
                         "   N/A".into()
                     }),
                 ];
                 if wide {
-                    cells.push(Cell::from(format!("{:>6}", gib(gtt))));
+                    cells.push(Cell::from(format!("{:>6}", mem(gtt))));
                 }
                 cells.push(Cell::from(
                     cu.map_or_else(|| "N/A".into(), |c| format!("{c:.0}%")),
@@ -165,7 +165,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         format!(" · filter {:?}", state.filter)
     };
     let title = format!(
-        " Processes: {shown} of {}{group}{filter} · VRAM in GiB ",
+        " Processes: {shown} of {}{group}{filter} ",
         snap.processes.len()
     );
     let t = Table::new(rows, widths)

@@ -1,0 +1,160 @@
+//! End to end in a real terminal (tmux): the whole application against the simulated node, and
+//! against an amd-smi that hangs. CI installs tmux; elsewhere the tests say they were skipped.
+#![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests panic on failure and say when skipped")]
+
+mod common;
+use common::wait_until;
+use std::path::Path;
+use std::process::Command;
+
+struct Tmux {
+    socket: String,
+    home: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn start(args: &str, w: u16, h: u16) -> Option<Self> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "tmux is required in CI (.ci/run installs it)"
+            );
+            eprintln!("SKIPPED: tmux is not installed");
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let socket = format!("partop-e2e-{}-{}", std::process::id(), w);
+        let cmd = format!(
+            "env HOME={h} XDG_STATE_HOME={h}/state XDG_CONFIG_HOME={h}/config {bin} {args}; echo EXITED $?; sleep 30",
+            h = home.path().display(),
+            bin = env!("CARGO_BIN_EXE_partop")
+        );
+        let ok = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "new-session",
+                "-d",
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+                &cmd,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux did not start");
+        Some(Self { socket, home })
+    }
+
+    fn screen(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            Command::new("tmux")
+                .args(["-L", &self.socket, "send-keys", k])
+                .status()
+                .unwrap();
+            // One key per send: an Esc followed at once by a key would read as Alt-key.
+            std::thread::sleep(std::time::Duration::from_millis(60));
+        }
+    }
+
+    fn wait_for(&self, text: &str) {
+        wait_until(&format!("{text:?} on screen"), || {
+            self.screen().contains(text)
+        });
+    }
+
+    fn alternate_on(&self) -> bool {
+        let o = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "display-message",
+                "-p",
+                "#{alternate_on}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+#[test]
+fn sim_views_filter_and_clean_quit() {
+    let Some(t) = Tmux::start("--sim", 80, 24) else {
+        return;
+    };
+    t.wait_for("SIMULATED: dpx-nps2-two-models");
+    t.wait_for("16 logical");
+    assert!(t.alternate_on());
+    t.keys(&["2"]);
+    t.wait_for("GPUs: 16 logical on 8 physical");
+    t.keys(&["3"]);
+    t.wait_for("Processes: 3 of 3");
+    t.keys(&["/", "q", "w", "e", "n", "Enter"]);
+    t.wait_for("Processes: 1 of 3");
+    assert!(t.screen().contains("vllm serve Qwen"), "{}", t.screen());
+    t.keys(&["Escape"]);
+    t.wait_for("Processes: 3 of 3");
+    t.keys(&["?"]);
+    t.wait_for("Filter processes by text");
+    t.keys(&["Escape", "q"]);
+    t.wait_for("EXITED 0");
+    assert!(!t.alternate_on(), "the alternate screen was left");
+    assert!(
+        !t.screen().contains("SIMULATED"),
+        "the UI is gone from the terminal"
+    );
+    // The simulated node was stopped: no state file, no workload left behind.
+    let sim = t.home.path().join("state/partop/sim");
+    let left: Vec<_> = std::fs::read_dir(&sim)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_hung_amd_smi_does_not_freeze_the_screen() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("amd-smi");
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 60;; esac\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(t) = Tmux::start(
+        &format!("--amd-smi {} --timeout 2", script.display()),
+        100,
+        30,
+    ) else {
+        return;
+    };
+    t.wait_for("waiting for the first sample");
+    // Keys work while every amd-smi call hangs.
+    t.keys(&["3"]);
+    t.wait_for("3 Processes");
+    t.keys(&["?"]);
+    t.wait_for("Help");
+    t.keys(&["Escape"]);
+    // After the per-call limit the sources are reported down, with the reason.
+    t.wait_for("timed out after 2s");
+    t.wait_for("DOWN");
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+    assert!(Path::new(&script).exists());
+}

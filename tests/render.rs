@@ -1,0 +1,149 @@
+//! Rendered screens, as text, for every view at 80x24 and 200x60 on recorded SPX/NPS1,
+//! DPX/NPS2 and CPX/NPS4 nodes, a stale source, the help overlay and a live finding. Review
+//! changes with `cargo insta review`.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::nodes::{T, pin, recorded};
+use partop::domain::findings::Thresholds;
+use partop::domain::snapshot::Health;
+use partop::ui::command::Command;
+use partop::ui::keymap::Keymap;
+use partop::ui::state::{Msg, State, update};
+use partop::ui::theme::Theme;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use std::path::Path;
+use std::sync::Arc;
+
+fn theme() -> Theme {
+    Theme::load("default", Path::new("/nonexistent")).0
+}
+
+fn state_for(node: &str, w: u16, h: u16) -> State {
+    let (km, _) = Keymap::load("default", None, false);
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    s.scenario = Some(node.to_string());
+    let snap = Arc::new(recorded(node));
+    for _ in 0..6 {
+        update(&mut s, Msg::Snapshot(Arc::clone(&snap)));
+    }
+    update(&mut s, Msg::Resize(w, h));
+    update(&mut s, Msg::Tick(T + 2000));
+    s
+}
+
+fn draw(s: &State, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    let th = theme();
+    t.draw(|f| partop::ui::view::render(f, s, &th)).unwrap();
+    format!("{}", t.backend())
+}
+
+const VIEWS: [(Command, &str); 5] = [
+    (Command::ViewOverview, "overview"),
+    (Command::ViewGpus, "gpus"),
+    (Command::ViewProcesses, "processes"),
+    (Command::ViewDetail, "detail"),
+    (Command::ViewFindings, "findings"),
+];
+
+fn all_views(node: &str) {
+    for (w, h) in [(80, 24), (200, 60)] {
+        for (cmd, name) in VIEWS {
+            let mut s = state_for(node, w, h);
+            // Detail shows the second logical GPU (a secondary where there is one).
+            update(&mut s, Msg::Command(Command::SelectNext));
+            update(&mut s, Msg::Command(cmd));
+            insta::assert_snapshot!(format!("{node}__{name}__{w}x{h}"), draw(&s, w, h));
+        }
+    }
+}
+
+#[test]
+fn spx_nps1_views() {
+    all_views("spx-nps1-one-model");
+}
+
+#[test]
+fn dpx_nps2_views() {
+    all_views("dpx-nps2-two-models");
+}
+
+#[test]
+fn cpx_nps4_views() {
+    all_views("cpx-nps4-small-models");
+}
+
+#[test]
+fn stale_source_is_marked_and_its_error_shown() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        let mut snap = (*s.snapshot.clone().unwrap()).clone();
+        let m = snap
+            .sources
+            .iter_mut()
+            .find(|x| x.name == "amd-smi metric")
+            .unwrap();
+        m.status = Health::Stale;
+        m.last_ok_ms = Some(T - 40_000);
+        m.error = Some("timed out after 10s: `amd-smi metric -u -p -t -m --json -g all` (stopped; the last good values stay on screen)".into());
+        update(&mut s, Msg::Snapshot(Arc::new(snap)));
+        update(&mut s, Msg::Tick(T + 2000));
+        let text = draw(&s, w, h);
+        assert!(text.contains("metric STALE 42s"), "{text}");
+        insta::assert_snapshot!(format!("stale_metric__{w}x{h}"), text);
+    }
+}
+
+#[test]
+fn help_overlay() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        update(&mut s, Msg::Command(Command::ViewProcesses));
+        update(&mut s, Msg::Command(Command::ToggleHelp));
+        let text = draw(&s, w, h);
+        assert!(text.contains("Filter processes by text"), "{text}");
+        insta::assert_snapshot!(format!("help__{w}x{h}"), text);
+    }
+}
+
+#[test]
+fn noisy_neighbour_finding() {
+    let mut s = state_for("noisy-neighbour", 100, 30);
+    let mut later = recorded("noisy-neighbour");
+    pin(&mut later, T + 45_000);
+    update(&mut s, Msg::Snapshot(Arc::new(later)));
+    update(&mut s, Msg::Tick(T + 46_000));
+    update(&mut s, Msg::Command(Command::ViewFindings));
+    let text = draw(&s, 100, 30);
+    assert!(
+        text.contains("noisy neighbour · GPU 1 (0000:05:00.1)"),
+        "{text}"
+    );
+    insta::assert_snapshot!("noisy_neighbour__100x30", text);
+}
+
+#[test]
+fn monochrome_keeps_partitions_and_staleness_apart_without_colour() {
+    let th = Theme::load("monochrome", Path::new("/nonexistent")).0;
+    let mut s = state_for("dpx-nps2-two-models", 80, 24);
+    let mut snap = (*s.snapshot.clone().unwrap()).clone();
+    snap.sources[1].status = Health::Stale;
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    t.draw(|f| partop::ui::view::render(f, &s, &th)).unwrap();
+    let buf = t.backend().buffer();
+    let mut stale_reversed = false;
+    for x in 0..80 {
+        let c = &buf[(x, 1)];
+        if c.symbol() == "S" && c.modifier.contains(ratatui::style::Modifier::REVERSED) {
+            stale_reversed = true;
+        }
+        assert!(
+            matches!(c.fg, ratatui::style::Color::Reset),
+            "colour used at ({x},1)"
+        );
+    }
+    assert!(stale_reversed, "STALE must stand out in monochrome");
+}
