@@ -80,6 +80,12 @@ pub enum Cmd {
     },
     /// Validate themes, keymaps and config; print every problem with file, line and column.
     CheckConfig,
+    /// Print the effective key bindings (from the command list and the keymap files).
+    Keys {
+        /// The keymap reference as Markdown (what docs/keymap.md holds).
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Print shell completions.
     Completions {
         /// Shell.

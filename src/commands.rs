@@ -104,6 +104,15 @@ pub fn main(cli: Cli) -> Result<u8> {
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Some(Cmd::Keys { markdown }) => {
+            if markdown {
+                out(&crate::ui::keymap::reference_markdown())?;
+            } else {
+                let loaded = crate::ui::config::load(&crate::paths::config_dir(), cli.theme.as_deref(), cli.keymap.as_deref(), cli.read_only);
+                out(&crate::ui::keymap::effective_text(&loaded.keymap))?;
+            }
+            Ok(exit::OK)
+        }
         Some(Cmd::Man) => {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
             Ok(exit::OK)
