@@ -108,7 +108,12 @@ pub fn main(cli: Cli) -> Result<u8> {
             if markdown {
                 out(&crate::ui::keymap::reference_markdown())?;
             } else {
-                let loaded = crate::ui::config::load(&crate::paths::config_dir(), cli.theme.as_deref(), cli.keymap.as_deref(), cli.read_only);
+                let loaded = crate::ui::config::load(
+                    &crate::paths::config_dir(),
+                    cli.theme.as_deref(),
+                    cli.keymap.as_deref(),
+                    cli.read_only,
+                );
                 out(&crate::ui::keymap::effective_text(&loaded.keymap))?;
             }
             Ok(exit::OK)

@@ -1,6 +1,10 @@
 //! End to end in a real terminal (tmux): the whole application against the simulated node, and
 //! against an amd-smi that hangs. CI installs tmux; elsewhere the tests say they were skipped.
-#![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests panic on failure and say when skipped")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stderr,
+    reason = "tests panic on failure and say when skipped"
+)]
 
 mod common;
 use common::wait_until;

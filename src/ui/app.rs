@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            match event::poll(Duration::from_millis(100)) {
+            match event::poll(Duration::from_millis(250)) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(_) => break,
@@ -55,9 +55,13 @@ pub async fn run(
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut dirty = true;
+    let mut last_draw = std::time::Instant::now();
     loop {
-        // Every wake-up is a key, a snapshot or a tick: each changes what is on screen.
-        terminal.draw(|f| view::render(f, &state, theme))?;
+        if dirty {
+            terminal.draw(|f| view::render(f, &state, theme))?;
+            last_draw = std::time::Instant::now();
+        }
         let effects = tokio::select! {
             Some(m) = rx.recv() => update(&mut state, m),
             r = snapshots.changed() => {
@@ -67,11 +71,25 @@ pub async fn run(
                 let s = Arc::clone(&snapshots.borrow_and_update());
                 update(&mut state, Msg::Snapshot(s))
             }
-            _ = tick.tick() => update(&mut state, Msg::Tick(clock::now_ms())),
+            _ = tick.tick() => {
+                // Ages on screen move once a second: a tick redraws only if nothing else has.
+                dirty = last_draw.elapsed() >= Duration::from_millis(950);
+                let e = update(&mut state, Msg::Tick(clock::now_ms()));
+                for effect in &e {
+                    if *effect == Effect::Quit {
+                        dirty = false;
+                    }
+                }
+                if !dirty {
+                    continue;
+                }
+                e
+            }
             _ = term.recv() => vec![Effect::Quit],
             _ = hup.recv() => vec![Effect::Quit],
             _ = int.recv() => vec![Effect::Quit],
         };
+        dirty = true;
         let mut quit = false;
         for e in effects {
             match e {

@@ -32,8 +32,8 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         loaded.config.refresh_secs
     };
     let refresh = Duration::from_secs_f64(refresh.max(0.2));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread is plenty: collection mostly waits on amd-smi, and input has its own thread.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());

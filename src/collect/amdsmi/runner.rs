@@ -129,11 +129,17 @@ impl Runner {
         Ok(RawOutput {
             command,
             code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stdout: utf8(out.stdout),
+            stderr: utf8(out.stderr),
             took: start.elapsed(),
         })
     }
+}
+
+/// Takes the bytes as text without copying when they are valid UTF-8 (they always are from
+/// amd-smi; anything else is replaced, never rejected).
+fn utf8(b: Vec<u8>) -> String {
+    String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 impl RawOutput {

@@ -1,0 +1,241 @@
+//! The command line as a user meets it: snapshot on the simulator and on a recording, every
+//! bad-input path of the amd-smi collector through a real subprocess, check-config, keys,
+//! completions and the man page.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::{Out, partop, run};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+fn fake(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("amd-smi");
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn snapshot_with(script: &Path) -> Out {
+    run(
+        partop()
+            .args(["snapshot", "--timeout", "3", "--amd-smi"])
+            .arg(script),
+        "",
+    )
+}
+
+const VERSION: &str = "version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';;";
+
+#[test]
+fn snapshot_json_on_the_simulator_has_the_documented_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        partop().env("XDG_STATE_HOME", dir.path()).args([
+            "snapshot",
+            "--json",
+            "--sim",
+            "cpx-nps4-small-models",
+        ]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    for k in ["host", "taken_at", "sources", "gpus", "processes"] {
+        assert!(v.get(k).is_some(), "{k} missing");
+    }
+    assert!(
+        v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "ok" && s["version"].as_str().unwrap().contains("ROCm 7.0.2"))
+    );
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 8);
+    assert_eq!(gpus[0]["compute_partition"], "CPX");
+    assert_eq!(gpus[0]["memory_partition"], "NPS4");
+    let parts = gpus[0]["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 8);
+    assert_eq!(parts[3]["gpu_id"], 3);
+    assert_eq!(parts[3]["cu_count"], 38);
+    assert!(parts[3]["vram_total_bytes"].as_u64().unwrap() > 20 << 30);
+    let p = &v["processes"][0];
+    assert!(p["gpus"][0]["vram_bytes"].as_u64().unwrap() > 1 << 30);
+    assert!(p["command"].as_str().unwrap().contains("vllm serve"), "{p}");
+    // The simulated node is gone afterwards.
+    let sim = dir.path().join("partop/sim");
+    assert!(
+        std::fs::read_dir(&sim).map(|d| d.count()).unwrap_or(0) == 0,
+        "state left behind"
+    );
+}
+
+#[test]
+fn snapshot_of_a_recording() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/spx-nps1-one-model.json");
+    let o = run(partop().arg("--replay").arg(&rec).arg("snapshot"), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("SPX/NPS1") && !o.stdout.contains("[SIMULATED NODE]"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("0000:05:00.0"));
+}
+
+#[test]
+fn amd_smi_not_found_says_where_it_looked_and_suggests_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(partop().env("PATH", dir.path()).arg("snapshot"), "");
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("amd-smi not found")
+            && o.stderr.contains(&dir.path().display().to_string())
+            && o.stderr.contains("/opt/rocm/bin")
+            && o.stderr.contains("--sim"),
+        "{}",
+        o.stderr
+    );
+    let o = snapshot_with(Path::new("/nonexistent/amd-smi"));
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("/nonexistent/amd-smi"));
+}
+
+#[test]
+fn output_that_is_not_json_is_quoted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = fake(
+        dir.path(),
+        &format!("case \"$1\" in {VERSION} *) echo 'Traceback: amdsmi init failed';; esac"),
+    );
+    let o = snapshot_with(&s);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("not JSON")
+            && o.stderr.contains("amdsmi init failed")
+            && o.stderr.contains("amd-smi list"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn missing_groups_gets_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = fake(
+        dir.path(),
+        &format!(
+            "case \"$1\" in {VERSION} *) echo 'WARNING: User is missing the following required groups: render, video. Please add user to these groups.'; exit 1;; esac"
+        ),
+    );
+    let o = snapshot_with(&s);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("usermod -aG video,render"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn a_failing_metric_read_gives_partial_data_and_exit_3() {
+    let node = common::Node::start("dpx-nps2-two-models");
+    let dir = tempfile::tempdir().unwrap();
+    let s = fake(
+        dir.path(),
+        &format!(
+            "case \"$1\" in metric) echo 'GPU: 0'; echo '    [AMDSMI_STATUS_DRM_ERROR] Unable to read metrics';; *) exec {} sim amd-smi --state {} \"$@\";; esac",
+            env!("CARGO_BIN_EXE_partop"),
+            node.state.display()
+        ),
+    );
+    let o = snapshot_with(&s);
+    assert_eq!(o.code, 3, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("DPX/NPS2"), "static data still shown");
+    assert!(o.stderr.contains("AMDSMI_STATUS_DRM_ERROR"), "{}", o.stderr);
+}
+
+#[test]
+fn an_unexpected_shape_names_the_command_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = fake(
+        dir.path(),
+        &format!(
+            "case \"$1\" in {VERSION} list) echo '[{{\"gpu\": \"zero\"}}]';; *) echo '[]';; esac"
+        ),
+    );
+    let o = snapshot_with(&s);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("amd-smi list -e --json -g all") && o.stderr.contains("[0].gpu"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn check_config_reports_locations_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("partop");
+    std::fs::create_dir_all(cfg.join("themes")).unwrap();
+    let o = run(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .arg("check-config"),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(o.stdout.contains("configuration OK"));
+    std::fs::write(
+        cfg.join("config.toml"),
+        "theme = \"default\"\nrefresh_secs = \"fast\"\n",
+    )
+    .unwrap();
+    std::fs::write(cfg.join("keymap.toml"), "[global]\n\"x\" = \"qiut\"\n").unwrap();
+    std::fs::write(
+        cfg.join("themes/mine.toml"),
+        "inherits = \"default\"\n[styles]\n\"ui\" = { fg = \"nocolour\" }\n",
+    )
+    .unwrap();
+    let o = run(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .arg("check-config"),
+        "",
+    );
+    assert_eq!(o.code, 2);
+    assert!(o.stdout.contains("config.toml:2:16"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("keymap.toml:2:7") && o.stdout.contains("did you mean \"quit\""),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("unknown colour \"nocolour\""),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn completions_man_keys_and_help() {
+    let o = run(partop().args(["completions", "bash"]), "");
+    assert!(o.code == 0 && o.stdout.contains("partop"));
+    let o = run(partop().arg("man"), "");
+    assert!(o.code == 0 && o.stdout.contains(".TH partop"));
+    let o = run(partop().args(["keys"]), "");
+    assert!(
+        o.stdout.contains("global     q            quit"),
+        "{}",
+        o.stdout
+    );
+    for sub in ["snapshot", "sim", "record", "check-config", "keys"] {
+        let o = run(partop().args([sub, "--help"]), "");
+        assert_eq!(o.code, 0, "{sub} --help");
+    }
+    let o = run(partop().args(["sim", "list"]), "");
+    for (name, _) in partop::sim::scenario::BUILTIN {
+        assert!(o.stdout.contains(name));
+    }
+}
