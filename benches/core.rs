@@ -9,7 +9,8 @@
 )]
 
 use partop::collect::amdsmi::collector::{
-    ARGS_LIST, ARGS_METRIC, ARGS_PARTITION, ARGS_PROCESS, ARGS_STATIC, parse_per_gpu, parse_static,
+    ARGS_LIST, ARGS_METRIC, ARGS_PARTITION_ROOT, ARGS_PROCESS, ARGS_STATIC, parse_per_gpu,
+    parse_static,
 };
 use partop::collect::amdsmi::recording::Recording;
 use partop::collect::amdsmi::runner::RawOutput;
@@ -117,7 +118,7 @@ fn main() {
     let (st, _) = parse_static(
         Ok(raw(&rec, &ARGS_LIST)),
         Ok(raw(&rec, &ARGS_STATIC)),
-        Some(Ok(raw(&rec, &ARGS_PARTITION))),
+        Some(Ok(raw(&rec, &ARGS_PARTITION_ROOT))),
         0,
     )
     .unwrap();

@@ -176,20 +176,26 @@ impl AmdSmiCollector {
             .version
             .as_ref()
             .map_or(Family::Rocm7, AmdSmiVersion::family);
+        // The accelerator profiles (what can be combined) need root.
+        let part_args: &[&str] = if nix::unistd::geteuid().is_root() {
+            &ARGS_PARTITION_ROOT
+        } else {
+            &ARGS_PARTITION
+        };
         let (list, stat, part) =
             tokio::join!(self.call(&ARGS_LIST), self.call(&ARGS_STATIC), async {
                 if family == Family::Rocm7 {
-                    Some(self.call(&ARGS_PARTITION).await)
+                    Some((part_args, self.call(part_args).await))
                 } else {
                     None
                 }
             });
         self.keep(&ARGS_LIST, &list);
         self.keep(&ARGS_STATIC, &stat);
-        if let Some(p) = &part {
-            self.keep(&ARGS_PARTITION, p);
+        if let Some((args, p)) = &part {
+            self.keep(args, p);
         }
-        parse_static(list, stat, part, clock::now_ms())
+        parse_static(list, stat, part.map(|(_, p)| p), clock::now_ms())
     }
 
     /// One collection. Never fails: errors become source health, and the last good values stay.
@@ -288,6 +294,8 @@ pub const ARGS_STATIC: [&str; 9] = [
 ];
 /// The partition read (7.x).
 pub const ARGS_PARTITION: [&str; 4] = ["partition", "-c", "-m", "--json"];
+/// The partition read as root (adds the accelerator profiles).
+pub const ARGS_PARTITION_ROOT: [&str; 5] = ["partition", "-c", "-m", "-a", "--json"];
 /// The metric read.
 pub const ARGS_METRIC: [&str; 8] = ["metric", "-u", "-p", "-t", "-m", "--json", "-g", "all"];
 /// The process read.

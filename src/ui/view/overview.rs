@@ -155,7 +155,12 @@ fn render_compact(
     selected: Option<&str>,
 ) {
     let Some(snap) = &state.snapshot else { return };
-    let per = 2u16;
+    // Three lines per GPU (title, XCDs, HBM) when they fit, else two (HBM summarised).
+    let per: u16 = if usize::from(area.height) >= snap.gpus.len() * 3 {
+        3
+    } else {
+        2
+    };
     let fit = usize::from(area.height / per).max(1);
     let sel = snap
         .gpus
@@ -205,24 +210,25 @@ fn render_compact(
             },
         );
         let map = PartitionMap::from_gpu(g, theme);
+        let map_w = area.width.min(76);
         frame.render_widget(
             &map,
             Rect {
                 x: area.x,
                 y: y + 1,
-                width: area.width.min(60),
-                height: 1,
+                width: map_w,
+                height: per - 1,
             },
         );
-        let n_dom = g.memory_partition.map_or(1, |m| m.domains());
-        let mem = format!(" HBM {} domain{}", n_dom, if n_dom == 1 { "" } else { "s" });
-        if area.width > 62 {
+        if per == 2 && area.width > map_w + 2 {
+            let n_dom = g.memory_partition.map_or(1, |m| m.domains());
+            let mem = format!(" HBM {} domain{}", n_dom, if n_dom == 1 { "" } else { "s" });
             frame.render_widget(
                 Paragraph::new(mem).style(theme.get("ui.muted")),
                 Rect {
-                    x: area.x + 60,
+                    x: area.x + map_w,
                     y: y + 1,
-                    width: area.width - 60,
+                    width: area.width - map_w,
                     height: 1,
                 },
             );
