@@ -91,6 +91,7 @@ fn with_processes(mut s: Snapshot, n: u32) -> Snapshot {
                 gtt_bytes: Some(2 << 20),
                 cu_occupancy: Some(i % 38),
                 cu_percent: Some(f64::from(i % 38) * 100.0 / 38.0),
+                ..GpuUse::default()
             }],
             ..Process::default()
         })

@@ -4,6 +4,8 @@
 
 pub mod amdsmi;
 pub mod clock;
+pub mod holders;
 pub mod host;
+pub mod kfd;
 pub mod procinfo;
 pub mod task;

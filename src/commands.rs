@@ -27,6 +27,7 @@ impl Drop for SimGuard {
         let _ = session::stop(&self.state, Duration::from_secs(2));
         let _ = std::fs::remove_file(&self.state);
         let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
+        let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
     }
 }
 
@@ -39,6 +40,8 @@ pub struct Node {
     pub sim: Option<SimGuard>,
     /// Scenario name, when simulated.
     pub scenario: Option<String>,
+    /// Where GPU holders are looked for (None for a recording).
+    pub roots: Option<crate::collect::holders::Roots>,
 }
 
 /// Opens the source the flags name.
@@ -61,6 +64,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         };
         return Ok(Node {
             source: CommandSource::Live(runner),
+            roots: Some(crate::sim::session::roots(&state)),
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
         });
@@ -71,6 +75,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             source: CommandSource::Replay(std::sync::Arc::new(rec)),
             sim: None,
             scenario: None,
+            roots: None,
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
@@ -81,6 +86,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         }),
         sim: None,
         scenario: None,
+        roots: Some(crate::collect::holders::Roots::host()),
     })
 }
 
@@ -132,6 +138,7 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
     collector.simulated = node.sim.is_some();
+    collector.holder_roots.clone_from(&node.roots);
     let snap = rt.block_on(collector.sample());
     let failed: Vec<String> = snap
         .sources
@@ -164,6 +171,7 @@ fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
         .enable_all()
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
+    collector.holder_roots.clone_from(&node.roots);
     collector.start_recording(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());
     let mut rec = collector.take_recording().unwrap_or_default();

@@ -92,6 +92,7 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
         let stat_src = "/proc/PID/stat";
         if let Ok(st) = proc_.stat() {
             p.ppid = u32::try_from(st.ppid).ok();
+            p.start_ticks = Some(st.starttime);
             p.started_at_ms = boot_ms.map(|b| b + st.starttime * 1000 / tps.max(1));
             note(
                 &mut p.provenance,

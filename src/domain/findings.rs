@@ -31,6 +31,8 @@ pub enum Kind {
     NoisyNeighbour,
     /// Memory held, nothing done.
     IdlePartition,
+    /// A process holds GPU device files but amd-smi does not list it (it still blocks reloads).
+    UnlistedHolder,
 }
 
 /// One finding.
@@ -87,6 +89,7 @@ pub struct Tracker {
     pub thresholds: Thresholds,
     idle_since: HashMap<String, u64>,
     hot_since: HashMap<String, u64>,
+    unlisted_since: HashMap<u32, u64>,
 }
 
 /// "12m 5s", "40s".
@@ -167,6 +170,33 @@ impl Tracker {
         }
         self.idle_since.retain(|k, _| seen_idle.contains(k));
         self.hot_since.retain(|k, _| seen_hot.contains(k));
+        let mut seen_pids = Vec::new();
+        for p in &snap.processes {
+            let nodes = p.gpus.iter().filter(|u| u.render_open).count();
+            if p.listed_by_amdsmi || (!p.holds_kfd && nodes == 0) {
+                continue;
+            }
+            let since = *self.unlisted_since.entry(p.pid).or_insert(now);
+            seen_pids.push(p.pid);
+            let what = p
+                .agent
+                .clone()
+                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            let holds = match (p.holds_kfd, nodes) {
+                (true, 0) => "/dev/kfd (every GPU)".to_string(),
+                (true, n) => format!("/dev/kfd and {n} render node(s)"),
+                (false, n) => format!("{n} render node(s)"),
+            };
+            out.push(Finding {
+                kind: Kind::UnlistedHolder,
+                severity: if p.agent.is_some() { Severity::Info } else { Severity::Warn },
+                subject: format!("pid {}", p.pid),
+                gpu_id: p.gpus.first().map_or(0, |u| u.gpu_id),
+                saw: format!("pid {} {what} holds {holds} but amd-smi does not list it; it blocks driver reloads and partition changes until it stops ({})", p.pid, duration(now - since)),
+                since_ms: since,
+            });
+        }
+        self.unlisted_since.retain(|k, _| seen_pids.contains(k));
         out
     }
 

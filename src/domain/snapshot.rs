@@ -162,6 +162,19 @@ pub struct GpuUse {
     pub cu_occupancy: Option<u32>,
     /// CU occupancy as a percentage of the logical GPU's CUs.
     pub cu_percent: Option<f64>,
+    /// SDMA (copy engine) time, microseconds (KFD).
+    #[serde(default)]
+    pub sdma_us: Option<u64>,
+    /// It has this GPU's render node open.
+    #[serde(default)]
+    pub render_open: bool,
+}
+
+impl GpuUse {
+    /// Attached (a context or an open node) but using nothing: what HIP does to every visible GPU.
+    pub fn attached_only(&self) -> bool {
+        self.vram_bytes.unwrap_or(0) == 0 && self.cu_occupancy.unwrap_or(0) == 0
+    }
 }
 
 /// A process holding one or more logical GPUs.
@@ -192,6 +205,22 @@ pub struct Process {
     /// Kubernetes pod UID, from the cgroup.
     #[serde(default)]
     pub k8s_pod_uid: Option<String>,
+    /// Start time in clock ticks since boot (/proc/PID/stat): with the pid, the process's
+    /// identity, checked before every signal so a reused pid is never hit.
+    #[serde(default)]
+    pub start_ticks: Option<u64>,
+    /// It has /dev/kfd open (a ROCm process, or an agent): it blocks driver reloads.
+    #[serde(default)]
+    pub holds_kfd: bool,
+    /// amd-smi lists it (false: found only from /proc).
+    #[serde(default)]
+    pub listed_by_amdsmi: bool,
+    /// A known node agent (gpuagent, the metrics exporter, the device plugin).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES, where readable.
+    #[serde(default)]
+    pub visible_devices: std::collections::BTreeMap<String, String>,
     /// Per logical GPU.
     pub gpus: Vec<GpuUse>,
     /// Origin of every field above.

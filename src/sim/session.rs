@@ -109,6 +109,7 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
         error: e.to_string(),
     })?;
     let index = state.placement_index(i);
+    let devices = device_files(state, i, state_path);
     if state.workloads[i].spec.kind == Kind::ModelServer && state.workloads[i].port == 0 {
         // The workload reads its port from the state file: write it before spawning.
         state.workloads[i].port = free_port();
@@ -133,7 +134,11 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
     let mut cmd = Command::new(exe);
     cmd.arg0(&shown[0]).args(&shown[1..]);
     cmd.env(super::workload::ENV_NAME, &w.spec.name)
-        .env(super::workload::ENV_STATE, state_path);
+        .env(super::workload::ENV_STATE, state_path)
+        .env(
+            super::workload::ENV_DEVICES,
+            std::env::join_paths(&devices).unwrap_or_default(),
+        );
     if let Some(ix) = index {
         cmd.env("HIP_VISIBLE_DEVICES", ix.to_string());
     }
@@ -293,6 +298,37 @@ pub fn status(state: &SimState) -> String {
         );
     }
     o
+}
+
+/// Where the simulated node's device files live (`STATE.dev/kfd`, `STATE.dev/dri/renderD*`):
+/// workloads hold them open, so partop's /proc scan finds them exactly as on a real node.
+pub fn roots(state_path: &Path) -> crate::collect::holders::Roots {
+    crate::collect::holders::Roots {
+        proc_root: "/proc".into(),
+        sys_root: state_path.with_extension("sys"),
+        dev_root: state_path.with_extension("dev"),
+    }
+}
+
+/// Creates the device files a workload opens: /dev/kfd for all, plus its render node.
+fn device_files(state: &SimState, i: usize, state_path: &Path) -> Vec<PathBuf> {
+    let dev = state_path.with_extension("dev");
+    let _ = std::fs::create_dir_all(dev.join("dri"));
+    let mut files = vec![dev.join("kfd")];
+    let w = &state.workloads[i];
+    if w.spec.kind != Kind::Agent && state.placement_index(i).is_some() {
+        files.push(dev.join(format!(
+            "dri/renderD{}",
+            128 + 8 * w.spec.gpu + w.spec.partition
+        )));
+    }
+    for f in &files {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(f);
+    }
+    files
 }
 
 /// The state file `--sim` uses: one per partop process, under the XDG state dir.

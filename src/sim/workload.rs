@@ -17,6 +17,9 @@ pub const ENV_NAME: &str = "PARTOP_SIM_WORKLOAD";
 /// Environment variable with the state file of that workload.
 pub const ENV_STATE: &str = "PARTOP_SIM_WORKLOAD_STATE";
 
+/// Environment variable with the device files the workload holds open (`:`-separated).
+pub const ENV_DEVICES: &str = "PARTOP_SIM_WORKLOAD_DEVICES";
+
 /// If this process was started as a simulated workload, runs it and returns its exit status.
 pub fn from_env() -> Option<i32> {
     let name = std::env::var(ENV_NAME).ok()?;
@@ -87,6 +90,15 @@ pub fn run(state_path: &Path, name: &str) -> i32 {
     if signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).is_err() {
         return 1;
     }
+    // Hold the simulated device files open for the process's life, as a ROCm process holds
+    // /dev/kfd and its render node.
+    let _held: Vec<std::fs::File> = std::env::var_os(ENV_DEVICES)
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter_map(|p| std::fs::File::open(p).ok())
+                .collect()
+        })
+        .unwrap_or_default();
     let spec = state.workloads[i].spec.clone();
     // comm (what amd-smi and top show) as the real process would have it.
     if let Ok(c) = std::ffi::CString::new(spec.comm.clone().unwrap_or_else(|| "python3".into())) {

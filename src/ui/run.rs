@@ -38,6 +38,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
     collector.simulated = node.sim.is_some();
+    collector.holder_roots.clone_from(&node.roots);
     let thresholds = Thresholds {
         #[expect(
             clippy::cast_possible_truncation,

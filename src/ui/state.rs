@@ -326,10 +326,12 @@ impl State {
                 }
                 ProcRow::Heading(_) => None,
             },
-            View::Findings => self
-                .findings
-                .get(self.finding_sel)
-                .map(|f| DetailTarget::Gpu(f.subject.clone())),
+            View::Findings => self.findings.get(self.finding_sel).map(|f| {
+                match f.subject.strip_prefix("pid ").and_then(|p| p.parse().ok()) {
+                    Some(pid) => DetailTarget::Process(pid),
+                    None => DetailTarget::Gpu(f.subject.clone()),
+                }
+            }),
             _ => snap
                 .logical()
                 .nth(self.gpu_sel)

@@ -661,6 +661,7 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 let mut p = Process {
                     pid: info.pid,
                     name: info.name.0.clone(),
+                    listed_by_amdsmi: true,
                     ..Process::default()
                 };
                 rec(
@@ -734,6 +735,7 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 gtt_bytes: gtt,
                 cu_occupancy: cu,
                 cu_percent,
+                ..GpuUse::default()
             });
         }
     }

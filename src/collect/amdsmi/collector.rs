@@ -34,7 +34,15 @@ pub struct AmdSmiCollector {
     host: String,
     /// Marks snapshots as simulated.
     pub simulated: bool,
+    /// Where to look for GPU holders (None: amd-smi's list only).
+    pub holder_roots: Option<crate::collect::holders::Roots>,
+    holders: Vec<crate::collect::holders::Holder>,
+    kfd_nodes: Vec<crate::collect::kfd::KfdNode>,
+    samples: u64,
 }
+
+/// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
+const HOLDER_SCAN_EVERY: u64 = 5;
 
 fn status(name: &str) -> SourceStatus {
     SourceStatus {
@@ -71,6 +79,10 @@ impl AmdSmiCollector {
             generation: 0,
             host,
             simulated: false,
+            holder_roots: None,
+            holders: Vec::new(),
+            kfd_nodes: Vec::new(),
+            samples: 0,
         }
     }
 
@@ -110,6 +122,7 @@ impl AmdSmiCollector {
     /// Forces a static re-read on the next sample (after a repartition).
     pub fn invalidate_static(&mut self) {
         self.statics = None;
+        self.samples = 0;
     }
 
     fn mark(&mut self, name: &str, r: Result<u64, &AmdSmiError>) {
@@ -236,6 +249,22 @@ impl AmdSmiCollector {
         // a replay gets the facts its recording kept.
         match &self.source {
             CommandSource::Live(_) => {
+                if let Some(roots) = &self.holder_roots {
+                    if self.samples.is_multiple_of(HOLDER_SCAN_EVERY) {
+                        self.holders = crate::collect::holders::scan(roots);
+                        self.kfd_nodes = crate::collect::kfd::topology(&roots.sys_root);
+                    } else {
+                        self.holders
+                            .retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
+                    }
+                    crate::collect::holders::merge(
+                        &mut snap,
+                        &self.holders,
+                        &self.kfd_nodes,
+                        &roots.sys_root,
+                    );
+                }
+                self.samples += 1;
                 crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
                 if let Some(rec) = self.recording.as_mut() {
                     for p in &snap.processes {

@@ -335,6 +335,60 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 Span::styled(format!("{:<22}", "command"), theme.get("table.header")),
                 Span::raw(p.command.clone().unwrap_or_else(|| "N/A".into())),
             ]));
+            lines.push(row(
+                state,
+                theme,
+                "holds /dev/kfd",
+                Some(
+                    if p.holds_kfd {
+                        "yes: blocks driver reloads"
+                    } else {
+                        "no"
+                    }
+                    .into(),
+                ),
+                pv,
+                "holds_kfd",
+            ));
+            lines.push(row(
+                state,
+                theme,
+                "listed by amd-smi",
+                Some(
+                    if p.listed_by_amdsmi {
+                        "yes"
+                    } else {
+                        "no: found from /proc"
+                    }
+                    .into(),
+                ),
+                pv,
+                "listed",
+            ));
+            if let Some(a) = &p.agent {
+                lines.push(row(
+                    state,
+                    theme,
+                    "node agent",
+                    Some(a.clone()),
+                    pv,
+                    "agent",
+                ));
+            }
+            let vis = p
+                .visible_devices
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            lines.push(row(
+                state,
+                theme,
+                "visible devices",
+                (!vis.is_empty()).then_some(vis),
+                pv,
+                "visible_devices",
+            ));
             for u in &p.gpus {
                 lines.push(Line::raw(""));
                 lines.push(Line::styled(

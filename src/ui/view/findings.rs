@@ -42,6 +42,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         let kind = match f.kind {
             Kind::NoisyNeighbour => "noisy neighbour",
             Kind::IdlePartition => "idle partition",
+            Kind::UnlistedHolder => "holder amd-smi does not list",
         };
         let sel = if i == state.finding_sel {
             theme.get("table.row.selected")
@@ -51,12 +52,20 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::styled(format!("{word} "), style),
             Span::styled(
-                format!(
-                    "{kind} · GPU {} ({}) · since {} ago",
-                    f.gpu_id,
-                    f.subject,
-                    duration(state.now_ms.saturating_sub(f.since_ms))
-                ),
+                if f.kind == Kind::UnlistedHolder {
+                    format!(
+                        "{kind} · {} · since {} ago",
+                        f.subject,
+                        duration(state.now_ms.saturating_sub(f.since_ms))
+                    )
+                } else {
+                    format!(
+                        "{kind} · GPU {} ({}) · since {} ago",
+                        f.gpu_id,
+                        f.subject,
+                        duration(state.now_ms.saturating_sub(f.since_ms))
+                    )
+                },
                 sel,
             ),
         ]));

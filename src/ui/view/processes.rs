@@ -15,6 +15,18 @@ fn started(now: u64, p: &Process) -> String {
         .map_or_else(|| "N/A".into(), |t| super::fmt::age(now, t))
 }
 
+/// The name, marked `*` when amd-smi does not list the process and `@` for a node agent.
+fn name_cell(p: &Process) -> String {
+    let mark = if p.agent.is_some() {
+        "@"
+    } else if !p.listed_by_amdsmi {
+        "*"
+    } else {
+        ""
+    };
+    format!("{mark}{}", p.name.as_deref().unwrap_or("N/A"))
+}
+
 fn owner(p: &Process) -> String {
     p.k8s_pod_uid
         .as_ref()
@@ -54,11 +66,27 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .iter()
                     .filter(|g| gpu.is_none_or(|x| x == g.gpu_id))
                     .collect();
-                let gpus = uses
+                // Attached-only GPUs (HIP opens every visible one) are left out; /dev/kfd alone is "kfd".
+                let active: Vec<String> = uses
                     .iter()
+                    .filter(|g| !g.attached_only())
                     .map(|g| g.gpu_id.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",");
+                    .collect();
+                let gpus = if !active.is_empty() {
+                    active.join(",")
+                } else if !uses.is_empty() {
+                    format!(
+                        "({})",
+                        uses.iter()
+                            .map(|g| g.gpu_id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                } else if p.holds_kfd {
+                    "kfd".to_string()
+                } else {
+                    String::new()
+                };
                 let vram: u64 = uses.iter().filter_map(|g| g.vram_bytes).sum();
                 let gtt: u64 = uses.iter().filter_map(|g| g.gtt_bytes).sum();
                 let cu = uses
@@ -69,7 +97,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 let mut cells = vec![
                     Cell::from(format!("{:>7}", p.pid)),
                     Cell::from(cut(p.user.as_deref().unwrap_or("N/A"), 10)),
-                    Cell::from(cut(p.name.as_deref().unwrap_or("N/A"), 15)),
+                    Cell::from(cut(&name_cell(p), 15)),
                     Cell::from(gpus),
                     Cell::from(if has_vram {
                         format!("{:>6}", mem(vram))
@@ -165,7 +193,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         format!(" · filter {:?}", state.filter)
     };
     let title = format!(
-        " Processes: {shown} of {}{group}{filter} ",
+        " Processes: {shown} of {}{group}{filter} · * not listed by amd-smi · @ node agent ",
         snap.processes.len()
     );
     let t = Table::new(rows, widths)

@@ -1,0 +1,333 @@
+//! Who holds each GPU: every process with `/dev/kfd` or a GPU render node open, found by reading
+//! the `/proc/PID/fd` links (never by opening the devices: holding them blocks repartitioning),
+//! with the render node's minor mapped to its logical GPU, the KFD per-process files, the visible-
+//! device variables from the environment, and known node agents labelled. Merged into a snapshot
+//! so processes amd-smi does not list still show up.
+
+use super::kfd::{self, KfdNode};
+use crate::domain::provenance::{Missing, SourceKind, note};
+use crate::domain::snapshot::{GpuUse, Process, Snapshot};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Node agents that hold GPUs by design (and must be stopped around a repartition).
+pub const AGENTS: &[(&str, &str)] = &[
+    ("gpuagent", "gpuagent (AMD GPU agent)"),
+    ("amd-metrics-exporter", "AMD Device Metrics Exporter"),
+    ("amd-metrics-exp", "AMD Device Metrics Exporter"),
+    ("k8s-device-plugin", "AMD GPU device plugin (Kubernetes)"),
+    ("amdgpu-device-plugin", "AMD GPU device plugin (Kubernetes)"),
+    ("rdcd", "ROCm Data Center daemon"),
+];
+
+/// Variables that say which GPUs a process may see.
+pub const VISIBLE_VARS: &[&str] = &[
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+];
+
+/// Where to look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// `/sys`.
+    pub sys_root: PathBuf,
+    /// `/dev` (the simulator uses its own directory of device files).
+    pub dev_root: PathBuf,
+}
+
+impl Roots {
+    /// The real host.
+    pub fn host() -> Self {
+        Self {
+            proc_root: "/proc".into(),
+            sys_root: "/sys".into(),
+            dev_root: "/dev".into(),
+        }
+    }
+}
+
+/// One process holding GPU device files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// PID.
+    pub pid: u32,
+    /// `/dev/kfd` open.
+    pub kfd: bool,
+    /// Render minors open (129 = renderD129).
+    pub render_minors: Vec<u32>,
+    /// comm.
+    pub comm: Option<String>,
+    /// Visible-device variables, when the environment was readable.
+    pub visible: BTreeMap<String, String>,
+    /// Why the environment could not be read.
+    pub environ_error: Option<String>,
+    /// Known agent description.
+    pub agent: Option<String>,
+}
+
+/// An fd's target: a symlink on a real /proc; a fixture tree stores it as the file's text.
+fn target(p: &Path) -> Option<String> {
+    match std::fs::read_link(p) {
+        Ok(t) => Some(t.to_string_lossy().into_owned()),
+        Err(e) if e.raw_os_error() == Some(22) => std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string()),
+        Err(_) => None,
+    }
+}
+
+/// The agent a process is, by comm or command line.
+pub fn agent_of(comm: &str, cmdline: &str) -> Option<String> {
+    let exe = cmdline
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .rsplit('/')
+        .next()
+        .unwrap_or("");
+    AGENTS
+        .iter()
+        .find(|(n, _)| comm == *n || exe == *n)
+        .map(|(_, d)| (*d).to_string())
+}
+
+/// Scans every process's open files for GPU device nodes.
+pub fn scan(roots: &Roots) -> Vec<Holder> {
+    let kfd_path = roots.dev_root.join("kfd").to_string_lossy().into_owned();
+    let dri = roots
+        .dev_root
+        .join("dri/renderD")
+        .to_string_lossy()
+        .into_owned();
+    let Ok(procs) = std::fs::read_dir(&roots.proc_root) else {
+        return Vec::new();
+    };
+    let own = std::process::id();
+    let mut out = Vec::new();
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        let mut h = Holder {
+            pid,
+            ..Holder::default()
+        };
+        for fd in fds.flatten() {
+            let Some(t) = target(&fd.path()) else {
+                continue;
+            };
+            if t == kfd_path {
+                h.kfd = true;
+            } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok())
+                && !h.render_minors.contains(&m)
+            {
+                h.render_minors.push(m);
+            }
+        }
+        if !h.kfd && h.render_minors.is_empty() {
+            continue;
+        }
+        h.render_minors.sort_unstable();
+        h.comm = std::fs::read_to_string(e.path().join("comm"))
+            .ok()
+            .map(|s| s.trim().to_string());
+        let cmdline = std::fs::read(e.path().join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        h.agent = agent_of(h.comm.as_deref().unwrap_or(""), &cmdline);
+        match std::fs::read(e.path().join("environ")) {
+            Ok(env) => {
+                for kv in env.split(|b| *b == 0) {
+                    let kv = String::from_utf8_lossy(kv);
+                    if let Some((k, v)) = kv.split_once('=')
+                        && VISIBLE_VARS.contains(&k)
+                    {
+                        h.visible.insert(k.to_string(), v.to_string());
+                    }
+                }
+            }
+            Err(err) => h.environ_error = Some(err.to_string()),
+        }
+        out.push(h);
+    }
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// Merges holders and KFD per-process use into a snapshot: adds processes amd-smi does not list,
+/// marks who holds /dev/kfd and which render nodes, and fills VRAM/CU/SDMA from KFD where amd-smi
+/// gave none.
+pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_root: &Path) {
+    let at = snap.taken_at_ms;
+    // Render minor and KFD gpu id → amd-smi index: from the snapshot, else from the topology.
+    let mut by_minor: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut by_kfd: BTreeMap<u64, u32> = BTreeMap::new();
+    for (g, l) in snap.logical() {
+        if let Some(m) = l
+            .render_node
+            .as_deref()
+            .and_then(|r| r.strip_prefix("renderD"))
+            .and_then(|m| m.parse().ok())
+        {
+            by_minor.insert(m, l.gpu_id);
+        }
+        if let Some(k) = l.kfd_id {
+            by_kfd.insert(k, l.gpu_id);
+        }
+        for n in nodes
+            .iter()
+            .filter(|n| n.bdf() == g.bdf && n.partition() == l.partition_id)
+        {
+            by_kfd.entry(n.gpu_id).or_insert(l.gpu_id);
+            if let Some(m) = n.render_minor {
+                by_minor.entry(m).or_insert(l.gpu_id);
+            }
+        }
+    }
+    for h in holders {
+        let idx = match snap.processes.iter().position(|p| p.pid == h.pid) {
+            Some(i) => i,
+            None => {
+                snap.processes.push(Process {
+                    pid: h.pid,
+                    name: h.comm.clone(),
+                    ..Process::default()
+                });
+                snap.processes.len() - 1
+            }
+        };
+        let p = &mut snap.processes[idx];
+        p.holds_kfd = h.kfd;
+        p.agent.clone_from(&h.agent);
+        p.visible_devices.clone_from(&h.visible);
+        if p.name.is_none() {
+            p.name.clone_from(&h.comm);
+        }
+        let src = "/proc/PID/fd";
+        note(
+            &mut p.provenance,
+            "holds_kfd",
+            SourceKind::Procfs,
+            src,
+            at,
+            None,
+        );
+        let vis_missing = match (&h.environ_error, h.visible.is_empty()) {
+            (Some(e), _) => Some(Missing::ReadFailed(format!(
+                "{e} (needs root or the same user)"
+            ))),
+            (None, true) => Some(Missing::NotApplicable("none set: it sees every GPU".into())),
+            (None, false) => None,
+        };
+        note(
+            &mut p.provenance,
+            "visible_devices",
+            SourceKind::Procfs,
+            "/proc/PID/environ",
+            at,
+            vis_missing,
+        );
+        for m in &h.render_minors {
+            let Some(gid) = by_minor.get(m) else { continue };
+            match p.gpus.iter_mut().find(|u| u.gpu_id == *gid) {
+                Some(u) => u.render_open = true,
+                None => p.gpus.push(GpuUse {
+                    gpu_id: *gid,
+                    render_open: true,
+                    ..GpuUse::default()
+                }),
+            }
+        }
+    }
+    for p in &mut snap.processes {
+        let Some(uses) = kfd::process_use(sys_root, p.pid) else {
+            continue;
+        };
+        for k in uses {
+            let Some(gid) = by_kfd.get(&k.gpu_id) else {
+                continue;
+            };
+            let used = k.vram_bytes.unwrap_or(0) > 0 || k.cu_occupancy.unwrap_or(0) > 0;
+            let u = match p.gpus.iter().position(|u| u.gpu_id == *gid) {
+                Some(i) => &mut p.gpus[i],
+                None if used => {
+                    p.gpus.push(GpuUse {
+                        gpu_id: *gid,
+                        ..GpuUse::default()
+                    });
+                    let n = p.gpus.len() - 1;
+                    &mut p.gpus[n]
+                }
+                None => continue,
+            };
+            let detail = format!("/sys/class/kfd/kfd/proc/{}", p.pid);
+            if u.vram_bytes.is_none() && k.vram_bytes.is_some() {
+                u.vram_bytes = k.vram_bytes;
+                note(
+                    &mut p.provenance,
+                    &format!("gpu{gid}.vram_bytes"),
+                    SourceKind::Sysfs,
+                    &format!("{detail}/vram_{}", k.gpu_id),
+                    at,
+                    None,
+                );
+            }
+            if u.cu_occupancy.is_none() && k.cu_occupancy.is_some() {
+                u.cu_occupancy = k.cu_occupancy;
+                note(
+                    &mut p.provenance,
+                    &format!("gpu{gid}.cu_occupancy"),
+                    SourceKind::Sysfs,
+                    &format!("{detail}/stats_{}/cu_occupancy", k.gpu_id),
+                    at,
+                    None,
+                );
+            }
+            u.sdma_us = k.sdma_us;
+        }
+    }
+    // CU percent where the count came from KFD.
+    let cus: BTreeMap<u32, u32> = snap
+        .logical()
+        .filter_map(|(_, l)| Some((l.gpu_id, l.cu_count?)))
+        .collect();
+    for p in &mut snap.processes {
+        for u in &mut p.gpus {
+            if u.cu_percent.is_none() {
+                u.cu_percent = u
+                    .cu_occupancy
+                    .zip(cus.get(&u.gpu_id))
+                    .map(|(c, t)| f64::from(c) * 100.0 / f64::from((*t).max(1)));
+            }
+        }
+        p.gpus.sort_by_key(|u| u.gpu_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_by_comm_or_exe() {
+        assert!(agent_of("gpuagent", "").is_some());
+        assert!(
+            agent_of(
+                "amd-metrics-exp",
+                "/usr/bin/amd-metrics-exporter --port 5000"
+            )
+            .is_some()
+        );
+        assert!(agent_of("python3", "python3 serve.py").is_none());
+    }
+}

@@ -1,0 +1,159 @@
+//! The KFD view of the node (under a configurable sysfs root): the topology's GPU nodes (gpu_id,
+//! render minor, location → BDF and partition) and each process's per-GPU VRAM, SDMA time and CU
+//! occupancy from `/sys/class/kfd/kfd/proc/PID/`. Read-only files; partop never opens /dev/kfd.
+
+use std::path::Path;
+
+/// One KFD GPU node (a logical GPU).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdNode {
+    /// Topology node number.
+    pub node: u32,
+    /// KFD gpu id (amd-smi's `kfd_id`).
+    pub gpu_id: u64,
+    /// DRM render minor (128 = renderD128).
+    pub render_minor: Option<u32>,
+    /// PCI domain.
+    pub domain: u32,
+    /// `(bus << 8) | devfn`, with the partition in the function bits.
+    pub location_id: u32,
+    /// SIMDs (CUs x 4).
+    pub simd_count: u32,
+}
+
+impl KfdNode {
+    /// The physical GPU's BDF without function (`0000:0c:00`).
+    pub fn bdf(&self) -> String {
+        let bus = (self.location_id >> 8) & 0xff;
+        let dev = (self.location_id >> 3) & 0x1f;
+        format!("{:04x}:{bus:02x}:{dev:02x}", self.domain)
+    }
+
+    /// The partition (XCP) index: the function bits.
+    pub const fn partition(&self) -> u32 {
+        self.location_id & 7
+    }
+
+    /// CUs.
+    pub const fn cus(&self) -> u32 {
+        self.simd_count / 4
+    }
+}
+
+fn props(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// The GPU nodes of the KFD topology (CPU nodes, gpu_id 0, are skipped), by node number.
+pub fn topology(sys_root: &Path) -> Vec<KfdNode> {
+    let dir = sys_root.join("class/kfd/kfd/topology/nodes");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut nodes: Vec<KfdNode> = entries
+        .flatten()
+        .filter_map(|e| {
+            let node: u32 = e.file_name().to_str()?.parse().ok()?;
+            let gpu_id: u64 = std::fs::read_to_string(e.path().join("gpu_id"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            if gpu_id == 0 {
+                return None;
+            }
+            let p = std::fs::read_to_string(e.path().join("properties")).ok()?;
+            let u32_of = |k: &str| props(&p, k).and_then(|v| u32::try_from(v).ok());
+            Some(KfdNode {
+                node,
+                gpu_id,
+                render_minor: u32_of("drm_render_minor").filter(|m| *m > 0),
+                domain: u32_of("domain").unwrap_or(0),
+                location_id: u32_of("location_id").unwrap_or(0),
+                simd_count: u32_of("simd_count").unwrap_or(0),
+            })
+        })
+        .collect();
+    nodes.sort_by_key(|n| n.node);
+    nodes
+}
+
+/// A process's use of one GPU, as KFD reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KfdUse {
+    /// KFD gpu id.
+    pub gpu_id: u64,
+    /// `vram_<gpuid>`, bytes.
+    pub vram_bytes: Option<u64>,
+    /// `sdma_<gpuid>`, microseconds.
+    pub sdma_us: Option<u64>,
+    /// `stats_<gpuid>/cu_occupancy`, CUs.
+    pub cu_occupancy: Option<u32>,
+}
+
+fn num(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Per-GPU use of `pid` from `/sys/class/kfd/kfd/proc/PID/`; `None` if KFD has no entry for it.
+pub fn process_use(sys_root: &Path, pid: u32) -> Option<Vec<KfdUse>> {
+    let dir = sys_root.join("class/kfd/kfd/proc").join(pid.to_string());
+    let entries = std::fs::read_dir(&dir).ok()?;
+    let mut out: Vec<KfdUse> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id: u64 = name.strip_prefix("vram_")?.parse().ok()?;
+            Some(KfdUse {
+                gpu_id: id,
+                vram_bytes: num(&e.path()),
+                sdma_us: num(&dir.join(format!("sdma_{id}"))),
+                cu_occupancy: num(&dir.join(format!("stats_{id}/cu_occupancy")))
+                    .and_then(|v| u32::try_from(v).ok()),
+            })
+        })
+        .collect();
+    out.sort_by_key(|u| u.gpu_id);
+    Some(out)
+}
+
+/// Physical and logical GPUs as the KFD topology describes them (for hosts or captured trees
+/// without amd-smi). Logical GPUs are numbered like amd-smi's: BDF order, then partition.
+pub fn gpus_from_topology(nodes: &[KfdNode], at_ms: u64) -> Vec<crate::domain::PhysicalGpu> {
+    use crate::domain::provenance::{SourceKind, note};
+    use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
+    let mut sorted: Vec<&KfdNode> = nodes.iter().collect();
+    sorted.sort_by_key(|n| (n.bdf(), n.partition()));
+    let mut gpus: Vec<PhysicalGpu> = Vec::new();
+    for (i, n) in sorted.into_iter().enumerate() {
+        let bdf = n.bdf();
+        if gpus.last().is_none_or(|g| g.bdf != bdf) {
+            gpus.push(PhysicalGpu {
+                bdf: bdf.clone(),
+                product: "unknown GPU".into(),
+                ..PhysicalGpu::default()
+            });
+        }
+        let mut l = LogicalGpu {
+            gpu_id: u32::try_from(i).unwrap_or(u32::MAX),
+            partition_id: n.partition(),
+            bdf: format!("{bdf}.{}", n.partition()),
+            cu_count: Some(n.cus()),
+            render_node: n.render_minor.map(|m| format!("renderD{m}")),
+            kfd_id: Some(n.gpu_id),
+            node_id: Some(n.node),
+            ..LogicalGpu::default()
+        };
+        let d = format!("/sys/class/kfd/kfd/topology/nodes/{}", n.node);
+        for f in ["cu_count", "render_node", "kfd_id"] {
+            note(&mut l.provenance, f, SourceKind::Sysfs, &d, at_ms, None);
+        }
+        if let Some(g) = gpus.last_mut() {
+            g.partitions.push(l);
+        }
+    }
+    gpus
+}

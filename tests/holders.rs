@@ -1,0 +1,134 @@
+//! Holder discovery on the captured sysfs/procfs trees (tests/fixtures/sysfs, from
+//! shared/fixtures): the mappings and figures their LAYOUT.md gives.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+use partop::collect::holders::{Roots, merge, scan};
+use partop::collect::kfd::{gpus_from_topology, process_use, topology};
+use partop::domain::Snapshot;
+use std::path::{Path, PathBuf};
+
+fn roots(tree: &str) -> Roots {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sysfs")
+        .join(tree);
+    Roots {
+        proc_root: base.join("proc"),
+        sys_root: base.join("sys"),
+        dev_root: PathBuf::from("/dev"),
+    }
+}
+
+fn node(tree: &str) -> Snapshot {
+    let r = roots(tree);
+    let nodes = topology(&r.sys_root);
+    let mut s = Snapshot {
+        gpus: gpus_from_topology(&nodes, 1),
+        taken_at_ms: 1,
+        ..Snapshot::default()
+    };
+    merge(&mut s, &scan(&r), &nodes, &r.sys_root);
+    s
+}
+
+#[test]
+fn cpx_topology_maps_render_minors_gpu_ids_and_partitions() {
+    let nodes = topology(&roots("mi300x-cpx-nps4").sys_root);
+    assert_eq!(nodes.len(), 8, "node 0 is the CPU");
+    let expect = [
+        (0, 128, 45815, 3072),
+        (1, 129, 12093, 3073),
+        (2, 130, 60331, 3074),
+        (7, 135, 39966, 3079),
+    ];
+    for (xcp, minor, gpu_id, loc) in expect {
+        let n = nodes.iter().find(|n| n.partition() == xcp).unwrap();
+        assert_eq!(
+            (n.render_minor, n.gpu_id, n.location_id),
+            (Some(minor), gpu_id, loc),
+            "XCP {xcp}"
+        );
+        assert_eq!(n.bdf(), "0000:0c:00");
+        assert_eq!(n.cus(), 38);
+    }
+    let s = node("mi300x-cpx-nps4");
+    assert_eq!(s.logical_count(), 8);
+    assert_eq!(
+        s.gpus[0].partitions[1].render_node.as_deref(),
+        Some("renderD129")
+    );
+}
+
+#[test]
+fn cpx_holders_kfd_and_render_nodes() {
+    let holders = scan(&roots("mi300x-cpx-nps4"));
+    assert_eq!(
+        holders.iter().map(|h| h.pid).collect::<Vec<_>>(),
+        vec![4242, 5151]
+    );
+    let h = &holders[0];
+    assert!(h.kfd);
+    assert_eq!(
+        h.render_minors,
+        (128..=135).collect::<Vec<_>>(),
+        "ROCm opens every visible render node"
+    );
+    assert_eq!(h.comm.as_deref(), Some("python3"));
+    assert!(
+        h.environ_error.is_some(),
+        "no environ in the tree: the reason is kept"
+    );
+    assert!(!holders[1].kfd);
+    assert_eq!(
+        holders[1].render_minors,
+        vec![130],
+        "fd 5 and its dup fd 6 count once"
+    );
+
+    let s = node("mi300x-cpx-nps4");
+    let p = s.processes.iter().find(|p| p.pid == 4242).unwrap();
+    assert!(p.holds_kfd && !p.listed_by_amdsmi);
+    assert_eq!(p.gpus.len(), 8);
+    let x1 = p.gpus.iter().find(|u| u.gpu_id == 1).unwrap();
+    assert_eq!(x1.vram_bytes, Some(17_188_257_792));
+    assert_eq!(x1.sdma_us, Some(4_812_331));
+    assert_eq!(x1.cu_occupancy, Some(38));
+    assert_eq!(x1.cu_percent, Some(100.0));
+    assert!(x1.render_open && !x1.attached_only());
+    assert!(
+        p.gpus
+            .iter()
+            .filter(|u| u.gpu_id != 1)
+            .all(|u| u.attached_only()),
+        "attached to the other seven, using nothing"
+    );
+    assert_eq!(
+        p.provenance["gpu1.vram_bytes"].detail,
+        "/sys/class/kfd/kfd/proc/4242/vram_12093"
+    );
+    let v = s.processes.iter().find(|p| p.pid == 5151).unwrap();
+    assert!(!v.holds_kfd);
+    assert_eq!(v.gpus.len(), 1);
+    assert_eq!(v.gpus[0].gpu_id, 2, "renderD130 is XCP 2");
+    assert!(v.gpus[0].render_open);
+}
+
+#[test]
+fn spx_holders_and_spare_render_nodes_are_not_gpus() {
+    let s = node("mi300x-spx-nps1");
+    assert_eq!(
+        s.logical_count(),
+        1,
+        "renderD129..135 of the spare XCP devices are not GPUs"
+    );
+    let p = s.processes.iter().find(|p| p.pid == 7001).unwrap();
+    assert!(p.holds_kfd);
+    assert_eq!(p.gpus[0].vram_bytes, Some(51_539_607_552));
+    assert_eq!(p.gpus[0].cu_occupancy, Some(296));
+    assert!((p.gpus[0].cu_percent.unwrap() - 97.37).abs() < 0.01);
+    let v = s.processes.iter().find(|p| p.pid == 7002).unwrap();
+    assert!(!v.holds_kfd && v.gpus[0].render_open);
+    assert!(
+        process_use(&roots("mi300x-spx-nps1").sys_root, 7002).is_none(),
+        "no KFD entry for a DRM-only process"
+    );
+}
