@@ -78,6 +78,30 @@ pub enum Cmd {
         #[command(subcommand)]
         action: SimCmd,
     },
+    /// Terminate processes (after showing what will be signalled and asking for "yes").
+    Kill {
+        /// PIDs.
+        #[arg(required = true)]
+        pids: Vec<u32>,
+        /// Signal: term (ask to exit) or kill.
+        #[arg(long, value_enum, default_value = "term")]
+        signal: SignalArg,
+        /// Seconds to wait for the targets to exit.
+        #[arg(long, default_value_t = 10.0)]
+        grace: f64,
+        /// Do not ask (for scripts).
+        #[arg(long)]
+        yes: bool,
+        /// Print what would be done; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print the audit journal of every action partop took.
+    Journal {
+        /// One JSON object per line, as stored.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate themes, keymaps and config; print every problem with file, line and column.
     CheckConfig,
     /// Print the effective key bindings (from the command list and the keymap files).
@@ -93,6 +117,15 @@ pub enum Cmd {
     },
     /// Print the man page (roff).
     Man,
+}
+
+/// Signals `partop kill` can send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SignalArg {
+    /// SIGTERM.
+    Term,
+    /// SIGKILL.
+    Kill,
 }
 
 /// `partop sim ...`.

@@ -110,6 +110,14 @@ pub fn main(cli: Cli) -> Result<u8> {
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Some(Cmd::Kill {
+            pids,
+            signal,
+            grace,
+            yes,
+            dry_run,
+        }) => crate::exec_cli::kill(&pids, signal, grace, yes, dry_run, cli.read_only),
+        Some(Cmd::Journal { json }) => crate::exec_cli::journal(json),
         Some(Cmd::Keys { markdown }) => {
             if markdown {
                 out(&crate::ui::keymap::reference_markdown())?;

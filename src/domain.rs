@@ -5,6 +5,7 @@
 
 pub mod findings;
 pub mod history;
+pub mod kill;
 pub mod layout;
 pub mod modes;
 pub mod product;

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod command;
 pub mod config;
+pub mod dialog;
 pub mod keymap;
 pub mod run;
 pub mod state;

@@ -147,3 +147,19 @@ fn monochrome_keeps_partitions_and_staleness_apart_without_colour() {
     }
     assert!(stale_reversed, "STALE must stand out in monochrome");
 }
+
+#[test]
+fn kill_dialog() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        s.own_pid = 1;
+        update(&mut s, Msg::Command(Command::ViewProcesses));
+        update(&mut s, Msg::Command(Command::KillProcess));
+        let text = draw(&s, w, h);
+        assert!(
+            text.contains("[> Cancel <]") && text.contains("Send SIGTERM to 1"),
+            "{text}"
+        );
+        insta::assert_snapshot!(format!("kill_dialog__{w}x{h}"), text);
+    }
+}

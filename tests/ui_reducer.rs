@@ -195,3 +195,114 @@ fn every_command_is_handled_without_panicking_in_every_view() {
         }
     }
 }
+
+fn to_processes(s: &mut State) {
+    key(s, '3');
+}
+
+#[test]
+fn kill_opens_a_dialog_with_cancel_focused_and_enter_cancels() {
+    let mut s = state("default", "dpx-nps2-two-models");
+    s.own_pid = 1;
+    to_processes(&mut s);
+    key(&mut s, 'K');
+    let d = s.dialog.as_ref().expect("dialog open");
+    assert_eq!(d.focus, partop::ui::dialog::Focus::Cancel);
+    assert_eq!(d.plan.targets.len(), 1);
+    assert!(
+        key(&mut s, 'q').is_empty() && s.dialog.is_some(),
+        "the dialog is exclusive: q does not quit"
+    );
+    assert!(
+        code(&mut s, KeyCode::Enter).is_empty(),
+        "Enter on Cancel sends nothing"
+    );
+    assert!(s.dialog.is_none());
+}
+
+#[test]
+fn tagged_processes_are_signalled_only_after_confirmation() {
+    let mut s = state("default", "dpx-nps2-two-models");
+    to_processes(&mut s);
+    code(&mut s, KeyCode::Char(' '));
+    code(&mut s, KeyCode::Char(' '));
+    assert_eq!(s.tagged.len(), 2);
+    key(&mut s, 'K');
+    assert_eq!(s.dialog.as_ref().unwrap().plan.targets.len(), 2);
+    code(&mut s, KeyCode::Tab);
+    let e = code(&mut s, KeyCode::Enter);
+    match e.as_slice() {
+        [Effect::Kill(t, partop::domain::kill::Sig::Term)] => assert_eq!(t.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    // While the signal is out, Esc does not close and Enter does nothing.
+    code(&mut s, KeyCode::Esc);
+    assert!(s.dialog.is_some());
+    let pids: Vec<u32> = s.tagged.iter().copied().collect();
+    update(
+        &mut s,
+        Msg::Kill(partop::exec::kill::KillEvent::Done {
+            sig: partop::domain::kill::Sig::Term,
+            alive: vec![pids[0]],
+        }),
+    );
+    code(&mut s, KeyCode::Tab);
+    match code(&mut s, KeyCode::Enter).as_slice() {
+        [Effect::Kill(t, partop::domain::kill::Sig::Kill)] => {
+            assert_eq!(t.iter().map(|t| t.pid).collect::<Vec<_>>(), vec![pids[0]])
+        }
+        other => panic!("SIGKILL needs the second confirmation: {other:?}"),
+    }
+}
+
+#[test]
+fn a_target_leaving_the_node_while_the_dialog_is_open_is_skipped() {
+    let mut s = state("default", "dpx-nps2-two-models");
+    to_processes(&mut s);
+    key(&mut s, 'K');
+    let pid = s.dialog.as_ref().unwrap().plan.targets[0].pid;
+    let mut snap = (*s.snapshot.clone().unwrap()).clone();
+    snap.processes.retain(|p| p.pid != pid);
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    assert!(s.dialog.as_ref().unwrap().gone.contains(&pid));
+    assert!(
+        s.dialog.as_ref().unwrap().danger_label().is_none(),
+        "nothing left to signal"
+    );
+    code(&mut s, KeyCode::Tab);
+    assert!(code(&mut s, KeyCode::Enter).is_empty());
+}
+
+#[test]
+fn read_only_removes_kill() {
+    let (km, _) = Keymap::load("default", None, true);
+    assert!(
+        km.keys_for(partop::ui::keymap::Section::Processes, Command::KillProcess)
+            .is_empty()
+    );
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    s.read_only = true;
+    update(
+        &mut s,
+        Msg::Snapshot(Arc::new(recorded("dpx-nps2-two-models"))),
+    );
+    key(&mut s, '3');
+    key(&mut s, 'K');
+    update(&mut s, Msg::Command(Command::KillProcess));
+    assert!(s.dialog.is_none());
+}
+
+#[test]
+fn dialog_buttons_cannot_be_bound_outside_the_dialog() {
+    let (_, errors) = Keymap::load(
+        "default",
+        Some(("keymap.toml", "[processes]\n\"y\" = \"dialog_activate\"\n")),
+        false,
+    );
+    assert!(
+        errors.iter().any(|e| e
+            .to_string()
+            .contains("dialog_activate may only be bound in [dialog]")),
+        "{errors:?}"
+    );
+}

@@ -151,12 +151,36 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
         error: e.to_string(),
     })?;
     let pid = child.id();
+    wait_ready(pid);
     w.pid = Some(pid);
     w.start_ticks = process_start(pid);
     w.started_ms = clock::now_ms();
     // Reap it when it exits, so a stopped workload does not linger as a zombie.
     std::thread::spawn(move || child.wait());
     Ok(())
+}
+
+/// Waits (at most 2 s) until the workload catches SIGTERM, so a started node behaves as its
+/// scenario says from the first signal on.
+fn wait_ready(pid: u32) {
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let hex = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigCgt:"))?
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&hex, 16).ok()
+            });
+        // SIGTERM is signal 15: bit 14 of the mask.
+        if caught.is_some_and(|m| m & (1 << 14) != 0) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Signals a pid only if it still is the process we started (same start time).

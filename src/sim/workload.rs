@@ -24,7 +24,12 @@ pub const ENV_DEVICES: &str = "PARTOP_SIM_WORKLOAD_DEVICES";
 pub fn from_env() -> Option<i32> {
     let name = std::env::var(ENV_NAME).ok()?;
     let state = std::env::var_os(ENV_STATE)?;
-    Some(run(Path::new(&state), &name))
+    // Catch SIGTERM before anything else: `sim start` waits for this (see session::launch).
+    let term = Arc::new(AtomicBool::new(false));
+    if signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).is_err() {
+        return Some(1);
+    }
+    Some(run(Path::new(&state), &name, &term))
 }
 
 /// Prometheus text for model server `i`, as vLLM names its metrics.
@@ -74,7 +79,7 @@ pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
 }
 
 /// Runs workload `name` until terminated. Returns the exit status.
-pub fn run(state_path: &Path, name: &str) -> i32 {
+pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
     let state = match SimState::load(state_path) {
         Ok(s) => s,
         Err(e) => {
@@ -86,10 +91,6 @@ pub fn run(state_path: &Path, name: &str) -> i32 {
         log::error!("no workload {name} in {}", state_path.display());
         return 1;
     };
-    let term = Arc::new(AtomicBool::new(false));
-    if signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).is_err() {
-        return 1;
-    }
     // Hold the simulated device files open for the process's life, as a ROCm process holds
     // /dev/kfd and its render node.
     let _held: Vec<std::fs::File> = std::env::var_os(ENV_DEVICES)

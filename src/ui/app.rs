@@ -37,6 +37,17 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
     });
 }
 
+/// What the executors need from the app.
+#[derive(Debug, Clone)]
+pub struct ExecSettings {
+    /// The journal file.
+    pub journal: std::path::PathBuf,
+    /// `/proc`.
+    pub proc_root: std::path::PathBuf,
+    /// The node is simulated (noted in the journal).
+    pub simulated: bool,
+}
+
 /// Runs until quit (a key, SIGTERM, SIGHUP or SIGINT).
 pub async fn run(
     terminal: &mut DefaultTerminal,
@@ -44,10 +55,11 @@ pub async fn run(
     theme: &Theme,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     requests: mpsc::Sender<Request>,
+    exec: ExecSettings,
 ) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel(64);
     let stop = Arc::new(AtomicBool::new(false));
-    input_thread(tx, Arc::clone(&stop));
+    input_thread(tx.clone(), Arc::clone(&stop));
     let size = terminal.size()?;
     update(&mut state, Msg::Resize(size.width, size.height));
     update(&mut state, Msg::Tick(clock::now_ms()));
@@ -96,6 +108,38 @@ pub async fn run(
                 Effect::Quit => quit = true,
                 Effect::RefreshNow => {
                     let _ = requests.try_send(Request::RefreshNow);
+                }
+                Effect::Kill(targets, sig) => {
+                    let job = crate::exec::kill::KillJob {
+                        targets,
+                        sig,
+                        grace: Duration::from_millis(state.grace_ms),
+                        proc_root: exec.proc_root.clone(),
+                        journal: exec.journal.clone(),
+                        simulated: exec.simulated,
+                    };
+                    log::info!(
+                        "{} to {:?}",
+                        sig.name(),
+                        job.targets.iter().map(|t| t.pid).collect::<Vec<_>>()
+                    );
+                    let tx = tx.clone();
+                    // Signals and the grace wait block: run them off the UI thread.
+                    tokio::task::spawn_blocking(move || {
+                        crate::exec::kill::run(&job, |e| {
+                            let _ = tx.blocking_send(Msg::Kill(e));
+                        });
+                    });
+                }
+                Effect::LoadJournal => {
+                    let msg = match crate::exec::journal::read(&exec.journal) {
+                        Ok((e, bad)) => Msg::Journal(e, bad),
+                        Err(e) => Msg::Journal(
+                            Vec::new(),
+                            vec![format!("{}: {e}", exec.journal.display())],
+                        ),
+                    };
+                    update(&mut state, msg);
                 }
             }
         }

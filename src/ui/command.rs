@@ -51,6 +51,7 @@ commands! {
     ViewDetail = "view_detail", "Detail of the selected GPU or process, with sources and ages", Safe;
     ViewFindings = "view_findings", "Findings: noisy neighbours, idle partitions", Safe;
     ViewLog = "view_log", "Log of collector errors and actions", Safe;
+    ViewJournal = "view_journal", "Journal: every action partop took, who and when", Safe;
     SelectNext = "select_next", "Select the next row", Safe;
     SelectPrev = "select_prev", "Select the previous row", Safe;
     PageDown = "page_down", "Down one page", Safe;
@@ -63,6 +64,10 @@ commands! {
     Filter = "filter", "Filter processes by text (Enter keeps, Esc clears)", Safe;
     CycleGroup = "cycle_group", "Group processes: none, by logical GPU, by model", Safe;
     RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;
+    TagProcess = "tag_process", "Tag or untag the selected process (kill acts on tagged ones)", Safe;
+    KillProcess = "kill_process", "Terminate the tagged (or selected) processes: opens a confirmation", Mutating;
+    DialogFocusNext = "dialog_focus_next", "Move between the dialog's buttons", Safe;
+    DialogActivate = "dialog_activate", "Press the focused dialog button", Safe;
     Cancel = "cancel", "Close the overlay or clear the filter", Safe;
 }
 

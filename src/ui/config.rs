@@ -77,6 +77,10 @@ pub struct Config {
     pub read_only: bool,
     /// Minutes of idleness before an idle-partition finding.
     pub idle_minutes: f64,
+    /// Seconds a terminated process gets to exit before SIGKILL is offered.
+    pub grace_secs: f64,
+    /// The audit journal (default `$XDG_STATE_HOME/partop/journal.jsonl`).
+    pub journal: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -87,6 +91,8 @@ impl Default for Config {
             refresh_secs: 1.0,
             read_only: false,
             idle_minutes: 10.0,
+            grace_secs: 10.0,
+            journal: None,
         }
     }
 }

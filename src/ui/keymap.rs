@@ -35,11 +35,15 @@ pub enum Section {
     Help,
     /// The filter input (exclusive; printable keys are text).
     Filter,
+    /// A confirmation dialog (exclusive).
+    Dialog,
+    /// The journal view.
+    Journal,
 }
 
 impl Section {
     /// All sections.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::Global,
         Self::Overview,
         Self::Gpus,
@@ -47,8 +51,10 @@ impl Section {
         Self::Detail,
         Self::Findings,
         Self::Log,
+        Self::Journal,
         Self::Help,
         Self::Filter,
+        Self::Dialog,
     ];
 
     /// Name in files.
@@ -63,12 +69,14 @@ impl Section {
             Self::Log => "log",
             Self::Help => "help",
             Self::Filter => "filter",
+            Self::Dialog => "dialog",
+            Self::Journal => "journal",
         }
     }
 
     /// Exclusive sections stop global bindings.
     pub const fn exclusive(self) -> bool {
-        matches!(self, Self::Help | Self::Filter)
+        matches!(self, Self::Help | Self::Filter | Self::Dialog)
     }
 }
 
@@ -240,6 +248,8 @@ struct File {
     log: Option<BTreeMap<String, Spanned<String>>>,
     help: Option<BTreeMap<String, Spanned<String>>>,
     filter: Option<BTreeMap<String, Spanned<String>>>,
+    dialog: Option<BTreeMap<String, Spanned<String>>>,
+    journal: Option<BTreeMap<String, Spanned<String>>>,
 }
 
 impl File {
@@ -254,6 +264,8 @@ impl File {
             (Section::Log, self.log),
             (Section::Help, self.help),
             (Section::Filter, self.filter),
+            (Section::Dialog, self.dialog),
+            (Section::Journal, self.journal),
         ]
         .into_iter()
         .filter_map(|(s, m)| m.map(|m| (s, m)))
@@ -389,6 +401,29 @@ impl Keymap {
                             ),
                         ));
                     }
+                }
+            }
+        }
+        // Safety invariant: a dialog's buttons can only be pressed inside the dialog.
+        for (section, binds) in &self.map {
+            if *section == Section::Dialog {
+                continue;
+            }
+            for (k, c) in binds {
+                if matches!(c, Command::DialogActivate | Command::DialogFocusNext) {
+                    let keys = k
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    errors.push(ConfigError::plain(
+                        "keymap",
+                        format!(
+                            "[{}] {keys:?}: {} may only be bound in [dialog]",
+                            section.name(),
+                            c.name()
+                        ),
+                    ));
                 }
             }
         }

@@ -54,6 +54,24 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         u64::try_from(refresh.as_millis()).unwrap_or(1000),
     );
     state.read_only = cli.read_only || loaded.config.read_only;
+    state.own_pid = std::process::id();
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "ms"
+    )]
+    {
+        state.grace_ms = (loaded.config.grace_secs.max(0.0) * 1000.0) as u64;
+    }
+    let exec = super::app::ExecSettings {
+        journal: loaded
+            .config
+            .journal
+            .clone()
+            .unwrap_or_else(crate::exec::journal::default_path),
+        proc_root: "/proc".into(),
+        simulated: node.sim.is_some(),
+    };
     state.scenario.clone_from(&node.scenario);
     if let Some(s) = &node.scenario {
         log::info!("simulated node: scenario {s}");
@@ -63,7 +81,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
         let handle = task::spawn(collector, refresh, tx, req_rx);
         let (guard, mut terminal) = super::terminal::Guard::enter()?;
-        let r = super::app::run(&mut terminal, state, &loaded.theme, rx, req_tx).await;
+        let r = super::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec).await;
         drop(guard);
         handle.abort();
         r

@@ -26,17 +26,20 @@ pub enum View {
     Findings,
     /// Log.
     Log,
+    /// The audit journal.
+    Journal,
 }
 
 impl View {
     /// Tab order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Overview,
         Self::Gpus,
         Self::Processes,
         Self::Detail,
         Self::Findings,
         Self::Log,
+        Self::Journal,
     ];
 
     /// Tab title.
@@ -48,6 +51,7 @@ impl View {
             Self::Detail => "Detail",
             Self::Findings => "Findings",
             Self::Log => "Log",
+            Self::Journal => "Journal",
         }
     }
 
@@ -60,6 +64,7 @@ impl View {
             Self::Detail => Section::Detail,
             Self::Findings => Section::Findings,
             Self::Log => Section::Log,
+            Self::Journal => Section::Journal,
         }
     }
 
@@ -174,15 +179,23 @@ pub enum Msg {
     Snapshot(Arc<Snapshot>),
     /// The clock (ages on screen).
     Tick(u64),
+    /// Progress of a kill job.
+    Kill(crate::exec::kill::KillEvent),
+    /// The journal, read.
+    Journal(Vec<crate::exec::journal::Entry>, Vec<String>),
 }
 
 /// Side effects, performed by the app loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// Leave.
     Quit,
     /// Ask the collector for a sample now.
     RefreshNow,
+    /// Signal these processes (only ever from a confirmed dialog).
+    Kill(Vec<crate::domain::kill::Target>, crate::domain::kill::Sig),
+    /// Read the journal.
+    LoadJournal,
 }
 
 /// The UI state.
@@ -238,6 +251,18 @@ pub struct State {
     pub scenario: Option<String>,
     /// Refresh interval (to call data late).
     pub refresh_ms: u64,
+    /// Tagged processes (kill acts on them).
+    pub tagged: std::collections::BTreeSet<u32>,
+    /// The kill dialog, when open.
+    pub dialog: Option<super::dialog::KillDialog>,
+    /// SIGTERM grace period, ms.
+    pub grace_ms: u64,
+    /// partop's own pid (never a target).
+    pub own_pid: u32,
+    /// The journal as last read, newest first, and unreadable lines.
+    pub journal: (Vec<crate::exec::journal::Entry>, Vec<String>),
+    /// Selected journal entry.
+    pub journal_sel: usize,
 }
 
 impl State {
@@ -269,6 +294,12 @@ impl State {
             read_only: false,
             scenario: None,
             refresh_ms,
+            tagged: std::collections::BTreeSet::new(),
+            dialog: None,
+            grace_ms: 10_000,
+            own_pid: 0,
+            journal: (Vec::new(), Vec::new()),
+            journal_sel: 0,
         }
     }
 
@@ -279,7 +310,9 @@ impl State {
 
     /// The keymap sections in force, most specific first.
     pub fn sections(&self) -> Vec<Section> {
-        if self.help {
+        if self.dialog.is_some() {
+            vec![Section::Dialog]
+        } else if self.help {
             vec![Section::Help]
         } else if self.editing_filter {
             vec![Section::Filter]
@@ -293,6 +326,7 @@ impl State {
             View::Overview | View::Gpus => self.snapshot.as_ref().map_or(0, |s| s.logical_count()),
             View::Processes => self.rows.len(),
             View::Findings => self.findings.len(),
+            View::Journal => self.journal.0.len(),
             View::Detail | View::Log => 0,
         }
     }
@@ -302,6 +336,7 @@ impl State {
             View::Overview | View::Gpus => Some(&mut self.gpu_sel),
             View::Processes => Some(&mut self.proc_sel),
             View::Findings => Some(&mut self.finding_sel),
+            View::Journal => Some(&mut self.journal_sel),
             View::Detail | View::Log => None,
         }
     }
@@ -496,6 +531,66 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         Command::ViewDetail => state.set_view(View::Detail),
         Command::ViewFindings => state.set_view(View::Findings),
         Command::ViewLog => state.set_view(View::Log),
+        Command::ViewJournal => {
+            state.set_view(View::Journal);
+            return vec![Effect::LoadJournal];
+        }
+        Command::TagProcess => {
+            if let (Some(ProcRow::Process { index, .. }), Some(snap)) =
+                (state.rows.get(state.proc_sel), &state.snapshot)
+                && let Some(p) = snap.processes.get(*index)
+                && !state.tagged.remove(&p.pid)
+            {
+                state.tagged.insert(p.pid);
+            }
+            let last = state.rows.len().saturating_sub(1);
+            state.proc_sel = (state.proc_sel + 1).min(last);
+        }
+        Command::KillProcess => {
+            // Belt and braces: read-only keymaps do not bind it at all.
+            if state.read_only || state.view != View::Processes {
+                return Vec::new();
+            }
+            let Some(snap) = state.snapshot.clone() else {
+                return Vec::new();
+            };
+            let pids: Vec<u32> = if state.tagged.is_empty() {
+                match state.rows.get(state.proc_sel) {
+                    Some(ProcRow::Process { index, .. }) => snap
+                        .processes
+                        .get(*index)
+                        .map(|p| vec![p.pid])
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                }
+            } else {
+                state.tagged.iter().copied().collect()
+            };
+            if pids.is_empty() {
+                return Vec::new();
+            }
+            let plan = crate::domain::kill::plan(&snap, &pids, state.own_pid);
+            state.dialog = Some(super::dialog::KillDialog::new(plan, state.grace_ms));
+        }
+        Command::DialogFocusNext => {
+            if let Some(d) = state.dialog.as_mut() {
+                d.focus_next();
+            }
+        }
+        Command::DialogActivate => {
+            let now = state.now_ms;
+            if let Some(d) = state.dialog.as_mut() {
+                // INVARIANT: the only place an Effect::Kill is created, from a confirmed dialog.
+                match d.activate(now) {
+                    super::dialog::Action::None => {}
+                    super::dialog::Action::Close => {
+                        state.dialog = None;
+                        state.tagged.clear();
+                    }
+                    super::dialog::Action::Signal(t, sig) => return vec![Effect::Kill(t, sig)],
+                }
+            }
+        }
         Command::SelectNext
         | Command::SelectPrev
         | Command::PageDown
@@ -550,7 +645,11 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.editing_filter = true;
         }
         Command::Cancel => {
-            if state.help {
+            if let Some(d) = &state.dialog {
+                if d.cancel() {
+                    state.dialog = None;
+                }
+            } else if state.help {
                 state.help = false;
             } else if !state.filter.is_empty() && state.view == View::Processes {
                 state.filter.clear();
@@ -628,6 +727,16 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             state.history.push(&s);
             state.findings = state.tracker.observe(&s);
             state.now_ms = state.now_ms.max(s.taken_at_ms);
+            if let Some(d) = state.dialog.as_mut() {
+                for t in &d.plan.targets {
+                    if !s.processes.iter().any(|p| p.pid == t.pid) {
+                        d.gone.insert(t.pid);
+                    }
+                }
+            }
+            state
+                .tagged
+                .retain(|pid| s.processes.iter().any(|p| p.pid == *pid));
             state.snapshot = Some(s);
             state.derive_rows();
             let n = state.snapshot.as_ref().map_or(0, |s| s.logical_count());
@@ -639,6 +748,28 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         }
         Msg::Tick(now) => {
             state.now_ms = now;
+            Vec::new()
+        }
+        Msg::Kill(e) => {
+            let done = matches!(e, crate::exec::kill::KillEvent::Done { .. });
+            if let crate::exec::kill::KillEvent::JournalError(j) = &e {
+                log::error!("journal: {j}");
+            }
+            if let Some(d) = state.dialog.as_mut() {
+                d.on_event(&e);
+            }
+            if done {
+                vec![Effect::RefreshNow, Effect::LoadJournal]
+            } else {
+                Vec::new()
+            }
+        }
+        Msg::Journal(mut entries, bad) => {
+            entries.reverse();
+            state.journal = (entries, bad);
+            state.journal_sel = state
+                .journal_sel
+                .min(state.journal.0.len().saturating_sub(1));
             Vec::new()
         }
     }

@@ -3,10 +3,12 @@
 
 pub mod chrome;
 pub mod detail;
+pub mod dialog;
 pub mod findings;
 pub mod fmt;
 pub mod gpus;
 pub mod help;
+pub mod journal;
 pub mod overview;
 pub mod partition_map;
 pub mod processes;
@@ -35,6 +37,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
         View::Gpus => gpus::render(frame, body, state, theme),
         View::Processes => processes::render(frame, body, state, theme),
         View::Detail => detail::render(frame, body, state, theme),
+        View::Journal => journal::render(frame, body, state, theme),
         View::Findings => findings::render(frame, body, state, theme),
         View::Log => {
             let w = tui_logger::TuiLoggerWidget::default()
@@ -57,5 +60,8 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     chrome::footer(frame, footer, state, theme);
     if state.help {
         help::render(frame, area, state, theme);
+    }
+    if let Some(d) = &state.dialog {
+        dialog::render(frame, area, d, state, theme);
     }
 }

@@ -152,7 +152,13 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             Command::OpenDetail,
         ];
         if state.view == View::Processes {
-            cmds.extend([Command::Filter, Command::CycleSort, Command::CycleGroup]);
+            cmds.extend([
+                Command::Filter,
+                Command::CycleSort,
+                Command::CycleGroup,
+                Command::TagProcess,
+                Command::KillProcess,
+            ]);
         }
         let mut spans = Vec::new();
         for c in cmds {

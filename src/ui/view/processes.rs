@@ -95,7 +95,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .fold(None, |a: Option<f64>, c| Some(a.unwrap_or(0.0).max(c)));
                 let has_vram = uses.iter().any(|g| g.vram_bytes.is_some());
                 let mut cells = vec![
-                    Cell::from(format!("{:>7}", p.pid)),
+                    Cell::from(format!(
+                        "{}{:>6}",
+                        if state.tagged.contains(&p.pid) {
+                            "+"
+                        } else {
+                            " "
+                        },
+                        p.pid
+                    )),
                     Cell::from(cut(p.user.as_deref().unwrap_or("N/A"), 10)),
                     Cell::from(cut(&name_cell(p), 15)),
                     Cell::from(gpus),
