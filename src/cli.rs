@@ -78,6 +78,22 @@ pub enum Cmd {
         #[command(subcommand)]
         action: SimCmd,
     },
+    /// Plan a partition change and print it (nothing is changed): what changes, the layouts before
+    /// and after, what must stop, the exact steps, downtime and warnings.
+    Plan {
+        /// Physical GPUs by BDF (0000:05:00), or `all`.
+        #[arg(long = "gpu", default_value = "all", num_args = 1..)]
+        gpus: Vec<String>,
+        /// Target compute mode (SPX, DPX, QPX, CPX).
+        #[arg(long)]
+        compute: Option<crate::domain::ComputeMode>,
+        /// Target memory mode (NPS1, NPS2, NPS4); hive-wide.
+        #[arg(long)]
+        memory: Option<crate::domain::MemoryMode>,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Terminate processes (after showing what will be signalled and asking for "yes").
     Kill {
         /// PIDs.

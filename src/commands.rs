@@ -110,6 +110,12 @@ pub fn main(cli: Cli) -> Result<u8> {
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
             Ok(exit::OK)
         }
+        Some(Cmd::Plan {
+            gpus,
+            compute,
+            memory,
+            json,
+        }) => plan(&cli.source, gpus, compute, memory, json),
         Some(Cmd::Kill {
             pids,
             signal,
@@ -170,6 +176,65 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
             eprintln!("partop: {f}");
         }
         Ok(exit::PARTIAL)
+    }
+}
+
+fn plan(
+    src: &SourceArgs,
+    gpus: Vec<String>,
+    compute: Option<crate::domain::ComputeMode>,
+    memory: Option<crate::domain::MemoryMode>,
+    json: bool,
+) -> Result<u8> {
+    use crate::domain::plan::{Draft, Reload, plan};
+    if compute.is_none() && memory.is_none() {
+        anyhow::bail!(
+            "say what to change: --compute SPX|DPX|QPX|CPX and/or --memory NPS1|NPS2|NPS4"
+        );
+    }
+    let node = open(src)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut collector = AmdSmiCollector::with_source(node.source.clone());
+    collector.simulated = node.sim.is_some();
+    collector.holder_roots.clone_from(&node.roots);
+    let snap = rt.block_on(collector.sample());
+    let reload = match collector
+        .version()
+        .map(crate::collect::amdsmi::AmdSmiVersion::reload_method)
+    {
+        Some(crate::collect::amdsmi::version::ReloadMethod::InsideSetMemory) => {
+            Reload::InsideSetMemory
+        }
+        Some(crate::collect::amdsmi::version::ReloadMethod::Modprobe) => Reload::Modprobe,
+        _ => Reload::ResetReload,
+    };
+    // A real reload of 8 MI300X is not documented anywhere; 120 s is the planning figure
+    // (amd-smi's own progress bar allows 140 s). The simulator knows its own.
+    let reload_secs = node
+        .sim
+        .as_ref()
+        .and_then(|g| crate::sim::state::SimState::load(&g.state).ok())
+        .map_or(120, |s| s.reload_secs.ceil() as u32);
+    let draft = Draft {
+        gpus: gpus.into_iter().filter(|g| g != "all").collect(),
+        compute,
+        memory,
+    };
+    match plan(&snap, &draft, reload, reload_secs, 10) {
+        Ok(p) => {
+            if json {
+                out(&(serde_json::to_string_pretty(&p)? + "\n"))?;
+            } else {
+                out(&crate::report::plan_text(&p))?;
+            }
+            Ok(exit::OK)
+        }
+        Err(errors) => {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            anyhow::bail!("cannot plan this change:\n  {}", text.join("\n  "))
+        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod history;
 pub mod kill;
 pub mod layout;
 pub mod modes;
+pub mod plan;
 pub mod product;
 pub mod provenance;
 pub mod served;

@@ -108,3 +108,79 @@ pub fn table(s: &Snapshot) -> String {
     }
     o
 }
+
+/// A plan as text (`partop plan`).
+pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "plan {} on {}  (nothing has been changed)",
+        p.fingerprint, p.host
+    );
+    let _ = writeln!(o, "\nchanges:");
+    for c in &p.changes {
+        let from = format!("{}/{}", opt(c.from.0, ""), opt(c.from.1, ""));
+        let hive = if c.hive_only {
+            "  (hive-wide memory change)"
+        } else {
+            ""
+        };
+        let _ = writeln!(o, "  {}  {from} -> {}/{}{hive}", c.bdf, c.to.0, c.to.1);
+    }
+    let _ = writeln!(
+        o,
+        "\nlogical GPUs: {} now -> {} after",
+        p.before.len(),
+        p.after.len()
+    );
+    let n = p.before.len().max(p.after.len());
+    let _ = writeln!(o, "  {:<28} {:<28}", "now (index bdf CUs GiB)", "after");
+    for i in 0..n.min(24) {
+        let cell = |r: Option<&crate::domain::plan::LayoutRow>| {
+            r.map_or_else(String::new, |r| {
+                format!(
+                    "{:>3} {} {:>3} {:>5.1}",
+                    r.gpu_id,
+                    r.bdf,
+                    r.cus,
+                    r.vram_mb as f64 / 1024.0
+                )
+            })
+        };
+        let _ = writeln!(
+            o,
+            "  {:<28} {:<28}",
+            cell(p.before.get(i)),
+            cell(p.after.get(i))
+        );
+    }
+    if n > 24 {
+        let _ = writeln!(o, "  … {} more", n - 24);
+    }
+    let _ = writeln!(o, "\nmust stop ({}):", p.stops.len());
+    if p.stops.is_empty() {
+        let _ = writeln!(o, "  nothing holds the affected GPUs");
+    }
+    for s in &p.stops {
+        let what = s
+            .agent
+            .clone()
+            .map_or_else(|| format!("GPUs {:?}", s.gpus), |a| format!("agent: {a}"));
+        let _ = writeln!(o, "  pid {:>7}  {:<16} {what}", s.pid, s.name);
+    }
+    let _ = writeln!(o, "\nsteps:");
+    for (i, s) in p.steps.iter().enumerate() {
+        let _ = writeln!(o, "  {}. {}", i + 1, s.title);
+        for c in &s.commands {
+            let _ = writeln!(o, "       $ {c}");
+        }
+    }
+    let _ = writeln!(o, "\nexpected downtime: about {} s", p.downtime_secs);
+    if !p.warnings.is_empty() {
+        let _ = writeln!(o, "\nwarnings:");
+        for w in &p.warnings {
+            let _ = writeln!(o, "  ! {w}");
+        }
+    }
+    o
+}

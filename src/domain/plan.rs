@@ -1,0 +1,501 @@
+//! The repartition planner: from a snapshot and a draft (which physical GPUs, which compute and
+//! memory mode), the full plan an operator confirms: what changes (a memory-mode change expands
+//! to the whole hive), the layouts before and after with the new indices, what must stop, the
+//! ordered steps with the exact commands for this amd-smi version, the expected downtime, the
+//! warnings, and a fingerprint that changes whenever any of it does. Pure.
+
+use super::layout::shapes;
+use super::modes::{ComputeMode, MemoryMode};
+use super::product::{self, Profile};
+use super::snapshot::{PhysicalGpu, Snapshot};
+use serde::{Deserialize, Serialize};
+
+/// How the driver is reloaded after a memory-mode change (from the amd-smi version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reload {
+    /// ROCm 6.3/6.4: `set -M` reloads by itself.
+    InsideSetMemory,
+    /// ROCm 7.0-7.11: `amd-smi reset -r`.
+    ResetReload,
+    /// ROCm 7.12+: `modprobe -r amdgpu && modprobe amdgpu`.
+    Modprobe,
+}
+
+/// What the operator asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Draft {
+    /// Physical GPUs by BDF (`0000:05:00`); empty = all.
+    pub gpus: Vec<String>,
+    /// Target compute mode (None = keep).
+    pub compute: Option<ComputeMode>,
+    /// Target memory mode (None = keep).
+    pub memory: Option<MemoryMode>,
+}
+
+/// One physical GPU's change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuChange {
+    /// BDF.
+    pub bdf: String,
+    /// Modes now.
+    pub from: (Option<ComputeMode>, Option<MemoryMode>),
+    /// Modes after.
+    pub to: (ComputeMode, MemoryMode),
+    /// Included only because memory modes are hive-wide.
+    pub hive_only: bool,
+}
+
+/// A logical GPU in a layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutRow {
+    /// amd-smi index.
+    pub gpu_id: u32,
+    /// BDF with partition function.
+    pub bdf: String,
+    /// CUs.
+    pub cus: u32,
+    /// Its HBM share, MiB.
+    pub vram_mb: u64,
+}
+
+/// A process that must stop first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    /// PID.
+    pub pid: u32,
+    /// Start time (identity).
+    pub start_ticks: Option<u64>,
+    /// Name.
+    pub name: String,
+    /// Agent description, for node agents.
+    pub agent: Option<String>,
+    /// GPUs it uses.
+    pub gpus: Vec<u32>,
+}
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Stable key (`stop`, `wait_idle`, `set_memory`, `reload`, `wait_gpus`, `set_compute`, `verify`).
+    pub key: String,
+    /// What it does.
+    pub title: String,
+    /// The exact commands it runs (amd-smi arguments as typed).
+    pub commands: Vec<String>,
+}
+
+/// A plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Changes to the hash of everything below.
+    pub fingerprint: String,
+    /// Host.
+    pub host: String,
+    /// The draft it answers.
+    pub draft: Draft,
+    /// Reload method.
+    pub reload: Reload,
+    /// Per physical GPU.
+    pub changes: Vec<GpuChange>,
+    /// Logical GPUs now.
+    pub before: Vec<LayoutRow>,
+    /// Logical GPUs after (new indices).
+    pub after: Vec<LayoutRow>,
+    /// What must stop.
+    pub stops: Vec<Stop>,
+    /// Ordered steps.
+    pub steps: Vec<Step>,
+    /// Expected downtime, seconds.
+    pub downtime_secs: u32,
+    /// What the operator should know.
+    pub warnings: Vec<String>,
+}
+
+/// Why a draft cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Nothing to change.
+    #[error("nothing to change: the selected GPUs are already in the requested modes")]
+    NoChange,
+    /// Unknown GPU.
+    #[error("no physical GPU {0} on this node")]
+    UnknownGpu(String),
+    /// Modes unknown.
+    #[error("the current modes of {0} are unknown; partop cannot plan from them")]
+    UnknownModes(String),
+    /// Not offered.
+    #[error("{bdf} does not offer {compute}/{memory} (offered: {offered}; source: {source_name})")]
+    NotOffered {
+        /// GPU.
+        bdf: String,
+        /// Compute.
+        compute: ComputeMode,
+        /// Memory.
+        memory: MemoryMode,
+        /// What is offered.
+        offered: String,
+        /// Device or product table.
+        source_name: String,
+    },
+}
+
+fn offered(g: &PhysicalGpu) -> (Vec<Profile>, String) {
+    let src = g
+        .provenance
+        .get("profiles")
+        .map_or_else(|| "unknown".to_string(), |o| o.detail.clone());
+    (g.profiles.clone(), src)
+}
+
+fn fnv(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A physical GPU's target: BDF, product key, modes, and its partition count now.
+type Target = (String, Option<String>, ComputeMode, MemoryMode, Option<u32>);
+
+fn layout(gpus: &[Target]) -> Vec<LayoutRow> {
+    let mut rows = Vec::new();
+    let mut id = 0;
+    for (bdf, key, c, m, n_now) in gpus {
+        let prod = key.as_deref().and_then(product::by_key);
+        match prod {
+            Some(p) => {
+                for s in shapes(&p, *c, *m) {
+                    rows.push(LayoutRow {
+                        gpu_id: id,
+                        bdf: format!("{bdf}.{}", s.partition_id),
+                        cus: s.cus,
+                        vram_mb: s.vram_share_mb,
+                    });
+                    id += 1;
+                }
+            }
+            None => {
+                for p in 0..n_now.unwrap_or(1) {
+                    rows.push(LayoutRow {
+                        gpu_id: id,
+                        bdf: format!("{bdf}.{p}"),
+                        cus: 0,
+                        vram_mb: 0,
+                    });
+                    id += 1;
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// Plans `draft` on the node in `snap`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one rule after another, in the order an operator reads them"
+)]
+pub fn plan(
+    snap: &Snapshot,
+    draft: &Draft,
+    reload: Reload,
+    reload_secs: u32,
+    grace_secs: u32,
+) -> Result<Plan, Vec<PlanError>> {
+    let mut errors = Vec::new();
+    for b in &draft.gpus {
+        if !snap.gpus.iter().any(|g| &g.bdf == b) {
+            errors.push(PlanError::UnknownGpu(b.clone()));
+        }
+    }
+    let selected = |g: &PhysicalGpu| draft.gpus.is_empty() || draft.gpus.contains(&g.bdf);
+    let memory_change = draft
+        .memory
+        .is_some_and(|m| snap.gpus.iter().any(|g| g.memory_partition != Some(m)));
+    let mut changes = Vec::new();
+    let mut after_in = Vec::new();
+    let mut warnings = Vec::new();
+    for g in &snap.gpus {
+        let (Some(c_now), Some(m_now)) = (g.compute_partition, g.memory_partition) else {
+            if selected(g) || memory_change {
+                errors.push(PlanError::UnknownModes(g.bdf.clone()));
+            }
+            continue;
+        };
+        let in_draft = selected(g);
+        let m_to = if memory_change {
+            draft.memory.unwrap_or(m_now)
+        } else {
+            m_now
+        };
+        let prod = g.product_key.as_deref().and_then(product::by_key);
+        // After a reload the compute mode returns to the default; a GPU outside the draft keeps
+        // its mode only if that mode is valid with the new memory mode, else takes the default.
+        let c_default = prod.as_ref().map_or(c_now, |p| p.default_compute_for(m_to));
+        let c_to = if in_draft {
+            draft
+                .compute
+                .unwrap_or(if memory_change { c_default } else { c_now })
+        } else if memory_change {
+            if product::offers(&g.profiles, c_now, m_to) {
+                c_now
+            } else {
+                c_default
+            }
+        } else {
+            c_now
+        };
+        let (profiles, src) = offered(g);
+        if (in_draft || memory_change)
+            && !profiles.is_empty()
+            && !product::offers(&profiles, c_to, m_to)
+        {
+            let list = profiles
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}:{}",
+                        p.compute,
+                        p.memory
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            errors.push(PlanError::NotOffered {
+                bdf: g.bdf.clone(),
+                compute: c_to,
+                memory: m_to,
+                offered: list,
+                source_name: src.clone(),
+            });
+        }
+        if let Some(p) = profiles.iter().find(|p| p.compute == ComputeMode::Dpx)
+            && p.memory == vec![MemoryMode::Nps1]
+            && c_to == ComputeMode::Dpx
+            && in_draft
+        {
+            warnings.push(format!(
+                "{}: this firmware offers DPX with NPS1 only",
+                g.bdf
+            ));
+        }
+        if src.contains("product table") && in_draft {
+            warnings.push(format!("{}: the offered combinations come from partop's product table (amd-smi partition -a needs root); the device may offer fewer", g.bdf));
+        }
+        if (c_to, m_to) != (c_now, m_now) {
+            changes.push(GpuChange {
+                bdf: g.bdf.clone(),
+                from: (Some(c_now), Some(m_now)),
+                to: (c_to, m_to),
+                hive_only: !in_draft,
+            });
+        }
+        #[expect(clippy::cast_possible_truncation, reason = "partition counts")]
+        after_in.push((
+            g.bdf.clone(),
+            g.product_key.clone(),
+            c_to,
+            m_to,
+            Some(g.partitions.len() as u32),
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    if changes.is_empty() {
+        return Err(vec![PlanError::NoChange]);
+    }
+    if memory_change && changes.iter().any(|c| c.hive_only) {
+        warnings.push(format!("memory (NPS) modes are hive-wide: all {} GPUs change memory mode, not only the selected ones", snap.gpus.len()));
+    }
+    let before: Vec<LayoutRow> = snap
+        .logical()
+        .map(|(_, l)| LayoutRow {
+            gpu_id: l.gpu_id,
+            bdf: l.bdf.clone(),
+            cus: l.cu_count.unwrap_or(0),
+            vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
+        })
+        .collect();
+    let after = layout(&after_in);
+    if before.len() != after.len() || before.iter().zip(&after).any(|(a, b)| a.bdf != b.bdf) {
+        warnings.push(format!("logical GPUs are renumbered: {} now, {} after; HIP_VISIBLE_DEVICES indices of every workload change", before.len(), after.len()));
+    }
+    // Who must stop: for a reload, every GPU process and agent on the node; for compute only,
+    // those on the changed GPUs, and agents holding /dev/kfd.
+    let changed_ids: Vec<u32> = snap
+        .logical()
+        .filter(|(g, _)| changes.iter().any(|c| c.bdf == g.bdf))
+        .map(|(_, l)| l.gpu_id)
+        .collect();
+    let stops: Vec<Stop> = snap
+        .processes
+        .iter()
+        .filter(|p| {
+            memory_change
+                || p.holds_kfd && p.agent.is_some()
+                || p.gpus.iter().any(|u| changed_ids.contains(&u.gpu_id))
+        })
+        .map(|p| Stop {
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+            name: p.name.clone().unwrap_or_else(|| format!("pid {}", p.pid)),
+            agent: p.agent.clone(),
+            gpus: p
+                .gpus
+                .iter()
+                .filter(|u| !u.attached_only())
+                .map(|u| u.gpu_id)
+                .collect(),
+        })
+        .collect();
+    let mut steps = Vec::new();
+    if !stops.is_empty() {
+        let pids = stops
+            .iter()
+            .map(|s| s.pid.to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        steps.push(Step {
+            key: "stop".into(),
+            title: format!(
+                "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
+                stops.len()
+            ),
+            commands: vec![format!("kill -TERM {pids}")],
+        });
+    }
+    steps.push(Step {
+        key: "wait_idle".into(),
+        title: "wait until no process holds an affected GPU (/proc scan)".into(),
+        commands: vec![],
+    });
+    let target_m = draft.memory.filter(|_| memory_change);
+    if let Some(m) = target_m {
+        steps.push(Step {
+            key: "set_memory".into(),
+            title: format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
+            commands: vec![format!("amd-smi set -M {m}")],
+        });
+        let (title, cmd) = match reload {
+            Reload::InsideSetMemory => (
+                "the driver reloads inside `set -M` (ROCm 6.x)".to_string(),
+                vec![],
+            ),
+            Reload::ResetReload => (
+                "reload the driver (answers the Y/N prompt)".to_string(),
+                vec!["amd-smi reset -r".to_string()],
+            ),
+            Reload::Modprobe => (
+                "reload the driver".to_string(),
+                vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
+            ),
+        };
+        steps.push(Step {
+            key: "reload".into(),
+            title,
+            commands: cmd,
+        });
+        steps.push(Step {
+            key: "wait_gpus".into(),
+            title: format!("wait until {} logical GPUs are back", after.len()),
+            commands: vec!["amd-smi list --json".into()],
+        });
+    }
+    // Compute is set on primaries, by their index in the layout current at that moment. With a
+    // reload, the driver comes back in the product's default mode for the new memory mode: only
+    // GPUs whose target differs need a `set -C` (and the operator is told why).
+    let mut compute_cmds = Vec::new();
+    let mut reset_again = Vec::new();
+    for c in &changes {
+        let needed = match target_m {
+            Some(m) => {
+                let default = snap
+                    .gpus
+                    .iter()
+                    .find(|g| g.bdf == c.bdf)
+                    .and_then(|g| g.product_key.as_deref())
+                    .and_then(product::by_key)
+                    .map(|p| p.default_compute_for(m));
+                let needed = default != Some(c.to.0);
+                if needed {
+                    reset_again.push((c.bdf.clone(), c.to.0));
+                }
+                needed
+            }
+            None => c.from.0 != Some(c.to.0),
+        };
+        if needed {
+            let rows = if target_m.is_some() { &after } else { &before };
+            if let Some(r) = rows.iter().find(|r| r.bdf == format!("{}.0", c.bdf)) {
+                compute_cmds.push((r.gpu_id, c.to.0));
+            }
+        }
+    }
+    if let Some((_, m)) = reset_again.first() {
+        let which = if reset_again.len() == snap.gpus.len() {
+            "every GPU".to_string()
+        } else {
+            reset_again
+                .iter()
+                .map(|(b, _)| b.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {m} again on {which}"));
+    }
+    // One command per target mode; indices shift after each, so partop re-reads them (noted).
+    let mut modes: Vec<ComputeMode> = compute_cmds.iter().map(|(_, m)| *m).collect();
+    modes.dedup();
+    for m in modes {
+        let ids: Vec<String> = compute_cmds
+            .iter()
+            .filter(|(_, x)| *x == m)
+            .map(|(i, _)| i.to_string())
+            .collect();
+        steps.push(Step {
+            key: "set_compute".into(),
+            title: format!(
+                "set compute mode {m} on {} GPU(s) (primaries; indices re-read before each)",
+                ids.len()
+            ),
+            commands: vec![format!("amd-smi set -g {} -C {m}", ids.join(" "))],
+        });
+    }
+    steps.push(Step {
+        key: "verify".into(),
+        title: format!("verify: modes and {} logical GPUs read back", after.len()),
+        commands: vec![
+            "amd-smi partition -c -m --json".into(),
+            "amd-smi list --json".into(),
+        ],
+    });
+    if target_m.is_some() {
+        warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
+    }
+    let downtime = if stops.is_empty() { 0 } else { grace_secs }
+        + if target_m.is_some() { reload_secs } else { 0 }
+        + 5;
+    let mut p = Plan {
+        fingerprint: String::new(),
+        host: snap.host.clone(),
+        draft: draft.clone(),
+        reload,
+        changes,
+        before,
+        after,
+        stops,
+        steps,
+        downtime_secs: downtime,
+        warnings,
+    };
+    p.fingerprint = fnv(&serde_json::to_string(&p).unwrap_or_default());
+    Ok(p)
+}
