@@ -48,6 +48,9 @@ pub struct SourceArgs {
     /// Path of the amd-smi executable (default: searched on PATH, then /opt/rocm/bin).
     #[arg(long, value_name = "PATH", global = true)]
     pub amd_smi: Option<PathBuf>,
+    /// Attach to a simulated node started with `partop sim start` (it keeps running on exit).
+    #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["sim", "replay"])]
+    pub sim_state: Option<PathBuf>,
     /// Read from a recording made by `partop record` instead of a live node.
     #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]
     pub replay: Option<PathBuf>,
@@ -93,6 +96,27 @@ pub enum Cmd {
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Apply a saved plan (`partop plan … --json > plan.json`): re-checked against the node,
+    /// confirmed (the host name for a driver reload), executed step by step, journaled.
+    Apply {
+        /// The plan file.
+        plan: PathBuf,
+        /// Do not ask (for scripts).
+        #[arg(long)]
+        yes: bool,
+        /// Print every step and command; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Continue an interrupted apply of this plan from the journal.
+        #[arg(long)]
+        resume: bool,
+        /// Send SIGKILL to processes still alive after SIGTERM's grace period.
+        #[arg(long)]
+        kill_after_grace: bool,
+        /// SIGTERM grace period, seconds.
+        #[arg(long, default_value_t = 10.0)]
+        grace: f64,
     },
     /// Terminate processes (after showing what will be signalled and asking for "yes").
     Kill {

@@ -42,6 +42,8 @@ pub struct Node {
     pub scenario: Option<String>,
     /// Where GPU holders are looked for (None for a recording).
     pub roots: Option<crate::collect::holders::Roots>,
+    /// The simulated node's state file (started here or attached to).
+    pub sim_state: Option<PathBuf>,
 }
 
 /// Opens the source the flags name.
@@ -65,8 +67,30 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         return Ok(Node {
             source: CommandSource::Live(runner),
             roots: Some(crate::sim::session::roots(&state)),
+            sim_state: Some(state.clone()),
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
+        });
+    }
+    if let Some(state) = &src.sim_state {
+        let st = crate::sim::state::SimState::load(state)?;
+        let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+        let runner = Runner {
+            program: exe,
+            prefix: vec![
+                "sim".into(),
+                "amd-smi".into(),
+                "--state".into(),
+                state.display().to_string(),
+            ],
+            timeout,
+        };
+        return Ok(Node {
+            source: CommandSource::Live(runner),
+            sim: None,
+            scenario: Some(st.scenario),
+            roots: Some(session::roots(state)),
+            sim_state: Some(state.clone()),
         });
     }
     if let Some(path) = &src.replay {
@@ -76,6 +100,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             sim: None,
             scenario: None,
             roots: None,
+            sim_state: None,
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
@@ -87,6 +112,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         sim: None,
         scenario: None,
         roots: Some(crate::collect::holders::Roots::host()),
+        sim_state: None,
     })
 }
 
@@ -116,6 +142,23 @@ pub fn main(cli: Cli) -> Result<u8> {
             memory,
             json,
         }) => plan(&cli.source, gpus, compute, memory, json),
+        Some(Cmd::Apply {
+            plan,
+            yes,
+            dry_run,
+            resume,
+            kill_after_grace,
+            grace,
+        }) => apply(
+            &cli.source,
+            &plan,
+            yes,
+            dry_run,
+            resume,
+            kill_after_grace,
+            grace,
+            cli.read_only,
+        ),
         Some(Cmd::Kill {
             pids,
             signal,
@@ -151,7 +194,7 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
         .enable_all()
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim.is_some();
+    collector.simulated = node.sim_state.is_some();
     collector.holder_roots.clone_from(&node.roots);
     let snap = rt.block_on(collector.sample());
     let failed: Vec<String> = snap
@@ -197,7 +240,7 @@ fn plan(
         .enable_all()
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim.is_some();
+    collector.simulated = node.sim_state.is_some();
     collector.holder_roots.clone_from(&node.roots);
     let snap = rt.block_on(collector.sample());
     let reload = match collector
@@ -212,10 +255,15 @@ fn plan(
     };
     // A real reload of 8 MI300X is not documented anywhere; 120 s is the planning figure
     // (amd-smi's own progress bar allows 140 s). The simulator knows its own.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "seconds"
+    )]
     let reload_secs = node
-        .sim
+        .sim_state
         .as_ref()
-        .and_then(|g| crate::sim::state::SimState::load(&g.state).ok())
+        .and_then(|s| crate::sim::state::SimState::load(s).ok())
         .map_or(120, |s| s.reload_secs.ceil() as u32);
     let draft = Draft {
         gpus: gpus.into_iter().filter(|g| g != "all").collect(),
@@ -238,6 +286,169 @@ fn plan(
     }
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    clippy::fn_params_excessive_bools,
+    reason = "the command's flags"
+)]
+fn apply(
+    src: &SourceArgs,
+    path: &std::path::Path,
+    yes: bool,
+    dry_run: bool,
+    resume: bool,
+    kill_after_grace: bool,
+    grace: f64,
+    read_only: bool,
+) -> Result<u8> {
+    use crate::exec::apply::{ApplyCtx, ApplyEvent, apply, resume_point};
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a plan made by `partop plan --json`",
+            path.display()
+        )
+    })?;
+    out(&crate::report::plan_text(&plan))?;
+    if dry_run {
+        out("\ndry run: nothing changed\n")?;
+        return Ok(exit::OK);
+    }
+    if read_only
+        || crate::ui::config::load(&crate::paths::config_dir(), None, None, false)
+            .config
+            .read_only
+    {
+        out("partop is read-only (--read-only, or read_only = true): nothing is applied\n")?;
+        return Ok(exit::USAGE);
+    }
+    let node = open(src)?;
+    let CommandSource::Live(runner) = node.source.clone() else {
+        anyhow::bail!("a recording cannot be changed: apply on a live or simulated node")
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let journal = crate::exec::journal::default_path();
+    let from = if resume {
+        resume_point(&journal, &plan.fingerprint)
+    } else {
+        0
+    };
+    if resume {
+        if from >= plan.steps.len() {
+            out(&format!(
+                "plan {} was already applied completely (journal)\n",
+                plan.fingerprint
+            ))?;
+            return Ok(exit::OK);
+        }
+        out(&format!(
+            "\nresuming plan {} at step {} ({})\n",
+            plan.fingerprint,
+            from + 1,
+            plan.steps[from].key
+        ))?;
+    } else {
+        // The node must still be the node the plan was made for.
+        let mut c = AmdSmiCollector::with_source(node.source.clone());
+        c.holder_roots.clone_from(&node.roots);
+        let snap = rt.block_on(c.sample());
+        match crate::domain::plan::plan(
+            &snap,
+            &plan.draft,
+            plan.reload,
+            plan.reload_secs,
+            plan.grace_secs,
+        ) {
+            Ok(now) if now.fingerprint == plan.fingerprint => {}
+            Ok(now) => anyhow::bail!(
+                "the node changed since this plan was made (plan {}, now {}): processes or modes differ. Review the new plan with `partop plan` and save it again",
+                plan.fingerprint,
+                now.fingerprint
+            ),
+            Err(e) => anyhow::bail!(
+                "this plan no longer applies: {}",
+                e.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        }
+    }
+    if !yes {
+        let (word, what) = if plan.reloads() {
+            (plan.host.clone(), "the host name")
+        } else {
+            ("yes".to_string(), "yes")
+        };
+        out(&format!(
+            "\nType {what} ({word}) to apply plan {}: ",
+            plan.fingerprint
+        ))?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if answer.trim() != word {
+            out("not confirmed: nothing changed\n")?;
+            return Ok(exit::FAILED);
+        }
+    }
+    let exe = std::env::current_exe()?;
+    let reload_cmd = match &node.sim_state {
+        Some(s) => vec![
+            exe.display().to_string(),
+            "sim".into(),
+            "reload".into(),
+            "--state".into(),
+            s.display().to_string(),
+        ],
+        None => vec![
+            "sh".into(),
+            "-c".into(),
+            "modprobe -r amdgpu && modprobe amdgpu".into(),
+        ],
+    };
+    let ctx = ApplyCtx {
+        runner,
+        reload_cmd,
+        roots: node
+            .roots
+            .clone()
+            .unwrap_or_else(crate::collect::holders::Roots::host),
+        journal,
+        grace: Duration::from_secs_f64(grace.max(0.0)),
+        kill_after_grace,
+        sim_state: node.sim_state.clone(),
+        wait_idle: Duration::from_secs(60),
+        wait_gpus: Duration::from_secs(300),
+    };
+    let mut show = |e: ApplyEvent| {
+        let line = match e {
+            ApplyEvent::Started { idx, title } => {
+                format!("[{}/{}] {title}", idx + 1, plan.steps.len())
+            }
+            ApplyEvent::Done { detail, .. } => format!("      ok: {detail}"),
+            ApplyEvent::Note(n) => format!("      {n}"),
+        };
+        let _ = out(&(line + "\n"));
+    };
+    match rt.block_on(apply(&plan, &ctx, from, &mut show)) {
+        Ok(()) => {
+            out(&format!(
+                "applied plan {}: {} logical GPUs\n",
+                plan.fingerprint,
+                plan.after.len()
+            ))?;
+            Ok(exit::OK)
+        }
+        Err(e) => {
+            out(&format!("{e}\n"))?;
+            Ok(exit::FAILED)
+        }
+    }
+}
+
 fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     let node = open(src)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -248,7 +459,7 @@ fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     collector.start_recording(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());
     let mut rec = collector.take_recording().unwrap_or_default();
-    if node.sim.is_none() {
+    if node.sim_state.is_none() {
         rec.add_partition_files(std::path::Path::new("/sys"));
     }
     if let Some(s) = &node.scenario {

@@ -50,7 +50,8 @@ fn a_memory_change_is_hive_wide_and_reloads() {
             "set_memory",
             "reload",
             "wait_gpus",
-            "verify"
+            "verify",
+            "relaunch"
         ],
         "DPX is the default after reloading into NPS2"
     );

@@ -72,6 +72,9 @@ pub struct Stop {
     pub agent: Option<String>,
     /// GPUs it uses.
     pub gpus: Vec<u32>,
+    /// Its systemd unit: stopped with systemctl (and started again after) instead of a signal.
+    #[serde(default)]
+    pub unit: Option<String>,
 }
 
 /// One step.
@@ -110,6 +113,19 @@ pub struct Plan {
     pub downtime_secs: u32,
     /// What the operator should know.
     pub warnings: Vec<String>,
+    /// The reload time it assumed (to re-plan identically).
+    #[serde(default)]
+    pub reload_secs: u32,
+    /// The grace period it assumed.
+    #[serde(default)]
+    pub grace_secs: u32,
+}
+
+impl Plan {
+    /// Whether it reloads the driver (and so asks for the host name).
+    pub fn reloads(&self) -> bool {
+        self.steps.iter().any(|s| s.key == "reload")
+    }
 }
 
 /// Why a draft cannot be planned.
@@ -354,22 +370,31 @@ pub fn plan(
                 .filter(|u| !u.attached_only())
                 .map(|u| u.gpu_id)
                 .collect(),
+            unit: p.systemd_unit.clone().filter(|_| p.agent.is_some()),
         })
         .collect();
     let mut steps = Vec::new();
     if !stops.is_empty() {
-        let pids = stops
+        let pids: Vec<String> = stops
             .iter()
+            .filter(|s| s.unit.is_none())
             .map(|s| s.pid.to_string())
-            .collect::<Vec<_>>()
-            .join(" ");
+            .collect();
+        let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
+        let mut commands = Vec::new();
+        if !units.is_empty() {
+            commands.push(format!("systemctl stop {}", units.join(" ")));
+        }
+        if !pids.is_empty() {
+            commands.push(format!("kill -TERM {}", pids.join(" ")));
+        }
         steps.push(Step {
             key: "stop".into(),
             title: format!(
                 "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
                 stops.len()
             ),
-            commands: vec![format!("kill -TERM {pids}")],
+            commands,
         });
     }
     steps.push(Step {
@@ -477,6 +502,14 @@ pub fn plan(
             "amd-smi list --json".into(),
         ],
     });
+    let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
+    if !stops.is_empty() {
+        steps.push(Step {
+        key: "relaunch".into(),
+        title: format!("start again what was stopped ({} process(es)): agents' units; served models where partop knows how", stops.len()),
+        commands: if units.is_empty() { vec![] } else { vec![format!("systemctl start {}", units.join(" "))] },
+    });
+    }
     if target_m.is_some() {
         warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
     }
@@ -495,6 +528,8 @@ pub fn plan(
         steps,
         downtime_secs: downtime,
         warnings,
+        reload_secs,
+        grace_secs,
     };
     p.fingerprint = fnv(&serde_json::to_string(&p).unwrap_or_default());
     Ok(p)

@@ -37,7 +37,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         .enable_all()
         .build()?;
     let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim.is_some();
+    collector.simulated = node.sim_state.is_some();
     collector.holder_roots.clone_from(&node.roots);
     let thresholds = Thresholds {
         #[expect(
@@ -70,7 +70,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
             .clone()
             .unwrap_or_else(crate::exec::journal::default_path),
         proc_root: "/proc".into(),
-        simulated: node.sim.is_some(),
+        simulated: node.sim_state.is_some(),
     };
     state.scenario.clone_from(&node.scenario);
     if let Some(s) = &node.scenario {

@@ -1,0 +1,513 @@
+//! Applying a confirmed repartition plan, step by step: stop the holders (SIGTERM, grace,
+//! SIGKILL only if the operator allowed it), wait until nothing holds the GPUs, set the memory
+//! mode, reload the driver by the method of this amd-smi version, wait for the logical GPUs,
+//! set the compute mode (indices re-read), verify by reading back, start again what was
+//! stopped. amd-smi often fails with exit status 0, so its text is scanned. Every step is
+//! journaled with the plan's fingerprint, so an interrupted apply resumes where it stopped.
+
+use super::journal::{self, Entry};
+use super::kill::{KillEvent, KillJob};
+use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::amdsmi::recording::CommandSource;
+use crate::collect::amdsmi::runner::{RawOutput, Runner};
+use crate::collect::holders::Roots;
+use crate::domain::ComputeMode;
+use crate::domain::kill::{Sig, Target};
+use crate::domain::plan::{Plan, Reload, Step};
+use crate::domain::snapshot::Snapshot;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Everything the executor needs.
+#[derive(Debug, Clone)]
+pub struct ApplyCtx {
+    /// amd-smi (the real tool, or the simulator's).
+    pub runner: Runner,
+    /// The command that reloads the driver on 7.12+ (argv).
+    pub reload_cmd: Vec<String>,
+    /// Where holders are looked for.
+    pub roots: Roots,
+    /// The journal.
+    pub journal: PathBuf,
+    /// SIGTERM grace.
+    pub grace: Duration,
+    /// The operator allowed SIGKILL for processes that survive the grace.
+    pub kill_after_grace: bool,
+    /// The simulated node's state (relaunch restarts its workloads).
+    pub sim_state: Option<PathBuf>,
+    /// How long to wait for idle GPUs.
+    pub wait_idle: Duration,
+    /// How long to wait for the logical GPUs after a reload.
+    pub wait_gpus: Duration,
+}
+
+/// Progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyEvent {
+    /// A step begins.
+    Started {
+        /// Index.
+        idx: usize,
+        /// Its title.
+        title: String,
+    },
+    /// A step succeeded.
+    Done {
+        /// Index.
+        idx: usize,
+        /// What it found or did.
+        detail: String,
+    },
+    /// Something worth showing while a step runs.
+    Note(String),
+}
+
+/// A failed step: the tool's own text and what the operator can do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("step {} ({key}) failed: {message}\nnext: {next}", idx + 1)]
+pub struct StepFailed {
+    /// Index.
+    pub idx: usize,
+    /// Step key.
+    pub key: String,
+    /// What happened (with amd-smi's text).
+    pub message: String,
+    /// What to do.
+    pub next: String,
+}
+
+/// Scans the output of `amd-smi set`/`reset` (exit status is unreliable): any
+/// `[AMDSMI_STATUS_*]` other than NOT_SUPPORTED (printed for secondaries) is a failure, as is a
+/// non-zero exit or the absence of the success line.
+pub fn check_output(out: &RawOutput, success: &str) -> Result<String, String> {
+    let text = format!("{}\n{}", out.stdout, out.stderr);
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("[AMDSMI_STATUS_") && !l.contains("NOT_SUPPORTED"))
+        .map(str::trim)
+        .collect();
+    if !bad.is_empty() {
+        let mut msg = bad.join("; ");
+        // amd-smi wraps its long lines: keep the continuation of the first one.
+        if let Some(next) = text.lines().skip_while(|l| !l.contains(bad[0])).nth(1)
+            && next.starts_with("        ")
+        {
+            msg = format!("{msg} {}", next.trim());
+        }
+        return Err(msg);
+    }
+    if out.code != Some(0) {
+        let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
+        return Err(format!(
+            "`{}` exited with {:?}: {}",
+            out.command,
+            out.code,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    let n = text.matches(success).count();
+    if n == 0 {
+        return Err(format!("`{}` printed no \"{success}\" line", out.command));
+    }
+    Ok(format!("{n} x {success}"))
+}
+
+fn journal_step(ctx: &ApplyCtx, plan: &Plan, idx: usize, key: &str, ok: bool, detail: &str) {
+    let e = Entry::new(
+        "repartition.step",
+        ctx.sim_state.is_some(),
+        json!({"fingerprint": plan.fingerprint, "step": idx, "key": key}),
+        json!({"ok": ok, "detail": detail}),
+    );
+    let _ = journal::append(&ctx.journal, &e);
+}
+
+/// The first step not yet journaled as done for this plan (0 when none).
+pub fn resume_point(journal_path: &std::path::Path, fingerprint: &str) -> usize {
+    let Ok((entries, _)) = journal::read(journal_path) else {
+        return 0;
+    };
+    entries
+        .iter()
+        .filter(|e| {
+            e.action == "repartition.step"
+                && e.targets["fingerprint"] == fingerprint
+                && e.outcome["ok"] == true
+        })
+        .filter_map(|e| e.targets["step"].as_u64())
+        .max()
+        .map_or(0, |s| usize::try_from(s).unwrap_or(0) + 1)
+}
+
+async fn sample(ctx: &ApplyCtx) -> Snapshot {
+    let mut c = AmdSmiCollector::with_source(CommandSource::Live(ctx.runner.clone()));
+    c.holder_roots = Some(ctx.roots.clone());
+    c.sample().await
+}
+
+fn long(r: &Runner) -> Runner {
+    Runner {
+        timeout: Duration::from_secs(300),
+        ..r.clone()
+    }
+}
+
+async fn count_gpus(ctx: &ApplyCtx) -> Option<usize> {
+    let out = ctx.runner.run(&["list", "--json"]).await.ok()?;
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).ok()?;
+    v.as_array().map(Vec::len)
+}
+
+/// Applies `plan` from step `from`. Blocking steps (signals, waits) run inline: call this from
+/// a task that may block.
+pub async fn apply(
+    plan: &Plan,
+    ctx: &ApplyCtx,
+    from: usize,
+    emit: &mut (dyn FnMut(ApplyEvent) + Send),
+) -> Result<(), StepFailed> {
+    if from == 0 {
+        let _ = journal::append(
+            &ctx.journal,
+            &Entry::new(
+                "repartition.start",
+                ctx.sim_state.is_some(),
+                json!({"fingerprint": plan.fingerprint, "draft": plan.draft}),
+                json!({"steps": plan.steps.len()}),
+            ),
+        );
+    }
+    for (idx, step) in plan.steps.iter().enumerate().skip(from) {
+        emit(ApplyEvent::Started {
+            idx,
+            title: step.title.clone(),
+        });
+        let fail = |message: String, next: &str| StepFailed {
+            idx,
+            key: step.key.clone(),
+            message,
+            next: next.to_string(),
+        };
+        let result = run_step(plan, ctx, step, emit)
+            .await
+            .map_err(|(m, n)| fail(m, &n));
+        match result {
+            Ok(detail) => {
+                journal_step(ctx, plan, idx, &step.key, true, &detail);
+                emit(ApplyEvent::Done { idx, detail });
+            }
+            Err(e) => {
+                journal_step(ctx, plan, idx, &step.key, false, &e.message);
+                return Err(e);
+            }
+        }
+    }
+    let _ = journal::append(
+        &ctx.journal,
+        &Entry::new(
+            "repartition.done",
+            ctx.sim_state.is_some(),
+            json!({"fingerprint": plan.fingerprint}),
+            json!({"ok": true}),
+        ),
+    );
+    Ok(())
+}
+
+type StepResult = Result<String, (String, String)>;
+
+const RESUME: &str =
+    "fix the cause, then: partop apply PLAN.json --resume (completed steps are skipped)";
+
+async fn run_step(
+    plan: &Plan,
+    ctx: &ApplyCtx,
+    step: &Step,
+    emit: &mut (dyn FnMut(ApplyEvent) + Send),
+) -> StepResult {
+    match step.key.as_str() {
+        "stop" => stop(plan, ctx, emit),
+        "wait_idle" => wait_idle(plan, ctx).await,
+        "set_memory" => {
+            let m = plan.draft.memory.map(|m| m.name()).unwrap_or_default();
+            let out = long(&ctx.runner)
+                .run_with_input(&["set", "-M", m], Some("Y\n"))
+                .await
+                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            let marker = if plan.reload == Reload::InsideSetMemory {
+                format!("Successfully set memory partition to {m}")
+            } else {
+                "Successfully set memory partition".into()
+            };
+            check_output(&out, &marker).map_err(|m| (m, "the memory mode may be pending: run the same plan again with --resume after fixing the cause; `amd-smi partition -c -m` shows the state".into()))
+        }
+        "reload" => match plan.reload {
+            Reload::InsideSetMemory => Ok("done by set -M (ROCm 6.x)".into()),
+            Reload::ResetReload => {
+                let out = long(&ctx.runner)
+                    .run_with_input(&["reset", "-r"], Some("Y\n"))
+                    .await
+                    .map_err(|e| (e.to_string(), RESUME.into()))?;
+                check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then --resume".into()))
+            }
+            Reload::Modprobe => {
+                let (prog, args) = ctx.reload_cmd.split_first().ok_or_else(|| {
+                    (
+                        "no reload command configured".to_string(),
+                        RESUME.to_string(),
+                    )
+                })?;
+                let out = tokio::process::Command::new(prog)
+                    .args(args)
+                    .kill_on_drop(true)
+                    .output()
+                    .await
+                    .map_err(|e| (e.to_string(), RESUME.into()))?;
+                if out.status.success() {
+                    Ok(format!("`{}` succeeded", ctx.reload_cmd.join(" ")))
+                } else {
+                    Err((
+                        format!(
+                            "`{}` failed: {}",
+                            ctx.reload_cmd.join(" "),
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        ),
+                        "something still holds the amdgpu module; stop it, then --resume".into(),
+                    ))
+                }
+            }
+        },
+        "wait_gpus" => {
+            let want = plan.after.len();
+            let end = Instant::now() + ctx.wait_gpus;
+            let mut last = None;
+            while Instant::now() < end {
+                last = count_gpus(ctx).await;
+                if last == Some(want) {
+                    return Ok(format!("{want} logical GPUs"));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err((format!("expected {want} logical GPUs, amd-smi lists {last:?} after {}s", ctx.wait_gpus.as_secs()), "if fewer than 64 appear in CPX, another DRM driver (ast) may use the minors: see docs/reference.md; then --resume".into()))
+        }
+        "set_compute" => set_compute(plan, ctx, step).await,
+        "verify" => verify(plan, ctx).await,
+        "relaunch" => relaunch(plan, ctx),
+        other => Err((
+            format!("unknown step {other:?}"),
+            "use the partop version that made the plan".into(),
+        )),
+    }
+}
+
+fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) -> StepResult {
+    for unit in plan.stops.iter().filter_map(|s| s.unit.as_deref()) {
+        let st = std::process::Command::new("systemctl")
+            .args(["stop", unit])
+            .status();
+        emit(ApplyEvent::Note(format!(
+            "systemctl stop {unit}: {}",
+            st.map_or_else(|e| e.to_string(), |s| s.to_string())
+        )));
+    }
+    let targets: Vec<Target> = plan
+        .stops
+        .iter()
+        .filter(|s| s.unit.is_none())
+        .map(|s| Target {
+            pid: s.pid,
+            start_ticks: s.start_ticks,
+            name: Some(s.name.clone()),
+            gpus: s.gpus.clone(),
+            agent: s.agent.clone(),
+            ..Target::default()
+        })
+        .collect();
+    let mut job = KillJob {
+        targets,
+        sig: Sig::Term,
+        grace: ctx.grace,
+        proc_root: ctx.roots.proc_root.clone(),
+        journal: ctx.journal.clone(),
+        simulated: ctx.sim_state.is_some(),
+    };
+    let mut alive = Vec::new();
+    super::kill::run(&job, |e| match e {
+        KillEvent::Done { alive: a, .. } => alive = a,
+        KillEvent::Signalled { results, .. } => {
+            for (pid, o) in results {
+                emit(ApplyEvent::Note(o.explain(pid)));
+            }
+        }
+        _ => {}
+    });
+    if alive.is_empty() {
+        return Ok(format!("{} stopped", plan.stops.len()));
+    }
+    if !ctx.kill_after_grace {
+        return Err((format!("still running after SIGTERM and {}s: pids {alive:?}", ctx.grace.as_secs()), "stop them yourself, or allow SIGKILL: partop apply PLAN.json --resume --kill-after-grace".into()));
+    }
+    job.targets.retain(|t| alive.contains(&t.pid));
+    job.sig = Sig::Kill;
+    let mut still = Vec::new();
+    super::kill::run(&job, |e| {
+        if let KillEvent::Done { alive: a, .. } = e {
+            still = a;
+        }
+    });
+    if still.is_empty() {
+        Ok(format!(
+            "{} stopped ({} needed SIGKILL)",
+            plan.stops.len(),
+            alive.len()
+        ))
+    } else {
+        Err((
+            format!("still running after SIGKILL: {still:?}"),
+            RESUME.into(),
+        ))
+    }
+}
+
+async fn wait_idle(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
+    let reload = plan.reloads();
+    let changed: Vec<&str> = plan.changes.iter().map(|c| c.bdf.as_str()).collect();
+    let end = Instant::now() + ctx.wait_idle;
+    loop {
+        let snap = sample(ctx).await;
+        let ids: Vec<u32> = snap
+            .logical()
+            .filter(|(g, _)| changed.contains(&g.bdf.as_str()))
+            .map(|(_, l)| l.gpu_id)
+            .collect();
+        let blockers: Vec<String> = snap
+            .processes
+            .iter()
+            .filter(|p| {
+                reload && (p.holds_kfd || !p.gpus.is_empty())
+                    || p.agent.is_some() && p.holds_kfd
+                    || p.gpus.iter().any(|u| ids.contains(&u.gpu_id))
+            })
+            .map(|p| format!("{} {}", p.pid, p.name.as_deref().unwrap_or("?")))
+            .collect();
+        if blockers.is_empty() {
+            return Ok("no process holds the affected GPUs".into());
+        }
+        if Instant::now() >= end {
+            return Err((
+                format!(
+                    "still held after {}s by: {}",
+                    ctx.wait_idle.as_secs(),
+                    blockers.join(", ")
+                ),
+                RESUME.into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn set_compute(plan: &Plan, ctx: &ApplyCtx, step: &Step) -> StepResult {
+    let cmd = step.commands.first().cloned().unwrap_or_default();
+    let mode: ComputeMode = cmd
+        .rsplit(' ')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| {
+            (
+                format!("cannot read the mode in {cmd:?}"),
+                RESUME.to_string(),
+            )
+        })?;
+    // Indices are re-read: they are only valid for the layout current right now.
+    let out = ctx
+        .runner
+        .run(&["list", "--json"])
+        .await
+        .map_err(|e| (e.to_string(), RESUME.into()))?;
+    let list: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .map_err(|e| (format!("amd-smi list: {e}"), RESUME.into()))?;
+    let mut ids = Vec::new();
+    for c in plan.changes.iter().filter(|c| c.to.0 == mode) {
+        let want = format!("{}.0", c.bdf);
+        if let Some(g) = list.as_array().and_then(|a| {
+            a.iter().find(|e| {
+                e["bdf"]
+                    .as_str()
+                    .is_some_and(|b| b.eq_ignore_ascii_case(&want))
+            })
+        }) && let Some(id) = g["gpu"].as_u64()
+        {
+            ids.push(id.to_string());
+        }
+    }
+    if ids.is_empty() {
+        return Err((
+            format!("none of the GPUs to set to {mode} is listed by amd-smi"),
+            RESUME.into(),
+        ));
+    }
+    let mut args = vec!["set", "-g"];
+    args.extend(ids.iter().map(String::as_str));
+    args.extend(["-C", mode.name()]);
+    let out = long(&ctx.runner)
+        .run(&args)
+        .await
+        .map_err(|e| (e.to_string(), RESUME.into()))?;
+    check_output(&out, "Successfully set accelerator partition").map_err(|m| (m, "a process may hold the GPU (BUSY), or the memory mode does not allow this compute mode; then --resume".into()))
+}
+
+async fn verify(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
+    let snap = sample(ctx).await;
+    let mut wrong = Vec::new();
+    for c in &plan.changes {
+        match snap.gpus.iter().find(|g| g.bdf == c.bdf) {
+            Some(g)
+                if g.compute_partition == Some(c.to.0) && g.memory_partition == Some(c.to.1) => {}
+            Some(g) => wrong.push(format!(
+                "{} is {:?}/{:?}, expected {}/{}",
+                c.bdf, g.compute_partition, g.memory_partition, c.to.0, c.to.1
+            )),
+            None => wrong.push(format!("{} is missing", c.bdf)),
+        }
+    }
+    if snap.logical_count() != plan.after.len() {
+        wrong.push(format!(
+            "{} logical GPUs, expected {}",
+            snap.logical_count(),
+            plan.after.len()
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(format!(
+            "{} logical GPUs in the planned modes",
+            snap.logical_count()
+        ))
+    } else {
+        Err((wrong.join("; "), RESUME.into()))
+    }
+}
+
+fn relaunch(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
+    let mut done = Vec::new();
+    for unit in plan.stops.iter().filter_map(|s| s.unit.as_deref()) {
+        let ok = std::process::Command::new("systemctl")
+            .args(["start", unit])
+            .status()
+            .is_ok_and(|s| s.success());
+        done.push(format!(
+            "{unit}: {}",
+            if ok { "started" } else { "FAILED to start" }
+        ));
+    }
+    if let Some(state) = &ctx.sim_state {
+        match crate::sim::session::resume(state) {
+            Ok(r) => done.extend(r.into_iter().map(|x| format!("{x:?}"))),
+            Err(e) => return Err((e.to_string(), RESUME.into())),
+        }
+    } else if plan.stops.iter().any(|s| s.unit.is_none()) {
+        done.push("processes stopped by signal are not restarted automatically yet (served-model relaunch is the next milestone)".into());
+    }
+    Ok(done.join("; "))
+}

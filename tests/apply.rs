@@ -1,0 +1,254 @@
+//! Applying repartition plans on the simulated node, through the fake amd-smi as a real
+//! subprocess: the whole cycle with workloads stopped and relaunched, each reload method, a
+//! holder that ignores SIGTERM, a plan invalidated by a new process, resume from the journal.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::{Node, Out, partop, quick, run};
+use partop::sim::state::SimState;
+use std::path::Path;
+
+struct Env {
+    node: Node,
+}
+
+impl Env {
+    fn new(scenario: &str) -> Self {
+        Self {
+            node: Node::start(scenario),
+        }
+    }
+
+    fn cmd(&self) -> std::process::Command {
+        let mut c = partop();
+        c.env("XDG_STATE_HOME", self.node.dir.path().join("xdg"))
+            .env("XDG_CONFIG_HOME", self.node.dir.path().join("xdg"));
+        c.arg("--sim-state").arg(&self.node.state);
+        c
+    }
+
+    fn plan(&self, args: &str, name: &str) -> std::path::PathBuf {
+        let o = run(
+            self.cmd()
+                .arg("plan")
+                .args(args.split_whitespace())
+                .arg("--json"),
+            "",
+        );
+        assert_eq!(o.code, 0, "plan {args}: {}", o.stderr);
+        let p = self.node.dir.path().join(name);
+        std::fs::write(&p, o.stdout).unwrap();
+        p
+    }
+
+    fn apply(&self, plan: &Path, flags: &str, stdin: &str) -> Out {
+        run(
+            self.cmd()
+                .arg("apply")
+                .arg(plan)
+                .args(flags.split_whitespace()),
+            stdin,
+        )
+    }
+
+    fn state(&self) -> SimState {
+        SimState::load(&self.node.state).unwrap()
+    }
+
+    fn modes(&self) -> (String, String, usize) {
+        let s = self.state();
+        (
+            s.gpus[0].modes.compute.to_string(),
+            s.gpus[0].modes.memory.to_string(),
+            s.logical().len(),
+        )
+    }
+
+    fn journal(&self) -> Vec<partop::exec::journal::Entry> {
+        partop::exec::journal::read(&self.node.dir.path().join("xdg/partop/journal.jsonl"))
+            .unwrap()
+            .0
+    }
+}
+
+const MODEL: &str = "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 0\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\n[[workload]]\nname = \"b\"\nkind = \"batch\"\ngpu = 5\nvram_gb = 10\nbusy = 30\n";
+
+#[test]
+fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
+    let e = Env::new(&quick("cycle", "7.0.2", "SPX", "NPS1", MODEL));
+    for (args, want) in [
+        ("--memory NPS2", ("DPX", "NPS2", 16)),
+        ("--compute CPX --memory NPS4", ("CPX", "NPS4", 64)),
+        ("--compute SPX --memory NPS1", ("SPX", "NPS1", 8)),
+    ] {
+        let p = e.plan(args, "p.json");
+        let o = e.apply(&p, "--yes --grace 3", "");
+        assert_eq!(o.code, 0, "{args}: {}{}", o.stdout, o.stderr);
+        assert!(
+            o.stdout.contains("ok: 2 stopped") && o.stdout.contains("Successfully reloaded driver"),
+            "{}",
+            o.stdout
+        );
+        assert_eq!(
+            e.modes(),
+            (want.0.to_string(), want.1.to_string(), want.2),
+            "{args}"
+        );
+        let st = e.state();
+        assert!(
+            st.alive(0) && st.alive(1),
+            "both workloads relaunched after {args}"
+        );
+    }
+    let j = e.journal();
+    assert_eq!(
+        j.iter().filter(|x| x.action == "repartition.done").count(),
+        3
+    );
+    assert!(
+        j.iter()
+            .filter(|x| x.action == "repartition.step")
+            .all(|x| x.outcome["ok"] == true)
+    );
+    assert!(j.iter().all(|x| x.simulated));
+}
+
+#[test]
+fn rocm64_reloads_inside_set_memory() {
+    let e = Env::new(&quick("r64", "6.4.1", "SPX", "NPS1", MODEL));
+    let p = e.plan("--memory NPS4", "p.json");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    assert_eq!(plan["reload"], "inside_set_memory");
+    let o = e.apply(&p, "--yes --grace 3", "");
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("done by set -M (ROCm 6.x)"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(e.modes(), ("CPX".into(), "NPS4".into(), 64));
+}
+
+#[test]
+fn rocm713_reloads_with_modprobe() {
+    let e = Env::new(&quick("r713", "7.13.0", "DPX", "NPS2", ""));
+    let p = e.plan("--memory NPS1 --compute SPX", "p.json");
+    let o = e.apply(&p, "--yes", "");
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("sim reload") && o.stdout.contains("succeeded"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
+}
+
+#[test]
+fn a_holder_ignoring_sigterm_stops_the_plan_until_sigkill_is_allowed() {
+    let e = Env::new(&quick(
+        "stub",
+        "7.0.2",
+        "DPX",
+        "NPS2",
+        "[[workload]]\nname = \"stuck\"\nkind = \"batch\"\ngpu = 1\npartition = 1\nvram_gb = 5\nignore_sigterm = true\n",
+    ));
+    let p = e.plan("--compute CPX --memory NPS4", "p.json");
+    let o = e.apply(&p, "--yes --grace 1", "");
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stdout.contains("step 1 (stop) failed")
+            && o.stdout.contains("--resume --kill-after-grace"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(
+        e.modes(),
+        ("DPX".into(), "NPS2".into(), 16),
+        "nothing changed"
+    );
+    let o = e.apply(&p, "--yes --grace 1 --resume --kill-after-grace", "");
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("resuming plan") && o.stdout.contains("needed SIGKILL"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(e.modes(), ("CPX".into(), "NPS4".into(), 64));
+    let o = e.apply(&p, "--yes --resume", "");
+    assert!(
+        o.stdout.contains("already applied completely"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn a_plan_is_refused_when_the_node_changed() {
+    let e = Env::new(&quick("changed", "7.0.2", "SPX", "NPS1", MODEL));
+    e.node.sim("stop");
+    let p = e.plan("--memory NPS2", "p.json");
+    e.node.sim("resume");
+    let o = e.apply(&p, "--yes", "");
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .contains("the node changed since this plan was made"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
+}
+
+#[test]
+fn confirmation_dry_run_and_read_only() {
+    let e = Env::new(&quick("confirm", "7.0.2", "SPX", "NPS1", ""));
+    let p = e.plan("--memory NPS2", "p.json");
+    let o = e.apply(&p, "--dry-run", "");
+    assert_eq!(o.code, 0);
+    assert!(
+        o.stdout.contains("$ amd-smi set -M NPS2")
+            && o.stdout.contains("$ amd-smi reset -r")
+            && o.stdout.contains("dry run: nothing changed"),
+        "{}",
+        o.stdout
+    );
+    let o = e.apply(&p, "", "yes\n");
+    assert_eq!(o.code, 1, "a reload needs the host name, not yes");
+    assert!(o.stdout.contains("not confirmed"));
+    let o = run(
+        e.cmd().arg("--read-only").arg("apply").arg(&p).arg("--yes"),
+        "",
+    );
+    assert_eq!(o.code, 2);
+    assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
+    let host = partop::collect::host::hostname();
+    let o = e.apply(&p, "", &format!("{host}\n"));
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
+}
+
+#[test]
+fn restart_err_is_read_from_the_text_even_with_exit_status_0() {
+    let text =
+        common::fixture("v-error-set-memory-partition-nps4-restart-err-rocm6.3.2-issue4439.txt");
+    let out = partop::collect::amdsmi::runner::RawOutput {
+        command: "amd-smi set -M NPS4".into(),
+        code: Some(0),
+        stdout: text,
+        stderr: String::new(),
+        took: std::time::Duration::ZERO,
+    };
+    let e =
+        partop::exec::apply::check_output(&out, "Successfully set memory partition").unwrap_err();
+    assert!(
+        e.contains("AMDSMI_STATUS_AMDGPU_RESTART_ERR") && e.contains("driver after applying NPS4"),
+        "{e}"
+    );
+    let ok = common::fixture("synth-set-memory-partition-nps2-8xmi300x-rocm7.0.txt");
+    let out = partop::collect::amdsmi::runner::RawOutput { stdout: ok, ..out };
+    assert_eq!(
+        partop::exec::apply::check_output(&out, "Successfully set memory partition").unwrap(),
+        "8 x Successfully set memory partition"
+    );
+}
