@@ -9,6 +9,7 @@ pub mod config;
 pub mod dialog;
 pub mod keymap;
 pub mod run;
+pub mod stage;
 pub mod state;
 pub mod terminal;
 pub mod theme;

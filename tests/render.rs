@@ -163,3 +163,22 @@ fn kill_dialog() {
         insta::assert_snapshot!(format!("kill_dialog__{w}x{h}"), text);
     }
 }
+
+#[test]
+fn staging_overlay() {
+    let mut s = state_for("spx-nps1-one-model", 120, 40);
+    update(&mut s, Msg::Command(Command::StageChange));
+    update(&mut s, Msg::Command(Command::StageCycleCompute));
+    update(&mut s, Msg::Command(Command::StageCycleCompute));
+    update(&mut s, Msg::Command(Command::StageCycleMemory));
+    update(&mut s, Msg::Command(Command::StageCycleMemory));
+    let text = draw(&s, 120, 40);
+    assert!(
+        text.contains("staged  DPX/NPS2") && text.contains("amd-smi set -M NPS2"),
+        "{text}"
+    );
+    insta::assert_snapshot!(
+        "staging__120x40",
+        text.replace(&partop::collect::host::hostname(), "HOST")
+    );
+}

@@ -306,3 +306,142 @@ fn dialog_buttons_cannot_be_bound_outside_the_dialog() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn staging_plans_live_and_confirming_needs_the_host_name() {
+    let mut s = state("default", "spx-nps1-one-model");
+    key(&mut s, 'p');
+    let st = s.staging.as_ref().expect("staging open");
+    assert!(st.result.is_err(), "nothing chosen yet");
+    key(&mut s, 'm');
+    key(&mut s, 'm');
+    let p = s.staging.as_ref().unwrap().result.clone().unwrap();
+    assert_eq!(p.after.len(), 16, "NPS2 (hive-wide) gives DPX everywhere");
+    assert!(
+        key(&mut s, 'q').is_empty() || s.staging.is_none(),
+        "q cancels staging, never quits from it"
+    );
+    key(&mut s, 'p');
+    key(&mut s, 'm');
+    key(&mut s, 'm');
+    code(&mut s, KeyCode::Enter);
+    assert!(s.staging.as_ref().unwrap().confirming.is_some());
+    for c in "yes".chars() {
+        key(&mut s, c);
+    }
+    assert!(
+        code(&mut s, KeyCode::Enter).is_empty(),
+        "a reload needs the host name, not yes"
+    );
+    let host = p.host.clone();
+    for _ in 0..3 {
+        code(&mut s, KeyCode::Backspace);
+    }
+    for c in host.chars() {
+        key(&mut s, c);
+    }
+    match code(&mut s, KeyCode::Enter).as_slice() {
+        [Effect::Apply(plan)] => assert_eq!(plan.fingerprint, p.fingerprint),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.staging.is_none());
+}
+
+#[test]
+fn a_plan_that_changes_while_confirming_must_be_confirmed_again() {
+    let mut s = state("default", "spx-nps1-one-model");
+    key(&mut s, 'p');
+    key(&mut s, 'm');
+    key(&mut s, 'm');
+    code(&mut s, KeyCode::Enter);
+    let host = s.staging.as_ref().unwrap().result.clone().unwrap().host;
+    for c in host.chars() {
+        key(&mut s, c);
+    }
+    // A new process appears on the node before Enter.
+    let mut snap = (*s.snapshot.clone().unwrap()).clone();
+    let mut p = snap.processes[0].clone();
+    p.pid = 424_242;
+    snap.processes.push(p);
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    let c = s.staging.as_ref().unwrap().confirming.clone().unwrap();
+    assert!(
+        c.typed.is_empty() && c.notice.as_deref().unwrap().contains("confirm again"),
+        "{c:?}"
+    );
+    assert!(code(&mut s, KeyCode::Enter).is_empty());
+}
+
+#[test]
+fn read_only_cannot_stage() {
+    let (km, _) = Keymap::load("default", None, true);
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    s.read_only = true;
+    update(
+        &mut s,
+        Msg::Snapshot(Arc::new(recorded("spx-nps1-one-model"))),
+    );
+    key(&mut s, 'p');
+    update(&mut s, Msg::Command(Command::StageChange));
+    assert!(s.staging.is_none());
+}
+
+#[test]
+fn progress_follows_the_journal() {
+    let mut s = state("default", "spx-nps1-one-model");
+    let plan = partop::domain::plan::plan(
+        s.snapshot.as_ref().unwrap(),
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: None,
+            memory: Some(partop::domain::MemoryMode::Nps2),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    s.applying = Some(partop::ui::stage::Progress::new(plan.clone(), "log".into()));
+    assert_eq!(
+        update(&mut s, Msg::Tick(T + 5000)),
+        vec![Effect::LoadJournal]
+    );
+    let step = |i: usize, ok: bool| {
+        partop::exec::journal::Entry::new(
+            "repartition.step",
+            true,
+            serde_json::json!({"fingerprint": plan.fingerprint, "step": i, "key": "x"}),
+            serde_json::json!({"ok": ok, "detail": "d"}),
+        )
+    };
+    update(
+        &mut s,
+        Msg::Journal(vec![step(0, true), step(1, true)], vec![]),
+    );
+    assert_eq!(
+        s.applying
+            .as_ref()
+            .unwrap()
+            .steps
+            .iter()
+            .filter(|x| x.is_some())
+            .count(),
+        2
+    );
+    let done = partop::exec::journal::Entry::new(
+        "repartition.done",
+        true,
+        serde_json::json!({"fingerprint": plan.fingerprint}),
+        serde_json::json!({"ok": true}),
+    );
+    let e = update(&mut s, Msg::Journal(vec![step(0, true), done], vec![]));
+    assert!(
+        e.contains(&Effect::Rescan),
+        "the layout is re-read after a repartition"
+    );
+    assert_eq!(s.applying.as_ref().unwrap().finished, Some(true));
+    assert!(
+        update(&mut s, Msg::Tick(T + 9000)).is_empty(),
+        "no more polling once finished"
+    );
+}

@@ -89,7 +89,7 @@ pub struct Step {
 }
 
 /// A plan.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// Changes to the hash of everything below.
     pub fingerprint: String,

@@ -257,6 +257,9 @@ pub struct Snapshot {
     pub gpus: Vec<PhysicalGpu>,
     /// Processes holding GPUs.
     pub processes: Vec<Process>,
+    /// How this node's driver is reloaded after a memory-mode change (from the amd-smi version).
+    #[serde(default)]
+    pub reload: Option<super::plan::Reload>,
 }
 
 /// Current snapshot document version.

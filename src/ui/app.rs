@@ -46,6 +46,69 @@ pub struct ExecSettings {
     pub proc_root: std::path::PathBuf,
     /// The node is simulated (noted in the journal).
     pub simulated: bool,
+    /// The simulated node's state file (passed to a detached apply).
+    pub sim_state: Option<std::path::PathBuf>,
+}
+
+/// Where detached applies keep their plan, log and the pointer to the current one.
+pub fn apply_dir() -> std::path::PathBuf {
+    crate::paths::state_dir().join("apply")
+}
+
+/// Starts `partop apply` for a confirmed plan as a detached process (its own process group, so
+/// it survives the terminal or the SSH session going away) and returns what to follow.
+fn spawn_apply(
+    plan: &crate::domain::plan::Plan,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) -> std::io::Result<super::stage::Progress> {
+    use std::os::unix::process::CommandExt;
+    let dir = apply_dir();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(format!("{}.json", plan.fingerprint));
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
+    )?;
+    let log = dir.join(format!("{}.log", plan.fingerprint));
+    let out = std::fs::File::create(&log)?;
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.arg("apply")
+        .arg(&file)
+        .arg("--yes")
+        .arg("--grace")
+        .arg(format!("{}", grace_ms / 1000));
+    if let Some(s) = &exec.sim_state {
+        cmd.arg("--sim-state").arg(s);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0);
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    std::thread::spawn(move || child.wait());
+    let pointer =
+        serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
+    std::fs::write(dir.join("current.json"), pointer.to_string())?;
+    Ok(super::stage::Progress::new(
+        plan.clone(),
+        log.display().to_string(),
+    ))
+}
+
+/// A detached apply still running from an earlier partop, to attach to.
+pub fn running_apply() -> Option<super::stage::Progress> {
+    let dir = apply_dir();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("current.json")).ok()?).ok()?;
+    let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
+    crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid)?;
+    let plan = serde_json::from_str(&std::fs::read_to_string(v["plan"].as_str()?).ok()?).ok()?;
+    Some(super::stage::Progress::new(
+        plan,
+        v["log"].as_str()?.to_string(),
+    ))
 }
 
 /// Runs until quit (a key, SIGTERM, SIGHUP or SIGINT).
@@ -131,6 +194,23 @@ pub async fn run(
                         });
                     });
                 }
+                Effect::Rescan => {
+                    let _ = requests.try_send(Request::Rescan);
+                }
+                Effect::Apply(plan) => match spawn_apply(&plan, &exec, state.grace_ms) {
+                    Ok(p) => {
+                        log::info!(
+                            "applying plan {} (detached; log {})",
+                            plan.fingerprint,
+                            p.log
+                        );
+                        state.applying = Some(p);
+                    }
+                    Err(e) => log::error!(
+                        "could not start the apply of plan {}: {e}",
+                        plan.fingerprint
+                    ),
+                },
                 Effect::LoadJournal => {
                     let msg = match crate::exec::journal::read(&exec.journal) {
                         Ok((e, bad)) => Msg::Journal(e, bad),

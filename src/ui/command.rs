@@ -66,6 +66,12 @@ commands! {
     RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;
     TagProcess = "tag_process", "Tag or untag the selected process (kill acts on tagged ones)", Safe;
     KillProcess = "kill_process", "Terminate the tagged (or selected) processes: opens a confirmation", Mutating;
+    StageChange = "stage_change", "Stage a partition change for the selected GPU (plan, then confirm)", Mutating;
+    StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep)", Safe;
+    StageCycleMemory = "stage_cycle_memory", "Staging: next memory mode (or keep)", Safe;
+    StageToggleScope = "stage_toggle_scope", "Staging: the selected GPU or every GPU", Safe;
+    StageConfirm = "stage_confirm", "Staging: confirm the plan (you will type the host name)", Safe;
+    ToggleProgress = "toggle_progress", "Show or hide the progress of a running repartition", Safe;
     DialogFocusNext = "dialog_focus_next", "Move between the dialog's buttons", Safe;
     DialogActivate = "dialog_activate", "Press the focused dialog button", Safe;
     Cancel = "cancel", "Close the overlay or clear the filter", Safe;

@@ -39,11 +39,13 @@ pub enum Section {
     Dialog,
     /// The journal view.
     Journal,
+    /// The staging overlay (exclusive).
+    Stage,
 }
 
 impl Section {
     /// All sections.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Global,
         Self::Overview,
         Self::Gpus,
@@ -55,6 +57,7 @@ impl Section {
         Self::Help,
         Self::Filter,
         Self::Dialog,
+        Self::Stage,
     ];
 
     /// Name in files.
@@ -71,12 +74,13 @@ impl Section {
             Self::Filter => "filter",
             Self::Dialog => "dialog",
             Self::Journal => "journal",
+            Self::Stage => "stage",
         }
     }
 
     /// Exclusive sections stop global bindings.
     pub const fn exclusive(self) -> bool {
-        matches!(self, Self::Help | Self::Filter | Self::Dialog)
+        matches!(self, Self::Help | Self::Filter | Self::Dialog | Self::Stage)
     }
 }
 
@@ -250,6 +254,7 @@ struct File {
     filter: Option<BTreeMap<String, Spanned<String>>>,
     dialog: Option<BTreeMap<String, Spanned<String>>>,
     journal: Option<BTreeMap<String, Spanned<String>>>,
+    stage: Option<BTreeMap<String, Spanned<String>>>,
 }
 
 impl File {
@@ -266,6 +271,7 @@ impl File {
             (Section::Filter, self.filter),
             (Section::Dialog, self.dialog),
             (Section::Journal, self.journal),
+            (Section::Stage, self.stage),
         ]
         .into_iter()
         .filter_map(|(s, m)| m.map(|m| (s, m)))

@@ -71,7 +71,10 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
             .unwrap_or_else(crate::exec::journal::default_path),
         proc_root: "/proc".into(),
         simulated: node.sim_state.is_some(),
+        sim_state: node.sim_state.clone(),
     };
+    // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
+    state.applying = super::app::running_apply();
     state.scenario.clone_from(&node.scenario);
     if let Some(s) = &node.scenario {
         log::info!("simulated node: scenario {s}");

@@ -196,6 +196,10 @@ pub enum Effect {
     Kill(Vec<crate::domain::kill::Target>, crate::domain::kill::Sig),
     /// Read the journal.
     LoadJournal,
+    /// Start applying a confirmed plan (detached, so it survives a dropped terminal).
+    Apply(Box<crate::domain::plan::Plan>),
+    /// Re-read the node's layout (after a repartition).
+    Rescan,
 }
 
 /// The UI state.
@@ -263,6 +267,10 @@ pub struct State {
     pub journal: (Vec<crate::exec::journal::Entry>, Vec<String>),
     /// Selected journal entry.
     pub journal_sel: usize,
+    /// A partition change being staged.
+    pub staging: Option<super::stage::Staging>,
+    /// A repartition running (detached), followed from the journal.
+    pub applying: Option<super::stage::Progress>,
 }
 
 impl State {
@@ -300,6 +308,8 @@ impl State {
             own_pid: 0,
             journal: (Vec::new(), Vec::new()),
             journal_sel: 0,
+            staging: None,
+            applying: None,
         }
     }
 
@@ -312,6 +322,12 @@ impl State {
     pub fn sections(&self) -> Vec<Section> {
         if self.dialog.is_some() {
             vec![Section::Dialog]
+        } else if self
+            .staging
+            .as_ref()
+            .is_some_and(|s| s.confirming.is_none())
+        {
+            vec![Section::Stage]
         } else if self.help {
             vec![Section::Help]
         } else if self.editing_filter {
@@ -572,6 +588,51 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             let plan = crate::domain::kill::plan(&snap, &pids, state.own_pid);
             state.dialog = Some(super::dialog::KillDialog::new(plan, state.grace_ms));
         }
+        Command::StageChange => {
+            if state.read_only
+                || state
+                    .applying
+                    .as_ref()
+                    .is_some_and(|p| p.finished.is_none())
+            {
+                return Vec::new();
+            }
+            let Some(snap) = state.snapshot.clone() else {
+                return Vec::new();
+            };
+            let Some((g, _)) = snap.logical().nth(state.gpu_sel) else {
+                return Vec::new();
+            };
+            let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
+            state.staging = Some(super::stage::Staging::new(g.bdf.clone(), &snap, grace));
+        }
+        Command::StageCycleCompute | Command::StageCycleMemory | Command::StageToggleScope => {
+            let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
+            if let (Some(st), Some(snap)) = (state.staging.as_mut(), state.snapshot.clone()) {
+                match c {
+                    Command::StageCycleCompute => st.cycle_compute(),
+                    Command::StageCycleMemory => st.cycle_memory(),
+                    _ => st.all = !st.all,
+                }
+                st.replan(&snap, grace);
+            }
+        }
+        Command::StageConfirm => {
+            if let Some(st) = state.staging.as_mut()
+                && let Ok(p) = &st.result
+            {
+                st.confirming = Some(super::stage::Confirming {
+                    typed: String::new(),
+                    fingerprint: p.fingerprint.clone(),
+                    notice: None,
+                });
+            }
+        }
+        Command::ToggleProgress => {
+            if let Some(p) = state.applying.as_mut() {
+                p.visible = !p.visible;
+            }
+        }
         Command::DialogFocusNext => {
             if let Some(d) = state.dialog.as_mut() {
                 d.focus_next();
@@ -645,7 +706,13 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.editing_filter = true;
         }
         Command::Cancel => {
-            if let Some(d) = &state.dialog {
+            if state.staging.is_some() {
+                state.staging = None;
+            } else if state.applying.as_ref().is_some_and(|p| p.visible) {
+                if let Some(p) = state.applying.as_mut() {
+                    p.visible = false;
+                }
+            } else if let Some(d) = &state.dialog {
                 if d.cancel() {
                     state.dialog = None;
                 }
@@ -658,6 +725,47 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                 state.view = state.back;
             }
         }
+    }
+    Vec::new()
+}
+
+/// Typing the confirmation of a staged plan.
+fn confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
+    let Some(st) = state.staging.as_mut() else {
+        return Vec::new();
+    };
+    let word = st.required_word();
+    let fingerprint = st.result.as_ref().ok().map(|p| p.fingerprint.clone());
+    let Some(c) = st.confirming.as_mut() else {
+        return Vec::new();
+    };
+    match k.code {
+        KeyCode::Esc => st.confirming = None,
+        KeyCode::Backspace => {
+            c.typed.pop();
+        }
+        KeyCode::Char(ch)
+            if !k
+                .modifiers
+                .contains(ratatui::crossterm::event::KeyModifiers::CONTROL) =>
+        {
+            c.typed.push(ch)
+        }
+        KeyCode::Enter => {
+            // INVARIANT: the only place an Effect::Apply is created: the plan on screen, its
+            // fingerprint unchanged since confirmation began, and the required word typed.
+            if let (Some(fp), Some(w)) = (fingerprint, word) {
+                if c.typed == w
+                    && fp == c.fingerprint
+                    && let Ok(plan) = st.result.clone()
+                {
+                    state.staging = None;
+                    return vec![Effect::Apply(Box::new(plan))];
+                }
+                c.notice = Some(format!("type {w} exactly to apply"));
+            }
+        }
+        _ => {}
     }
     Vec::new()
 }
@@ -691,6 +799,13 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Key(k) => {
             if k.kind == KeyEventKind::Release {
                 return Vec::new();
+            }
+            if state
+                .staging
+                .as_ref()
+                .is_some_and(|s| s.confirming.is_some())
+            {
+                return confirm_key(state, &k);
             }
             if state.editing_filter {
                 if k.code == KeyCode::Char('c')
@@ -737,6 +852,10 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             state
                 .tagged
                 .retain(|pid| s.processes.iter().any(|p| p.pid == *pid));
+            let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
+            if let Some(st) = state.staging.as_mut() {
+                st.replan(&s, grace);
+            }
             state.snapshot = Some(s);
             state.derive_rows();
             let n = state.snapshot.as_ref().map_or(0, |s| s.logical_count());
@@ -748,7 +867,16 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         }
         Msg::Tick(now) => {
             state.now_ms = now;
-            Vec::new()
+            // Follow a running apply through the journal it writes.
+            if state
+                .applying
+                .as_ref()
+                .is_some_and(|p| p.finished.is_none())
+            {
+                vec![Effect::LoadJournal]
+            } else {
+                Vec::new()
+            }
         }
         Msg::Kill(e) => {
             let done = matches!(e, crate::exec::kill::KillEvent::Done { .. });
@@ -765,12 +893,21 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             }
         }
         Msg::Journal(mut entries, bad) => {
+            let mut effects = Vec::new();
+            if let Some(p) = state.applying.as_mut() {
+                let was = p.finished;
+                p.update(&entries);
+                if was.is_none() && p.finished.is_some() {
+                    p.visible = true;
+                    effects = vec![Effect::Rescan, Effect::RefreshNow];
+                }
+            }
             entries.reverse();
             state.journal = (entries, bad);
             state.journal_sel = state
                 .journal_sel
                 .min(state.journal.0.len().saturating_sub(1));
-            Vec::new()
+            effects
         }
     }
 }

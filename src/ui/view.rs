@@ -12,6 +12,7 @@ pub mod journal;
 pub mod overview;
 pub mod partition_map;
 pub mod processes;
+pub mod stage;
 
 use super::state::{State, View};
 use super::theme::Theme;
@@ -60,6 +61,12 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     chrome::footer(frame, footer, state, theme);
     if state.help {
         help::render(frame, area, state, theme);
+    }
+    if let Some(p) = state.applying.as_ref().filter(|p| p.visible) {
+        stage::progress(frame, area, p, theme);
+    }
+    if let Some(st) = &state.staging {
+        stage::render(frame, area, st, state, theme);
     }
     if let Some(d) = &state.dialog {
         dialog::render(frame, area, d, state, theme);

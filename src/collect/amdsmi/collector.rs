@@ -232,6 +232,19 @@ impl AmdSmiCollector {
         self.keep(&ARGS_PROCESS, &process);
         match metric.and_then(parse_per_gpu::<MetricEntry>) {
             Ok(m) => {
+                // A different number of GPUs than the static data knows: the node was
+                // repartitioned (by partop or anyone): re-read its layout next time.
+                if self
+                    .statics
+                    .as_ref()
+                    .is_some_and(|s| !s.list.is_empty() && s.list.len() != m.len())
+                {
+                    log::info!(
+                        "the node now has {} logical GPUs: re-reading its layout",
+                        m.len()
+                    );
+                    self.statics = None;
+                }
                 self.metric = Some((m, clock::now_ms()));
                 self.mark(SRC_METRIC, Ok(took));
             }
@@ -303,6 +316,15 @@ impl AmdSmiCollector {
             generation: self.generation,
             simulated: self.simulated,
             sources: self.status.clone(),
+            reload: self.version.as_ref().map(|v| match v.reload_method() {
+                super::version::ReloadMethod::InsideSetMemory => {
+                    crate::domain::plan::Reload::InsideSetMemory
+                }
+                super::version::ReloadMethod::ResetReload => {
+                    crate::domain::plan::Reload::ResetReload
+                }
+                super::version::ReloadMethod::Modprobe => crate::domain::plan::Reload::Modprobe,
+            }),
             gpus,
             processes,
         }

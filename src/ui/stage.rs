@@ -1,0 +1,224 @@
+//! Staging a repartition inside the monitor: pick the scope (the selected physical GPU or all)
+//! and target modes; the plan is recomputed on every change and every new snapshot; confirming
+//! asks for the host name (a reload) or "yes", and a plan that changes while the operator types
+//! must be confirmed again. The apply itself runs detached (it survives a dropped SSH session);
+//! its progress is followed from the journal.
+
+use crate::domain::plan::{Draft, Plan, Reload, plan};
+use crate::domain::snapshot::Snapshot;
+use crate::domain::{ComputeMode, MemoryMode};
+use crate::exec::journal::Entry;
+
+/// The confirmation being typed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Confirming {
+    /// What has been typed.
+    pub typed: String,
+    /// The plan's fingerprint when confirmation began.
+    pub fingerprint: String,
+    /// Why it must be confirmed again, if the plan changed.
+    pub notice: Option<String>,
+}
+
+/// A staged change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Staging {
+    /// The physical GPU the operator started from.
+    pub gpu: String,
+    /// Apply to every GPU.
+    pub all: bool,
+    /// Target compute mode.
+    pub compute: Option<ComputeMode>,
+    /// Target memory mode.
+    pub memory: Option<MemoryMode>,
+    /// The plan, or why there is none.
+    pub result: Result<Plan, Vec<String>>,
+    /// The confirmation, once asked for.
+    pub confirming: Option<Confirming>,
+}
+
+fn cycle<T: Copy + PartialEq>(all: &[T], cur: Option<T>) -> Option<T> {
+    match cur.and_then(|c| all.iter().position(|x| *x == c)) {
+        None => all.first().copied(),
+        Some(i) if i + 1 < all.len() => Some(all[i + 1]),
+        Some(_) => None,
+    }
+}
+
+impl Staging {
+    /// Starts staging from a physical GPU.
+    pub fn new(gpu: String, snap: &Snapshot, grace_secs: u32) -> Self {
+        let mut s = Self {
+            gpu,
+            all: false,
+            compute: None,
+            memory: None,
+            result: Err(vec![
+                "choose a compute mode (c) and/or a memory mode (m)".into(),
+            ]),
+            confirming: None,
+        };
+        s.replan(snap, grace_secs);
+        s
+    }
+
+    /// The draft.
+    pub fn draft(&self) -> Draft {
+        Draft {
+            gpus: if self.all {
+                vec![]
+            } else {
+                vec![self.gpu.clone()]
+            },
+            compute: self.compute,
+            memory: self.memory,
+        }
+    }
+
+    /// Recomputes the plan; a changed fingerprint voids a confirmation in progress.
+    pub fn replan(&mut self, snap: &Snapshot, grace_secs: u32) {
+        if self.compute.is_none() && self.memory.is_none() {
+            self.result = Err(vec![
+                "choose a compute mode (c) and/or a memory mode (m)".into(),
+            ]);
+            return;
+        }
+        let reload = snap.reload.unwrap_or(Reload::ResetReload);
+        self.result = plan(snap, &self.draft(), reload, 120, grace_secs)
+            .map_err(|e| e.iter().map(ToString::to_string).collect());
+        if let Some(c) = self.confirming.as_mut() {
+            match &self.result {
+                Ok(p) if p.fingerprint == c.fingerprint => {}
+                Ok(p) => {
+                    c.notice = Some(format!(
+                        "the node changed while you were confirming (plan {} is now {}): review it and confirm again",
+                        c.fingerprint, p.fingerprint
+                    ));
+                    c.fingerprint.clone_from(&p.fingerprint);
+                    c.typed.clear();
+                }
+                Err(_) => self.confirming = None,
+            }
+        }
+    }
+
+    /// `c`.
+    pub fn cycle_compute(&mut self) {
+        self.compute = cycle(&ComputeMode::ALL, self.compute)
+            .filter(|m| *m != ComputeMode::Tpx)
+            .or_else(|| {
+                if self.compute == Some(ComputeMode::Dpx) {
+                    Some(ComputeMode::Qpx)
+                } else {
+                    None
+                }
+            });
+    }
+
+    /// `m`.
+    pub fn cycle_memory(&mut self) {
+        self.memory = cycle(
+            &[MemoryMode::Nps1, MemoryMode::Nps2, MemoryMode::Nps4],
+            self.memory,
+        );
+    }
+
+    /// What the operator must type.
+    pub fn required_word(&self) -> Option<String> {
+        let p = self.result.as_ref().ok()?;
+        Some(if p.reloads() {
+            p.host.clone()
+        } else {
+            "yes".into()
+        })
+    }
+}
+
+/// A detached apply being followed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// The plan.
+    pub plan: Plan,
+    /// Per step: ok, detail (from the journal).
+    pub steps: Vec<Option<(bool, String)>>,
+    /// Finished: Some(true) applied, Some(false) failed.
+    pub finished: Option<bool>,
+    /// The overlay is shown.
+    pub visible: bool,
+    /// The apply's log file.
+    pub log: String,
+}
+
+impl Progress {
+    /// Follows a plan.
+    pub fn new(plan: Plan, log: String) -> Self {
+        let n = plan.steps.len();
+        Self {
+            plan,
+            steps: vec![None; n],
+            finished: None,
+            visible: true,
+            log,
+        }
+    }
+
+    /// Reads the journal entries of this plan.
+    pub fn update(&mut self, entries: &[Entry]) {
+        for e in entries
+            .iter()
+            .filter(|e| e.targets["fingerprint"] == self.plan.fingerprint.as_str())
+        {
+            match e.action.as_str() {
+                "repartition.step" => {
+                    if let Some(i) = e.targets["step"]
+                        .as_u64()
+                        .and_then(|i| usize::try_from(i).ok())
+                    {
+                        let ok = e.outcome["ok"] == true;
+                        if let Some(slot) = self.steps.get_mut(i) {
+                            *slot =
+                                Some((ok, e.outcome["detail"].as_str().unwrap_or("").to_string()));
+                        }
+                        if !ok {
+                            self.finished = Some(false);
+                        }
+                    }
+                }
+                "repartition.done" => self.finished = Some(true),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_cycles_through_the_modes_and_back_to_keep() {
+        let mut s = Staging {
+            gpu: "x".into(),
+            all: false,
+            compute: None,
+            memory: None,
+            result: Err(vec![]),
+            confirming: None,
+        };
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            s.cycle_compute();
+            seen.push(s.compute);
+        }
+        assert_eq!(
+            seen,
+            vec![
+                Some(ComputeMode::Spx),
+                Some(ComputeMode::Dpx),
+                Some(ComputeMode::Qpx),
+                Some(ComputeMode::Cpx),
+                None
+            ]
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! The staging overlay (scope, target modes, the current map beside the staged one, the plan,
+//! the confirmation being typed) and the progress of a running repartition.
+
+use super::fmt::cut;
+use super::partition_map::PartitionMap;
+use crate::domain::layout::shapes;
+use crate::domain::product;
+use crate::ui::stage::{Progress, Staging};
+use crate::ui::state::State;
+use crate::ui::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+
+fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = area.width.min(w);
+    let h = area.height.min(h);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+/// Draws the staging overlay.
+pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, theme: &Theme) {
+    let rect = centered(area, 110, 40);
+    frame.render_widget(Clear, rect);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" Stage a partition change (nothing changes until you confirm) ")
+        .border_style(theme.get("danger"));
+    let inner = block.inner(rect);
+    frame.render_widget(block, rect);
+    let Some(snap) = &state.snapshot else { return };
+    let keep = |s: Option<String>| s.unwrap_or_else(|| "keep".into());
+    let scope = if st.all {
+        format!("all {} GPUs", snap.gpus.len())
+    } else {
+        format!("GPU {}", st.gpu)
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled("scope ", theme.get("table.header")),
+        Span::raw(format!("{scope} (a)   ")),
+        Span::styled("compute ", theme.get("table.header")),
+        Span::raw(format!(
+            "{} (c)   ",
+            keep(st.compute.map(|m| m.to_string()))
+        )),
+        Span::styled("memory ", theme.get("table.header")),
+        Span::raw(format!("{} (m)", keep(st.memory.map(|m| m.to_string())))),
+    ])];
+    lines.push(Line::raw(""));
+    let map_y = inner.y + 2;
+    let g = snap.gpus.iter().find(|g| g.bdf == st.gpu);
+
+    if let Some(g) = g {
+        let target = st
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|p| p.changes.iter().find(|c| c.bdf == g.bdf).map(|c| c.to));
+        let prod = g.product_key.as_deref().and_then(product::by_key);
+        if inner.height > 8 {
+            lines.push(Line::styled(
+                format!(
+                    "now     {}/{}",
+                    g.compute_partition.map_or("?", |c| c.name()),
+                    g.memory_partition.map_or("?", |m| m.name())
+                ),
+                theme.get("ui.muted"),
+            ));
+            lines.push(Line::raw(""));
+            lines.push(Line::raw(""));
+            let (c, m) = target.unwrap_or((
+                g.compute_partition
+                    .unwrap_or(crate::domain::ComputeMode::Spx),
+                g.memory_partition
+                    .unwrap_or(crate::domain::MemoryMode::Nps1),
+            ));
+            lines.push(Line::styled(
+                format!(
+                    "staged  {c}/{m}{}",
+                    if target.is_none() { " (unchanged)" } else { "" }
+                ),
+                theme.get("ui.muted"),
+            ));
+            lines.push(Line::raw(""));
+            lines.push(Line::raw(""));
+            let w = inner.width.min(80);
+            frame.render_widget(
+                &PartitionMap::from_gpu(g, theme),
+                Rect {
+                    x: inner.x,
+                    y: map_y + 1,
+                    width: w,
+                    height: 2,
+                },
+            );
+            if let Some(p) = prod {
+                let first = st
+                    .result
+                    .as_ref()
+                    .ok()
+                    .and_then(|pl| {
+                        pl.after
+                            .iter()
+                            .find(|r| r.bdf == format!("{}.0", g.bdf))
+                            .map(|r| r.gpu_id)
+                    })
+                    .unwrap_or(0);
+                let map =
+                    PartitionMap::from_shapes(&shapes(&p, c, m), p.xcds, m.domains(), first, theme);
+                frame.render_widget(
+                    &map,
+                    Rect {
+                        x: inner.x,
+                        y: map_y + 4,
+                        width: w,
+                        height: 2,
+                    },
+                );
+            }
+        }
+    }
+
+    match &st.result {
+        Ok(p) => {
+            lines.push(Line::styled(
+                format!(
+                    "plan {} · logical GPUs {} -> {} · {} to stop · about {} s of downtime",
+                    p.fingerprint,
+                    p.before.len(),
+                    p.after.len(),
+                    p.stops.len(),
+                    p.downtime_secs
+                ),
+                theme.get("ui.title"),
+            ));
+            for (i, s) in p.steps.iter().enumerate() {
+                let cmds = if s.commands.is_empty() {
+                    String::new()
+                } else {
+                    format!("   $ {}", s.commands.join("; "))
+                };
+                lines.push(Line::raw(cut(
+                    &format!("  {}. {}{cmds}", i + 1, s.title),
+                    usize::from(inner.width),
+                )));
+            }
+            for s in p.stops.iter().take(6) {
+                lines.push(Line::styled(
+                    cut(
+                        &format!(
+                            "  stops: pid {} {} {}",
+                            s.pid,
+                            s.name,
+                            s.agent.clone().unwrap_or_default()
+                        ),
+                        usize::from(inner.width),
+                    ),
+                    theme.get("status.warn"),
+                ));
+            }
+            for w in &p.warnings {
+                lines.push(Line::styled(
+                    cut(&format!("  ! {w}"), usize::from(inner.width)),
+                    theme.get("status.warn"),
+                ));
+            }
+        }
+        Err(e) => {
+            for m in e {
+                lines.push(Line::styled(
+                    cut(m, usize::from(inner.width)),
+                    theme.get("status.crit"),
+                ));
+            }
+        }
+    }
+    lines.push(Line::raw(""));
+    match (&st.confirming, st.required_word()) {
+        (Some(c), Some(word)) => {
+            if let Some(n) = &c.notice {
+                lines.push(Line::styled(n.clone(), theme.get("status.crit")));
+            }
+            lines.push(Line::from(vec![
+                Span::styled(
+                    format!("Type {word} to apply plan {}: ", c.fingerprint),
+                    theme.get("danger"),
+                ),
+                Span::raw(format!("{}▏", c.typed)),
+            ]));
+            lines.push(Line::styled(
+                "enter applies · esc goes back",
+                theme.get("ui.hint"),
+            ));
+        }
+        _ => lines.push(Line::styled(
+            "c compute · m memory · a scope · enter confirm · esc cancel",
+            theme.get("ui.hint"),
+        )),
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Draws the progress of a repartition.
+pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) {
+    let h = u16::try_from(p.plan.steps.len() + 6).unwrap_or(20);
+    let rect = centered(area, 100, h);
+    frame.render_widget(Clear, rect);
+    let mut lines = Vec::new();
+    let mut current = true;
+    for (i, s) in p.plan.steps.iter().enumerate() {
+        let (mark, style, detail) = match p.steps.get(i).cloned().flatten() {
+            Some((true, d)) => ("✓", theme.get("status.ok"), d),
+            Some((false, d)) => ("✗", theme.get("status.crit"), d),
+            None if current && p.finished.is_none() => {
+                current = false;
+                ("▸", theme.get("ui.title"), "running…".into())
+            }
+            None => ("·", theme.get("ui.muted"), String::new()),
+        };
+        lines.push(Line::from(vec![
+            Span::styled(format!(" {mark} "), style),
+            Span::raw(cut(
+                &format!("{}  {detail}", s.title),
+                usize::from(rect.width.saturating_sub(6)),
+            )),
+        ]));
+    }
+    lines.push(Line::raw(""));
+    let status = match p.finished {
+        None => format!("running detached (it continues if you quit or the connection drops); log {} · P hides", p.log),
+        Some(true) => format!("applied: {} logical GPUs · esc closes", p.plan.after.len()),
+        Some(false) => "failed: see the step above and the Log; partop apply PLAN --resume continues after the fix · esc closes".into(),
+    };
+    lines.push(Line::styled(
+        cut(&status, usize::from(rect.width.saturating_sub(2))),
+        theme.get("ui.hint"),
+    ));
+    let title = format!(" Repartition {} ", p.plan.fingerprint);
+    frame.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(title)
+                .border_style(theme.get("danger")),
+        ),
+        rect,
+    );
+}
