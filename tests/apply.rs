@@ -252,3 +252,43 @@ fn restart_err_is_read_from_the_text_even_with_exit_status_0() {
         "8 x Successfully set memory partition"
     );
 }
+
+#[test]
+fn partop_killed_mid_apply_then_resume() {
+    let scenario =
+        quick("killed", "7.0.2", "SPX", "NPS1", "").replace("reload_secs = 0.3", "reload_secs = 3");
+    let e = Env::new(&scenario);
+    let p = e.plan("--memory NPS2", "p.json");
+    let mut child = e
+        .cmd()
+        .arg("apply")
+        .arg(&p)
+        .arg("--yes")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the memory mode is set (step 3 journaled), i.e. during the reload.
+    common::wait_until("set_memory to be journaled", || {
+        e.journal()
+            .iter()
+            .any(|j| j.action == "repartition.step" && j.targets["key"] == "set_memory")
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    assert!(
+        !e.journal().iter().any(|j| j.action == "repartition.done"),
+        "it was killed before finishing"
+    );
+    let o = e.apply(&p, "--yes --resume", "");
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("resuming plan") && o.stdout.contains("at step 3 (reload)"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
+}

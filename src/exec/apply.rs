@@ -242,42 +242,31 @@ async fn run_step(
             };
             check_output(&out, &marker).map_err(|m| (m, "the memory mode may be pending: run the same plan again with --resume after fixing the cause; `amd-smi partition -c -m` shows the state".into()))
         }
-        "reload" => match plan.reload {
-            Reload::InsideSetMemory => Ok("done by set -M (ROCm 6.x)".into()),
-            Reload::ResetReload => {
-                let out = long(&ctx.runner)
-                    .run_with_input(&["reset", "-r"], Some("Y\n"))
-                    .await
-                    .map_err(|e| (e.to_string(), RESUME.into()))?;
-                check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then --resume".into()))
+        "reload" => {
+            if plan.reload == Reload::InsideSetMemory {
+                return Ok("done by set -M (ROCm 6.x)".into());
             }
-            Reload::Modprobe => {
-                let (prog, args) = ctx.reload_cmd.split_first().ok_or_else(|| {
-                    (
-                        "no reload command configured".to_string(),
-                        RESUME.to_string(),
-                    )
-                })?;
-                let out = tokio::process::Command::new(prog)
-                    .args(args)
-                    .kill_on_drop(true)
-                    .output()
-                    .await
-                    .map_err(|e| (e.to_string(), RESUME.into()))?;
-                if out.status.success() {
-                    Ok(format!("`{}` succeeded", ctx.reload_cmd.join(" ")))
-                } else {
-                    Err((
-                        format!(
-                            "`{}` failed: {}",
-                            ctx.reload_cmd.join(" "),
-                            String::from_utf8_lossy(&out.stderr).trim()
-                        ),
-                        "something still holds the amdgpu module; stop it, then --resume".into(),
-                    ))
-                }
+            // After an interruption the reload may be under way (the driver is away) or done:
+            // wait for the driver, and do not reload twice.
+            let end = Instant::now() + ctx.wait_gpus;
+            while count_gpus(ctx).await.is_none() && Instant::now() < end {
+                emit(ApplyEvent::Note(
+                    "the driver is not loaded (a reload in progress?): waiting".into(),
+                ));
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-        },
+            let snap = sample(ctx).await;
+            let applied = !plan.changes.is_empty()
+                && plan.changes.iter().all(|c| {
+                    snap.gpus
+                        .iter()
+                        .any(|g| g.bdf == c.bdf && g.memory_partition == Some(c.to.1))
+                });
+            if applied {
+                return Ok("already reloaded: the memory mode is applied".into());
+            }
+            reload(plan, ctx).await
+        }
         "wait_gpus" => {
             let want = plan.after.len();
             let end = Instant::now() + ctx.wait_gpus;
@@ -298,6 +287,45 @@ async fn run_step(
             format!("unknown step {other:?}"),
             "use the partop version that made the plan".into(),
         )),
+    }
+}
+
+async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
+    match plan.reload {
+        Reload::InsideSetMemory => Ok("done by set -M (ROCm 6.x)".into()),
+        Reload::ResetReload => {
+            let out = long(&ctx.runner)
+                .run_with_input(&["reset", "-r"], Some("Y\n"))
+                .await
+                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then --resume".into()))
+        }
+        Reload::Modprobe => {
+            let (prog, args) = ctx.reload_cmd.split_first().ok_or_else(|| {
+                (
+                    "no reload command configured".to_string(),
+                    RESUME.to_string(),
+                )
+            })?;
+            let out = tokio::process::Command::new(prog)
+                .args(args)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            if out.status.success() {
+                Ok(format!("`{}` succeeded", ctx.reload_cmd.join(" ")))
+            } else {
+                Err((
+                    format!(
+                        "`{}` failed: {}",
+                        ctx.reload_cmd.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                    "something still holds the amdgpu module; stop it, then --resume".into(),
+                ))
+            }
+        }
     }
 }
 
