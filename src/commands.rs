@@ -46,6 +46,31 @@ pub struct Node {
     pub sim_state: Option<PathBuf>,
 }
 
+impl Node {
+    /// A collector for this node: its source, its holder scan, marked simulated when it is.
+    pub fn collector(&self) -> AmdSmiCollector {
+        let mut c = AmdSmiCollector::with_source(self.source.clone());
+        c.simulated = self.sim_state.is_some();
+        c.holder_roots.clone_from(&self.roots);
+        c
+    }
+}
+
+/// A runner for the simulator's amd-smi on the node in `state`.
+fn sim_runner(state: &std::path::Path, timeout: Duration) -> Result<Runner> {
+    let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+    Ok(Runner {
+        program: exe,
+        prefix: vec![
+            "sim".into(),
+            "amd-smi".into(),
+            "--state".into(),
+            state.display().to_string(),
+        ],
+        timeout,
+    })
+}
+
 /// Opens the source the flags name.
 pub fn open(src: &SourceArgs) -> Result<Node> {
     let timeout = Duration::from_secs_f64(src.timeout.max(0.1));
@@ -53,17 +78,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         let scenario = Scenario::load(name)?;
         let state = session::ephemeral_state_path();
         session::start(&scenario, &state, None)?;
-        let exe = std::env::current_exe().context("cannot find partop's own executable")?;
-        let runner = Runner {
-            program: exe,
-            prefix: vec![
-                "sim".into(),
-                "amd-smi".into(),
-                "--state".into(),
-                state.display().to_string(),
-            ],
-            timeout,
-        };
+        let runner = sim_runner(&state, timeout)?;
         return Ok(Node {
             source: CommandSource::Live(runner),
             roots: Some(crate::sim::session::roots(&state)),
@@ -74,17 +89,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
     }
     if let Some(state) = &src.sim_state {
         let st = crate::sim::state::SimState::load(state)?;
-        let exe = std::env::current_exe().context("cannot find partop's own executable")?;
-        let runner = Runner {
-            program: exe,
-            prefix: vec![
-                "sim".into(),
-                "amd-smi".into(),
-                "--state".into(),
-                state.display().to_string(),
-            ],
-            timeout,
-        };
+        let runner = sim_runner(state, timeout)?;
         return Ok(Node {
             source: CommandSource::Live(runner),
             sim: None,
@@ -193,9 +198,7 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim_state.is_some();
-    collector.holder_roots.clone_from(&node.roots);
+    let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
     let failed: Vec<String> = snap
         .sources
@@ -239,9 +242,7 @@ fn plan(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim_state.is_some();
-    collector.holder_roots.clone_from(&node.roots);
+    let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
     let reload = match collector
         .version()
@@ -352,8 +353,7 @@ fn apply(
         ))?;
     } else {
         // The node must still be the node the plan was made for.
-        let mut c = AmdSmiCollector::with_source(node.source.clone());
-        c.holder_roots.clone_from(&node.roots);
+        let mut c = node.collector();
         let snap = rt.block_on(c.sample());
         match crate::domain::plan::plan(
             &snap,
@@ -454,8 +454,7 @@ fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.holder_roots.clone_from(&node.roots);
+    let mut collector = node.collector();
     collector.start_recording(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());
     let mut rec = collector.take_recording().unwrap_or_default();

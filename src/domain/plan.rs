@@ -269,21 +269,7 @@ pub fn plan(
             && !profiles.is_empty()
             && !product::offers(&profiles, c_to, m_to)
         {
-            let list = profiles
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}:{}",
-                        p.compute,
-                        p.memory
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("/")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
+            let list = product::profiles_text(&profiles);
             errors.push(PlanError::NotOffered {
                 bdf: g.bdf.clone(),
                 compute: c_to,

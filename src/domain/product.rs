@@ -65,6 +65,25 @@ impl Product {
     }
 }
 
+/// Profiles as text: `SPX:NPS1 DPX:NPS1/NPS2 …`.
+pub fn profiles_text(profiles: &[Profile]) -> String {
+    profiles
+        .iter()
+        .map(|p| {
+            format!(
+                "{}:{}",
+                p.compute,
+                p.memory
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Whether a profile list allows the combination.
 pub fn offers(profiles: &[Profile], compute: ComputeMode, memory: MemoryMode) -> bool {
     profiles

@@ -5,7 +5,6 @@
 use super::config;
 use super::state::State;
 use crate::cli::{Cli, exit};
-use crate::collect::amdsmi::AmdSmiCollector;
 use crate::collect::task;
 use crate::domain::findings::Thresholds;
 use std::sync::Arc;
@@ -36,9 +35,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut collector = AmdSmiCollector::with_source(node.source.clone());
-    collector.simulated = node.sim_state.is_some();
-    collector.holder_roots.clone_from(&node.roots);
+    let collector = node.collector();
     let thresholds = Thresholds {
         #[expect(
             clippy::cast_possible_truncation,

@@ -192,22 +192,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 gv,
                 "memory_partition",
             ));
-            let profiles = g
-                .profiles
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}:{}",
-                        p.compute,
-                        p.memory
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("/")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
+            let profiles = crate::domain::product::profiles_text(&g.profiles);
             lines.push(row(
                 state,
                 theme,
