@@ -139,6 +139,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
                 ),
                 theme.get("ui.title"),
             ));
+            for w in &p.warnings {
+                lines.push(Line::styled(
+                    cut(&format!("  ! {w}"), usize::from(inner.width)),
+                    theme.get("status.warn"),
+                ));
+            }
             for (i, s) in p.steps.iter().enumerate() {
                 let cmds = if s.commands.is_empty() {
                     String::new()
@@ -164,12 +170,6 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
                     theme.get("status.warn"),
                 ));
             }
-            for w in &p.warnings {
-                lines.push(Line::styled(
-                    cut(&format!("  ! {w}"), usize::from(inner.width)),
-                    theme.get("status.warn"),
-                ));
-            }
         }
         Err(e) => {
             for m in e {
@@ -180,30 +180,54 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             }
         }
     }
-    lines.push(Line::raw(""));
+    // The prompt and keys are anchored at the bottom so they are never pushed off screen.
+    let mut bottom: Vec<Line<'_>> = Vec::new();
     match (&st.confirming, st.required_word()) {
         (Some(c), Some(word)) => {
             if let Some(n) = &c.notice {
-                lines.push(Line::styled(n.clone(), theme.get("status.crit")));
+                bottom.push(Line::styled(
+                    cut(n, usize::from(inner.width)),
+                    theme.get("status.crit"),
+                ));
             }
-            lines.push(Line::from(vec![
+            bottom.push(Line::from(vec![
                 Span::styled(
                     format!("Type {word} to apply plan {}: ", c.fingerprint),
                     theme.get("danger"),
                 ),
                 Span::raw(format!("{}▏", c.typed)),
             ]));
-            lines.push(Line::styled(
+            bottom.push(Line::styled(
                 "enter applies · esc goes back",
                 theme.get("ui.hint"),
             ));
         }
-        _ => lines.push(Line::styled(
+        _ => bottom.push(Line::styled(
             "c compute · m memory · a scope · enter confirm · esc cancel",
             theme.get("ui.hint"),
         )),
     }
-    frame.render_widget(Paragraph::new(lines), inner);
+    let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
+    let top = Rect {
+        height: inner.height - b,
+        ..inner
+    };
+    let tail = Rect {
+        y: inner.y + inner.height - b,
+        height: b,
+        ..inner
+    };
+    let shown = usize::from(top.height);
+    if lines.len() > shown && shown > 0 {
+        let hidden = lines.len() - shown + 1;
+        lines.truncate(shown - 1);
+        lines.push(Line::styled(
+            format!("… {hidden} more line(s): `partop plan` prints the whole plan"),
+            theme.get("ui.hint"),
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines), top);
+    frame.render_widget(Paragraph::new(bottom), tail);
 }
 
 /// Draws the progress of a repartition.
