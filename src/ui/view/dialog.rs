@@ -118,12 +118,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
     let h = area
         .height
         .min(u16::try_from(lines.len() + 4).unwrap_or(u16::MAX));
-    let rect = Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    };
+    let rect = super::fmt::centered(area, w, h);
     let n = d.plan.targets.len();
     frame.render_widget(Clear, rect);
     frame.render_widget(

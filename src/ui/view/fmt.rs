@@ -77,6 +77,18 @@ pub fn cut(s: &str, w: usize) -> String {
     }
 }
 
+/// A `w` x `h` rectangle centred in `area` (clamped to it), for overlays.
+pub fn centered(area: ratatui::layout::Rect, w: u16, h: u16) -> ratatui::layout::Rect {
+    let w = area.width.min(w);
+    let h = area.height.min(h);
+    ratatui::layout::Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
 /// First visible row so that `sel` stays on screen.
 pub const fn offset(sel: usize, visible: usize) -> usize {
     if visible == 0 || sel < visible {

@@ -210,7 +210,12 @@ fn render_compact(
             },
         );
         let map = PartitionMap::from_gpu(g, theme);
-        let map_w = area.width.min(76);
+        // Two-line layout: leave room for the HBM summary after the map.
+        let map_w = if per == 2 {
+            area.width.saturating_sub(15).min(76)
+        } else {
+            area.width.min(76)
+        };
         frame.render_widget(
             &map,
             Rect {

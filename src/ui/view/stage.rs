@@ -1,7 +1,7 @@
 //! The staging overlay (scope, target modes, the current map beside the staged one, the plan,
 //! the confirmation being typed) and the progress of a running repartition.
 
-use super::fmt::cut;
+use super::fmt::{centered, cut};
 use super::partition_map::PartitionMap;
 use crate::domain::layout::shapes;
 use crate::domain::product;
@@ -12,17 +12,6 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
-
-fn centered(area: Rect, w: u16, h: u16) -> Rect {
-    let w = area.width.min(w);
-    let h = area.height.min(h);
-    Rect {
-        x: area.x + (area.width - w) / 2,
-        y: area.y + (area.height - h) / 2,
-        width: w,
-        height: h,
-    }
-}
 
 /// Draws the staging overlay.
 pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, theme: &Theme) {
