@@ -54,6 +54,10 @@ pub struct SourceArgs {
     /// Read from a recording made by `partop record` instead of a live node.
     #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]
     pub replay: Option<PathBuf>,
+    /// The served-model registry (default: models.toml in the config dir; a simulated node
+    /// brings its own).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub models: Option<PathBuf>,
     /// Per-call amd-smi time limit in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
     pub timeout: f64,
@@ -211,6 +215,19 @@ pub enum SimCmd {
         /// amd-smi's own arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Serve a simulated model (the stand-in for `vllm serve` that the simulated node's
+    /// models.toml launches); its device comes from HIP_VISIBLE_DEVICES.
+    Serve {
+        /// State file.
+        #[arg(long, env = "PARTOP_SIM_STATE")]
+        state: PathBuf,
+        /// Model server name (a model-server workload of the scenario).
+        #[arg(long)]
+        name: String,
+        /// Port to listen on.
+        #[arg(long)]
+        port: u16,
     },
     /// Reload the simulated driver (what `modprobe -r amdgpu && modprobe amdgpu` does).
     Reload {

@@ -8,4 +8,5 @@ pub mod holders;
 pub mod host;
 pub mod kfd;
 pub mod procinfo;
+pub mod served;
 pub mod task;

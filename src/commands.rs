@@ -44,6 +44,8 @@ pub struct Node {
     pub roots: Option<crate::collect::holders::Roots>,
     /// The simulated node's state file (started here or attached to).
     pub sim_state: Option<PathBuf>,
+    /// The served-model registry, when there is one.
+    pub models: Option<PathBuf>,
 }
 
 impl Node {
@@ -52,7 +54,36 @@ impl Node {
         let mut c = AmdSmiCollector::with_source(self.source.clone());
         c.simulated = self.sim_state.is_some();
         c.holder_roots.clone_from(&self.roots);
+        c.models = Some(self.prober());
         c
+    }
+
+    /// The served-model prober: the registry (a bad one is reported, not fatal) and where
+    /// partop-launched models log.
+    pub fn prober(&self) -> crate::collect::served::ModelProber {
+        let (reg, err) = match &self.models {
+            Some(p) => match crate::collect::served::load_registry(p) {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(e)),
+            },
+            None => (None, None),
+        };
+        let mut m = crate::collect::served::ModelProber::new(reg, err);
+        if let Some(roots) = &self.roots {
+            m.proc_root.clone_from(&roots.proc_root);
+        }
+        if let Some(st) = &self.sim_state {
+            m.log_dir = st.with_extension("logs");
+        }
+        m
+    }
+
+    /// The registry itself (for planning and launching), or its error.
+    pub fn registry(&self) -> Result<Option<crate::domain::models::Registry>> {
+        self.models
+            .as_ref()
+            .map(|p| crate::collect::served::load_registry(p).map_err(anyhow::Error::msg))
+            .transpose()
     }
 }
 
@@ -82,6 +113,11 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         return Ok(Node {
             source: CommandSource::Live(runner),
             roots: Some(crate::sim::session::roots(&state)),
+            models: Some(
+                src.models
+                    .clone()
+                    .unwrap_or_else(|| session::registry_path(&state)),
+            ),
             sim_state: Some(state.clone()),
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
@@ -95,6 +131,11 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             sim: None,
             scenario: Some(st.scenario),
             roots: Some(session::roots(state)),
+            models: Some(
+                src.models
+                    .clone()
+                    .unwrap_or_else(|| session::registry_path(state)),
+            ),
             sim_state: Some(state.clone()),
         });
     }
@@ -106,6 +147,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             scenario: None,
             roots: None,
             sim_state: None,
+            models: src.models.clone(),
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
@@ -118,6 +160,10 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         scenario: None,
         roots: Some(crate::collect::holders::Roots::host()),
         sim_state: None,
+        models: src.models.clone().or_else(|| {
+            let p = crate::paths::config_dir().join("models.toml");
+            p.exists().then_some(p)
+        }),
     })
 }
 
@@ -422,6 +468,8 @@ fn apply(
         sim_state: node.sim_state.clone(),
         wait_idle: Duration::from_secs(60),
         wait_gpus: Duration::from_secs(300),
+        registry: node.registry().ok().flatten(),
+        model_log_dir: node.prober().log_dir,
     };
     let mut show = |e: ApplyEvent| {
         let line = match e {
@@ -512,7 +560,7 @@ fn sim(action: SimCmd) -> Result<u8> {
             Ok(exit::OK)
         }
         SimCmd::Resume { state } => {
-            for r in session::resume(&state)? {
+            for r in session::resume(&state, &[])? {
                 match r {
                     session::Resumed::Started(n) => out(&format!("{n}: started\n"))?,
                     session::Resumed::NoPlace(n) => out(&format!(
@@ -534,6 +582,11 @@ fn sim(action: SimCmd) -> Result<u8> {
             let mut e = std::io::stderr();
             let code = crate::sim::amdsmi::main(&state, &args, &mut input, &mut o, &mut e);
             Ok(u8::try_from(code.rem_euclid(256)).unwrap_or(1))
+        }
+        SimCmd::Serve { state, name, port } => {
+            // Returns only on failure (it becomes the server otherwise); the message goes to
+            // the model's log, where a real vLLM's traceback would be.
+            Err(session::serve(&state, &name, port).into())
         }
         SimCmd::Reload { state } => {
             let code = crate::sim::amdsmi::changes::modprobe_reload(

@@ -4,4 +4,5 @@
 pub mod apply;
 pub mod journal;
 pub mod kill;
+pub mod models;
 pub mod signal;

@@ -71,17 +71,30 @@ impl Env {
     }
 }
 
-const MODEL: &str = "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 0\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\n[[workload]]\nname = \"b\"\nkind = \"batch\"\ngpu = 5\nvram_gb = 10\nbusy = 30\n";
+const MODEL: &str = "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 3\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\n[[workload]]\nname = \"b\"\nkind = \"batch\"\ngpu = 5\nvram_gb = 10\nbusy = 30\n";
 
 #[test]
 fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
     let e = Env::new(&quick("cycle", "7.0.2", "SPX", "NPS1", MODEL));
-    for (args, want) in [
-        ("--memory NPS2", ("DPX", "NPS2", 16)),
-        ("--compute CPX --memory NPS4", ("CPX", "NPS4", 64)),
-        ("--compute SPX --memory NPS1", ("SPX", "NPS1", 8)),
+    // The model server sits on physical GPU 3: logical GPU 3 in SPX, 6 in DPX, 24 in CPX. It
+    // keeps its identity (0000:65:00.0) and is relaunched through the registry on the new index.
+    for (args, want, index) in [
+        ("--memory NPS2", ("DPX", "NPS2", 16), 6),
+        ("--compute CPX --memory NPS4", ("CPX", "NPS4", 64), 24),
+        ("--compute SPX --memory NPS1", ("SPX", "NPS1", 8), 3),
     ] {
         let p = e.plan(args, "p.json");
+        let plan: partop::domain::plan::Plan =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(plan.models.len(), 1, "{args}");
+        assert_eq!(plan.models[0].to[0].bdf, "0000:65:00.0", "{args}");
+        assert_eq!(plan.models[0].to[0].gpu_id, index, "{args}");
+        let relaunch = plan.steps.iter().find(|s| s.key == "relaunch").unwrap();
+        assert!(
+            relaunch.commands[0].starts_with(&format!("HIP_VISIBLE_DEVICES={index} ")),
+            "{:?}",
+            relaunch.commands
+        );
         let o = e.apply(&p, "--yes --grace 3", "");
         assert_eq!(o.code, 0, "{args}: {}{}", o.stdout, o.stderr);
         assert!(
@@ -99,7 +112,33 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
             st.alive(0) && st.alive(1),
             "both workloads relaunched after {args}"
         );
+        assert!(
+            o.stdout
+                .contains(&format!("m healthy on logical GPU {index}")),
+            "{}",
+            o.stdout
+        );
+        let pid = st.workloads[0].pid.unwrap();
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(
+            env.split(|b| *b == 0)
+                .any(|v| v == format!("HIP_VISIBLE_DEVICES={index}").as_bytes()),
+            "{args}: the relaunched server runs on logical GPU {index}"
+        );
+        let health = partop::collect::served::http::get(
+            &format!("http://127.0.0.1:{}/health", st.workloads[0].port),
+            std::time::Duration::from_secs(2),
+        )
+        .unwrap();
+        assert_eq!(health.status, 200);
     }
+    assert!(
+        e.journal()
+            .iter()
+            .filter(|x| x.action == "model.start")
+            .count()
+            == 3
+    );
     let j = e.journal();
     assert_eq!(
         j.iter().filter(|x| x.action == "repartition.done").count(),

@@ -75,6 +75,27 @@ pub struct Stop {
     /// Its systemd unit: stopped with systemctl (and started again after) instead of a signal.
     #[serde(default)]
     pub unit: Option<String>,
+    /// The registered model it serves: stopped by its registry entry's way, relaunched after.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// A served model the plan stops and relaunches: where it is, where it goes, the exact
+/// commands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelMove {
+    /// Registry name.
+    pub name: String,
+    /// Logical GPUs now (BDFs).
+    pub from: Vec<String>,
+    /// Logical GPUs after (rows of the new layout); empty: it does not fit.
+    pub to: Vec<LayoutRow>,
+    /// Why it does not fit.
+    pub reason: Option<String>,
+    /// How it is stopped.
+    pub stop: String,
+    /// How it is started again (planned indices; re-read before launching).
+    pub launch: String,
 }
 
 /// One step.
@@ -119,6 +140,9 @@ pub struct Plan {
     /// The grace period it assumed.
     #[serde(default)]
     pub grace_secs: u32,
+    /// Served models it stops and relaunches.
+    #[serde(default)]
+    pub models: Vec<ModelMove>,
 }
 
 impl Plan {
@@ -357,17 +381,33 @@ pub fn plan(
                 .map(|u| u.gpu_id)
                 .collect(),
             unit: p.systemd_unit.clone().filter(|_| p.agent.is_some()),
+            model: snap
+                .models
+                .iter()
+                .find(|m| m.pid == Some(p.pid) && m.spec.is_some())
+                .map(|m| m.name.clone()),
         })
         .collect();
+    let models = model_moves(snap, &stops, &before, &after, &mut warnings);
     let mut steps = Vec::new();
     if !stops.is_empty() {
         let pids: Vec<String> = stops
             .iter()
             .filter(|s| s.unit.is_none())
+            .filter(|s| {
+                // Models with their own stop (unit, container, command) are not signalled.
+                !models
+                    .iter()
+                    .any(|m| Some(&m.name) == s.model.as_ref() && !m.stop.starts_with("kill "))
+            })
             .map(|s| s.pid.to_string())
             .collect();
         let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
-        let mut commands = Vec::new();
+        let mut commands: Vec<String> = models
+            .iter()
+            .filter(|m| !m.stop.starts_with("kill "))
+            .map(|m| m.stop.clone())
+            .collect();
         if !units.is_empty() {
             commands.push(format!("systemctl stop {}", units.join(" ")));
         }
@@ -490,11 +530,22 @@ pub fn plan(
     });
     let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
     if !stops.is_empty() {
+        let mut commands: Vec<String> = if units.is_empty() {
+            vec![]
+        } else {
+            vec![format!("systemctl start {}", units.join(" "))]
+        };
+        let going: Vec<&ModelMove> = models.iter().filter(|m| !m.to.is_empty()).collect();
+        commands.extend(going.iter().map(|m| m.launch.clone()));
         steps.push(Step {
-        key: "relaunch".into(),
-        title: format!("start again what was stopped ({} process(es)): agents' units; served models where partop knows how", stops.len()),
-        commands: if units.is_empty() { vec![] } else { vec![format!("systemctl start {}", units.join(" "))] },
-    });
+            key: "relaunch".into(),
+            title: format!(
+                "start again what was stopped: {} agent unit(s), {} served model(s) on their new logical GPUs, then wait for their /health",
+                units.len(),
+                going.len()
+            ),
+            commands,
+        });
     }
     if target_m.is_some() {
         warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
@@ -516,7 +567,87 @@ pub fn plan(
         warnings,
         reload_secs,
         grace_secs,
+        models,
     };
     p.fingerprint = fnv(&serde_json::to_string(&p).unwrap_or_default());
     Ok(p)
+}
+
+/// Where each registered model that the plan stops goes in the new layout. Logical GPUs held by
+/// what keeps running are taken; a model that fits nowhere is said so, before confirmation.
+fn model_moves(
+    snap: &Snapshot,
+    stops: &[Stop],
+    before: &[LayoutRow],
+    after: &[LayoutRow],
+    warnings: &mut Vec<String>,
+) -> Vec<ModelMove> {
+    use super::placement::{Need, gb_to_mb, place};
+    let stopped = |pid: Option<u32>| pid.is_some_and(|p| stops.iter().any(|s| s.pid == p));
+    let taken: Vec<String> = snap
+        .processes
+        .iter()
+        .filter(|p| !stopped(Some(p.pid)))
+        .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
+        .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
+        .map(|r| r.bdf.clone())
+        .collect();
+    let movers: Vec<&super::models::ServedModel> = snap
+        .models
+        .iter()
+        .filter(|m| m.spec.is_some() && stopped(m.pid))
+        .collect();
+    for m in snap
+        .models
+        .iter()
+        .filter(|m| m.spec.is_none() && stopped(m.pid))
+    {
+        warnings.push(format!(
+            "{} (pid {}) serves {} but is not in the model registry: it is stopped and NOT relaunched; add it to models.toml first (Models view, `a`)",
+            m.name,
+            m.pid.unwrap_or(0),
+            m.model
+        ));
+    }
+    let needs: Vec<Need> = movers
+        .iter()
+        .filter_map(|m| {
+            let s = m.spec.as_ref()?;
+            Some(Need {
+                name: m.name.clone(),
+                want: s.want.clone(),
+                mem_mb: gb_to_mb(s.memory_gb),
+                tp: s.tensor_parallel,
+                prefer: m.bdfs.clone(),
+            })
+        })
+        .collect();
+    let placed = place(&needs, after, &taken);
+    movers
+        .iter()
+        .zip(placed)
+        .filter_map(|(m, p)| {
+            let s = m.spec.as_ref()?;
+            let ids: Vec<u32> = p.to.iter().map(|r| r.gpu_id).collect();
+            let bdfs: Vec<String> = p.to.iter().map(|r| r.bdf.clone()).collect();
+            if let Some(r) = &p.reason {
+                warnings.push(format!(
+                    "model {} does not fit the staged layout ({r}): it will be stopped and NOT relaunched",
+                    m.name
+                ));
+            }
+            Some(ModelMove {
+                name: m.name.clone(),
+                from: m.bdfs.clone(),
+                stop: s.stop_text(&m.gpus, &m.bdfs, m.pid),
+                launch: if ids.is_empty() {
+                    String::new()
+                } else {
+                    s.launch_text(&ids, &bdfs)
+                },
+                to: p.to,
+                reason: p.reason,
+            })
+        })
+        .collect()
 }

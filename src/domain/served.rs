@@ -1,5 +1,105 @@
 //! Recognises model servers from their command line (vLLM, SGLang, llama.cpp server, TGI) and
-//! names the model they serve, for labels in the partition map and the process table.
+//! names the model they serve, for labels in the partition map and the process table; finds
+//! each server's port and devices, for discovery of servers not in the registry. Pure.
+
+use super::snapshot::{Process, Snapshot};
+
+/// A model server found among the processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovered {
+    /// Its process.
+    pub pid: u32,
+    /// Server kind.
+    pub server: &'static str,
+    /// Model (short name).
+    pub model: String,
+    /// Model id as given on its command line.
+    pub model_id: String,
+    /// Port it listens on (its `--port`, else the server's default).
+    pub port: Option<u16>,
+    /// Logical GPUs it uses (from its GPU use; else from `HIP_VISIBLE_DEVICES`).
+    pub gpus: Vec<u32>,
+}
+
+/// The port a server listens on: `--port N` / `--port=N`, else the server's default.
+pub fn port_of(command: &str, server: &str) -> Option<u16> {
+    let args: Vec<&str> = command.split_whitespace().collect();
+    let given = args.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix("--port=")
+            .or_else(|| (*a == "--port").then(|| args.get(i + 1).copied()).flatten())
+            .and_then(|p| p.parse().ok())
+    });
+    given.or(match server {
+        "vllm" => Some(8000),
+        "sglang" => Some(30000),
+        "llama.cpp" => Some(8080),
+        "tgi" => Some(3000),
+        _ => None,
+    })
+}
+
+/// The model id exactly as the command line gives it (the registry needs the full id).
+fn model_id_of(command: &str, short: &str) -> String {
+    command
+        .split_whitespace()
+        .map(|a| a.rsplit('=').next().unwrap_or(a))
+        .find(|a| a.ends_with(short))
+        .unwrap_or(short)
+        .to_string()
+}
+
+fn devices_of(p: &Process) -> Vec<u32> {
+    let mut used: Vec<u32> = p
+        .gpus
+        .iter()
+        .filter(|u| !u.attached_only())
+        .map(|u| u.gpu_id)
+        .collect();
+    if used.is_empty() {
+        used = ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"]
+            .iter()
+            .find_map(|k| p.visible_devices.get(*k))
+            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default();
+    }
+    used.sort_unstable();
+    used.dedup();
+    used
+}
+
+/// Every model server among the node's processes. A server's worker processes (same command
+/// line, child of the server) are folded into their parent.
+pub fn discover(snap: &Snapshot) -> Vec<Discovered> {
+    let mut out: Vec<Discovered> = Vec::new();
+    for p in &snap.processes {
+        let Some(cmd) = p.command.as_deref() else {
+            continue;
+        };
+        let Some((server, model)) = model_of(cmd) else {
+            continue;
+        };
+        let gpus = devices_of(p);
+        let port = port_of(cmd, server);
+        if let Some(parent) = out
+            .iter_mut()
+            .find(|d| Some(d.pid) == p.ppid && d.model == model && d.port == port)
+        {
+            parent.gpus.extend(gpus);
+            parent.gpus.sort_unstable();
+            parent.gpus.dedup();
+            continue;
+        }
+        out.push(Discovered {
+            pid: p.pid,
+            server,
+            model_id: model_id_of(cmd, &model),
+            model,
+            port,
+            gpus,
+        });
+    }
+    out
+}
 
 /// The server kind and model a command line runs, if it is a known model server.
 pub fn model_of(command: &str) -> Option<(&'static str, String)> {
@@ -74,5 +174,30 @@ mod tests {
             Some(("tgi", "bloom".into()))
         );
         assert_eq!(model_of("python3 train.py --epochs 3"), None);
+    }
+
+    #[test]
+    fn ports_and_ids() {
+        assert_eq!(port_of("vllm serve m --port 8011", "vllm"), Some(8011));
+        assert_eq!(port_of("vllm serve m --port=8012", "vllm"), Some(8012));
+        assert_eq!(port_of("vllm serve m", "vllm"), Some(8000));
+        assert_eq!(
+            port_of("python3 -m sglang.launch_server --model-path x", "sglang"),
+            Some(30000)
+        );
+        assert_eq!(
+            model_id_of(
+                "vllm serve meta-llama/Llama-3.1-8B --port 1",
+                "Llama-3.1-8B"
+            ),
+            "meta-llama/Llama-3.1-8B"
+        );
+        assert_eq!(
+            model_id_of(
+                "python3 -m vllm.entrypoints.openai.api_server --model=Qwen/Qwen2.5-32B",
+                "Qwen2.5-32B"
+            ),
+            "Qwen/Qwen2.5-32B"
+        );
     }
 }

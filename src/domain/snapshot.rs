@@ -260,6 +260,9 @@ pub struct Snapshot {
     /// How this node's driver is reloaded after a memory-mode change (from the amd-smi version).
     #[serde(default)]
     pub reload: Option<super::plan::Reload>,
+    /// Served models: registered and discovered, with health and load.
+    #[serde(default)]
+    pub models: Vec<super::models::ServedModel>,
 }
 
 /// Current snapshot document version.

@@ -40,6 +40,28 @@ pub struct ApplyCtx {
     pub wait_idle: Duration,
     /// How long to wait for the logical GPUs after a reload.
     pub wait_gpus: Duration,
+    /// The served-model registry (stop and relaunch models its way).
+    pub registry: Option<crate::domain::models::Registry>,
+    /// Where partop-launched models log.
+    pub model_log_dir: PathBuf,
+}
+
+impl ApplyCtx {
+    fn ops(&self) -> super::models::Ops {
+        super::models::Ops {
+            log_dir: self.model_log_dir.clone(),
+            journal: self.journal.clone(),
+            simulated: self.sim_state.is_some(),
+            grace: self.grace,
+            kill_after: self.kill_after_grace,
+        }
+    }
+
+    fn spec(&self, name: &str) -> Option<&crate::domain::models::ModelSpec> {
+        self.registry
+            .as_ref()
+            .and_then(|r| r.models.iter().find(|m| m.name == name))
+    }
 }
 
 /// Progress.
@@ -282,7 +304,7 @@ async fn run_step(
         }
         "set_compute" => set_compute(plan, ctx, step).await,
         "verify" => verify(plan, ctx).await,
-        "relaunch" => relaunch(plan, ctx),
+        "relaunch" => relaunch(plan, ctx, emit).await,
         other => Err((
             format!("unknown step {other:?}"),
             "use the partop version that made the plan".into(),
@@ -339,10 +361,34 @@ fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) 
             st.map_or_else(|e| e.to_string(), |s| s.to_string())
         )));
     }
+    // Registered models with their own stop (a stop command, a unit, a container) are stopped
+    // that way; the rest are signalled below.
+    let mut own_stop = Vec::new();
+    for s in &plan.stops {
+        let Some(spec) = s.model.as_deref().and_then(|m| ctx.spec(m)) else {
+            continue;
+        };
+        if matches!(
+            spec.launch,
+            crate::domain::models::Launch::Command { stop: None, .. }
+        ) {
+            continue;
+        }
+        own_stop.push(s.pid);
+        let r = super::models::stop(&ctx.ops(), spec, &s.gpus, &[], Some((s.pid, s.start_ticks)));
+        emit(ApplyEvent::Note(format!(
+            "{}: {}",
+            spec.name,
+            r.clone().unwrap_or_else(|e| e)
+        )));
+        if let Err(e) = r {
+            return Err((format!("stopping model {}: {e}", spec.name), RESUME.into()));
+        }
+    }
     let targets: Vec<Target> = plan
         .stops
         .iter()
-        .filter(|s| s.unit.is_none())
+        .filter(|s| s.unit.is_none() && !own_stop.contains(&s.pid))
         .map(|s| Target {
             pid: s.pid,
             start_ticks: s.start_ticks,
@@ -517,7 +563,11 @@ async fn verify(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
     }
 }
 
-fn relaunch(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
+async fn relaunch(
+    plan: &Plan,
+    ctx: &ApplyCtx,
+    emit: &mut (dyn FnMut(ApplyEvent) + Send),
+) -> StepResult {
     let mut done = Vec::new();
     for unit in plan.stops.iter().filter_map(|s| s.unit.as_deref()) {
         let ok = std::process::Command::new("systemctl")
@@ -529,13 +579,103 @@ fn relaunch(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
             if ok { "started" } else { "FAILED to start" }
         ));
     }
+    // Served models: on their planned logical GPUs, by identity (BDF); the index is re-read
+    // now, since it is what HIP_VISIBLE_DEVICES means.
+    let going: Vec<&crate::domain::plan::ModelMove> =
+        plan.models.iter().filter(|m| !m.to.is_empty()).collect();
+    let mut failed = Vec::new();
+    if !going.is_empty() {
+        let snap = sample(ctx).await;
+        let mut started = Vec::new();
+        for m in &going {
+            let Some(spec) = ctx.spec(&m.name) else {
+                failed.push(format!("{}: not in the registry any more", m.name));
+                continue;
+            };
+            let bdfs: Vec<String> = m.to.iter().map(|r| r.bdf.clone()).collect();
+            let ids: Option<Vec<u32>> = bdfs
+                .iter()
+                .map(|b| {
+                    snap.logical()
+                        .find(|(_, l)| &l.bdf == b)
+                        .map(|(_, l)| l.gpu_id)
+                })
+                .collect();
+            let Some(ids) = ids else {
+                failed.push(format!(
+                    "{}: {} not found after the change",
+                    m.name,
+                    bdfs.join(",")
+                ));
+                continue;
+            };
+            match super::models::launch(&ctx.ops(), spec, &ids, &bdfs) {
+                Ok(l) => {
+                    emit(ApplyEvent::Note(format!("{}: started: {}", m.name, l.what)));
+                    started.push((spec.clone(), l, ids));
+                }
+                Err(e) => failed.push(format!("{}: {e}", m.name)),
+            }
+        }
+        for (spec, l, ids) in started {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let dir = ctx.model_log_dir.clone();
+            let spec2 = spec.clone();
+            let waiter = tokio::task::spawn_blocking(move || {
+                super::models::wait_healthy(&spec2, l.pid, &dir, None, |p| {
+                    let _ = tx.send(p.to_string());
+                })
+            });
+            while !waiter.is_finished() {
+                while let Ok(p) = rx.try_recv() {
+                    emit(ApplyEvent::Note(p));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            match waiter.await {
+                Ok(Ok(t)) => done.push(format!(
+                    "{} healthy on logical GPU {} after {}s",
+                    spec.name,
+                    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                    t.as_secs()
+                )),
+                Ok(Err(e)) => failed.push(e),
+                Err(e) => failed.push(format!("{}: {e}", spec.name)),
+            }
+        }
+    }
+    for m in plan.models.iter().filter(|m| m.to.is_empty()) {
+        done.push(format!(
+            "{} not relaunched: {}",
+            m.name,
+            m.reason.as_deref().unwrap_or("does not fit")
+        ));
+    }
     if let Some(state) = &ctx.sim_state {
-        match crate::sim::session::resume(state) {
+        // The simulated node's other workloads (jobs, agents); its model servers are the
+        // registry's.
+        let skip: Vec<String> = ctx
+            .registry
+            .iter()
+            .flat_map(|r| r.models.iter().map(|m| m.name.clone()))
+            .collect();
+        match crate::sim::session::resume(state, &skip) {
             Ok(r) => done.extend(r.into_iter().map(|x| format!("{x:?}"))),
             Err(e) => return Err((e.to_string(), RESUME.into())),
         }
-    } else if plan.stops.iter().any(|s| s.unit.is_none()) {
-        done.push("processes stopped by signal are not restarted automatically yet (served-model relaunch is the next milestone)".into());
+    } else if plan
+        .stops
+        .iter()
+        .any(|s| s.unit.is_none() && s.model.is_none())
+    {
+        done.push("processes stopped by signal that are not registered models are not restarted (their owners restart them)".into());
     }
-    Ok(done.join("; "))
+    if failed.is_empty() {
+        Ok(done.join("; "))
+    } else {
+        Err((
+            failed.join("; "),
+            "the modes are applied; see the model's log (Models view), fix its entry in models.toml, and start it from the Models view or with `partop models start NAME`".into(),
+        ))
+    }
 }

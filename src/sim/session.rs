@@ -99,7 +99,135 @@ pub fn start(
         launch(&mut state, i, state_path)?;
     }
     state.save(state_path)?;
+    write_registry(&state, state_path)?;
     Ok(state)
+}
+
+/// The model registry of a simulated node (`STATE.models.toml`): one entry per model server,
+/// launched through `partop sim serve`, exactly as an operator's registry launches vLLM.
+pub fn registry_path(state_path: &Path) -> PathBuf {
+    state_path.with_extension("models.toml")
+}
+
+fn write_registry(state: &SimState, state_path: &Path) -> Result<(), SessionError> {
+    use std::fmt::Write as _;
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "partop".into());
+    let mut o = String::from(
+        "# Written by `partop sim start`: the simulated node's model servers, launched through\n# `partop sim serve` (a stand-in for `vllm serve`). Edit freely; `partop check-config --models FILE`.\n",
+    );
+    for w in state
+        .workloads
+        .iter()
+        .filter(|w| w.spec.kind == Kind::ModelServer)
+    {
+        let model = w.spec.model.clone().unwrap_or_else(|| w.spec.name.clone());
+        let _ = write!(
+            o,
+            "\n[[model]]\nname = {name:?}\nmodel = {model:?}\nport = {port}\nmemory_gb = {mem}\nhealth_timeout_secs = 60\nlog = {log:?}\nlaunch.command = [{exe:?}, \"sim\", \"serve\", \"--state\", {state:?}, \"--name\", \"{{name}}\", \"--port\", \"{{port}}\"]\n",
+            name = w.spec.name,
+            port = w.port,
+            mem = (w.spec.vram_gb * 1.073_741_824 * 100.0).ceil() / 100.0,
+            log = state
+                .log_dir
+                .join(format!("{}.log", w.spec.name))
+                .display()
+                .to_string(),
+            state = state_path.display().to_string(),
+        );
+    }
+    std::fs::write(registry_path(state_path), o).map_err(|e| SessionError::Spawn {
+        name: "models.toml".into(),
+        error: e.to_string(),
+    })
+}
+
+/// `partop sim serve`: the simulated node's stand-in for `vllm serve`. Takes its device from
+/// `HIP_VISIBLE_DEVICES` under the current layout (as HIP does), fails like vLLM when there is
+/// no such device or too little HBM, registers its pid in the state, then becomes the model
+/// server (same pid, `vllm serve ...` command line).
+pub fn serve(state_path: &Path, name: &str, port: u16) -> SessionError {
+    let device = std::env::var("HIP_VISIBLE_DEVICES").ok();
+    let me = std::process::id();
+    let fail = |error: String| SessionError::Spawn {
+        name: name.to_string(),
+        error,
+    };
+    let placed = SimState::update(state_path, |state| {
+        let Some(i) = state
+            .workloads
+            .iter()
+            .position(|w| w.spec.name == name && w.spec.kind == Kind::ModelServer)
+        else {
+            return Ok(Err(format!(
+                "the simulated node has no model server {name:?}"
+            )));
+        };
+        if state.reloading.is_some() {
+            return Ok(Err(
+                "RuntimeError: No HIP GPUs are available (the driver is reloading)".into(),
+            ));
+        }
+        let Some(ix) = device
+            .as_deref()
+            .and_then(|d| d.split(',').next())
+            .and_then(|d| d.trim().parse::<u32>().ok())
+        else {
+            return Ok(Err(
+                "set HIP_VISIBLE_DEVICES to the logical GPU to serve on".into(),
+            ));
+        };
+        let logical = state.logical();
+        let Some(l) = logical.iter().find(|l| l.index == ix) else {
+            return Ok(Err(format!(
+                "RuntimeError: HIP_VISIBLE_DEVICES={ix}: no such device (the node has {} logical GPUs)",
+                logical.len()
+            )));
+        };
+        #[expect(clippy::cast_precision_loss, reason = "MiB of HBM")]
+        let have_gib = l.shape.vram_share_mb as f64 / 1024.0;
+        let w = &mut state.workloads[i];
+        if w.spec.vram_gb > have_gib {
+            return Ok(Err(format!(
+                "torch.OutOfMemoryError: HIP out of memory. Tried to allocate {:.1} GiB. GPU {ix} has a total capacity of {have_gib:.1} GiB",
+                w.spec.vram_gb
+            )));
+        }
+        w.spec.gpu = u32::try_from(l.phys).unwrap_or(0);
+        w.spec.partition = l.shape.partition_id;
+        w.port = port;
+        w.pid = Some(me);
+        w.start_ticks = process_start(me);
+        w.started_ms = clock::now_ms();
+        Ok(Ok(i))
+    });
+    let i = match placed {
+        Ok(Ok(i)) => i,
+        Ok(Err(e)) => return fail(e),
+        Err(e) => return SessionError::State(e),
+    };
+    let state = match SimState::load(state_path) {
+        Ok(s) => s,
+        Err(e) => return SessionError::State(e),
+    };
+    let devices = device_files(&state, i, state_path);
+    let shown = shown(&state.workloads[i].spec, port);
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(e.to_string()),
+    };
+    let err = Command::new(exe)
+        .arg0(&shown[0])
+        .args(&shown[1..])
+        .env(super::workload::ENV_NAME, name)
+        .env(super::workload::ENV_STATE, state_path)
+        .env(
+            super::workload::ENV_DEVICES,
+            std::env::join_paths(&devices).unwrap_or_default(),
+        )
+        .exec();
+    fail(format!("exec: {err}"))
 }
 
 /// Launches workload `i` (detached) and records its pid and start time.
@@ -249,11 +377,12 @@ pub enum Resumed {
 
 /// Starts every stopped workload whose partition exists in the current layout (after a
 /// rehearsed repartition, or after `stop`).
-pub fn resume(state_path: &Path) -> Result<Vec<Resumed>, SessionError> {
+/// Workloads named in `skip` are left alone (model servers the registry relaunches).
+pub fn resume(state_path: &Path, skip: &[String]) -> Result<Vec<Resumed>, SessionError> {
     let mut state = SimState::load(state_path)?;
     let mut out = Vec::new();
     for i in 0..state.workloads.len() {
-        if state.alive(i) {
+        if state.alive(i) || skip.contains(&state.workloads[i].spec.name) {
             continue;
         }
         let name = state.workloads[i].spec.name.clone();

@@ -88,6 +88,13 @@ pub struct SimState {
     pub reloading: Option<Reloading>,
     /// Where workloads log.
     pub log_dir: PathBuf,
+    /// Seconds a model server takes to load before `/health` answers 200.
+    #[serde(default = "default_model_load")]
+    pub model_load_secs: f64,
+}
+
+const fn default_model_load() -> f64 {
+    1.0
 }
 
 /// A state-file problem, with the way out.
@@ -168,6 +175,7 @@ impl SimState {
             workloads,
             reloading: None,
             log_dir,
+            model_load_secs: default_model_load(),
         }
     }
 
@@ -192,6 +200,35 @@ impl SimState {
             return Err(StateError::Product(s.product));
         }
         Ok(s)
+    }
+
+    /// Reads, changes and writes the state under an exclusive lock (`STATE.lock`), so processes
+    /// that change it at the same time (model servers registering, the fake amd-smi) do not
+    /// lose each other's changes.
+    pub fn update<T>(
+        path: &Path,
+        f: impl FnOnce(&mut Self) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let lock_path = path.with_extension("lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StateError::Write {
+                path: lock_path.display().to_string(),
+                error: e.to_string(),
+            })?;
+        let _lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
+            |(_, e)| StateError::Write {
+                path: lock_path.display().to_string(),
+                error: e.to_string(),
+            },
+        )?;
+        let mut state = Self::load(path)?;
+        let out = f(&mut state)?;
+        state.save(path)?;
+        Ok(out)
     }
 
     /// Writes atomically.

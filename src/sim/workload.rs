@@ -137,11 +137,26 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
     }
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "seconds"
+)]
+fn load_ms(s: &SimState) -> u64 {
+    (s.model_load_secs.max(0.0) * 1000.0) as u64
+}
+
 fn respond(state_path: &Path, i: usize, req: tiny_http::Request) {
     // Re-read the node so neighbours' load (the noisy-neighbour effect) is current.
     let state = SimState::load(state_path);
     let url = req.url().split('?').next().unwrap_or("").to_string();
     let (code, body, ctype) = match (&state, url.as_str()) {
+        // Like vLLM loading weights: not healthy until the model is loaded.
+        (Ok(s), "/health")
+            if clock::now_ms().saturating_sub(s.workloads[i].started_ms) < load_ms(s) =>
+        {
+            (503, "loading model".into(), "text/plain")
+        }
         (Ok(_), "/health") => (200, String::new(), "text/plain"),
         (Ok(s), "/v1/models") => {
             let model = s.workloads[i].spec.model.clone().unwrap_or_default();

@@ -39,6 +39,8 @@ pub struct AmdSmiCollector {
     holders: Vec<crate::collect::holders::Holder>,
     kfd_nodes: Vec<crate::collect::kfd::KfdNode>,
     samples: u64,
+    /// Served models: registry, discovery and probes (live nodes only).
+    pub models: Option<crate::collect::served::ModelProber>,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -83,6 +85,7 @@ impl AmdSmiCollector {
             holders: Vec::new(),
             kfd_nodes: Vec::new(),
             samples: 0,
+            models: None,
         }
     }
 
@@ -294,6 +297,21 @@ impl AmdSmiCollector {
                 }
             }
         }
+        if let Some(prober) = self.models.as_mut() {
+            if matches!(self.source, CommandSource::Live(_)) {
+                snap.models = prober.observe(&snap).await;
+            }
+            if let Some(e) = &prober.registry_error {
+                snap.sources.push(SourceStatus {
+                    name: "models registry".into(),
+                    version: None,
+                    status: Health::Down,
+                    error: Some(e.clone()),
+                    last_ok_ms: None,
+                    took_ms: None,
+                });
+            }
+        }
         snap
     }
 
@@ -327,6 +345,7 @@ impl AmdSmiCollector {
             }),
             gpus,
             processes,
+            models: Vec::new(),
         }
     }
 }

@@ -1,0 +1,107 @@
+//! Model-server figures from Prometheus text, parsed by `prometheus-parse`. Metric names differ
+//! by server and by version (vLLM renamed `gpu_cache_usage_perc` to `kv_cache_usage_perc`), so
+//! each figure is looked up under every name it is known by. Pure.
+
+/// Figures from one scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    /// Requests running.
+    pub running: Option<f64>,
+    /// Requests waiting.
+    pub waiting: Option<f64>,
+    /// KV-cache use, 0..1.
+    pub kv_cache: Option<f64>,
+    /// Generation tokens so far (counter).
+    pub generation_tokens: Option<f64>,
+}
+
+/// Names per figure: vLLM (current, then older), SGLang, llama.cpp server, TGI.
+const RUNNING: &[&str] = &[
+    "vllm:num_requests_running",
+    "sglang:num_running_reqs",
+    "llamacpp:requests_processing",
+    "tgi_batch_current_size",
+];
+const WAITING: &[&str] = &[
+    "vllm:num_requests_waiting",
+    "sglang:num_queue_reqs",
+    "llamacpp:requests_deferred",
+    "tgi_queue_size",
+];
+const KV: &[&str] = &[
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "sglang:token_usage",
+    "llamacpp:kv_cache_usage_ratio",
+];
+const GEN: &[&str] = &[
+    "vllm:generation_tokens_total",
+    "vllm:generation_tokens",
+    "sglang:generation_tokens_total",
+    "llamacpp:tokens_predicted_total",
+    "tgi_request_generated_tokens_sum",
+];
+
+/// Parses a scrape. A server with several engines (data parallel) reports one sample per
+/// engine: counts and tokens add up, the KV-cache use is the highest.
+pub fn parse(text: &str) -> Result<Figures, String> {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .map_err(|e| format!("not Prometheus text: {e}"))?;
+    let value = |names: &[&str], max: bool| -> Option<f64> {
+        names.iter().find_map(|n| {
+            let vals: Vec<f64> = scrape
+                .samples
+                .iter()
+                .filter(|s| s.metric == *n)
+                .filter_map(|s| match s.value {
+                    prometheus_parse::Value::Counter(v)
+                    | prometheus_parse::Value::Gauge(v)
+                    | prometheus_parse::Value::Untyped(v) => Some(v),
+                    _ => None,
+                })
+                .filter(|v| v.is_finite())
+                .collect();
+            if vals.is_empty() {
+                None
+            } else if max {
+                vals.into_iter().reduce(f64::max)
+            } else {
+                Some(vals.into_iter().sum())
+            }
+        })
+    };
+    Ok(Figures {
+        running: value(RUNNING, false),
+        waiting: value(WAITING, false),
+        kv_cache: value(KV, true),
+        generation_tokens: value(GEN, false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_and_older_vllm_names() {
+        let new = "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\",engine=\"0\"} 3.0\nvllm:num_requests_running{model_name=\"m\",engine=\"1\"} 2.0\n# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.25\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.5\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{model_name=\"m\"} 1234.0\n";
+        let f = parse(new).unwrap();
+        assert_eq!(f.running, Some(5.0));
+        assert_eq!(f.kv_cache, Some(0.5));
+        assert_eq!(f.generation_tokens, Some(1234.0));
+        assert_eq!(f.waiting, None);
+        let old = "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.75\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 7\n";
+        let f = parse(old).unwrap();
+        assert_eq!((f.kv_cache, f.waiting), (Some(0.75), Some(7.0)));
+    }
+
+    #[test]
+    fn other_servers() {
+        let llama = "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.1\n";
+        let f = parse(llama).unwrap();
+        assert_eq!((f.running, f.kv_cache), (Some(1.0), Some(0.1)));
+        let sg = "sglang:num_queue_reqs{model_name=\"x\"} 4\n";
+        assert_eq!(parse(sg).unwrap().waiting, Some(4.0));
+        assert_eq!(parse("").unwrap(), Figures::default());
+    }
+}

@@ -1,0 +1,290 @@
+//! The model prober: joins the registry with the servers discovered among the processes (by
+//! port), asks each its `/health` and `/metrics` (concurrently, each with a short timeout),
+//! and keeps what needs memory between samples: token counters for rates, the pid each model
+//! had (a new pid is a restart; a vanished one a crash), and the log tail.
+
+use super::{http, metrics};
+use crate::domain::models::{ModelState, Registry, ServedModel};
+use crate::domain::served::{Discovered, discover};
+use crate::domain::snapshot::Snapshot;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    pid: Option<u32>,
+    tokens: Option<(f64, u64)>,
+    rate: Option<f64>,
+    restarts: u32,
+    healthy_once: bool,
+    lost: Option<u32>,
+}
+
+/// Probes served models on every sample.
+#[derive(Debug)]
+pub struct ModelProber {
+    /// The registry (None: discovery only).
+    pub registry: Option<Registry>,
+    /// Why the registry could not be read (shown as a source error).
+    pub registry_error: Option<String>,
+    /// Where partop-launched models log by default.
+    pub log_dir: PathBuf,
+    /// /proc root (for a discovered server's log: its stdout).
+    pub proc_root: PathBuf,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    seen: HashMap<String, Seen>,
+}
+
+/// The default log of a registered model.
+pub fn log_path(spec: &crate::domain::models::ModelSpec, log_dir: &Path) -> PathBuf {
+    if spec.log.is_empty() {
+        log_dir.join(format!("{}.log", spec.name))
+    } else {
+        PathBuf::from(&spec.log)
+    }
+}
+
+/// The last `n` lines of a file (reads at most its last 16 KiB).
+pub fn tail(path: &Path, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return vec![];
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 << 10)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| (*l).to_string())
+        .collect()
+}
+
+struct Probe {
+    health: Option<Result<http::Reply, String>>,
+    metrics: Option<Result<metrics::Figures, String>>,
+}
+
+impl ModelProber {
+    /// A prober for `registry`.
+    pub fn new(registry: Option<Registry>, registry_error: Option<String>) -> Self {
+        Self {
+            registry,
+            registry_error,
+            log_dir: crate::paths::state_dir().join("models"),
+            proc_root: PathBuf::from("/proc"),
+            timeout: Duration::from_millis(800),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Models on the node in `snap`, probed now.
+    pub async fn observe(&mut self, snap: &Snapshot) -> Vec<ServedModel> {
+        let found = discover(snap);
+        let mut models = self.join(snap, &found);
+        let timeout = self.timeout;
+        let jobs: Vec<_> = models
+            .iter()
+            .map(|m| {
+                let urls = match (&m.spec, m.port, m.pid) {
+                    (Some(s), _, Some(_)) => Some((s.health_url.clone(), s.metrics_url.clone())),
+                    (None, Some(p), Some(_)) => Some((
+                        format!("http://127.0.0.1:{p}/health"),
+                        format!("http://127.0.0.1:{p}/metrics"),
+                    )),
+                    _ => None,
+                };
+                tokio::task::spawn_blocking(move || {
+                    urls.map(|(h, mu)| {
+                        let health = http::get(&h, timeout);
+                        let metrics = match &health {
+                            Ok(r) if r.status == 200 => {
+                                Some(http::get(&mu, timeout).and_then(|r| {
+                                    if r.status == 200 {
+                                        metrics::parse(&r.body)
+                                    } else {
+                                        Err(format!("GET {mu}: HTTP {}", r.status))
+                                    }
+                                }))
+                            }
+                            _ => None,
+                        };
+                        Probe {
+                            health: Some(health),
+                            metrics,
+                        }
+                    })
+                })
+            })
+            .collect();
+        let now = snap.taken_at_ms;
+        for (m, job) in models.iter_mut().zip(jobs) {
+            let probe = job.await.ok().flatten();
+            self.settle(m, probe, snap, now);
+        }
+        models
+    }
+
+    /// Registered models first (in file order), then discovered servers not in the registry.
+    fn join(&self, snap: &Snapshot, found: &[Discovered]) -> Vec<ServedModel> {
+        let bdf_of = |id: u32| {
+            snap.logical()
+                .find(|(_, l)| l.gpu_id == id)
+                .map(|(_, l)| l.bdf.clone())
+        };
+        let proc_of = |pid: u32| snap.processes.iter().find(|p| p.pid == pid);
+        let mut out = Vec::new();
+        let mut used = Vec::new();
+        for spec in self.registry.iter().flat_map(|r| &r.models) {
+            let d = found.iter().find(|d| d.port == Some(spec.port));
+            if let Some(d) = d {
+                used.push(d.pid);
+            }
+            let log = log_path(spec, &self.log_dir);
+            out.push(ServedModel {
+                name: spec.name.clone(),
+                model: spec.model.clone(),
+                server: d.map(|d| d.server.to_string()),
+                spec: Some(spec.clone()),
+                pid: d.map(|d| d.pid),
+                start_ticks: d.and_then(|d| proc_of(d.pid)).and_then(|p| p.start_ticks),
+                gpus: d.map(|d| d.gpus.clone()).unwrap_or_default(),
+                bdfs: d
+                    .map(|d| d.gpus.iter().filter_map(|g| bdf_of(*g)).collect())
+                    .unwrap_or_default(),
+                port: Some(spec.port),
+                state: ModelState::Unknown,
+                reason: None,
+                running: None,
+                waiting: None,
+                kv_cache: None,
+                tokens_per_sec: None,
+                restarts: 0,
+                log: Some(log.display().to_string()),
+                log_tail: vec![],
+                probed_ms: None,
+            });
+        }
+        for d in found.iter().filter(|d| !used.contains(&d.pid)) {
+            // A discovered server logs where its stdout goes, when that is a file.
+            let log = std::fs::read_link(self.proc_root.join(format!("{}/fd/1", d.pid)))
+                .ok()
+                .filter(|p| p.is_file());
+            out.push(ServedModel {
+                name: d.port.map_or_else(
+                    || format!("{}@{}", d.server, d.pid),
+                    |p| format!("{}:{p}", d.server),
+                ),
+                model: d.model_id.clone(),
+                server: Some(d.server.to_string()),
+                spec: None,
+                pid: Some(d.pid),
+                start_ticks: proc_of(d.pid).and_then(|p| p.start_ticks),
+                gpus: d.gpus.clone(),
+                bdfs: d.gpus.iter().filter_map(|g| bdf_of(*g)).collect(),
+                port: d.port,
+                state: ModelState::Unknown,
+                reason: None,
+                running: None,
+                waiting: None,
+                kv_cache: None,
+                tokens_per_sec: None,
+                restarts: 0,
+                log: log.map(|p| p.display().to_string()),
+                log_tail: vec![],
+                probed_ms: None,
+            });
+        }
+        out
+    }
+
+    fn settle(&mut self, m: &mut ServedModel, probe: Option<Probe>, snap: &Snapshot, now: u64) {
+        let seen = self.seen.entry(m.name.clone()).or_default();
+        if m.pid.is_some() && seen.pid.is_some() && m.pid != seen.pid {
+            seen.restarts += 1;
+            seen.tokens = None;
+            seen.healthy_once = false;
+        }
+        if m.pid.is_none() && seen.pid.is_some() {
+            seen.lost = seen.pid;
+        }
+        if m.pid.is_some() {
+            seen.lost = None;
+        }
+        seen.pid = m.pid;
+        m.restarts = seen.restarts;
+        m.probed_ms = Some(now);
+        let started = m
+            .pid
+            .and_then(|pid| snap.processes.iter().find(|p| p.pid == pid))
+            .and_then(|p| p.started_at_ms);
+        let window_ms = m
+            .spec
+            .as_ref()
+            .map_or(600_000, |s| s.health_timeout_secs * 1000);
+        let young = started.is_some_and(|t| now.saturating_sub(t) < window_ms);
+        let (health, figures) = match probe {
+            Some(p) => (p.health, p.metrics),
+            None => (None, None),
+        };
+        (m.state, m.reason) = match (m.pid, health) {
+            (None, _) => (
+                ModelState::Stopped,
+                Some(seen.lost.map_or_else(
+                    || "not running".to_string(),
+                    |p| format!("exited (was pid {p}); partop saw it running"),
+                )),
+            ),
+            (Some(_), None) => (
+                ModelState::Unknown,
+                Some("no port known: add it to models.toml to probe it".into()),
+            ),
+            (Some(_), Some(Ok(r))) if r.status == 200 => {
+                seen.healthy_once = true;
+                (ModelState::Healthy, None)
+            }
+            (Some(_), Some(Ok(r))) if !seen.healthy_once && young => (
+                ModelState::Starting,
+                Some(format!("/health: HTTP {} (loading)", r.status)),
+            ),
+            (Some(_), Some(Ok(r))) => (
+                ModelState::Unhealthy,
+                Some(format!("/health: HTTP {} {}", r.status, r.body.trim())),
+            ),
+            (Some(_), Some(Err(e))) if !seen.healthy_once && young => {
+                (ModelState::Starting, Some(format!("/health: {e}")))
+            }
+            (Some(_), Some(Err(e))) => (ModelState::Unhealthy, Some(format!("/health: {e}"))),
+        };
+        match figures {
+            Some(Ok(f)) => {
+                m.running = f.running;
+                m.waiting = f.waiting;
+                m.kv_cache = f.kv_cache;
+                if let Some(t) = f.generation_tokens {
+                    if let Some((t0, at)) = seen.tokens
+                        && now > at
+                        && t >= t0
+                    {
+                        #[expect(clippy::cast_precision_loss, reason = "ms intervals")]
+                        let dt = (now - at) as f64 / 1000.0;
+                        seen.rate = Some((t - t0) / dt);
+                    }
+                    seen.tokens = Some((t, now));
+                }
+                m.tokens_per_sec = seen.rate;
+            }
+            Some(Err(e)) => {
+                m.reason = Some(format!("/metrics: {e}"));
+            }
+            None => {}
+        }
+        if let Some(log) = &m.log {
+            m.log_tail = tail(Path::new(log), 12);
+        }
+    }
+}

@@ -1,0 +1,581 @@
+//! Served models: the registry an operator writes (`models.toml`: how to launch and stop each
+//! model, where it goes, what memory it needs) and the status partop observes for each model
+//! (discovered or registered). Parsing and validation are pure (text in, located errors out);
+//! the collector reads the file and probes the servers, the executor launches them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Numeric precision of the weights (decides the bytes per parameter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit float.
+    Fp32,
+    /// bfloat16.
+    Bf16,
+    /// 16-bit float (the default).
+    #[default]
+    Fp16,
+    /// 8-bit float (MI300 and later run it natively).
+    Fp8,
+    /// 8-bit integer.
+    Int8,
+    /// 4-bit integer (AWQ/GPTQ).
+    Int4,
+}
+
+impl Precision {
+    /// Bytes per parameter.
+    pub const fn bytes_per_param(self) -> f64 {
+        match self {
+            Self::Fp32 => 4.0,
+            Self::Bf16 | Self::Fp16 => 2.0,
+            Self::Fp8 | Self::Int8 => 1.0,
+            Self::Int4 => 0.5,
+        }
+    }
+}
+
+/// How a model is started and stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Launch {
+    /// A command partop starts detached, logging to a file; stopped by `stop` or SIGTERM.
+    Command {
+        /// argv, with placeholders.
+        command: Vec<String>,
+        /// Extra environment, with placeholders.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// A command that stops it (else SIGTERM to the server's process).
+        #[serde(default)]
+        stop: Option<Vec<String>>,
+    },
+    /// A systemd unit (`vllm@{device}.service`).
+    Systemd {
+        /// Unit name, with placeholders.
+        unit: String,
+    },
+    /// A docker container started and stopped by name.
+    Docker {
+        /// Container name, with placeholders.
+        container: String,
+    },
+}
+
+/// Where a model goes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Want {
+    /// One logical GPU by stable identity (BDF with partition function, `0000:05:00.1`).
+    Gpu(String),
+    /// Any free logical GPU(s) with at least this much HBM each (GB); the model's need if 0.
+    AnyFree(f64),
+}
+
+/// One registry entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    /// Unique name.
+    pub name: String,
+    /// Model id (`meta-llama/Llama-3.1-8B-Instruct`).
+    pub model: String,
+    /// How to start and stop it.
+    pub launch: Launch,
+    /// Placement.
+    pub want: Want,
+    /// HTTP port on this node.
+    pub port: u16,
+    /// Health URL (200 = healthy).
+    pub health_url: String,
+    /// Prometheus metrics URL.
+    pub metrics_url: String,
+    /// HBM it needs per logical GPU, GB (given, or from parameters x precision x 1.2 + 2 GB).
+    pub memory_gb: f64,
+    /// Precision of the weights.
+    pub precision: Precision,
+    /// Logical GPUs it spans (tensor parallel).
+    pub tensor_parallel: u32,
+    /// Seconds to wait for health after a launch.
+    pub health_timeout_secs: u64,
+    /// Log file (empty: partop's state directory).
+    pub log: String,
+    /// Where it was defined (`models.toml:12`).
+    pub defined_at: String,
+}
+
+/// Placeholders a launch may use.
+pub const PLACEHOLDERS: &[&str] = &["{device}", "{port}", "{model}", "{name}", "{bdf}"];
+
+impl ModelSpec {
+    /// Fills the placeholders for a launch on `devices` (logical indices) / `bdfs`.
+    pub fn expand(&self, s: &str, devices: &[u32], bdfs: &[String]) -> String {
+        let dev = devices
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        s.replace("{device}", &dev)
+            .replace("{port}", &self.port.to_string())
+            .replace("{model}", &self.model)
+            .replace("{name}", &self.name)
+            .replace("{bdf}", &bdfs.join(","))
+    }
+
+    /// The launch, as an operator would type it (for plans and `--dry-run`).
+    pub fn launch_text(&self, devices: &[u32], bdfs: &[String]) -> String {
+        match &self.launch {
+            Launch::Command { command, env, .. } => {
+                let mut parts = vec![format!(
+                    "HIP_VISIBLE_DEVICES={}",
+                    self.expand("{device}", devices, bdfs)
+                )];
+                parts.extend(
+                    env.iter()
+                        .map(|(k, v)| format!("{k}={}", self.expand(v, devices, bdfs))),
+                );
+                parts.extend(command.iter().map(|a| self.expand(a, devices, bdfs)));
+                parts.join(" ")
+            }
+            Launch::Systemd { unit } => {
+                format!("systemctl start {}", self.expand(unit, devices, bdfs))
+            }
+            Launch::Docker { container } => {
+                format!("docker start {}", self.expand(container, devices, bdfs))
+            }
+        }
+    }
+
+    /// The stop, as an operator would type it.
+    pub fn stop_text(&self, devices: &[u32], bdfs: &[String], pid: Option<u32>) -> String {
+        match &self.launch {
+            Launch::Command { stop: Some(s), .. } => s
+                .iter()
+                .map(|a| self.expand(a, devices, bdfs))
+                .collect::<Vec<_>>()
+                .join(" "),
+            Launch::Command { .. } => {
+                pid.map_or_else(|| "(not running)".into(), |p| format!("kill -TERM {p}"))
+            }
+            Launch::Systemd { unit } => {
+                format!("systemctl stop {}", self.expand(unit, devices, bdfs))
+            }
+            Launch::Docker { container } => {
+                format!("docker stop {}", self.expand(container, devices, bdfs))
+            }
+        }
+    }
+}
+
+/// The registry: every model an operator declared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Registry {
+    /// Where it was read from.
+    pub origin: String,
+    /// Entries in file order.
+    pub models: Vec<ModelSpec>,
+}
+
+/// A registry that cannot be used: where and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}:{line}:{column}: {message}")]
+pub struct RegistryError {
+    /// File.
+    pub origin: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDoc {
+    #[serde(default)]
+    model: Vec<toml::Spanned<Entry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaunchDoc {
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    stop: Option<Vec<String>>,
+    #[serde(default)]
+    systemd: Option<String>,
+    #[serde(default)]
+    docker: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    model: String,
+    port: u16,
+    launch: toml::Spanned<LaunchDoc>,
+    #[serde(default)]
+    gpu: Option<String>,
+    #[serde(default)]
+    min_free_gb: Option<f64>,
+    #[serde(default)]
+    memory_gb: Option<f64>,
+    #[serde(default)]
+    params_b: Option<f64>,
+    #[serde(default)]
+    precision: Precision,
+    #[serde(default = "one")]
+    tensor_parallel: u32,
+    #[serde(default)]
+    health: Option<String>,
+    #[serde(default)]
+    metrics: Option<String>,
+    #[serde(default = "default_health_timeout")]
+    health_timeout_secs: u64,
+    #[serde(default)]
+    log: Option<String>,
+}
+
+const fn one() -> u32 {
+    1
+}
+const fn default_health_timeout() -> u64 {
+    900
+}
+
+/// HBM a model needs per logical GPU when only its size is known: weights x 1.2 (activations,
+/// CUDA/HIP graphs) + 2 GB runtime, spread over its tensor-parallel GPUs. KV cache comes on top
+/// of this floor; vLLM takes what is left of `--gpu-memory-utilization`.
+pub fn memory_need_gb(params_b: f64, precision: Precision, tp: u32) -> f64 {
+    (params_b * precision.bytes_per_param() * 1.2 + 2.0) / f64::from(tp.max(1))
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// Parses and validates a registry. Every error names the file, line and column of the entry.
+pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
+    let err = |offset: usize, message: String| {
+        let (line, column) = line_col(text, offset);
+        RegistryError {
+            origin: origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    let doc: FileDoc = toml::from_str(text).map_err(|e| {
+        err(
+            e.span().map_or(0, |s| s.start),
+            e.message().trim().to_string(),
+        )
+    })?;
+    let mut models: Vec<ModelSpec> = Vec::new();
+    for spanned in doc.model {
+        let at = spanned.span().start;
+        let e = spanned.into_inner();
+        let launch_at = e.launch.span().start;
+        let l = e.launch.into_inner();
+        if models.iter().any(|m| m.name == e.name) {
+            return Err(err(at, format!("model name {:?} is used twice", e.name)));
+        }
+        if let Some(m) = models.iter().find(|m| m.port == e.port) {
+            return Err(err(
+                at,
+                format!("port {} is already used by model {:?}", e.port, m.name),
+            ));
+        }
+        if e.name.is_empty() || e.name.contains(char::is_whitespace) {
+            return Err(err(at, format!("model name {:?} must be one word", e.name)));
+        }
+        let launch = match (l.command, l.systemd, l.docker) {
+            (Some(command), None, None) => {
+                if command.is_empty() {
+                    return Err(err(launch_at, "launch.command is empty".into()));
+                }
+                Launch::Command {
+                    command,
+                    env: l.env,
+                    stop: l.stop,
+                }
+            }
+            (None, Some(unit), None) => Launch::Systemd { unit },
+            (None, None, Some(container)) => Launch::Docker { container },
+            _ => {
+                return Err(err(
+                    launch_at,
+                    format!(
+                        "model {:?}: give exactly one of launch.command, launch.systemd, launch.docker",
+                        e.name
+                    ),
+                ));
+            }
+        };
+        let texts: Vec<&String> = match &launch {
+            Launch::Command {
+                command, env, stop, ..
+            } => command
+                .iter()
+                .chain(env.values())
+                .chain(stop.iter().flatten())
+                .collect(),
+            Launch::Systemd { unit } => vec![unit],
+            Launch::Docker { container } => vec![container],
+        };
+        for t in texts {
+            let mut rest = t.as_str();
+            while let Some(i) = rest.find('{') {
+                let end = rest[i..].find('}').map_or(rest.len(), |j| i + j + 1);
+                let ph = &rest[i..end];
+                if !PLACEHOLDERS.contains(&ph) {
+                    return Err(err(
+                        launch_at,
+                        format!(
+                            "model {:?}: unknown placeholder {ph} (known: {})",
+                            e.name,
+                            PLACEHOLDERS.join(" ")
+                        ),
+                    ));
+                }
+                rest = &rest[end..];
+            }
+        }
+        if e.tensor_parallel == 0 {
+            return Err(err(at, "tensor_parallel must be at least 1".into()));
+        }
+        let memory_gb = match (e.memory_gb, e.params_b) {
+            (Some(m), _) if m > 0.0 => m,
+            (None, Some(p)) if p > 0.0 => memory_need_gb(p, e.precision, e.tensor_parallel),
+            _ => {
+                return Err(err(
+                    at,
+                    format!(
+                        "model {:?}: say how much HBM it needs: memory_gb = N (per logical GPU), or params_b = N with precision",
+                        e.name
+                    ),
+                ));
+            }
+        };
+        let want = match (e.gpu, e.min_free_gb) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    at,
+                    format!("model {:?}: give gpu or min_free_gb, not both", e.name),
+                ));
+            }
+            (Some(g), None) => {
+                let ok = g.len() == 14
+                    && g.as_bytes()[4] == b':'
+                    && g.as_bytes()[7] == b':'
+                    && g.as_bytes()[12] == b'.';
+                if !ok {
+                    return Err(err(
+                        at,
+                        format!(
+                            "model {:?}: gpu = {g:?} is not a logical GPU's identity; write its BDF with the partition function, like \"0000:05:00.1\" (see `partop snapshot`)",
+                            e.name
+                        ),
+                    ));
+                }
+                Want::Gpu(g)
+            }
+            (None, m) => Want::AnyFree(m.unwrap_or(0.0)),
+        };
+        let base = format!("http://127.0.0.1:{}", e.port);
+        let (line, _) = line_col(text, at);
+        models.push(ModelSpec {
+            name: e.name,
+            model: e.model,
+            launch,
+            want,
+            port: e.port,
+            health_url: e.health.unwrap_or_else(|| format!("{base}/health")),
+            metrics_url: e.metrics.unwrap_or_else(|| format!("{base}/metrics")),
+            memory_gb,
+            precision: e.precision,
+            tensor_parallel: e.tensor_parallel,
+            health_timeout_secs: e.health_timeout_secs,
+            log: e.log.unwrap_or_default(),
+            defined_at: format!("{origin}:{line}"),
+        });
+    }
+    Ok(Registry {
+        origin: origin.to_string(),
+        models,
+    })
+}
+
+/// A model's observed state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelState {
+    /// Its process runs but it does not answer yet (loading weights).
+    Starting,
+    /// `/health` answered 200.
+    Healthy,
+    /// It runs but `/health` fails.
+    Unhealthy,
+    /// No process (registered models only).
+    Stopped,
+    /// No way to ask it (no port known).
+    Unknown,
+}
+
+impl ModelState {
+    /// Short label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Healthy => "healthy",
+            Self::Unhealthy => "unhealthy",
+            Self::Stopped => "stopped",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// One model server as partop sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServedModel {
+    /// Registry name, or `server:port` for a discovered one.
+    pub name: String,
+    /// Model id.
+    pub model: String,
+    /// Server kind (`vllm`, `sglang`, `llama.cpp`, `tgi`) when recognised.
+    pub server: Option<String>,
+    /// Its registry entry (None: discovered only).
+    pub spec: Option<ModelSpec>,
+    /// Server process.
+    pub pid: Option<u32>,
+    /// Its start time (identity).
+    #[serde(default)]
+    pub start_ticks: Option<u64>,
+    /// Logical GPUs it uses (indices now).
+    pub gpus: Vec<u32>,
+    /// Their identities.
+    pub bdfs: Vec<String>,
+    /// HTTP port.
+    pub port: Option<u16>,
+    /// State.
+    pub state: ModelState,
+    /// Why the state is what it is (the error text of the last probe).
+    pub reason: Option<String>,
+    /// Requests in the running batch.
+    pub running: Option<f64>,
+    /// Requests waiting.
+    pub waiting: Option<f64>,
+    /// KV-cache use, 0..1.
+    pub kv_cache: Option<f64>,
+    /// Generation tokens per second (from the counter's rate).
+    pub tokens_per_sec: Option<f64>,
+    /// Times partop saw it start again (new process for the same model).
+    pub restarts: u32,
+    /// Its log file.
+    pub log: Option<String>,
+    /// Last lines of the log.
+    #[serde(default)]
+    pub log_tail: Vec<String>,
+    /// When it was last probed (ms since epoch).
+    pub probed_ms: Option<u64>,
+}
+
+impl ServedModel {
+    /// HBM it needs per logical GPU (registry), GB.
+    pub fn memory_gb(&self) -> Option<f64> {
+        self.spec.as_ref().map(|s| s.memory_gb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[model]]
+name = "llama-8b"
+model = "meta-llama/Llama-3.1-8B-Instruct"
+port = 8001
+params_b = 8
+precision = "fp16"
+launch.command = ["vllm", "serve", "{model}", "--port", "{port}"]
+launch.env = { VLLM_USE_V1 = "1" }
+
+[[model]]
+name = "qwen-72b"
+model = "Qwen/Qwen2.5-72B-Instruct"
+port = 8002
+gpu = "0000:05:00.0"
+memory_gb = 150
+launch.systemd = "vllm@{device}.service"
+"#;
+
+    #[test]
+    fn parses_entries_with_defaults_and_derived_memory() {
+        let r = parse("models.toml", GOOD).unwrap();
+        assert_eq!(r.models.len(), 2);
+        let a = &r.models[0];
+        assert_eq!(a.health_url, "http://127.0.0.1:8001/health");
+        assert!((a.memory_gb - 21.2).abs() < 0.01, "{}", a.memory_gb);
+        assert_eq!(a.want, Want::AnyFree(0.0));
+        assert_eq!(a.defined_at, "models.toml:2");
+        assert_eq!(
+            a.launch_text(&[3], &[]),
+            "HIP_VISIBLE_DEVICES=3 VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8001"
+        );
+        let b = &r.models[1];
+        assert_eq!(b.want, Want::Gpu("0000:05:00.0".into()));
+        assert_eq!(b.launch_text(&[0], &[]), "systemctl start vllm@0.service");
+        assert_eq!(
+            b.stop_text(&[0], &[], None),
+            "systemctl stop vllm@0.service"
+        );
+    }
+
+    #[test]
+    fn errors_are_located() {
+        let bad = GOOD.replace("port = 8002", "port = 8001");
+        let e = parse("m.toml", &bad).unwrap_err();
+        assert_eq!((e.line, e.column), (10, 1), "{e}");
+        assert!(e.message.contains("8001"), "{e}");
+        let bad = GOOD.replace("\"{port}\"]", "\"{prot}\"]");
+        let e = parse("m.toml", &bad).unwrap_err();
+        assert!(
+            e.message.contains("{prot}") && e.message.contains("{device}"),
+            "{e}"
+        );
+        assert_eq!(e.line, 7);
+        let bad = GOOD.replace("gpu = \"0000:05:00.0\"", "gpu = \"3\"");
+        let e = parse("m.toml", &bad).unwrap_err();
+        assert!(e.message.contains("partition function"), "{e}");
+        let bad = GOOD.replace("memory_gb = 150", "");
+        let e = parse("m.toml", &bad).unwrap_err();
+        assert!(e.message.contains("memory_gb"), "{e}");
+        let bad = GOOD.replace("launch.systemd", "launch.docker = \"x\"\nlaunch.systemd");
+        let e = parse("m.toml", &bad).unwrap_err();
+        assert!(e.message.contains("exactly one"), "{e}");
+        let e = parse("m.toml", "[[model]]\nname = 3\n").unwrap_err();
+        assert_eq!((e.origin.as_str(), e.line), ("m.toml", 2), "{e}");
+        let e = parse("m.toml", "[[model]]\nnmae = \"x\"\n").unwrap_err();
+        assert!(e.message.contains("nmae"), "{e}");
+    }
+
+    #[test]
+    fn need_from_precision() {
+        assert!((memory_need_gb(70.0, Precision::Fp16, 1) - 170.0).abs() < 0.01);
+        assert!((memory_need_gb(70.0, Precision::Fp8, 1) - 86.0).abs() < 0.01);
+        assert!((memory_need_gb(70.0, Precision::Int4, 2) - 22.0).abs() < 0.01);
+    }
+}

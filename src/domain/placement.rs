@@ -1,0 +1,308 @@
+//! Where served models go on a layout: the remap after a repartition (each model to a logical
+//! GPU that fits its memory, keeping its identity where it still exists) and the placement
+//! advisor (which compute x memory mode serves a set of models best on this node). Pure; used
+//! by the planner and the staging screen.
+
+use super::layout::shapes;
+use super::models::Want;
+use super::modes::{ComputeMode, MemoryMode};
+use super::plan::LayoutRow;
+use super::product::{Product, Profile};
+use serde::{Deserialize, Serialize};
+
+/// What one model needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Need {
+    /// Model name.
+    pub name: String,
+    /// Placement rule.
+    pub want: Want,
+    /// HBM per logical GPU, MiB.
+    pub mem_mb: u64,
+    /// Logical GPUs it spans.
+    pub tp: u32,
+    /// Where it runs now (BDFs), preferred if they still exist and fit.
+    pub prefer: Vec<String>,
+}
+
+/// Where a model goes, or why it cannot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placed {
+    /// Model name.
+    pub name: String,
+    /// Its logical GPUs in the layout (empty: does not fit).
+    pub to: Vec<LayoutRow>,
+    /// Why it does not fit.
+    pub reason: Option<String>,
+}
+
+/// GB (decimal, as model cards and registries write them) to MiB.
+pub fn gb_to_mb(gb: f64) -> u64 {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "GB of HBM"
+    )]
+    let mb = (gb.max(0.0) * 1e9 / 1_048_576.0).ceil() as u64;
+    mb
+}
+
+/// Places `needs` on `layout`, skipping logical GPUs in `taken` (BDFs held by what keeps
+/// running). Fixed placements first, then the largest models, each on the partitions it had
+/// if they still exist, else the smallest free ones that fit (best fit keeps big partitions
+/// for big models).
+pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Placed> {
+    let mut free: Vec<&LayoutRow> = layout.iter().filter(|r| !taken.contains(&r.bdf)).collect();
+    let mut order: Vec<usize> = (0..needs.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            !matches!(needs[i].want, Want::Gpu(_)),
+            std::cmp::Reverse(needs[i].mem_mb * u64::from(needs[i].tp)),
+        )
+    });
+    let mut out: Vec<Option<Placed>> = vec![None; needs.len()];
+    for i in order {
+        let n = &needs[i];
+        let min = match &n.want {
+            Want::AnyFree(gb) if *gb > 0.0 => gb_to_mb(*gb).max(n.mem_mb),
+            _ => n.mem_mb,
+        };
+        let placed = match &n.want {
+            Want::Gpu(bdf) => match layout.iter().find(|r| &r.bdf == bdf) {
+                None => Err(format!("{bdf} does not exist in this layout")),
+                Some(r) if r.vram_mb < min => Err(format!(
+                    "{bdf} has {} GB, it needs {} GB",
+                    r.vram_mb >> 10,
+                    min.div_ceil(1024)
+                )),
+                Some(r) if !free.iter().any(|f| f.bdf == r.bdf) => Err(format!("{bdf} is taken")),
+                Some(r) => Ok(vec![r.clone()]),
+            },
+            Want::AnyFree(_) => {
+                let k = n.tp.max(1) as usize;
+                let mut fits: Vec<&LayoutRow> =
+                    free.iter().copied().filter(|r| r.vram_mb >= min).collect();
+                // Its own partitions first, then the smallest that fit.
+                fits.sort_by_key(|r| (!n.prefer.contains(&r.bdf), r.vram_mb, r.gpu_id));
+                if fits.len() >= k {
+                    let mut got: Vec<LayoutRow> = fits[..k].iter().map(|r| (*r).clone()).collect();
+                    got.sort_by_key(|r| r.gpu_id);
+                    Ok(got)
+                } else {
+                    let largest = free.iter().map(|r| r.vram_mb).max().unwrap_or(0);
+                    Err(if k > 1 {
+                        format!(
+                            "needs {k} free logical GPUs of {} GB, {} available",
+                            min.div_ceil(1024),
+                            fits.len()
+                        )
+                    } else {
+                        format!(
+                            "needs {} GB, the largest free logical GPU has {} GB",
+                            min.div_ceil(1024),
+                            largest >> 10
+                        )
+                    })
+                }
+            }
+        };
+        out[i] = Some(match placed {
+            Ok(to) => {
+                free.retain(|f| !to.iter().any(|t| t.bdf == f.bdf));
+                Placed {
+                    name: n.name.clone(),
+                    to,
+                    reason: None,
+                }
+            }
+            Err(reason) => Placed {
+                name: n.name.clone(),
+                to: vec![],
+                reason: Some(reason),
+            },
+        });
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// One layout the advisor considered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// Compute mode on every GPU.
+    pub compute: ComputeMode,
+    /// Memory mode.
+    pub memory: MemoryMode,
+    /// Logical GPUs it gives.
+    pub logical: usize,
+    /// HBM of each, GB.
+    pub partition_gb: u64,
+    /// Where each model goes.
+    pub placed: Vec<Placed>,
+    /// One line for the operator.
+    pub summary: String,
+}
+
+impl Proposal {
+    /// Models it serves.
+    pub fn fitted(&self) -> usize {
+        self.placed.iter().filter(|p| !p.to.is_empty()).count()
+    }
+}
+
+/// Ranks every offered uniform layout of `gpus` physical GPUs (BDFs) for `needs`: most models
+/// served first, then the most logical GPUs (isolation, and room for replicas), then memory
+/// local to each partition (NPS domains >= partitions). Fixed-BDF wants are treated as "any
+/// free" here: the advice is about shape, and the operator edits the registry after.
+pub fn advise(
+    product: &Product,
+    profiles: &[Profile],
+    gpus: &[String],
+    needs: &[Need],
+) -> Vec<Proposal> {
+    let needs: Vec<Need> = needs
+        .iter()
+        .map(|n| Need {
+            want: Want::AnyFree(0.0),
+            prefer: vec![],
+            ..n.clone()
+        })
+        .collect();
+    let mut out = Vec::new();
+    for p in profiles {
+        for &m in &p.memory {
+            let mut rows = Vec::new();
+            for bdf in gpus {
+                for s in shapes(product, p.compute, m) {
+                    #[expect(clippy::cast_possible_truncation, reason = "logical GPU counts")]
+                    rows.push(LayoutRow {
+                        gpu_id: rows.len() as u32,
+                        bdf: format!("{bdf}.{}", s.partition_id),
+                        cus: s.cus,
+                        vram_mb: s.vram_share_mb,
+                    });
+                }
+            }
+            let placed = place(&needs, &rows, &[]);
+            let partition_gb = rows.first().map_or(0, |r| r.vram_mb >> 10);
+            let fitted = placed.iter().filter(|x| !x.to.is_empty()).count();
+            let used: usize = placed.iter().map(|x| x.to.len()).sum();
+            let summary = format!(
+                "{}/{}: {} logical GPUs of {partition_gb} GB; serves {fitted} of {} model(s), {} logical GPU(s) left free",
+                p.compute,
+                m,
+                rows.len(),
+                needs.len(),
+                rows.len() - used
+            );
+            out.push(Proposal {
+                compute: p.compute,
+                memory: m,
+                logical: rows.len(),
+                partition_gb,
+                placed,
+                summary,
+            });
+        }
+    }
+    out.sort_by_key(|x| {
+        let local = x.memory.domains() >= x.compute.partitions(product.xcds).max(1)
+            || x.memory.domains() == 1;
+        (
+            std::cmp::Reverse(x.fitted()),
+            std::cmp::Reverse(x.logical),
+            !local,
+            x.memory.domains(),
+        )
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::product;
+
+    fn rows(n: u32, gb: u64) -> Vec<LayoutRow> {
+        (0..n)
+            .map(|i| LayoutRow {
+                gpu_id: i,
+                bdf: format!("0000:{:02x}:00.{}", i / 2, i % 2),
+                cus: 152,
+                vram_mb: gb << 10,
+            })
+            .collect()
+    }
+
+    fn need(name: &str, gb: f64, prefer: &[&str]) -> Need {
+        Need {
+            name: name.into(),
+            want: Want::AnyFree(0.0),
+            mem_mb: gb_to_mb(gb),
+            tp: 1,
+            prefer: prefer.iter().map(|s| (*s).to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn keeps_a_model_on_its_partition_and_best_fits_the_rest() {
+        let mut l = rows(4, 96);
+        l[3].vram_mb = 48 << 10;
+        let p = place(
+            &[need("a", 40.0, &[]), need("b", 80.0, &["0000:01:00.0"])],
+            &l,
+            &[],
+        );
+        assert_eq!(p[1].to[0].bdf, "0000:01:00.0");
+        assert_eq!(
+            p[0].to[0].bdf, "0000:01:00.1",
+            "48 GB partition is the best fit"
+        );
+    }
+
+    #[test]
+    fn says_why_a_model_does_not_fit() {
+        let p = place(&[need("big", 150.0, &[])], &rows(8, 24), &[]);
+        assert!(p[0].to.is_empty());
+        assert_eq!(
+            p[0].reason.as_deref(),
+            Some("needs 140 GB, the largest free logical GPU has 24 GB")
+        );
+        let fixed = Need {
+            want: Want::Gpu("0000:00:00.1".into()),
+            ..need("x", 10.0, &[])
+        };
+        let p = place(&[fixed], &rows(2, 96), &["0000:00:00.1".into()]);
+        assert_eq!(p[0].reason.as_deref(), Some("0000:00:00.1 is taken"));
+    }
+
+    #[test]
+    fn advisor_picks_the_layout_for_the_mix() {
+        let mi300x = product::by_key("mi300x").unwrap();
+        let gpus: Vec<String> = (0..8).map(|i| format!("0000:{i:02x}:00")).collect();
+        let profiles = mi300x.profiles.clone();
+        // Eight 8B FP16 models (21 GB each): CPX/NPS4 gives 64 partitions of 24 GB.
+        let small: Vec<Need> = (0..8).map(|i| need(&format!("s{i}"), 21.2, &[])).collect();
+        let best = &advise(&mi300x, &profiles, &gpus, &small)[0];
+        assert_eq!(
+            (best.compute, best.memory),
+            (ComputeMode::Cpx, MemoryMode::Nps4)
+        );
+        assert_eq!(best.fitted(), 8);
+        // Two 70B FP8 (86 GB) and a 70B FP16 (170 GB): only SPX holds the FP16 one.
+        let mixed = vec![
+            need("a", 86.0, &[]),
+            need("b", 86.0, &[]),
+            need("c", 170.0, &[]),
+        ];
+        let best = &advise(&mi300x, &profiles, &gpus, &mixed)[0];
+        assert_eq!(
+            (best.compute, best.memory),
+            (ComputeMode::Spx, MemoryMode::Nps1)
+        );
+        assert_eq!(best.fitted(), 3);
+        // Only the two FP8 ones: DPX (96 GB partitions) serves them with 16 logical GPUs.
+        let best = &advise(&mi300x, &profiles, &gpus, &mixed[..2])[0];
+        assert_eq!(best.compute, ComputeMode::Dpx);
+        assert_eq!(best.logical, 16);
+    }
+}
