@@ -140,6 +140,12 @@ pub enum Cmd {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Served models: list, start, stop, placement advice, add a discovered server.
+    Models {
+        /// What to do (default: list).
+        #[command(subcommand)]
+        action: Option<ModelsCmd>,
+    },
     /// Print the audit journal of every action partop took.
     Journal {
         /// One JSON object per line, as stored.
@@ -234,5 +240,61 @@ pub enum SimCmd {
         /// State file.
         #[arg(long, env = "PARTOP_SIM_STATE")]
         state: PathBuf,
+    },
+}
+
+/// `partop models` actions.
+#[derive(Debug, Subcommand)]
+pub enum ModelsCmd {
+    /// Every served model: registered and discovered, with state, queue, KV cache, tokens/s.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a registered model on a logical GPU that fits it (or the one given).
+    Start {
+        /// Registry name.
+        name: String,
+        /// Logical GPU by identity (BDF with partition, `0000:05:00.1`) instead of the registry's.
+        #[arg(long, value_name = "BDF")]
+        gpu: Option<String>,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+        /// Print what would run; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Stop a registered model its registry's way (SIGTERM for a plain command).
+    Stop {
+        /// Registry name.
+        name: String,
+        /// Seconds between SIGTERM and giving up (or SIGKILL with --kill-after-grace).
+        #[arg(long, default_value_t = 30.0)]
+        grace: f64,
+        /// Send SIGKILL if it survives the grace period.
+        #[arg(long)]
+        kill_after_grace: bool,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+        /// Print what would run; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Suggest the partition layout that serves the registry's models best on this node.
+    Advise {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a registry entry for a discovered model server (by pid); --write appends it.
+    Add {
+        /// The server's pid.
+        pid: u32,
+        /// Append the entry to the registry file.
+        #[arg(long)]
+        write: bool,
     },
 }

@@ -181,7 +181,7 @@ pub fn main(cli: Cli) -> Result<u8> {
         Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),
         Some(Cmd::Sim { action }) => sim(action),
         Some(Cmd::Record { out: path }) => record(&cli.source, &path),
-        Some(Cmd::CheckConfig) => crate::ui::config::check_config(),
+        Some(Cmd::CheckConfig) => crate::ui::config::check_config(cli.source.models.as_deref()),
         Some(Cmd::Completions { shell }) => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
@@ -217,6 +217,9 @@ pub fn main(cli: Cli) -> Result<u8> {
             yes,
             dry_run,
         }) => crate::exec_cli::kill(&pids, signal, grace, yes, dry_run, cli.read_only),
+        Some(Cmd::Models { action }) => {
+            crate::models_cli::models(&cli.source, action, cli.read_only)
+        }
         Some(Cmd::Journal { json }) => crate::exec_cli::journal(json),
         Some(Cmd::Keys { markdown }) => {
             if markdown {

@@ -28,7 +28,7 @@ fn describe(t: &Target) -> String {
 }
 
 /// Whether read-only is on (flag or config).
-fn read_only(flag: bool) -> bool {
+pub fn read_only(flag: bool) -> bool {
     flag || crate::ui::config::load(&crate::paths::config_dir(), None, None, false)
         .config
         .read_only

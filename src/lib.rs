@@ -14,6 +14,7 @@ pub mod commands;
 pub mod domain;
 pub mod exec;
 pub mod exec_cli;
+pub mod models_cli;
 pub mod paths;
 pub mod report;
 pub mod sim;

@@ -168,6 +168,23 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
             .map_or_else(|| format!("GPUs {:?}", s.gpus), |a| format!("agent: {a}"));
         let _ = writeln!(o, "  pid {:>7}  {:<16} {what}", s.pid, s.name);
     }
+    if !p.models.is_empty() {
+        let _ = writeln!(o, "\nserved models ({}):", p.models.len());
+        for m in &p.models {
+            let to = if m.to.is_empty() {
+                format!(
+                    "does not fit: {}",
+                    m.reason.as_deref().unwrap_or("no free logical GPU")
+                )
+            } else {
+                m.to.iter()
+                    .map(|r| format!("GPU {} {}", r.gpu_id, r.bdf))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(o, "  {:<16} {} -> {to}", m.name, m.from.join(","));
+        }
+    }
     let _ = writeln!(o, "\nsteps:");
     for (i, s) in p.steps.iter().enumerate() {
         let _ = writeln!(o, "  {}. {}", i + 1, s.title);

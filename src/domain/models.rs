@@ -377,10 +377,8 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
                 ));
             }
             (Some(g), None) => {
-                let ok = g.len() == 14
-                    && g.as_bytes()[4] == b':'
-                    && g.as_bytes()[7] == b':'
-                    && g.as_bytes()[12] == b'.';
+                let b = g.as_bytes();
+                let ok = b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.';
                 if !ok {
                     return Err(err(
                         at,
@@ -499,6 +497,38 @@ impl ServedModel {
     }
 }
 
+/// A registry entry for a server partop discovered: its command line with the port and the
+/// device turned into placeholders, its memory from what it holds now (rounded up to GB).
+pub fn entry_for_discovered(
+    name: &str,
+    model: &str,
+    command: &str,
+    port: Option<u16>,
+    vram_bytes: u64,
+) -> String {
+    let mut argv: Vec<String> = Vec::new();
+    let mut it = command.split_whitespace().peekable();
+    while let Some(a) = it.next() {
+        if a == "--port" && it.peek().is_some() {
+            it.next();
+            argv.push("--port".into());
+            argv.push("{port}".into());
+        } else if a.starts_with("--port=") {
+            argv.push("--port={port}".into());
+        } else {
+            argv.push(a.to_string());
+        }
+    }
+    #[expect(clippy::cast_precision_loss, reason = "GB of HBM")]
+    let gb = (vram_bytes as f64 / 1e9).ceil().max(1.0);
+    let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "\n[[model]]\nname = {name:?}\nmodel = {model:?}\nport = {}\nmemory_gb = {gb}  # what it holds now; set it to what it needs\nlaunch.command = [{}]\n",
+        port.unwrap_or(8000),
+        quoted.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,7 +578,7 @@ launch.systemd = "vllm@{device}.service"
     fn errors_are_located() {
         let bad = GOOD.replace("port = 8002", "port = 8001");
         let e = parse("m.toml", &bad).unwrap_err();
-        assert_eq!((e.line, e.column), (10, 1), "{e}");
+        assert_eq!((e.line, e.column), (11, 1), "{e}");
         assert!(e.message.contains("8001"), "{e}");
         let bad = GOOD.replace("\"{port}\"]", "\"{prot}\"]");
         let e = parse("m.toml", &bad).unwrap_err();
@@ -556,7 +586,7 @@ launch.systemd = "vllm@{device}.service"
             e.message.contains("{prot}") && e.message.contains("{device}"),
             "{e}"
         );
-        assert_eq!(e.line, 7);
+        assert_eq!(e.line, 8);
         let bad = GOOD.replace("gpu = \"0000:05:00.0\"", "gpu = \"3\"");
         let e = parse("m.toml", &bad).unwrap_err();
         assert!(e.message.contains("partition function"), "{e}");
@@ -570,6 +600,25 @@ launch.systemd = "vllm@{device}.service"
         assert_eq!((e.origin.as_str(), e.line), ("m.toml", 2), "{e}");
         let e = parse("m.toml", "[[model]]\nnmae = \"x\"\n").unwrap_err();
         assert!(e.message.contains("nmae"), "{e}");
+    }
+
+    #[test]
+    fn a_discovered_server_becomes_a_valid_entry() {
+        let e = entry_for_discovered(
+            "llama-8b",
+            "meta-llama/Llama-3.1-8B",
+            "/opt/venv/bin/python3 /opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B --port 8011 --max-model-len 8192",
+            Some(8011),
+            17_500_000_000,
+        );
+        let r = parse("m.toml", &e).unwrap();
+        let m = &r.models[0];
+        assert_eq!(m.port, 8011);
+        assert!((m.memory_gb - 18.0).abs() < f64::EPSILON);
+        assert_eq!(
+            m.launch_text(&[5], &[]),
+            "HIP_VISIBLE_DEVICES=5 /opt/venv/bin/python3 /opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B --port 8011 --max-model-len 8192"
+        );
     }
 
     #[test]

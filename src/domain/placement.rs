@@ -36,14 +36,15 @@ pub struct Placed {
     pub reason: Option<String>,
 }
 
-/// GB (decimal, as model cards and registries write them) to MiB.
+/// GB to MiB. partop's GB is 1024 MiB, as amd-smi and ROCm report HBM (a "192 GB" MI300X is
+/// 196,608 MiB), so a registry's figures compare directly with what the tools show.
 pub fn gb_to_mb(gb: f64) -> u64 {
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         reason = "GB of HBM"
     )]
-    let mb = (gb.max(0.0) * 1e9 / 1_048_576.0).ceil() as u64;
+    let mb = (gb.max(0.0) * 1024.0).ceil() as u64;
     mb
 }
 
@@ -151,7 +152,7 @@ impl Proposal {
 
 /// Ranks every offered uniform layout of `gpus` physical GPUs (BDFs) for `needs`: most models
 /// served first, then the most logical GPUs (isolation, and room for replicas), then memory
-/// local to each partition (NPS domains >= partitions). Fixed-BDF wants are treated as "any
+/// local to each partition (more NPS domains, as AMD recommends CPX with NPS4). Fixed-BDF wants are treated as "any
 /// free" here: the advice is about shape, and the operator edits the registry after.
 pub fn advise(
     product: &Product,
@@ -204,14 +205,13 @@ pub fn advise(
             });
         }
     }
+    // Ties: memory local to each partition (more NPS domains) when the GPU is split.
     out.sort_by_key(|x| {
-        let local = x.memory.domains() >= x.compute.partitions(product.xcds).max(1)
-            || x.memory.domains() == 1;
+        let split = x.compute.partitions(product.xcds) > 1;
         (
             std::cmp::Reverse(x.fitted()),
             std::cmp::Reverse(x.logical),
-            !local,
-            x.memory.domains(),
+            std::cmp::Reverse(if split { x.memory.domains() } else { 0 }),
         )
     });
     out
@@ -265,7 +265,7 @@ mod tests {
         assert!(p[0].to.is_empty());
         assert_eq!(
             p[0].reason.as_deref(),
-            Some("needs 140 GB, the largest free logical GPU has 24 GB")
+            Some("needs 150 GB, the largest free logical GPU has 24 GB")
         );
         let fixed = Need {
             want: Want::Gpu("0000:00:00.1".into()),

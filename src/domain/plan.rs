@@ -233,6 +233,18 @@ fn layout(gpus: &[Target]) -> Vec<LayoutRow> {
     rows
 }
 
+/// The node's logical GPUs now, as layout rows.
+pub fn layout_rows(snap: &Snapshot) -> Vec<LayoutRow> {
+    snap.logical()
+        .map(|(_, l)| LayoutRow {
+            gpu_id: l.gpu_id,
+            bdf: l.bdf.clone(),
+            cus: l.cu_count.unwrap_or(0),
+            vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
+        })
+        .collect()
+}
+
 /// Plans `draft` on the node in `snap`.
 #[expect(
     clippy::too_many_lines,
@@ -341,15 +353,7 @@ pub fn plan(
     if memory_change && changes.iter().any(|c| c.hive_only) {
         warnings.push(format!("memory (NPS) modes are hive-wide: all {} GPUs change memory mode, not only the selected ones", snap.gpus.len()));
     }
-    let before: Vec<LayoutRow> = snap
-        .logical()
-        .map(|(_, l)| LayoutRow {
-            gpu_id: l.gpu_id,
-            bdf: l.bdf.clone(),
-            cus: l.cu_count.unwrap_or(0),
-            vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
-        })
-        .collect();
+    let before = layout_rows(snap);
     let after = layout(&after_in);
     if before.len() != after.len() || before.iter().zip(&after).any(|(a, b)| a.bdf != b.bdf) {
         warnings.push(format!("logical GPUs are renumbered: {} now, {} after; HIP_VISIBLE_DEVICES indices of every workload change", before.len(), after.len()));

@@ -128,7 +128,7 @@ fn write_registry(state: &SimState, state_path: &Path) -> Result<(), SessionErro
             "\n[[model]]\nname = {name:?}\nmodel = {model:?}\nport = {port}\nmemory_gb = {mem}\nhealth_timeout_secs = 60\nlog = {log:?}\nlaunch.command = [{exe:?}, \"sim\", \"serve\", \"--state\", {state:?}, \"--name\", \"{{name}}\", \"--port\", \"{{port}}\"]\n",
             name = w.spec.name,
             port = w.port,
-            mem = (w.spec.vram_gb * 1.073_741_824 * 100.0).ceil() / 100.0,
+            mem = w.spec.vram_gb,
             log = state
                 .log_dir
                 .join(format!("{}.log", w.spec.name))

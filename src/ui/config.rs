@@ -160,9 +160,33 @@ pub fn load(dir: &Path, theme: Option<&str>, keymap: Option<&str>, read_only: bo
 }
 
 /// `partop check-config`: validates the user's files and every built-in.
-pub fn check_config() -> anyhow::Result<u8> {
+pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     let dir = crate::paths::config_dir();
     let mut errors = load(&dir, None, None, false).errors;
+    // The served-model registry: --models, else the config dir's models.toml if there is one.
+    let registry = models
+        .map(Path::to_path_buf)
+        .or_else(|| Some(dir.join("models.toml")).filter(|p| p.exists()));
+    if let Some(p) = &registry {
+        match std::fs::read_to_string(p) {
+            Ok(text) => {
+                if let Err(e) = crate::domain::models::parse(&p.display().to_string(), &text) {
+                    errors.push(ConfigError {
+                        origin: e.origin,
+                        line: Some(e.line),
+                        column: Some(e.column),
+                        message: e.message,
+                    });
+                }
+            }
+            Err(e) => errors.push(ConfigError {
+                origin: p.display().to_string(),
+                line: None,
+                column: None,
+                message: e.to_string(),
+            }),
+        }
+    }
     for (name, _) in super::theme::BUILTIN {
         errors.extend(Theme::load(name, Path::new("/nonexistent")).1);
     }
@@ -182,7 +206,11 @@ pub fn check_config() -> anyhow::Result<u8> {
         writeln!(o, "{e}")?;
     }
     if errors.is_empty() {
-        writeln!(o, "configuration OK ({})", config_files(&dir).join(", "))?;
+        let mut files = config_files(&dir);
+        if let Some(p) = &registry {
+            files.push(p.display().to_string());
+        }
+        writeln!(o, "configuration OK ({})", files.join(", "))?;
         Ok(exit::OK)
     } else {
         writeln!(

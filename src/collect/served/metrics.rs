@@ -1,4 +1,5 @@
-//! Model-server figures from Prometheus text, parsed by `prometheus-parse`. Metric names differ
+//! Model-server figures from Prometheus text, parsed by `prom_text_format_parser` (it accepts
+//! the `:` that vLLM and SGLang put in their metric names; `prometheus-parse` drops those lines). Metric names differ
 //! by server and by version (vLLM renamed `gpu_cache_usage_perc` to `kv_cache_usage_perc`), so
 //! each figure is looked up under every name it is known by. Pure.
 
@@ -45,28 +46,34 @@ const GEN: &[&str] = &[
 /// Parses a scrape. A server with several engines (data parallel) reports one sample per
 /// engine: counts and tokens add up, the KV-cache use is the highest.
 pub fn parse(text: &str) -> Result<Figures, String> {
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
-        .map_err(|e| format!("not Prometheus text: {e}"))?;
+    use prom_text_format_parser::{Scrape, ValueType};
+    if text.trim().is_empty() {
+        return Ok(Figures::default());
+    }
+    let scrape = Scrape::parse(text).map_err(|e| format!("not Prometheus text: {e:?}"))?;
+    // (name as exposed, value): histogram and summary sums and counts get their suffix back.
+    let samples: Vec<(String, f64)> = scrape
+        .metrics
+        .iter()
+        .flat_map(|m| {
+            m.samples.iter().filter_map(move |s| {
+                let name = match s.value.value_type {
+                    ValueType::Sample => m.name.clone(),
+                    ValueType::Sum => format!("{}_sum", m.name),
+                    ValueType::Count => format!("{}_count", m.name),
+                };
+                let v: f64 = s.value.value.parse().ok()?;
+                v.is_finite().then_some((name, v))
+            })
+        })
+        .collect();
     let value = |names: &[&str], max: bool| -> Option<f64> {
         names.iter().find_map(|n| {
-            let vals: Vec<f64> = scrape
-                .samples
-                .iter()
-                .filter(|s| s.metric == *n)
-                .filter_map(|s| match s.value {
-                    prometheus_parse::Value::Counter(v)
-                    | prometheus_parse::Value::Gauge(v)
-                    | prometheus_parse::Value::Untyped(v) => Some(v),
-                    _ => None,
-                })
-                .filter(|v| v.is_finite())
-                .collect();
-            if vals.is_empty() {
-                None
-            } else if max {
-                vals.into_iter().reduce(f64::max)
+            let vals = samples.iter().filter(|(k, _)| k == n).map(|(_, v)| *v);
+            if max {
+                vals.reduce(f64::max)
             } else {
-                Some(vals.into_iter().sum())
+                vals.reduce(|a, b| a + b)
             }
         })
     };
@@ -103,5 +110,6 @@ mod tests {
         let sg = "sglang:num_queue_reqs{model_name=\"x\"} 4\n";
         assert_eq!(parse(sg).unwrap().waiting, Some(4.0));
         assert_eq!(parse("").unwrap(), Figures::default());
+        assert!(parse("<html>not found</html>").is_err());
     }
 }

@@ -204,18 +204,19 @@ impl ModelProber {
 
     fn settle(&mut self, m: &mut ServedModel, probe: Option<Probe>, snap: &Snapshot, now: u64) {
         let seen = self.seen.entry(m.name.clone()).or_default();
-        if m.pid.is_some() && seen.pid.is_some() && m.pid != seen.pid {
-            seen.restarts += 1;
-            seen.tokens = None;
-            seen.healthy_once = false;
-        }
-        if m.pid.is_none() && seen.pid.is_some() {
+        // The last live pid is kept: a different one later (even after a crash) is a restart.
+        if let Some(p) = m.pid {
+            if seen.pid.is_some_and(|old| old != p) {
+                seen.restarts += 1;
+                seen.tokens = None;
+                seen.rate = None;
+                seen.healthy_once = false;
+            }
+            seen.pid = Some(p);
+            seen.lost = None;
+        } else if seen.pid.is_some() {
             seen.lost = seen.pid;
         }
-        if m.pid.is_some() {
-            seen.lost = None;
-        }
-        seen.pid = m.pid;
         m.restarts = seen.restarts;
         m.probed_ms = Some(now);
         let started = m

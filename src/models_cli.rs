@@ -1,0 +1,394 @@
+//! `partop models`: the served models without the UI. Listing and advice only read; start and
+//! stop print what they will run, ask (or take `--yes`), honour `--dry-run` and `--read-only`,
+//! and are journaled by the executor.
+
+use crate::cli::{ModelsCmd, SourceArgs, exit};
+use crate::commands::{Node, open};
+use crate::domain::models::{ModelState, ServedModel, Want, entry_for_discovered};
+use crate::domain::placement::{Need, advise, gb_to_mb, place};
+use crate::domain::plan::layout_rows;
+use crate::domain::snapshot::Snapshot;
+use crate::exec::models::{Ops, launch, stop, wait_healthy};
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+fn say(s: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(s.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+fn sample(node: &Node) -> Result<Snapshot> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut c = node.collector();
+    Ok(rt.block_on(c.sample()))
+}
+
+fn ask(yes: bool, what: &str) -> Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    say(&format!("{what} Type yes to go on: "))?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(answer.trim() == "yes")
+}
+
+fn num(v: Option<f64>, pct: bool) -> String {
+    v.map_or_else(
+        || "-".into(),
+        |x| {
+            if pct {
+                format!("{:.0}%", x * 100.0)
+            } else {
+                format!("{x:.0}")
+            }
+        },
+    )
+}
+
+/// The models table.
+pub fn table(models: &[ServedModel]) -> String {
+    let mut o = format!(
+        "{:<16} {:<10} {:<9} {:<10} {:>5} {:>4} {:>4} {:>4} {:>6} {:>3}  {}\n",
+        "NAME",
+        "SERVER",
+        "STATE",
+        "GPU",
+        "PORT",
+        "RUN",
+        "WAIT",
+        "KV",
+        "TOK/S",
+        "RST",
+        "MODEL / WHY"
+    );
+    for m in models {
+        let gpus = if m.gpus.is_empty() {
+            "-".into()
+        } else {
+            m.gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let why = m
+            .reason
+            .as_ref()
+            .map_or_else(String::new, |r| format!(" ({r})"));
+        o.push_str(&format!(
+            "{:<16} {:<10} {:<9} {:<10} {:>5} {:>4} {:>4} {:>4} {:>6} {:>3}  {}{why}\n",
+            m.name,
+            m.server.as_deref().unwrap_or("-"),
+            m.state.label(),
+            gpus,
+            m.port.map_or_else(|| "-".into(), |p| p.to_string()),
+            num(m.running, false),
+            num(m.waiting, false),
+            num(m.kv_cache, true),
+            num(m.tokens_per_sec, false),
+            m.restarts,
+            m.model,
+        ));
+    }
+    o
+}
+
+/// `partop models ...`.
+pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> Result<u8> {
+    let node = open(src)?;
+    let action = action.unwrap_or(ModelsCmd::List { json: false });
+    let mutating = matches!(
+        action,
+        ModelsCmd::Start { dry_run: false, .. }
+            | ModelsCmd::Stop { dry_run: false, .. }
+            | ModelsCmd::Add { write: true, .. }
+    );
+    if mutating && crate::exec_cli::read_only(read_only) {
+        say(
+            "partop is read-only (--read-only, or read_only = true in config.toml): nothing is started, stopped or written\n",
+        )?;
+        return Ok(exit::USAGE);
+    }
+    let ops = Ops {
+        log_dir: node.prober().log_dir,
+        journal: crate::exec::journal::default_path(),
+        simulated: node.sim_state.is_some(),
+        grace: Duration::from_secs(30),
+        kill_after: false,
+    };
+    match action {
+        ModelsCmd::List { json } => {
+            let snap = sample(&node)?;
+            if json {
+                say(&(serde_json::to_string_pretty(&snap.models)? + "\n"))?;
+            } else {
+                say(&table(&snap.models))?;
+            }
+            let down = snap.sources.iter().any(|s| s.name == "models registry");
+            Ok(if down { exit::PARTIAL } else { exit::OK })
+        }
+        ModelsCmd::Start {
+            name,
+            gpu,
+            yes,
+            dry_run,
+        } => {
+            let snap = sample(&node)?;
+            let m = find(&snap, &name)?;
+            if let Some(pid) = m.pid {
+                bail!(
+                    "{name} is already running (pid {pid}); stop it first with `partop models stop {name}`"
+                );
+            }
+            let spec = m.spec.clone().context("not a registered model")?;
+            let rows = layout_rows(&snap);
+            let taken: Vec<String> = snap
+                .processes
+                .iter()
+                .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
+                .filter_map(|u| rows.iter().find(|r| r.gpu_id == u.gpu_id))
+                .map(|r| r.bdf.clone())
+                .collect();
+            let need = Need {
+                name: name.clone(),
+                want: gpu.map_or_else(|| spec.want.clone(), Want::Gpu),
+                mem_mb: gb_to_mb(spec.memory_gb),
+                tp: spec.tensor_parallel,
+                prefer: vec![],
+            };
+            let placed = place(&[need], &rows, &taken).remove(0);
+            if placed.to.is_empty() {
+                bail!(
+                    "{name} does not fit on this node now: {}",
+                    placed.reason.unwrap_or_default()
+                );
+            }
+            let ids: Vec<u32> = placed.to.iter().map(|r| r.gpu_id).collect();
+            let bdfs: Vec<String> = placed.to.iter().map(|r| r.bdf.clone()).collect();
+            let text = spec.launch_text(&ids, &bdfs);
+            say(&format!(
+                "start {name} on logical GPU {} ({}):\n  {text}\n",
+                ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                bdfs.join(",")
+            ))?;
+            if dry_run {
+                return Ok(exit::OK);
+            }
+            if !ask(yes, "")? {
+                say("nothing started\n")?;
+                return Ok(exit::FAILED);
+            }
+            let l = launch(&ops, &spec, &ids, &bdfs).map_err(anyhow::Error::msg)?;
+            say(&format!(
+                "started (log {}); waiting for {}\n",
+                l.log, spec.health_url
+            ))?;
+            match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| {
+                let _ = say(&format!("  {p}\n"));
+            }) {
+                Ok(t) => {
+                    say(&format!("{name} healthy after {}s\n", t.as_secs()))?;
+                    Ok(exit::OK)
+                }
+                Err(e) => {
+                    say(&format!("{e}\n"))?;
+                    Ok(exit::FAILED)
+                }
+            }
+        }
+        ModelsCmd::Stop {
+            name,
+            grace,
+            kill_after_grace,
+            yes,
+            dry_run,
+        } => {
+            let snap = sample(&node)?;
+            let m = find(&snap, &name)?;
+            let spec = m.spec.clone().context("not a registered model")?;
+            let text = spec.stop_text(&m.gpus, &m.bdfs, m.pid);
+            say(&format!("stop {name}: {text}\n"))?;
+            if dry_run {
+                return Ok(exit::OK);
+            }
+            if m.state == ModelState::Stopped {
+                say(&format!("{name} is not running\n"))?;
+                return Ok(exit::OK);
+            }
+            if !ask(yes, "")? {
+                say("nothing stopped\n")?;
+                return Ok(exit::FAILED);
+            }
+            let ops = Ops {
+                grace: Duration::from_secs_f64(grace.max(0.0)),
+                kill_after: kill_after_grace,
+                ..ops
+            };
+            let pid = m.pid.map(|p| (p, m.start_ticks));
+            match stop(&ops, &spec, &m.gpus, &m.bdfs, pid) {
+                Ok(d) => {
+                    say(&format!("{name}: {d}\n"))?;
+                    Ok(exit::OK)
+                }
+                Err(e) => {
+                    say(&format!("{name}: {e}\n"))?;
+                    Ok(exit::FAILED)
+                }
+            }
+        }
+        ModelsCmd::Advise { json } => {
+            let snap = sample(&node)?;
+            let reg = node.registry()?.context(
+                "no model registry: write models.toml (docs/models.md) or pass --models FILE",
+            )?;
+            let g = snap.gpus.first().context("no GPUs on this node")?;
+            let product = g
+                .product_key
+                .as_deref()
+                .and_then(crate::domain::product::by_key)
+                .context("partop does not know this GPU's geometry")?;
+            let bdfs: Vec<String> = snap.gpus.iter().map(|g| g.bdf.clone()).collect();
+            let needs: Vec<Need> = reg
+                .models
+                .iter()
+                .map(|s| Need {
+                    name: s.name.clone(),
+                    want: s.want.clone(),
+                    mem_mb: gb_to_mb(s.memory_gb),
+                    tp: s.tensor_parallel,
+                    prefer: vec![],
+                })
+                .collect();
+            let profiles = if g.profiles.is_empty() {
+                product.profiles.clone()
+            } else {
+                g.profiles.clone()
+            };
+            let ranked = advise(&product, &profiles, &bdfs, &needs);
+            if json {
+                say(&(serde_json::to_string_pretty(&ranked)? + "\n"))?;
+                return Ok(exit::OK);
+            }
+            say(&advice_text(&ranked, &snap))?;
+            Ok(exit::OK)
+        }
+        ModelsCmd::Add { pid, write } => {
+            let snap = sample(&node)?;
+            let m = snap
+                .models
+                .iter()
+                .find(|m| m.pid == Some(pid))
+                .with_context(|| format!("pid {pid} is not a model server partop recognises (vLLM, SGLang, llama.cpp, TGI)"))?;
+            if m.spec.is_some() {
+                bail!("pid {pid} is {}, already in the registry", m.name);
+            }
+            let p = snap.processes.iter().find(|p| p.pid == pid);
+            let name = m
+                .model
+                .rsplit('/')
+                .next()
+                .unwrap_or(&m.model)
+                .to_lowercase();
+            let entry = entry_for_discovered(
+                &name,
+                &m.model,
+                p.and_then(|p| p.command.as_deref()).unwrap_or(""),
+                m.port,
+                p.map_or(0, crate::domain::Process::vram_total),
+            );
+            say(&entry)?;
+            if write {
+                let path = node
+                    .models
+                    .clone()
+                    .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
+                append_entry(&path, &entry)?;
+                say(&format!("appended to {}\n", path.display()))?;
+            }
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// Appends a registry entry, refusing one that would make the file invalid; journaled.
+pub fn append_entry(path: &std::path::Path, entry: &str) -> Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = format!("{old}{entry}");
+    crate::domain::models::parse(&path.display().to_string(), &new)
+        .map_err(|e| anyhow::anyhow!("not written: the registry would be invalid: {e}"))?;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
+    let _ = crate::exec::journal::append(
+        &crate::exec::journal::default_path(),
+        &crate::exec::journal::Entry::new(
+            "registry.add",
+            false,
+            serde_json::json!({"file": path.display().to_string()}),
+            serde_json::json!({"entry": entry}),
+        ),
+    );
+    Ok(())
+}
+
+fn find<'a>(snap: &'a Snapshot, name: &str) -> Result<&'a ServedModel> {
+    snap.models
+        .iter()
+        .find(|m| m.name == name)
+        .with_context(|| {
+            format!(
+                "no model {name:?}; known: {}",
+                snap.models
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// The advisor's answer as text: the best layout, where each model goes, the runners-up.
+pub fn advice_text(ranked: &[crate::domain::placement::Proposal], snap: &Snapshot) -> String {
+    let mut o = String::new();
+    let Some(best) = ranked.first() else {
+        return "no layout offered\n".into();
+    };
+    let now = snap
+        .gpus
+        .first()
+        .and_then(|g| Some((g.compute_partition?, g.memory_partition?)));
+    o.push_str(&format!("best: {}\n", best.summary));
+    for p in &best.placed {
+        match &p.reason {
+            None => o.push_str(&format!(
+                "  {:<16} -> {}\n",
+                p.name,
+                p.to.iter()
+                    .map(|r| format!("{} ({} GB)", r.bdf, r.vram_mb >> 10))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some(r) => o.push_str(&format!("  {:<16} does not fit: {r}\n", p.name)),
+        }
+    }
+    if now == Some((best.compute, best.memory)) {
+        o.push_str("the node is already in this layout\n");
+    } else {
+        o.push_str(&format!(
+            "stage it: partop plan --compute {} --memory {}   (or `A` in the Models view)\n",
+            best.compute, best.memory
+        ));
+    }
+    o.push_str("others:\n");
+    for p in ranked.iter().skip(1).take(5) {
+        o.push_str(&format!("  {}\n", p.summary));
+    }
+    o
+}

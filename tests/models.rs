@@ -1,0 +1,299 @@
+//! Served models against the simulator's model servers (real processes answering HTTP on
+//! 127.0.0.1): discovery, health and metrics, a crashed server, start/stop through the
+//! registry, a model that does not fit the staged layout, registry errors, the advisor.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::{Node, partop, quick, run, wait_until};
+use partop::domain::models::{ModelState, ServedModel};
+
+fn cmd(node: &Node) -> std::process::Command {
+    let mut c = partop();
+    c.env("XDG_STATE_HOME", node.dir.path().join("xdg"))
+        .env("XDG_CONFIG_HOME", node.dir.path().join("xdg"))
+        .arg("--sim-state")
+        .arg(&node.state);
+    c
+}
+
+fn models(node: &Node, extra: &[&str]) -> Vec<ServedModel> {
+    let o = run(cmd(node).args(extra).args(["models", "list", "--json"]), "");
+    assert!(o.code == 0 || o.code == 3, "{}{}", o.stdout, o.stderr);
+    serde_json::from_str(&o.stdout).unwrap()
+}
+
+fn healthy(node: &Node, n: usize) -> Vec<ServedModel> {
+    let mut last = vec![];
+    wait_until("model servers healthy", || {
+        last = models(node, &[]);
+        last.iter()
+            .filter(|m| m.state == ModelState::Healthy)
+            .count()
+            == n
+    });
+    last
+}
+
+#[test]
+fn registered_servers_are_probed_for_health_queue_and_kv_cache() {
+    let node = Node::start("cpx-nps4-small-models");
+    let ms = healthy(&node, 3);
+    let a = ms.iter().find(|m| m.name == "llama-8b-a").unwrap();
+    assert_eq!(a.server.as_deref(), Some("vllm"));
+    assert_eq!(a.gpus, vec![0]);
+    assert_eq!(a.bdfs, vec!["0000:05:00.0".to_string()]);
+    assert!(a.running.is_some() && a.waiting.is_some(), "{a:?}");
+    assert!(a.kv_cache.is_some_and(|k| (0.0..=1.0).contains(&k)));
+    assert!(a.log.as_deref().unwrap().ends_with("llama-8b-a.log"));
+    let b = ms.iter().find(|m| m.name == "llama-8b-b").unwrap();
+    assert_eq!(b.gpus, vec![1]);
+}
+
+#[test]
+fn servers_missing_from_the_registry_are_discovered_with_device_and_port() {
+    let node = Node::start("cpx-nps4-small-models");
+    let empty = node.dir.path().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let mut ms = vec![];
+    wait_until("discovered servers", || {
+        ms = models(&node, &["--models", empty.to_str().unwrap()]);
+        ms.len() == 3 && ms.iter().all(|m| m.state == ModelState::Healthy)
+    });
+    let st = partop::sim::state::SimState::load(&node.state).unwrap();
+    let port = st.workloads[1].port;
+    let m = ms
+        .iter()
+        .find(|m| m.name == format!("vllm:{port}"))
+        .unwrap();
+    assert!(m.spec.is_none());
+    assert_eq!(m.model, "meta-llama/Llama-3.1-8B-Instruct");
+    assert_eq!(m.gpus, vec![1]);
+    // The UI's "add to registry" and `models add` produce an entry that validates.
+    let o = run(
+        cmd(&node)
+            .args(["--models", empty.to_str().unwrap()])
+            .args([
+                "models",
+                "add",
+                &st.workloads[1].pid.unwrap().to_string(),
+                "--write",
+            ]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let reg =
+        partop::domain::models::parse("e", &std::fs::read_to_string(&empty).unwrap()).unwrap();
+    assert_eq!(reg.models[0].port, port);
+}
+
+#[test]
+fn a_crashed_server_is_seen_and_a_restart_counted() {
+    let node = Node::start("cpx-nps4-small-models");
+    healthy(&node, 3);
+    // In-process collector (it keeps what it saw between samples, as the monitor does), running
+    // the partop binary's fake amd-smi.
+    let n = partop::commands::Node {
+        source: partop::collect::amdsmi::recording::CommandSource::Live(
+            partop::collect::amdsmi::runner::Runner {
+                program: env!("CARGO_BIN_EXE_partop").into(),
+                prefix: vec![
+                    "sim".into(),
+                    "amd-smi".into(),
+                    "--state".into(),
+                    node.state.display().to_string(),
+                ],
+                timeout: std::time::Duration::from_secs(10),
+            },
+        ),
+        sim: None,
+        scenario: None,
+        roots: Some(partop::sim::session::roots(&node.state)),
+        sim_state: Some(node.state.clone()),
+        models: Some(partop::sim::session::registry_path(&node.state)),
+    };
+    let mut c = n.collector();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let find = |s: &partop::domain::Snapshot| {
+        s.models
+            .iter()
+            .find(|m| m.name == "mistral-7b")
+            .cloned()
+            .unwrap()
+    };
+    let before = find(&rt.block_on(c.sample()));
+    assert_eq!(before.state, ModelState::Healthy);
+    let pid = before.pid.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let mut after = before.clone();
+    wait_until("crash seen", || {
+        after = find(&rt.block_on(c.sample()));
+        after.state == ModelState::Stopped
+    });
+    assert_eq!(
+        after.reason.as_deref(),
+        Some(format!("exited (was pid {pid}); partop saw it running").as_str())
+    );
+    // Started again through the registry: a new pid is a restart.
+    let o = run(
+        cmd(&node).args(["models", "start", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("mistral-7b healthy after"),
+        "{}",
+        o.stdout
+    );
+    let again = find(&rt.block_on(c.sample()));
+    assert_eq!(
+        again.state,
+        ModelState::Healthy,
+        "{}\n{}\n{:?}",
+        o.stdout,
+        node.sim("status").stdout,
+        std::fs::read_to_string(again.log.as_deref().unwrap())
+    );
+    assert_eq!(again.restarts, 1);
+    assert_ne!(again.pid, Some(pid));
+    // Its old logical GPU was free: it goes back there (best fit, lowest index).
+    assert_eq!(again.gpus, vec![2]);
+    // Stop: SIGTERM, journaled.
+    let o = run(
+        cmd(&node).args(["models", "stop", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let j = partop::exec::journal::read(&node.dir.path().join("xdg/partop/journal.jsonl"))
+        .unwrap()
+        .0;
+    let actions: Vec<&str> = j.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["model.start", "model.stop"]);
+    // Dry run and read-only change nothing.
+    let o = run(
+        cmd(&node).args(["models", "start", "mistral-7b", "--dry-run"]),
+        "",
+    );
+    assert!(o.stdout.contains("HIP_VISIBLE_DEVICES=2 "), "{}", o.stdout);
+    let o = run(
+        cmd(&node).args(["--read-only", "models", "start", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_eq!(o.code, 2);
+}
+
+const BIG: &str = "[[workload]]\nname = \"big\"\nkind = \"model-server\"\ngpu = 0\nvram_gb = 100\nbusy = 40\nmodel = \"org/big-70b\"\n[[workload]]\nname = \"small\"\nkind = \"model-server\"\ngpu = 1\nvram_gb = 10\nbusy = 40\nmodel = \"org/small-7b\"\n";
+
+#[test]
+fn a_model_that_does_not_fit_the_staged_layout_is_said_before_confirmation() {
+    let node = Node::start(&quick("fit", "7.0.2", "SPX", "NPS1", BIG));
+    healthy(&node, 2);
+    let o = run(
+        cmd(&node).args(["plan", "--compute", "CPX", "--memory", "NPS4", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let plan: partop::domain::plan::Plan = serde_json::from_str(&o.stdout).unwrap();
+    let big = plan.models.iter().find(|m| m.name == "big").unwrap();
+    assert!(big.to.is_empty());
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.starts_with("model big does not fit the staged layout (needs 100 GB")),
+        "{:?}",
+        plan.warnings
+    );
+    let small = plan.models.iter().find(|m| m.name == "small").unwrap();
+    assert_eq!(small.to[0].bdf, "0000:26:00.0");
+    assert_eq!(small.to[0].gpu_id, 8);
+    let text = run(
+        cmd(&node).args(["plan", "--compute", "CPX", "--memory", "NPS4"]),
+        "",
+    );
+    assert!(text.stdout.contains("does not fit"), "{}", text.stdout);
+    let p = node.dir.path().join("p.json");
+    std::fs::write(&p, &o.stdout).unwrap();
+    let o = run(
+        cmd(&node)
+            .arg("apply")
+            .arg(&p)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("big not relaunched"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("small healthy on logical GPU 8"),
+        "{}",
+        o.stdout
+    );
+    let ms = models(&node, &[]);
+    let big = ms.iter().find(|m| m.name == "big").unwrap();
+    assert_eq!(big.state, ModelState::Stopped);
+}
+
+#[test]
+fn registry_errors_name_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("models.toml");
+    std::fs::write(
+        &f,
+        "[[model]]\nname = \"a\"\nmodel = \"x\"\nport = 8000\nmemory_gb = 10\nlaunch.command = [\"vllm\", \"serve\", \"{modle}\"]\n",
+    )
+    .unwrap();
+    let o = run(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .args(["check-config", "--models"])
+            .arg(&f),
+        "",
+    );
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    assert!(
+        o.stdout.contains(&format!(
+            "{}:6:1: model \"a\": unknown placeholder {{modle}}",
+            f.display()
+        )),
+        "{}",
+        o.stdout
+    );
+    // The monitor's data path keeps going: the registry is a failed source, models discovered.
+    let node = Node::start("cpx-nps4-small-models");
+    let o = run(
+        cmd(&node).args(["--models", f.to_str().unwrap(), "snapshot", "--json"]),
+        "",
+    );
+    let snap: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let src = snap
+        .sources
+        .iter()
+        .find(|s| s.name == "models registry")
+        .unwrap();
+    assert!(src.error.as_deref().unwrap().contains(":6:1:"));
+    assert_eq!(snap.models.len(), 3);
+}
+
+#[test]
+fn advisor_proposes_a_layout_for_the_registry() {
+    let node = Node::start("cpx-nps4-small-models");
+    let o = run(cmd(&node).args(["models", "advise", "--json"]), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let ranked: Vec<partop::domain::placement::Proposal> = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        (ranked[0].compute.to_string(), ranked[0].memory.to_string()),
+        ("CPX".into(), "NPS4".into())
+    );
+    assert_eq!(ranked[0].fitted(), 3);
+    let o = run(cmd(&node).args(["models", "advise"]), "");
+    assert!(
+        o.stdout.contains("the node is already in this layout"),
+        "{}",
+        o.stdout
+    );
+}
