@@ -5,8 +5,7 @@
 use crate::cli::{ModelsCmd, SourceArgs, exit};
 use crate::commands::{Node, open};
 use crate::domain::models::{ModelState, ServedModel, Want, entry_for_discovered};
-use crate::domain::placement::{Need, advise, gb_to_mb, place};
-use crate::domain::plan::layout_rows;
+use crate::domain::placement::{advise_node, place_now};
 use crate::domain::snapshot::Snapshot;
 use crate::exec::models::{Ops, launch, stop, wait_healthy};
 use anyhow::{Context, Result, bail};
@@ -147,22 +146,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
                 );
             }
             let spec = m.spec.clone().context("not a registered model")?;
-            let rows = layout_rows(&snap);
-            let taken: Vec<String> = snap
-                .processes
-                .iter()
-                .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
-                .filter_map(|u| rows.iter().find(|r| r.gpu_id == u.gpu_id))
-                .map(|r| r.bdf.clone())
-                .collect();
-            let need = Need {
-                name: name.clone(),
-                want: gpu.map_or_else(|| spec.want.clone(), Want::Gpu),
-                mem_mb: gb_to_mb(spec.memory_gb),
-                tp: spec.tensor_parallel,
-                prefer: vec![],
-            };
-            let placed = place(&[need], &rows, &taken).remove(0);
+            let placed = place_now(&snap, &spec, gpu.map(Want::Gpu));
             if placed.to.is_empty() {
                 bail!(
                     "{name} does not fit on this node now: {}",
@@ -244,33 +228,12 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
         }
         ModelsCmd::Advise { json } => {
             let snap = sample(&node)?;
-            let reg = node.registry()?.context(
-                "no model registry: write models.toml (docs/models.md) or pass --models FILE",
-            )?;
-            let g = snap.gpus.first().context("no GPUs on this node")?;
-            let product = g
-                .product_key
-                .as_deref()
-                .and_then(crate::domain::product::by_key)
-                .context("partop does not know this GPU's geometry")?;
-            let bdfs: Vec<String> = snap.gpus.iter().map(|g| g.bdf.clone()).collect();
-            let needs: Vec<Need> = reg
-                .models
-                .iter()
-                .map(|s| Need {
-                    name: s.name.clone(),
-                    want: s.want.clone(),
-                    mem_mb: gb_to_mb(s.memory_gb),
-                    tp: s.tensor_parallel,
-                    prefer: vec![],
-                })
-                .collect();
-            let profiles = if g.profiles.is_empty() {
-                product.profiles.clone()
-            } else {
-                g.profiles.clone()
-            };
-            let ranked = advise(&product, &profiles, &bdfs, &needs);
+            if node.registry()?.is_none() {
+                bail!(
+                    "no model registry: write models.toml (docs/models.md) or pass --models FILE"
+                );
+            }
+            let ranked = advise_node(&snap).map_err(anyhow::Error::msg)?;
             if json {
                 say(&(serde_json::to_string_pretty(&ranked)? + "\n"))?;
                 return Ok(exit::OK);

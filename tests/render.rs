@@ -182,3 +182,112 @@ fn staging_overlay() {
         text.replace(&partop::collect::host::hostname(), "HOST")
     );
 }
+
+/// The dpx-nps2 node with its two model servers as the prober would see them: one registered
+/// (healthy, busy) and one discovered.
+fn with_models(w: u16, h: u16) -> State {
+    use partop::domain::models::{ModelState, ServedModel, parse};
+    let mut snap = recorded("dpx-nps2-two-models");
+    let reg = parse(
+        "models.toml",
+        "[[model]]\nname = \"llama-70b\"\nmodel = \"meta-llama/Llama-3.1-70B-Instruct\"\nport = 8000\nmemory_gb = 80\nlaunch.command = [\"vllm\", \"serve\", \"{model}\", \"--port\", \"{port}\"]\n",
+    )
+    .unwrap();
+    let pids: Vec<u32> = snap.processes.iter().map(|p| p.pid).collect();
+    let base = ServedModel {
+        name: "llama-70b".into(),
+        model: "meta-llama/Llama-3.1-70B-Instruct".into(),
+        server: Some("vllm".into()),
+        spec: Some(reg.models[0].clone()),
+        pid: pids.first().copied(),
+        start_ticks: None,
+        gpus: vec![0],
+        bdfs: vec!["0000:05:00.0".into()],
+        port: Some(8000),
+        state: ModelState::Healthy,
+        reason: None,
+        running: Some(12.0),
+        waiting: Some(3.0),
+        kv_cache: Some(0.46),
+        tokens_per_sec: Some(1830.0),
+        restarts: 1,
+        log: Some("/var/log/partop/llama-70b.log".into()),
+        log_tail: vec![
+            "INFO:     Started server process".into(),
+            "INFO 11-21 09:12:03 metrics.py: Avg generation throughput: 1830.2 tokens/s".into(),
+        ],
+        probed_ms: Some(T),
+    };
+    let discovered = ServedModel {
+        name: "vllm:8001".into(),
+        model: "Qwen/Qwen2.5-32B-Instruct".into(),
+        spec: None,
+        pid: pids.get(1).copied(),
+        gpus: vec![1],
+        bdfs: vec!["0000:05:00.1".into()],
+        port: Some(8001),
+        state: ModelState::Starting,
+        reason: Some("/health: HTTP 503 (loading)".into()),
+        running: None,
+        waiting: None,
+        kv_cache: None,
+        tokens_per_sec: None,
+        restarts: 0,
+        log: None,
+        log_tail: vec![],
+        ..base.clone()
+    };
+    snap.models = vec![base, discovered];
+    let (km, _) = Keymap::load("default", None, false);
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    let snap = Arc::new(snap);
+    update(&mut s, Msg::Snapshot(snap));
+    update(&mut s, Msg::Resize(w, h));
+    update(&mut s, Msg::Tick(T + 2000));
+    s
+}
+
+#[test]
+fn models_view_and_its_confirmation() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = with_models(w, h);
+        update(&mut s, Msg::Command(Command::ViewModels));
+        let text = draw(&s, w, h);
+        assert!(
+            text.contains("llama-70b") && text.contains("healthy"),
+            "{text}"
+        );
+        insta::assert_snapshot!(format!("models__{w}x{h}"), text);
+        // The overview labels the logical GPU with the registry name.
+        update(&mut s, Msg::Command(Command::ViewOverview));
+        assert!(draw(&s, w, h).contains("llama-70b"));
+    }
+    let mut s = with_models(100, 30);
+    update(&mut s, Msg::Command(Command::ViewModels));
+    update(&mut s, Msg::Command(Command::ModelRestart));
+    let text = draw(&s, 100, 30);
+    assert!(
+        text.contains("[> Cancel <]") && text.contains("start: HIP_VISIBLE_DEVICES=0 vllm serve"),
+        "{text}"
+    );
+    insta::assert_snapshot!("models_restart_confirmation__100x30", text);
+    // Enter on Cancel does nothing; tab then enter confirms.
+    assert!(update(&mut s, Msg::Command(Command::DialogActivate)).is_empty());
+    update(&mut s, Msg::Command(Command::ModelRestart));
+    update(&mut s, Msg::Command(Command::DialogFocusNext));
+    let e = update(&mut s, Msg::Command(Command::DialogActivate));
+    assert_eq!(
+        e,
+        vec![partop::ui::state::Effect::Model(
+            partop::ui::state::ModelAction::Restart {
+                name: "llama-70b".into()
+            }
+        )]
+    );
+    // Read-only: nothing opens.
+    let mut s = with_models(100, 30);
+    s.read_only = true;
+    update(&mut s, Msg::Command(Command::ViewModels));
+    update(&mut s, Msg::Command(Command::ModelRestart));
+    assert!(s.model_ask.is_none());
+}

@@ -126,6 +126,64 @@ pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Plac
     out.into_iter().flatten().collect()
 }
 
+/// Where a registered model would start on the node as it is now (free logical GPUs only);
+/// `want` overrides the registry's placement.
+pub fn place_now(
+    snap: &super::snapshot::Snapshot,
+    spec: &super::models::ModelSpec,
+    want: Option<Want>,
+) -> Placed {
+    let rows = super::plan::layout_rows(snap);
+    let taken: Vec<String> = snap
+        .processes
+        .iter()
+        .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
+        .filter_map(|u| rows.iter().find(|r| r.gpu_id == u.gpu_id))
+        .map(|r| r.bdf.clone())
+        .collect();
+    let need = Need {
+        name: spec.name.clone(),
+        want: want.unwrap_or_else(|| spec.want.clone()),
+        mem_mb: gb_to_mb(spec.memory_gb),
+        tp: spec.tensor_parallel,
+        prefer: vec![],
+    };
+    place(&[need], &rows, &taken).remove(0)
+}
+
+/// The advisor on a snapshot: the registered models' needs on this node's product and
+/// offered profiles (the product table's when the device's are unknown).
+pub fn advise_node(snap: &super::snapshot::Snapshot) -> Result<Vec<Proposal>, String> {
+    let g = snap.gpus.first().ok_or("no GPUs on this node")?;
+    let product = g
+        .product_key
+        .as_deref()
+        .and_then(super::product::by_key)
+        .ok_or("partop does not know this GPU's geometry")?;
+    let needs: Vec<Need> = snap
+        .models
+        .iter()
+        .filter_map(|m| m.spec.as_ref())
+        .map(|s| Need {
+            name: s.name.clone(),
+            want: s.want.clone(),
+            mem_mb: gb_to_mb(s.memory_gb),
+            tp: s.tensor_parallel,
+            prefer: vec![],
+        })
+        .collect();
+    if needs.is_empty() {
+        return Err("no registered models: the advice comes from models.toml".into());
+    }
+    let profiles = if g.profiles.is_empty() {
+        product.profiles.clone()
+    } else {
+        g.profiles.clone()
+    };
+    let bdfs: Vec<String> = snap.gpus.iter().map(|g| g.bdf.clone()).collect();
+    Ok(advise(&product, &profiles, &bdfs, &needs))
+}
+
 /// One layout the advisor considered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {

@@ -48,6 +48,104 @@ pub struct ExecSettings {
     pub simulated: bool,
     /// The simulated node's state file (passed to a detached apply).
     pub sim_state: Option<std::path::PathBuf>,
+    /// The served-model registry file (passed to a detached apply; where "add" writes).
+    pub models: Option<std::path::PathBuf>,
+    /// Where partop-launched models log.
+    pub model_log_dir: std::path::PathBuf,
+}
+
+/// Runs a confirmed model action (blocking: signals, launches, the health wait), reporting in
+/// the log view.
+fn model_action(
+    action: &super::state::ModelAction,
+    snap: Option<&crate::domain::Snapshot>,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) {
+    use super::state::ModelAction;
+    use crate::exec::models::{Ops, launch, stop, wait_healthy};
+    let ops = Ops {
+        log_dir: exec.model_log_dir.clone(),
+        journal: exec.journal.clone(),
+        simulated: exec.simulated,
+        grace: Duration::from_millis(grace_ms),
+        kill_after: false,
+    };
+    let find = |name: &str| {
+        snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
+            .and_then(|m| m.spec.clone().map(|spec| (m, spec)))
+    };
+    match action {
+        ModelAction::AddToRegistry { entry } => {
+            let path = exec
+                .models
+                .clone()
+                .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
+            match crate::models_cli::append_entry(&path, entry) {
+                Ok(()) => log::info!("added to {}", path.display()),
+                Err(e) => log::error!("{e}"),
+            }
+        }
+        ModelAction::Stop { name } => {
+            let Some((m, spec)) = find(name) else { return };
+            match stop(
+                &ops,
+                &spec,
+                &m.gpus,
+                &m.bdfs,
+                m.pid.map(|p| (p, m.start_ticks)),
+            ) {
+                Ok(d) => log::info!("{name}: {d}"),
+                Err(e) => log::error!("{name}: {e}"),
+            }
+        }
+        ModelAction::Restart { name } => {
+            let Some((m, spec)) = find(name) else { return };
+            if m.pid.is_some() {
+                match stop(
+                    &ops,
+                    &spec,
+                    &m.gpus,
+                    &m.bdfs,
+                    m.pid.map(|p| (p, m.start_ticks)),
+                ) {
+                    Ok(d) => log::info!("{name}: {d}"),
+                    Err(e) => {
+                        log::error!("{name}: {e}; not restarted");
+                        return;
+                    }
+                }
+            }
+            let (ids, bdfs) = if m.gpus.is_empty() {
+                let Some(s) = snap else { return };
+                let p = crate::domain::placement::place_now(s, &spec, None);
+                if p.to.is_empty() {
+                    log::error!("{name}: {}", p.reason.unwrap_or_default());
+                    return;
+                }
+                (
+                    p.to.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
+                    p.to.iter().map(|r| r.bdf.clone()).collect::<Vec<_>>(),
+                )
+            } else {
+                (m.gpus.clone(), m.bdfs.clone())
+            };
+            match launch(&ops, &spec, &ids, &bdfs) {
+                Ok(l) => {
+                    log::info!(
+                        "{name}: started ({}); waiting for {}",
+                        l.what,
+                        spec.health_url
+                    );
+                    match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| log::info!("{p}")) {
+                        Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
+                        Err(e) => log::error!("{e}"),
+                    }
+                }
+                Err(e) => log::error!("{name}: {e}"),
+            }
+        }
+    }
 }
 
 /// Where detached applies keep their plan, log and the pointer to the current one.
@@ -80,6 +178,9 @@ fn spawn_apply(
         .arg(format!("{}", grace_ms / 1000));
     if let Some(s) = &exec.sim_state {
         cmd.arg("--sim-state").arg(s);
+    }
+    if let Some(m) = &exec.models {
+        cmd.arg("--models").arg(m);
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(out.try_clone()?)
@@ -196,6 +297,16 @@ pub async fn run(
                 }
                 Effect::Rescan => {
                     let _ = requests.try_send(Request::Rescan);
+                }
+                Effect::Model(action) => {
+                    let snap = state.snapshot.clone();
+                    let exec = exec.clone();
+                    let grace = state.grace_ms;
+                    let requests = requests.clone();
+                    tokio::task::spawn_blocking(move || {
+                        model_action(&action, snap.as_deref(), &exec, grace);
+                        let _ = requests.try_send(Request::RefreshNow);
+                    });
                 }
                 Effect::Apply(plan) => match spawn_apply(&plan, &exec, state.grace_ms) {
                     Ok(p) => {

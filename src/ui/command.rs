@@ -48,6 +48,7 @@ commands! {
     ViewOverview = "view_overview", "Overview: partition map of every physical GPU", Safe;
     ViewGpus = "view_gpus", "GPUs: every logical GPU as a row", Safe;
     ViewProcesses = "view_processes", "Processes holding GPUs", Safe;
+    ViewModels = "view_models", "Models: served models, their health, queue, KV cache and log", Safe;
     ViewDetail = "view_detail", "Detail of the selected GPU or process, with sources and ages", Safe;
     ViewFindings = "view_findings", "Findings: noisy neighbours, idle partitions", Safe;
     ViewLog = "view_log", "Log of collector errors and actions", Safe;
@@ -66,6 +67,10 @@ commands! {
     RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;
     TagProcess = "tag_process", "Tag or untag the selected process (kill acts on tagged ones)", Safe;
     KillProcess = "kill_process", "Terminate the tagged (or selected) processes: opens a confirmation", Mutating;
+    ModelRestart = "model_restart", "Restart the selected registered model (or start it if stopped): opens a confirmation", Mutating;
+    ModelStop = "model_stop", "Stop the selected registered model its registry's way: opens a confirmation", Mutating;
+    ModelAddToRegistry = "model_add_to_registry", "Add the selected discovered server to models.toml: shows the entry first", Mutating;
+    ModelAdvise = "model_advise", "Stage the partition layout that serves the registry's models best", Mutating;
     StageChange = "stage_change", "Stage a partition change for the selected GPU (plan, then confirm)", Mutating;
     StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep)", Safe;
     StageCycleMemory = "stage_cycle_memory", "Staging: next memory mode (or keep)", Safe;

@@ -39,17 +39,20 @@ pub enum Section {
     Dialog,
     /// The journal view.
     Journal,
+    /// The served-models view.
+    Models,
     /// The staging overlay (exclusive).
     Stage,
 }
 
 impl Section {
     /// All sections.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Global,
         Self::Overview,
         Self::Gpus,
         Self::Processes,
+        Self::Models,
         Self::Detail,
         Self::Findings,
         Self::Log,
@@ -74,6 +77,7 @@ impl Section {
             Self::Filter => "filter",
             Self::Dialog => "dialog",
             Self::Journal => "journal",
+            Self::Models => "models",
             Self::Stage => "stage",
         }
     }
@@ -254,6 +258,7 @@ struct File {
     filter: Option<BTreeMap<String, Spanned<String>>>,
     dialog: Option<BTreeMap<String, Spanned<String>>>,
     journal: Option<BTreeMap<String, Spanned<String>>>,
+    models: Option<BTreeMap<String, Spanned<String>>>,
     stage: Option<BTreeMap<String, Spanned<String>>>,
 }
 
@@ -271,6 +276,7 @@ impl File {
             (Section::Filter, self.filter),
             (Section::Dialog, self.dialog),
             (Section::Journal, self.journal),
+            (Section::Models, self.models),
             (Section::Stage, self.stage),
         ]
         .into_iter()

@@ -69,6 +69,8 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         proc_root: "/proc".into(),
         simulated: node.sim_state.is_some(),
         sim_state: node.sim_state.clone(),
+        models: node.models.clone(),
+        model_log_dir: node.prober().log_dir,
     };
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
     state.applying = super::app::running_apply();

@@ -35,6 +35,8 @@ pub struct Staging {
     pub result: Result<Plan, Vec<String>>,
     /// The confirmation, once asked for.
     pub confirming: Option<Confirming>,
+    /// Why this layout was proposed (placement advice), when it was.
+    pub advice: Option<String>,
 }
 
 fn cycle<T: Copy + PartialEq>(all: &[T], cur: Option<T>) -> Option<T> {
@@ -57,6 +59,7 @@ impl Staging {
                 "choose a compute mode (c) and/or a memory mode (m)".into(),
             ]),
             confirming: None,
+            advice: None,
         };
         s.replan(snap, grace_secs);
         s
@@ -198,6 +201,7 @@ mod tests {
     #[test]
     fn compute_cycles_through_the_modes_and_back_to_keep() {
         let mut s = Staging {
+            advice: None,
             gpu: "x".into(),
             all: false,
             compute: None,

@@ -20,6 +20,8 @@ pub enum View {
     Gpus,
     /// Processes.
     Processes,
+    /// Served models.
+    Models,
     /// Detail of the selection.
     Detail,
     /// Findings.
@@ -32,7 +34,7 @@ pub enum View {
 
 impl View {
     /// Tab order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Overview,
         Self::Gpus,
         Self::Processes,
@@ -40,7 +42,36 @@ impl View {
         Self::Findings,
         Self::Log,
         Self::Journal,
+        Self::Models,
     ];
+
+    /// The command that shows it (its tab shows that command's key).
+    pub const fn command(self) -> Command {
+        match self {
+            Self::Overview => Command::ViewOverview,
+            Self::Gpus => Command::ViewGpus,
+            Self::Processes => Command::ViewProcesses,
+            Self::Models => Command::ViewModels,
+            Self::Detail => Command::ViewDetail,
+            Self::Findings => Command::ViewFindings,
+            Self::Log => Command::ViewLog,
+            Self::Journal => Command::ViewJournal,
+        }
+    }
+
+    /// Tab title when the terminal is narrow.
+    pub const fn short_title(self) -> &'static str {
+        match self {
+            Self::Overview => "Map",
+            Self::Gpus => "GPUs",
+            Self::Processes => "Procs",
+            Self::Models => "Models",
+            Self::Detail => "Detail",
+            Self::Findings => "Finds",
+            Self::Log => "Log",
+            Self::Journal => "Journal",
+        }
+    }
 
     /// Tab title.
     pub const fn title(self) -> &'static str {
@@ -48,6 +79,7 @@ impl View {
             Self::Overview => "Overview",
             Self::Gpus => "GPUs",
             Self::Processes => "Processes",
+            Self::Models => "Models",
             Self::Detail => "Detail",
             Self::Findings => "Findings",
             Self::Log => "Log",
@@ -61,6 +93,7 @@ impl View {
             Self::Overview => Section::Overview,
             Self::Gpus => Section::Gpus,
             Self::Processes => Section::Processes,
+            Self::Models => Section::Models,
             Self::Detail => Section::Detail,
             Self::Findings => Section::Findings,
             Self::Log => Section::Log,
@@ -166,6 +199,39 @@ pub enum DetailTarget {
     Process(u32),
 }
 
+/// A model action waiting for the operator's yes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelAction {
+    /// Stop (if running) and start on a logical GPU that fits.
+    Restart {
+        /// Registry name.
+        name: String,
+    },
+    /// Stop its registry's way.
+    Stop {
+        /// Registry name.
+        name: String,
+    },
+    /// Append an entry to the registry file.
+    AddToRegistry {
+        /// The TOML entry.
+        entry: String,
+    },
+}
+
+/// The confirmation of a model action (Cancel focused, as for kills).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelAsk {
+    /// What would be done.
+    pub action: ModelAction,
+    /// Title.
+    pub title: String,
+    /// What will run, line by line.
+    pub lines: Vec<String>,
+    /// The dangerous button has focus.
+    pub confirm_focused: bool,
+}
+
 /// Everything the reducer can receive.
 #[derive(Debug, Clone)]
 pub enum Msg {
@@ -200,6 +266,8 @@ pub enum Effect {
     Apply(Box<crate::domain::plan::Plan>),
     /// Re-read the node's layout (after a repartition).
     Rescan,
+    /// Run a confirmed model action (off the UI thread).
+    Model(ModelAction),
 }
 
 /// The UI state.
@@ -271,6 +339,10 @@ pub struct State {
     pub staging: Option<super::stage::Staging>,
     /// A repartition running (detached), followed from the journal.
     pub applying: Option<super::stage::Progress>,
+    /// Selected model row.
+    pub model_sel: usize,
+    /// A model action being confirmed.
+    pub model_ask: Option<ModelAsk>,
 }
 
 impl State {
@@ -310,6 +382,8 @@ impl State {
             journal_sel: 0,
             staging: None,
             applying: None,
+            model_sel: 0,
+            model_ask: None,
         }
     }
 
@@ -320,7 +394,7 @@ impl State {
 
     /// The keymap sections in force, most specific first.
     pub fn sections(&self) -> Vec<Section> {
-        if self.dialog.is_some() {
+        if self.dialog.is_some() || self.model_ask.is_some() {
             vec![Section::Dialog]
         } else if self
             .staging
@@ -343,6 +417,7 @@ impl State {
             View::Processes => self.rows.len(),
             View::Findings => self.findings.len(),
             View::Journal => self.journal.0.len(),
+            View::Models => self.snapshot.as_ref().map_or(0, |s| s.models.len()),
             View::Detail | View::Log => 0,
         }
     }
@@ -353,6 +428,7 @@ impl State {
             View::Processes => Some(&mut self.proc_sel),
             View::Findings => Some(&mut self.finding_sel),
             View::Journal => Some(&mut self.journal_sel),
+            View::Models => Some(&mut self.model_sel),
             View::Detail | View::Log => None,
         }
     }
@@ -377,6 +453,13 @@ impl State {
                 }
                 ProcRow::Heading(_) => None,
             },
+            View::Models => {
+                let m = snap.models.get(self.model_sel)?;
+                match m.pid {
+                    Some(pid) => Some(DetailTarget::Process(pid)),
+                    None => m.bdfs.first().cloned().map(DetailTarget::Gpu),
+                }
+            }
             View::Findings => self.findings.get(self.finding_sel).map(|f| {
                 match f.subject.strip_prefix("pid ").and_then(|p| p.parse().ok()) {
                     Some(pid) => DetailTarget::Process(pid),
@@ -420,6 +503,16 @@ impl State {
                 if let Some(c) = g.cu_percent {
                     e.cu_percent = Some(e.cu_percent.unwrap_or(0.0) + c);
                 }
+            }
+        }
+        // A served model's own name labels its logical GPUs (the registry's name when it has one).
+        for m in &snap.models {
+            for g in &m.gpus {
+                self.gpu_labels
+                    .entry(*g)
+                    .or_default()
+                    .label
+                    .clone_from(&m.name);
             }
         }
         let needle = self.filter.to_lowercase();
@@ -530,6 +623,86 @@ impl State {
     }
 }
 
+/// The confirmation for a model command on row `sel`, or nothing when it does not apply.
+fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
+    let m = snap.models.get(sel)?;
+    match (c, &m.spec) {
+        (Command::ModelAddToRegistry, None) => {
+            let p = snap.processes.iter().find(|p| Some(p.pid) == m.pid)?;
+            let name = m
+                .model
+                .rsplit('/')
+                .next()
+                .unwrap_or(&m.model)
+                .to_lowercase();
+            let entry = crate::domain::models::entry_for_discovered(
+                &name,
+                &m.model,
+                p.command.as_deref().unwrap_or(""),
+                m.port,
+                p.vram_total(),
+            );
+            Some(ModelAsk {
+                lines: entry.lines().map(str::to_string).collect(),
+                title: format!("Add {} to the model registry?", m.name),
+                action: ModelAction::AddToRegistry { entry },
+                confirm_focused: false,
+            })
+        }
+        (Command::ModelRestart, Some(spec)) => {
+            let mut lines = Vec::new();
+            if m.pid.is_some() {
+                lines.push(format!(
+                    "stop:  {}",
+                    spec.stop_text(&m.gpus, &m.bdfs, m.pid)
+                ));
+            }
+            let placed = if m.pid.is_some() && !m.bdfs.is_empty() {
+                // A restart stays where it is.
+                let rows = crate::domain::plan::layout_rows(snap);
+                rows.iter()
+                    .filter(|r| m.bdfs.contains(&r.bdf))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            } else {
+                crate::domain::placement::place_now(snap, spec, None).to
+            };
+            if placed.is_empty() {
+                lines.push("start: no free logical GPU fits it now".into());
+            } else {
+                let ids: Vec<u32> = placed.iter().map(|r| r.gpu_id).collect();
+                let bdfs: Vec<String> = placed.iter().map(|r| r.bdf.clone()).collect();
+                lines.push(format!("start: {}", spec.launch_text(&ids, &bdfs)));
+            }
+            lines.push(format!(
+                "then wait for {} (at most {}s)",
+                spec.health_url, spec.health_timeout_secs
+            ));
+            Some(ModelAsk {
+                title: format!(
+                    "{} {}?",
+                    if m.pid.is_some() { "Restart" } else { "Start" },
+                    m.name
+                ),
+                lines,
+                action: ModelAction::Restart {
+                    name: m.name.clone(),
+                },
+                confirm_focused: false,
+            })
+        }
+        (Command::ModelStop, Some(spec)) if m.pid.is_some() => Some(ModelAsk {
+            title: format!("Stop {}? Its clients lose the service.", m.name),
+            lines: vec![format!("stop: {}", spec.stop_text(&m.gpus, &m.bdfs, m.pid))],
+            action: ModelAction::Stop {
+                name: m.name.clone(),
+            },
+            confirm_focused: false,
+        }),
+        _ => None,
+    }
+}
+
 fn command(state: &mut State, c: Command) -> Vec<Effect> {
     let len = state.list_len();
     let page = state.page();
@@ -545,6 +718,45 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         Command::ViewGpus => state.set_view(View::Gpus),
         Command::ViewProcesses => state.set_view(View::Processes),
         Command::ViewDetail => state.set_view(View::Detail),
+        Command::ViewModels => state.set_view(View::Models),
+        Command::ModelRestart | Command::ModelStop | Command::ModelAddToRegistry => {
+            if state.read_only || state.view != View::Models {
+                return Vec::new();
+            }
+            state.model_ask = state
+                .snapshot
+                .clone()
+                .and_then(|snap| model_ask(&snap, state.model_sel, c));
+        }
+        Command::ModelAdvise => {
+            if state.read_only
+                || state
+                    .applying
+                    .as_ref()
+                    .is_some_and(|p| p.finished.is_none())
+            {
+                return Vec::new();
+            }
+            let Some(snap) = state.snapshot.clone() else {
+                return Vec::new();
+            };
+            match crate::domain::placement::advise_node(&snap) {
+                Ok(ranked) => {
+                    if let (Some(best), Some(g)) = (ranked.first(), snap.gpus.first()) {
+                        log::info!("placement advice: {}", best.summary);
+                        let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
+                        let mut st = super::stage::Staging::new(g.bdf.clone(), &snap, grace);
+                        st.all = true;
+                        st.compute = Some(best.compute);
+                        st.memory = Some(best.memory);
+                        st.advice = Some(best.summary.clone());
+                        st.replan(&snap, grace);
+                        state.staging = Some(st);
+                    }
+                }
+                Err(e) => log::warn!("placement advice: {e}"),
+            }
+        }
         Command::ViewFindings => state.set_view(View::Findings),
         Command::ViewLog => state.set_view(View::Log),
         Command::ViewJournal => {
@@ -634,11 +846,22 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             }
         }
         Command::DialogFocusNext => {
+            if let Some(a) = state.model_ask.as_mut() {
+                a.confirm_focused = !a.confirm_focused;
+            }
             if let Some(d) = state.dialog.as_mut() {
                 d.focus_next();
             }
         }
         Command::DialogActivate => {
+            if let Some(a) = state.model_ask.take() {
+                // INVARIANT: the only place an Effect::Model is created, from a confirmed ask.
+                return if a.confirm_focused {
+                    vec![Effect::Model(a.action)]
+                } else {
+                    Vec::new()
+                };
+            }
             let now = state.now_ms;
             if let Some(d) = state.dialog.as_mut() {
                 // INVARIANT: the only place an Effect::Kill is created, from a confirmed dialog.
@@ -706,7 +929,9 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.editing_filter = true;
         }
         Command::Cancel => {
-            if state.staging.is_some() {
+            if state.model_ask.is_some() {
+                state.model_ask = None;
+            } else if state.staging.is_some() {
                 state.staging = None;
             } else if state.applying.as_ref().is_some_and(|p| p.visible) {
                 if let Some(p) = state.applying.as_mut() {

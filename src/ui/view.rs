@@ -9,6 +9,7 @@ pub mod fmt;
 pub mod gpus;
 pub mod help;
 pub mod journal;
+pub mod models;
 pub mod overview;
 pub mod partition_map;
 pub mod processes;
@@ -39,6 +40,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
         View::Processes => processes::render(frame, body, state, theme),
         View::Detail => detail::render(frame, body, state, theme),
         View::Journal => journal::render(frame, body, state, theme),
+        View::Models => models::render(frame, body, state, theme),
         View::Findings => findings::render(frame, body, state, theme),
         View::Log => {
             let w = tui_logger::TuiLoggerWidget::default()
@@ -70,5 +72,8 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     }
     if let Some(d) = &state.dialog {
         dialog::render(frame, area, d, state, theme);
+    }
+    if let Some(a) = &state.model_ask {
+        models::ask(frame, area, a, theme);
     }
 }

@@ -104,12 +104,27 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
 
 /// The tab line.
 pub fn tabs(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    // Each tab shows the key bound to its view (from the keymap), and short titles when the
+    // long ones do not fit.
+    let titles = |short: bool| -> Vec<String> {
+        View::ALL
+            .iter()
+            .map(|v| {
+                let k = key(state, v.command()).unwrap_or_default();
+                let t = if short { v.short_title() } else { v.title() };
+                if *v == View::Findings && !state.findings.is_empty() {
+                    format!(" {k} {t} ({}) ", state.findings.len())
+                } else {
+                    format!(" {k} {t} ")
+                }
+            })
+            .collect()
+    };
+    let long = titles(false);
+    let fits = long.iter().map(|t| t.chars().count()).sum::<usize>() <= usize::from(area.width);
+    let chosen = if fits { long } else { titles(true) };
     let mut spans = Vec::new();
-    for (i, v) in View::ALL.iter().enumerate() {
-        let mut title = format!(" {} {} ", i + 1, v.title());
-        if *v == View::Findings && !state.findings.is_empty() {
-            title = format!(" {} {} ({}) ", i + 1, v.title(), state.findings.len());
-        }
+    for (v, title) in View::ALL.iter().zip(chosen) {
         let style = if *v == state.view {
             theme.get("ui.tab.active")
         } else {

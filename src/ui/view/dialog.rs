@@ -77,24 +77,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
     }
     lines.push(Line::raw(""));
     let button = |label: &str, focused: bool, danger: bool| {
-        let base = if danger {
-            theme.get("danger")
-        } else {
-            theme.get("ui")
-        };
-        let style = if focused {
-            base.add_modifier(ratatui::style::Modifier::REVERSED | ratatui::style::Modifier::BOLD)
-        } else {
-            base
-        };
-        Span::styled(
-            if focused {
-                format!("[> {label} <]")
-            } else {
-                format!("[  {label}  ]")
-            },
-            style,
-        )
+        super::fmt::button(label, focused, danger, theme)
     };
     let mut buttons = vec![Span::raw("  ")];
     let close = if matches!(d.stage, Stage::Finished { .. }) {

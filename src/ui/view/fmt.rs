@@ -98,6 +98,34 @@ pub const fn offset(sel: usize, visible: usize) -> usize {
     }
 }
 
+/// A dialog button: focus is shown by brackets and reverse video (visible without colour); the
+/// dangerous one is drawn in the danger style.
+pub fn button(
+    label: &str,
+    focused: bool,
+    danger: bool,
+    theme: &crate::ui::theme::Theme,
+) -> ratatui::text::Span<'static> {
+    let base = if danger {
+        theme.get("danger")
+    } else {
+        theme.get("ui")
+    };
+    let style = if focused {
+        base.add_modifier(ratatui::style::Modifier::REVERSED | ratatui::style::Modifier::BOLD)
+    } else {
+        base
+    };
+    ratatui::text::Span::styled(
+        if focused {
+            format!("[> {label} <]")
+        } else {
+            format!("[  {label}  ]")
+        },
+        style,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,7 +41,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
         Span::styled("memory ", theme.get("table.header")),
         Span::raw(format!("{} (m)", keep(st.memory.map(|m| m.to_string())))),
     ])];
-    lines.push(Line::raw(""));
+    // Proposed by the placement advisor: say why (one line, the map starts under it).
+    lines.push(st.advice.as_ref().map_or_else(
+        || Line::raw(""),
+        |a| {
+            Line::styled(
+                cut(&format!("advice: {a}"), usize::from(inner.width)),
+                theme.get("ui.hint"),
+            )
+        },
+    ));
     let map_y = inner.y + 2;
     let g = snap.gpus.iter().find(|g| g.bdf == st.gpu);
 

@@ -1,0 +1,182 @@
+//! The Models view: every served model (registered or discovered) with its logical GPUs,
+//! state, queue, KV cache, token rate and restarts; under it, the selected model's reason and
+//! log tail. Also the confirmation overlay of a model action.
+
+use super::fmt::{cut, offset};
+use crate::domain::models::ModelState;
+use crate::ui::state::{ModelAsk, State};
+use crate::ui::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+
+fn num(v: Option<f64>, pct: bool) -> String {
+    match v {
+        None => "-".into(),
+        Some(x) if pct => format!("{:.0}%", x * 100.0),
+        Some(x) => format!("{x:.0}"),
+    }
+}
+
+/// Draws the view.
+pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let models = state
+        .snapshot
+        .as_ref()
+        .map(|s| s.models.as_slice())
+        .unwrap_or_default();
+    let [top, bottom] = Layout::vertical([Constraint::Min(4), Constraint::Length(9)]).areas(area);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" Models (R restart · x stop · a add to registry · A advise a layout) ")
+        .border_style(theme.get("ui.border"));
+    if models.is_empty() {
+        frame.render_widget(
+            Paragraph::new("No model server found: none runs (vLLM, SGLang, llama.cpp, TGI) and models.toml lists none (see docs/models.md).")
+                .wrap(Wrap { trim: true })
+                .block(block)
+                .style(theme.get("ui.muted")),
+            area,
+        );
+        return;
+    }
+    let w = usize::from(top.width.saturating_sub(2));
+    let visible = usize::from(top.height.saturating_sub(3));
+    let first = offset(state.model_sel, visible);
+    let mut lines = vec![Line::styled(
+        cut(
+            &format!(
+                "{:<16} {:<9} {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  MODEL",
+                "NAME", "STATE", "GPU", "RUN", "WAIT", "KV", "TOK/S", "RST", "PORT"
+            ),
+            w,
+        ),
+        theme.get("table.header"),
+    )];
+    for (i, m) in models.iter().enumerate().skip(first).take(visible) {
+        let gpus = if m.gpus.is_empty() {
+            "-".into()
+        } else {
+            m.gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let state_style = match m.state {
+            ModelState::Healthy => theme.get("status.ok"),
+            ModelState::Starting => theme.get("status.warn"),
+            ModelState::Unhealthy | ModelState::Stopped => theme.get("status.crit"),
+            ModelState::Unknown => theme.get("status.stale"),
+        };
+        let reg = if m.spec.is_some() {
+            ""
+        } else {
+            " (discovered)"
+        };
+        let row = if i == state.model_sel {
+            theme.get("table.row.selected")
+        } else {
+            theme.get("ui")
+        };
+        let rest = format!(
+            " {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  {}{reg}",
+            cut(&gpus, 9),
+            num(m.running, false),
+            num(m.waiting, false),
+            num(m.kv_cache, true),
+            num(m.tokens_per_sec, false),
+            m.restarts,
+            m.port.map_or_else(|| "-".into(), |p| p.to_string()),
+            m.model
+        );
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:<16} ", cut(&m.name, 16)), row),
+            Span::styled(format!("{:<9}", m.state.label()), state_style),
+            Span::styled(cut(&rest, w.saturating_sub(26)), row),
+        ]));
+    }
+    frame.render_widget(Paragraph::new(lines).block(block), top);
+    let Some(m) = models.get(state.model_sel) else {
+        return;
+    };
+    let bw = usize::from(bottom.width.saturating_sub(2));
+    let mut info = Vec::new();
+    let how = m.spec.as_ref().map_or_else(
+        || "not in the registry: `a` adds it".to_string(),
+        |s| format!("registry {} · needs {} GB", s.defined_at, s.memory_gb),
+    );
+    info.push(Line::raw(cut(
+        &format!(
+            "{} · {} · {how}{}",
+            m.server.as_deref().unwrap_or("server ?"),
+            if m.bdfs.is_empty() {
+                "no GPU".to_string()
+            } else {
+                m.bdfs.join(",")
+            },
+            m.reason
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" · {r}"))
+        ),
+        bw,
+    )));
+    let n = usize::from(bottom.height.saturating_sub(3));
+    if m.log_tail.is_empty() {
+        info.push(Line::styled(
+            m.log.as_ref().map_or_else(
+                || "no log known (its stdout is not a file)".to_string(),
+                |l| format!("{l}: empty or unreadable"),
+            ),
+            theme.get("ui.muted"),
+        ));
+    }
+    for l in m.log_tail.iter().rev().take(n).rev() {
+        info.push(Line::styled(cut(l, bw), theme.get("ui.muted")));
+    }
+    frame.render_widget(
+        Paragraph::new(info).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(
+                    " {} · log {} ",
+                    m.name,
+                    m.log.as_deref().unwrap_or("-")
+                ))
+                .border_style(theme.get("ui.border")),
+        ),
+        bottom,
+    );
+}
+
+/// Draws the confirmation of a model action (Cancel focused by default).
+pub fn ask(frame: &mut Frame<'_>, area: Rect, a: &ModelAsk, theme: &Theme) {
+    let mut lines: Vec<Line<'_>> = a.lines.iter().map(|l| Line::raw(l.clone())).collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::raw("  "),
+        super::fmt::button("Cancel", !a.confirm_focused, false, theme),
+        Span::raw("   "),
+        super::fmt::button("Confirm", a.confirm_focused, true, theme),
+    ]));
+    lines.push(Line::styled(
+        "tab switches · enter presses · esc cancels · journaled",
+        theme.get("ui.hint"),
+    ));
+    let w = area.width.min(100);
+    let h = area
+        .height
+        .min(u16::try_from(lines.len() + 4).unwrap_or(u16::MAX));
+    let rect = super::fmt::centered(area, w, h);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" {} ", a.title))
+                .border_style(theme.get("danger")),
+        ),
+        rect,
+    );
+}
