@@ -22,6 +22,15 @@ pub struct SimGuard {
     pub state: PathBuf,
 }
 
+impl SimGuard {
+    /// Keeps the simulated node running after partop exits; returns its state file.
+    pub fn keep(self) -> PathBuf {
+        let state = self.state.clone();
+        std::mem::forget(self);
+        state
+    }
+}
+
 impl Drop for SimGuard {
     fn drop(&mut self) {
         let _ = session::stop(&self.state, Duration::from_secs(2));

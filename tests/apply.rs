@@ -293,6 +293,38 @@ fn restart_err_is_read_from_the_text_even_with_exit_status_0() {
 }
 
 #[test]
+fn a_reload_failure_stops_the_plan_with_the_tools_text_then_retry_succeeds() {
+    // The driver fails to come back once (fault injection), through the real fake-amd-smi path.
+    let scenario = quick("restart-err", "7.0.2", "SPX", "NPS1", MODEL)
+        .replace("reload_secs = 0.3", "reload_secs = 0.3\nfail_reloads = 1");
+    let e = Env::new(&scenario);
+    let p = e.plan("--memory NPS2", "p.json");
+    let o = e.apply(&p, "--yes --grace 3", "");
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(
+        all.contains("(reload) failed")
+            && all.contains(
+                "[AMDSMI_STATUS_AMDGPU_RESTART_ERR] Unable to successfully restart driver"
+            ),
+        "{all}"
+    );
+    // The way back is printed: retry, or restore the services as they were.
+    assert!(
+        all.contains("--resume") && all.contains("partop models start m --gpu 0000:65:00.0"),
+        "{all}"
+    );
+    assert!(
+        !e.state().alive(0),
+        "stopped, not relaunched by a failed plan"
+    );
+    let o = e.apply(&p, "--yes --resume --grace 3", "");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
+    assert!(e.state().alive(0));
+}
+
+#[test]
 fn partop_killed_mid_apply_then_resume() {
     let scenario =
         quick("killed", "7.0.2", "SPX", "NPS1", "").replace("reload_secs = 0.3", "reload_secs = 3");

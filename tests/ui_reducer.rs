@@ -445,3 +445,25 @@ fn progress_follows_the_journal() {
         "no more polling once finished"
     );
 }
+
+#[test]
+fn several_tagged_gpus_are_staged_together() {
+    let mut s = state("default", "spx-nps1-one-model");
+    // Logical GPUs 0 and 2 are physical GPUs 0 and 2 in SPX.
+    code(&mut s, KeyCode::Char(' '));
+    code(&mut s, KeyCode::Down);
+    code(&mut s, KeyCode::Down);
+    code(&mut s, KeyCode::Char(' '));
+    assert_eq!(s.tagged_gpus.len(), 2);
+    key(&mut s, 'p');
+    key(&mut s, 'c');
+    key(&mut s, 'c');
+    let p = s.staging.as_ref().unwrap().result.clone().unwrap();
+    assert_eq!(p.draft.gpus.len(), 2, "{:?}", p.draft);
+    assert_eq!(p.changes.len(), 2);
+    assert_eq!(p.after.len(), 10, "two GPUs in DPX, six in SPX");
+    // Untagging one leaves the other.
+    code(&mut s, KeyCode::Esc);
+    code(&mut s, KeyCode::Char(' '));
+    assert_eq!(s.tagged_gpus.len(), 1);
+}

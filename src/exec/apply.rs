@@ -110,7 +110,25 @@ pub fn check_output(out: &RawOutput, success: &str) -> Result<String, String> {
         .map(str::trim)
         .collect();
     if !bad.is_empty() {
-        let mut msg = bad.join("; ");
+        // One line per GPU is common: say each distinct line once, with its count.
+        let mut distinct: Vec<(&str, usize)> = Vec::new();
+        for b in &bad {
+            match distinct.iter_mut().find(|(l, _)| l == b) {
+                Some((_, n)) => *n += 1,
+                None => distinct.push((b, 1)),
+            }
+        }
+        let mut msg = distinct
+            .iter()
+            .map(|(l, n)| {
+                if *n > 1 {
+                    format!("{l} (x{n})")
+                } else {
+                    (*l).to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
         // amd-smi wraps its long lines: keep the continuation of the first one.
         if let Some(next) = text.lines().skip_while(|l| !l.contains(bad[0])).nth(1)
             && next.starts_with("        ")
@@ -219,8 +237,15 @@ pub async fn apply(
                 journal_step(ctx, plan, idx, &step.key, true, &detail);
                 emit(ApplyEvent::Done { idx, detail });
             }
-            Err(e) => {
+            Err(mut e) => {
                 journal_step(ctx, plan, idx, &step.key, false, &e.message);
+                // Services are down once the stop step has run: say how to bring them back
+                // without finishing the plan.
+                if plan.steps[..idx].iter().any(|s| s.key == "stop")
+                    && let Some(r) = restore_text(plan)
+                {
+                    e.next = format!("{}\nor abort and restore services now:\n{r}", e.next);
+                }
                 return Err(e);
             }
         }
@@ -235,6 +260,40 @@ pub async fn apply(
         ),
     );
     Ok(())
+}
+
+/// How to start again what the plan stopped, in the layout as it was (an abort).
+pub fn restore_text(plan: &Plan) -> Option<String> {
+    let mut lines = Vec::new();
+    let units: Vec<&str> = plan
+        .stops
+        .iter()
+        .filter_map(|s| s.unit.as_deref())
+        .collect();
+    if !units.is_empty() {
+        lines.push(format!("  systemctl start {}", units.join(" ")));
+    }
+    for m in &plan.models {
+        lines.push(format!(
+            "  partop models start {} --gpu {}   (it ran on {})",
+            m.name,
+            m.from.first().map_or("BDF", String::as_str),
+            m.from.join(",")
+        ));
+    }
+    let others = plan
+        .stops
+        .iter()
+        .filter(|s| s.unit.is_none() && s.model.is_none())
+        .map(|s| format!("{} (pid {})", s.name, s.pid))
+        .collect::<Vec<_>>();
+    if !others.is_empty() {
+        lines.push(format!("  restart by their owners: {}", others.join(", ")));
+    }
+    (!lines.is_empty()).then(|| {
+        lines.push("  check the modes first: amd-smi partition -c -m (a memory mode may be pending until the next reload)".into());
+        lines.join("\n")
+    })
 }
 
 type StepResult = Result<String, (String, String)>;

@@ -85,6 +85,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
         }
     }
     let s = Scenario {
+        fail_reloads: 0,
         name: format!(
             "recording:{}",
             path.file_stem()

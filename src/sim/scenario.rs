@@ -131,6 +131,10 @@ pub struct Scenario {
     /// Seconds a driver reload takes.
     #[serde(default = "default_reload")]
     pub reload_secs: f64,
+    /// Fault injection: this many driver reloads fail with AMDGPU_RESTART_ERR (as a driver
+    /// that does not come back would), to rehearse the failure path.
+    #[serde(default)]
+    pub fail_reloads: u32,
     /// Workloads.
     #[serde(default, rename = "workload")]
     pub workloads: Vec<WorkloadSpec>,

@@ -91,6 +91,9 @@ pub struct SimState {
     /// Seconds a model server takes to load before `/health` answers 200.
     #[serde(default = "default_model_load")]
     pub model_load_secs: f64,
+    /// Reloads still to fail (fault injection from the scenario).
+    #[serde(default)]
+    pub fail_reloads: u32,
 }
 
 const fn default_model_load() -> f64 {
@@ -176,6 +179,7 @@ impl SimState {
             reloading: None,
             log_dir,
             model_load_secs: default_model_load(),
+            fail_reloads: s.fail_reloads,
         }
     }
 

@@ -7,6 +7,7 @@ use super::state::State;
 use crate::cli::{Cli, exit};
 use crate::collect::task;
 use crate::domain::findings::Thresholds;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     for e in &loaded.errors {
         log::warn!("config: {e} (using the default)");
     }
-    let node = crate::commands::open(&cli.source)?;
+    let mut node = crate::commands::open(&cli.source)?;
     let refresh = if (cli.refresh - 1.0).abs() > f64::EPSILON {
         cli.refresh
     } else {
@@ -89,6 +90,17 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         r
     });
     rt.shutdown_timeout(Duration::from_millis(500));
+    // A repartition still running on the simulated node needs the node: leave it running
+    // rather than pull it from under the apply, and say how to stop it.
+    if super::app::running_apply().is_some()
+        && let Some(state) = node.sim.take().map(crate::commands::SimGuard::keep)
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "a repartition is still running on the simulated node; it keeps running. Follow it with `partop --sim-state {0}`, stop it with `partop sim stop --state {0}`",
+            state.display()
+        );
+    }
     drop(node);
     result.map(|()| exit::OK)
 }

@@ -25,6 +25,8 @@ pub struct Confirming {
 pub struct Staging {
     /// The physical GPU the operator started from.
     pub gpu: String,
+    /// Other physical GPUs tagged with it (several, not all).
+    pub also: Vec<String>,
     /// Apply to every GPU.
     pub all: bool,
     /// Target compute mode.
@@ -52,6 +54,7 @@ impl Staging {
     pub fn new(gpu: String, snap: &Snapshot, grace_secs: u32) -> Self {
         let mut s = Self {
             gpu,
+            also: Vec::new(),
             all: false,
             compute: None,
             memory: None,
@@ -71,7 +74,9 @@ impl Staging {
             gpus: if self.all {
                 vec![]
             } else {
-                vec![self.gpu.clone()]
+                std::iter::once(self.gpu.clone())
+                    .chain(self.also.iter().cloned())
+                    .collect()
             },
             compute: self.compute,
             memory: self.memory,
@@ -202,6 +207,7 @@ mod tests {
     fn compute_cycles_through_the_modes_and_back_to_keep() {
         let mut s = Staging {
             advice: None,
+            also: Vec::new(),
             gpu: "x".into(),
             all: false,
             compute: None,

@@ -339,6 +339,8 @@ pub struct State {
     pub staging: Option<super::stage::Staging>,
     /// A repartition running (detached), followed from the journal.
     pub applying: Option<super::stage::Progress>,
+    /// Tagged physical GPUs (BDF): staging starts with them.
+    pub tagged_gpus: std::collections::BTreeSet<String>,
     /// Selected model row.
     pub model_sel: usize,
     /// A model action being confirmed.
@@ -382,6 +384,7 @@ impl State {
             journal_sel: 0,
             staging: None,
             applying: None,
+            tagged_gpus: std::collections::BTreeSet::new(),
             model_sel: 0,
             model_ask: None,
         }
@@ -816,7 +819,27 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                 return Vec::new();
             };
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
-            state.staging = Some(super::stage::Staging::new(g.bdf.clone(), &snap, grace));
+            // Tagged GPUs (several) when there are any, else the selected one.
+            let mut tagged: Vec<String> = state.tagged_gpus.iter().cloned().collect();
+            let first = if tagged.is_empty() {
+                g.bdf.clone()
+            } else {
+                tagged.remove(0)
+            };
+            let mut st = super::stage::Staging::new(first, &snap, grace);
+            st.also = tagged;
+            st.replan(&snap, grace);
+            state.staging = Some(st);
+        }
+        Command::TagGpu => {
+            if let Some((g, _)) = state
+                .snapshot
+                .as_ref()
+                .and_then(|s| s.logical().nth(state.gpu_sel))
+                && !state.tagged_gpus.remove(&g.bdf)
+            {
+                state.tagged_gpus.insert(g.bdf.clone());
+            }
         }
         Command::StageCycleCompute | Command::StageCycleMemory | Command::StageToggleScope => {
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
@@ -985,6 +1008,7 @@ fn confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
                     && let Ok(plan) = st.result.clone()
                 {
                     state.staging = None;
+                    state.tagged_gpus.clear();
                     return vec![Effect::Apply(Box::new(plan))];
                 }
                 c.notice = Some(format!("type {w} exactly to apply"));

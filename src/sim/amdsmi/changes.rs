@@ -256,7 +256,7 @@ fn set_memory(
     let first = before
         .first()
         .map_or_else(|| "0000:00:00.0".into(), |l| state.gpus[l.phys].bdf(0));
-    let held = state.any_held();
+    let held = state.any_held() || injected_failure(state, path, err);
     progress(state, "Updating memory partition for gpu 0: ", out, held);
     if held {
         let _ = writeln!(
@@ -339,7 +339,7 @@ pub fn reset(
     }
     let _ = writeln!(out);
     let before = state.logical();
-    if state.any_held() {
+    if state.any_held() || injected_failure(state, path, err) {
         progress(state, "Reloading driver for all AMD GPUs: ", out, true);
         let _ = writeln!(out);
         for l in &before {
@@ -365,6 +365,16 @@ pub fn reset(
         );
     }
     0
+}
+
+/// Consumes one injected reload failure, if the scenario asked for any.
+fn injected_failure(state: &mut SimState, path: &Path, err: &mut dyn Write) -> bool {
+    if state.fail_reloads == 0 {
+        return false;
+    }
+    state.fail_reloads -= 1;
+    save(state, path, err);
+    true
 }
 
 /// Marks the driver as reloading (reads fail meanwhile).

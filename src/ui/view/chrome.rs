@@ -135,6 +135,12 @@ pub fn tabs(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     if state.read_only {
         spans.push(Span::styled("  read-only", theme.get("ui.muted")));
     }
+    if !state.tagged_gpus.is_empty() {
+        spans.push(Span::styled(
+            format!("  tagged: {} GPU(s)", state.tagged_gpus.len()),
+            theme.get("status.warn"),
+        ));
+    }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 

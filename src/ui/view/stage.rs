@@ -28,7 +28,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
     let scope = if st.all {
         format!("all {} GPUs", snap.gpus.len())
     } else {
-        format!("GPU {}", st.gpu)
+        if st.also.is_empty() {
+            format!("GPU {}", st.gpu)
+        } else {
+            format!(
+                "{} GPUs ({}, {})",
+                st.also.len() + 1,
+                st.gpu,
+                st.also.join(", ")
+            )
+        }
     };
     let mut lines = vec![Line::from(vec![
         Span::styled("scope ", theme.get("table.header")),
