@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn bench(name: &str, mut f: impl FnMut()) {
+fn bench(name: &str, mut f: impl FnMut()) -> Duration {
     for _ in 0..20 {
         f();
     }
@@ -53,6 +53,7 @@ fn bench(name: &str, mut f: impl FnMut()) {
         "{name:<44} median {:>9.1} µs   p95 {:>9.1} µs   ({n} runs x 50)",
         samples[25], samples[47]
     );
+    Duration::from_secs_f64(samples[25] / 1e6)
 }
 
 fn raw(rec: &Recording, args: &[&str]) -> RawOutput {
@@ -111,7 +112,7 @@ fn main() {
         process.stdout.len() / 1024
     );
 
-    bench("parse metric + process (64 logical GPUs)", || {
+    let _ = bench("parse metric + process (64 logical GPUs)", || {
         let m = parse_per_gpu::<MetricEntry>(black_box(metric.clone())).unwrap();
         let p = parse_per_gpu::<ProcessEntry>(black_box(process.clone())).unwrap();
         black_box((m, p));
@@ -150,6 +151,7 @@ fn main() {
             update(&mut state, Msg::Snapshot(Arc::clone(&snap)));
         },
     );
+    kernel_vs_amdsmi(&metric, &process);
     let theme = Theme::load("default", Path::new("/nonexistent")).0;
     for (w, h) in [(80u16, 24u16), (250, 70)] {
         update(&mut state, Msg::Resize(w, h));
@@ -169,4 +171,167 @@ fn main() {
             );
         }
     }
+}
+
+/// Writes a kernel tree like a CPX/NPS4 node of 8 MI300X (64 logical GPUs) with `procs` ROCm
+/// processes, each holding /dev/kfd and one render node, with KFD files and an fdinfo. The
+/// binary tables are the fixture's.
+fn kernel_tree(root: &Path, procs: u32) {
+    use std::fs::{create_dir_all, write};
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/mi300x-cpx-nps4");
+    let pci = "sys/devices/pci0000:00/0000:00:01.1/0000:0c:00.0";
+    let gm = std::fs::read(fx.join(pci).join("gpu_metrics")).unwrap();
+    let xm = std::fs::read(fx.join(pci).join("xcp/xcp_metrics")).unwrap();
+    let buses = ["05", "26", "46", "65", "85", "a6", "c6", "e5"];
+    let cpu = root.join("sys/class/kfd/kfd/topology/nodes/0");
+    create_dir_all(&cpu).unwrap();
+    write(cpu.join("gpu_id"), "0\n").unwrap();
+    for (g, bus) in buses.iter().enumerate() {
+        let d = root.join(format!("sys/bus/pci/devices/0000:{bus}:00.0"));
+        create_dir_all(d.join("hwmon/hwmon0")).unwrap();
+        create_dir_all(d.join("xcp")).unwrap();
+        for (f, v) in [
+            ("vendor", "0x1002"),
+            ("device", "0x74a1"),
+            ("current_compute_partition", "CPX"),
+            ("current_memory_partition", "NPS4"),
+            ("available_compute_partition", "QPX, CPX"),
+            ("available_memory_partition", "NPS1, NPS4"),
+            ("mem_info_vram_total", "205822885888"),
+            ("hwmon/hwmon0/temp2_input", "52000"),
+            ("hwmon/hwmon0/temp3_input", "44000"),
+            ("hwmon/hwmon0/power1_input", "312000000"),
+            ("hwmon/hwmon0/power1_cap", "750000000"),
+        ] {
+            write(d.join(f), format!("{v}\n")).unwrap();
+        }
+        write(d.join("gpu_metrics"), &gm).unwrap();
+        write(d.join("xcp/xcp_metrics"), &xm).unwrap();
+        let bus_n = u32::from_str_radix(bus, 16).unwrap();
+        for p in 0..8u32 {
+            let node = g as u32 * 8 + p + 1;
+            let minor = 128 + g as u32 * 8 + p;
+            let n = root.join(format!("sys/class/kfd/kfd/topology/nodes/{node}"));
+            create_dir_all(n.join("mem_banks/0")).unwrap();
+            write(n.join("gpu_id"), format!("{}\n", 1000 + node)).unwrap();
+            write(n.join("properties"), format!("cpu_cores_count 0\nsimd_count 152\nnum_xcc 1\ndrm_render_minor {minor}\nlocation_id {}\ndomain 0\n", (bus_n << 8) | p)).unwrap();
+            write(
+                n.join("mem_banks/0/properties"),
+                "heap_type 1\nsize_in_bytes 25727860736\n",
+            )
+            .unwrap();
+            if p > 0 {
+                let x = root.join(format!("sys/devices/platform/amdgpu_xcp_{minor}"));
+                create_dir_all(x.join(format!("drm/renderD{minor}"))).unwrap();
+                create_dir_all(x.join("xcp")).unwrap();
+                write(x.join("xcp/xcp_metrics"), &xm).unwrap();
+                write(x.join(format!("drm/renderD{minor}/device")), "../..").unwrap();
+                create_dir_all(root.join("sys/class/drm")).unwrap();
+                write(
+                    root.join(format!("sys/class/drm/renderD{minor}")),
+                    format!("../../devices/platform/amdgpu_xcp_{minor}/drm/renderD{minor}"),
+                )
+                .unwrap();
+            }
+        }
+    }
+    for i in 0..procs {
+        let pid = 10_000 + i;
+        let node = i % 64 + 1;
+        let minor = 127 + node;
+        let d = root.join(format!("proc/{pid}"));
+        create_dir_all(d.join("fd")).unwrap();
+        create_dir_all(d.join("fdinfo")).unwrap();
+        write(d.join("comm"), "python3\n").unwrap();
+        write(d.join("cmdline"), "python3\0serve.py\0").unwrap();
+        write(
+            d.join("environ"),
+            format!("HIP_VISIBLE_DEVICES={}\0", node - 1),
+        )
+        .unwrap();
+        write(d.join("fd/0"), "/dev/null").unwrap();
+        write(d.join("fd/3"), "/dev/kfd").unwrap();
+        write(d.join("fd/4"), format!("/dev/dri/renderD{minor}")).unwrap();
+        write(d.join("fdinfo/4"), format!("pos:\t0\nflags:\t02100002\ndrm-driver:\tamdgpu\ndrm-client-id:\t{pid}\ndrm-pdev:\t0000:05:00.0\npasid:\t{pid}\ndrm-resident-vram:\t512 MiB\ndrm-resident-gtt:\t2 MiB\ndrm-engine-compute:\t{} ns\n", u64::from(pid) * 1000)).unwrap();
+        let k = root.join(format!("sys/class/kfd/kfd/proc/{pid}"));
+        create_dir_all(k.join(format!("stats_{}", 1000 + node))).unwrap();
+        write(k.join(format!("vram_{}", 1000 + node)), "536870912\n").unwrap();
+        write(k.join(format!("sdma_{}", 1000 + node)), "1000\n").unwrap();
+        write(
+            k.join(format!("stats_{}/cu_occupancy", 1000 + node)),
+            "12\n",
+        )
+        .unwrap();
+    }
+}
+
+/// The kernel collector on a 64-GPU, 2,000-process tree, and, in the same run, the amd-smi path
+/// for the same node size: the simulator's amd-smi as a subprocess (metric + process, as each
+/// sample runs them) plus parsing.
+fn kernel_vs_amdsmi(metric: &RawOutput, process: &RawOutput) {
+    let dir = tempfile::tempdir().unwrap();
+    kernel_tree(dir.path(), 2000);
+    let mut k = partop::collect::sysfs::SysfsCollector::new(partop::collect::holders::Roots {
+        proc_root: dir.path().join("proc"),
+        sys_root: dir.path().join("sys"),
+        dev_root: "/dev".into(),
+    });
+    let s = k.sample();
+    assert_eq!(s.logical_count(), 64);
+    assert_eq!(s.processes.len(), 2000);
+    let kernel = bench(
+        "kernel collector sample (64 logical GPUs, 2,000 processes)",
+        || {
+            black_box(k.sample());
+        },
+    );
+    if let Some(keep) = std::env::var_os("PARTOP_BENCH_TREE") {
+        // For `strace -c` of `partop --source sysfs` on the same tree (docs/performance.md).
+        kernel_tree(Path::new(&keep), 2000);
+    }
+    let exe = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/partop");
+    if !exe.exists() {
+        println!("(amd-smi path skipped: build target/release/partop first)");
+        return;
+    }
+    let state = dir.path().join("sim.json");
+    let st = std::process::Command::new(&exe)
+        .args(["sim", "start", "cpx-64-busy", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let run = |args: &[&str]| {
+        std::process::Command::new(&exe)
+            .args(["sim", "amd-smi", "--state"])
+            .arg(&state)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let amd = bench(
+        "amd-smi path: fake amd-smi metric + process subprocesses + parse",
+        || {
+            let m = run(&ARGS_METRIC);
+            let p = run(&ARGS_PROCESS);
+            let mo = RawOutput {
+                stdout: String::from_utf8_lossy(&m.stdout).into_owned(),
+                ..metric.clone()
+            };
+            let po = RawOutput {
+                stdout: String::from_utf8_lossy(&p.stdout).into_owned(),
+                ..process.clone()
+            };
+            black_box(parse_per_gpu::<MetricEntry>(mo).unwrap());
+            black_box(parse_per_gpu::<ProcessEntry>(po).unwrap());
+        },
+    );
+    let _ = std::process::Command::new(&exe)
+        .args(["sim", "stop", "--state"])
+        .arg(&state)
+        .output();
+    println!(
+        "ratio: the amd-smi path (with partop's own fast fake amd-smi) costs {:.1}x the kernel collector",
+        amd.as_secs_f64() / kernel.as_secs_f64()
+    );
 }

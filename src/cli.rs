@@ -58,6 +58,16 @@ pub struct SourceArgs {
     /// brings its own).
     #[arg(long, value_name = "FILE", global = true)]
     pub models: Option<PathBuf>,
+    /// Where values come from: amd-smi overlaid with the kernel's fresher values (auto),
+    /// amd-smi only, or the kernel only (sysfs, KFD, fdinfo; no partition changes).
+    #[arg(long, value_enum, default_value_t = crate::collect::sysfs::SourceMode::Auto, global = true)]
+    pub source: crate::collect::sysfs::SourceMode,
+    /// Root of sysfs for the kernel collector (a captured tree, for tests and bug reports).
+    #[arg(long, value_name = "DIR", default_value = "/sys", global = true)]
+    pub sysfs_root: PathBuf,
+    /// Root of procfs for the kernel collector.
+    #[arg(long, value_name = "DIR", default_value = "/proc", global = true)]
+    pub proc_root: PathBuf,
     /// Per-call amd-smi time limit in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
     pub timeout: f64,

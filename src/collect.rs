@@ -9,4 +9,5 @@ pub mod host;
 pub mod kfd;
 pub mod procinfo;
 pub mod served;
+pub mod sysfs;
 pub mod task;

@@ -57,6 +57,11 @@ pub struct Node {
     pub sim_state: Option<PathBuf>,
     /// The served-model registry, when there is one.
     pub models: Option<PathBuf>,
+    /// Where values come from, and the kernel collector's roots.
+    pub kernel: Option<(
+        crate::collect::sysfs::SourceMode,
+        crate::collect::holders::Roots,
+    )>,
 }
 
 impl Node {
@@ -66,6 +71,14 @@ impl Node {
         c.simulated = self.sim_state.is_some();
         c.holder_roots.clone_from(&self.roots);
         c.models = Some(self.prober());
+        if let Some((mode, roots)) = &self.kernel
+            && *mode != crate::collect::sysfs::SourceMode::AmdSmi
+        {
+            let mut k = crate::collect::sysfs::SysfsCollector::new(roots.clone());
+            k.simulated = c.simulated;
+            c.sysfs = Some(k);
+            c.sysfs_only = *mode == crate::collect::sysfs::SourceMode::Sysfs;
+        }
         c
     }
 
@@ -130,6 +143,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
                     .unwrap_or_else(|| session::registry_path(&state)),
             ),
             sim_state: Some(state.clone()),
+            kernel: None,
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
         });
@@ -142,6 +156,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             sim: None,
             scenario: Some(st.scenario),
             roots: Some(session::roots(state)),
+            kernel: None,
             models: Some(
                 src.models
                     .clone()
@@ -159,6 +174,27 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             roots: None,
             sim_state: None,
             models: src.models.clone(),
+            kernel: None,
+        });
+    }
+    let kernel_roots = crate::collect::holders::Roots {
+        proc_root: src.proc_root.clone(),
+        sys_root: src.sysfs_root.clone(),
+        dev_root: "/dev".into(),
+    };
+    if src.source == crate::collect::sysfs::SourceMode::Sysfs {
+        // The kernel only: amd-smi is never run (and need not exist).
+        return Ok(Node {
+            source: CommandSource::Live(Runner {
+                timeout,
+                ..Runner::new(PathBuf::from("amd-smi"))
+            }),
+            sim: None,
+            scenario: None,
+            roots: Some(kernel_roots.clone()),
+            sim_state: None,
+            models: src.models.clone(),
+            kernel: Some((src.source, kernel_roots)),
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
@@ -170,6 +206,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         sim: None,
         scenario: None,
         roots: Some(crate::collect::holders::Roots::host()),
+        kernel: Some((src.source, kernel_roots)),
         sim_state: None,
         models: src.models.clone().or_else(|| {
             let p = crate::paths::config_dir().join("models.toml");

@@ -110,6 +110,7 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
         roots: Some(partop::sim::session::roots(&node.state)),
         sim_state: Some(node.state.clone()),
         models: Some(partop::sim::session::registry_path(&node.state)),
+        kernel: None,
     };
     let mut c = n.collector();
     let rt = tokio::runtime::Builder::new_current_thread()

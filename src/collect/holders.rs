@@ -59,6 +59,8 @@ pub struct Holder {
     pub kfd: bool,
     /// Render minors open (129 = renderD129).
     pub render_minors: Vec<u32>,
+    /// Each render-node fd and its minor (for fdinfo).
+    pub drm_fds: Vec<(u32, u32)>,
     /// comm.
     pub comm: Option<String>,
     /// Visible-device variables, when the environment was readable.
@@ -128,10 +130,13 @@ pub fn scan(roots: &Roots) -> Vec<Holder> {
             };
             if t == kfd_path {
                 h.kfd = true;
-            } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok())
-                && !h.render_minors.contains(&m)
-            {
-                h.render_minors.push(m);
+            } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok()) {
+                if let Some(fd) = fd.file_name().to_str().and_then(|s| s.parse().ok()) {
+                    h.drm_fds.push((fd, m));
+                }
+                if !h.render_minors.contains(&m) {
+                    h.render_minors.push(m);
+                }
             }
         }
         if !h.kfd && h.render_minors.is_empty() {

@@ -19,6 +19,10 @@ pub struct KfdNode {
     pub location_id: u32,
     /// SIMDs (CUs x 4).
     pub simd_count: u32,
+    /// XCCs in this node (partition).
+    pub num_xcc: u32,
+    /// Its memory bank, bytes (`mem_banks/0/properties size_in_bytes`).
+    pub mem_bytes: Option<u64>,
 }
 
 impl KfdNode {
@@ -74,6 +78,10 @@ pub fn topology(sys_root: &Path) -> Vec<KfdNode> {
                 domain: u32_of("domain").unwrap_or(0),
                 location_id: u32_of("location_id").unwrap_or(0),
                 simd_count: u32_of("simd_count").unwrap_or(0),
+                num_xcc: u32_of("num_xcc").unwrap_or(1),
+                mem_bytes: std::fs::read_to_string(e.path().join("mem_banks/0/properties"))
+                    .ok()
+                    .and_then(|t| props(&t, "size_in_bytes")),
             })
         })
         .collect();

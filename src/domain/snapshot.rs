@@ -168,6 +168,9 @@ pub struct GpuUse {
     /// It has this GPU's render node open.
     #[serde(default)]
     pub render_open: bool,
+    /// Busy percent per DRM engine (`dec`, `enc`, `compute`, ...) from fdinfo deltas.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub engine_percent: std::collections::BTreeMap<String, f64>,
 }
 
 impl GpuUse {

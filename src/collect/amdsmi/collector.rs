@@ -41,6 +41,10 @@ pub struct AmdSmiCollector {
     samples: u64,
     /// Served models: registry, discovery and probes (live nodes only).
     pub models: Option<crate::collect::served::ModelProber>,
+    /// The kernel collector (`--source auto|sysfs`).
+    pub sysfs: Option<crate::collect::sysfs::SysfsCollector>,
+    /// `--source sysfs`: amd-smi is never run.
+    pub sysfs_only: bool,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -86,6 +90,8 @@ impl AmdSmiCollector {
             kfd_nodes: Vec::new(),
             samples: 0,
             models: None,
+            sysfs: None,
+            sysfs_only: false,
         }
     }
 
@@ -216,6 +222,16 @@ impl AmdSmiCollector {
 
     /// One collection. Never fails: errors become source health, and the last good values stay.
     pub async fn sample(&mut self) -> Snapshot {
+        if self.sysfs_only
+            && let Some(k) = self.sysfs.as_mut()
+        {
+            let mut snap = k.sample();
+            crate::collect::procinfo::enrich(&mut snap, &k.roots.proc_root.clone());
+            if let Some(prober) = self.models.as_mut() {
+                snap.models = prober.observe(&snap).await;
+            }
+            return snap;
+        }
         self.read_version().await;
         if self.statics.is_none() {
             let t = std::time::Instant::now();
@@ -296,6 +312,10 @@ impl AmdSmiCollector {
                     }
                 }
             }
+        }
+        if let (Some(k), CommandSource::Live(_)) = (self.sysfs.as_mut(), &self.source) {
+            let ks = k.sample();
+            crate::collect::sysfs::overlay(&mut snap, &ks);
         }
         if let Some(prober) = self.models.as_mut() {
             if matches!(self.source, CommandSource::Live(_)) {
