@@ -235,21 +235,30 @@ fn kernel_tree(root: &Path, procs: u32) {
             }
         }
     }
+    // `procs` processes, like a busy host: two GPU processes per logical GPU (a ROCm server
+    // holding /dev/kfd and its render node, with KFD files and an fdinfo), the rest ordinary
+    // processes with a few fds.
     for i in 0..procs {
         let pid = 10_000 + i;
-        let node = i % 64 + 1;
-        let minor = 127 + node;
         let d = root.join(format!("proc/{pid}"));
         create_dir_all(d.join("fd")).unwrap();
         create_dir_all(d.join("fdinfo")).unwrap();
         write(d.join("comm"), "python3\n").unwrap();
         write(d.join("cmdline"), "python3\0serve.py\0").unwrap();
+        write(d.join("fd/0"), "/dev/null").unwrap();
+        write(d.join("fd/1"), "pipe:[1234]").unwrap();
+        write(d.join("fd/2"), "pipe:[1234]").unwrap();
+        write(d.join("fd/5"), "socket:[99]").unwrap();
+        if i >= 128 {
+            continue;
+        }
+        let node = i % 64 + 1;
+        let minor = 127 + node;
         write(
             d.join("environ"),
             format!("HIP_VISIBLE_DEVICES={}\0", node - 1),
         )
         .unwrap();
-        write(d.join("fd/0"), "/dev/null").unwrap();
         write(d.join("fd/3"), "/dev/kfd").unwrap();
         write(d.join("fd/4"), format!("/dev/dri/renderD{minor}")).unwrap();
         write(d.join("fdinfo/4"), format!("pos:\t0\nflags:\t02100002\ndrm-driver:\tamdgpu\ndrm-client-id:\t{pid}\ndrm-pdev:\t0000:05:00.0\npasid:\t{pid}\ndrm-resident-vram:\t512 MiB\ndrm-resident-gtt:\t2 MiB\ndrm-engine-compute:\t{} ns\n", u64::from(pid) * 1000)).unwrap();
@@ -263,6 +272,7 @@ fn kernel_tree(root: &Path, procs: u32) {
         )
         .unwrap();
     }
+    write(root.join("sys/class/kfd/kfd/topology/generation_id"), "1\n").unwrap();
 }
 
 /// The kernel collector on a 64-GPU, 2,000-process tree, and, in the same run, the amd-smi path
@@ -278,13 +288,20 @@ fn kernel_vs_amdsmi(metric: &RawOutput, process: &RawOutput) {
     });
     let s = k.sample();
     assert_eq!(s.logical_count(), 64);
-    assert_eq!(s.processes.len(), 2000);
+    assert_eq!(s.processes.len(), 128);
+    // Steady state: the layout and the holders are known; only values are read. Every
+    // `full_scan_every` (5) samples the /proc fd scan runs too (measured next).
+    k.full_scan_every = u64::MAX;
     let kernel = bench(
-        "kernel collector sample (64 logical GPUs, 2,000 processes)",
+        "kernel sample, steady (64 GPUs, 2,000 procs, 128 on GPUs)",
         || {
             black_box(k.sample());
         },
     );
+    k.full_scan_every = 1;
+    let _ = bench("kernel sample, full /proc fd scan (same node)", || {
+        black_box(k.sample());
+    });
     if let Some(keep) = std::env::var_os("PARTOP_BENCH_TREE") {
         // For `strace -c` of `partop --source sysfs` on the same tree (docs/performance.md).
         kernel_tree(Path::new(&keep), 2000);

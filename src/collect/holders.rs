@@ -99,74 +99,75 @@ pub fn agent_of(comm: &str, cmdline: &str) -> Option<String> {
 
 /// Scans every process's open files for GPU device nodes.
 pub fn scan(roots: &Roots) -> Vec<Holder> {
+    let Ok(procs) = std::fs::read_dir(&roots.proc_root) else {
+        return Vec::new();
+    };
+    let own = std::process::id();
+    let mut out: Vec<Holder> = procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| *pid != own)
+        .filter_map(|pid| scan_pid(roots, pid))
+        .collect();
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// One process's GPU device files, or `None` when it holds none (or is gone).
+pub fn scan_pid(roots: &Roots, pid: u32) -> Option<Holder> {
     let kfd_path = roots.dev_root.join("kfd").to_string_lossy().into_owned();
     let dri = roots
         .dev_root
         .join("dri/renderD")
         .to_string_lossy()
         .into_owned();
-    let Ok(procs) = std::fs::read_dir(&roots.proc_root) else {
-        return Vec::new();
+    let dir = roots.proc_root.join(pid.to_string());
+    let fds = std::fs::read_dir(dir.join("fd")).ok()?;
+    let mut h = Holder {
+        pid,
+        ..Holder::default()
     };
-    let own = std::process::id();
-    let mut out = Vec::new();
-    for e in procs.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+    for fd in fds.flatten() {
+        let Some(t) = target(&fd.path()) else {
             continue;
         };
-        if pid == own {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        let mut h = Holder {
-            pid,
-            ..Holder::default()
-        };
-        for fd in fds.flatten() {
-            let Some(t) = target(&fd.path()) else {
-                continue;
-            };
-            if t == kfd_path {
-                h.kfd = true;
-            } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok()) {
-                if let Some(fd) = fd.file_name().to_str().and_then(|s| s.parse().ok()) {
-                    h.drm_fds.push((fd, m));
-                }
-                if !h.render_minors.contains(&m) {
-                    h.render_minors.push(m);
-                }
+        if t == kfd_path {
+            h.kfd = true;
+        } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok()) {
+            if let Some(fd) = fd.file_name().to_str().and_then(|s| s.parse().ok()) {
+                h.drm_fds.push((fd, m));
+            }
+            if !h.render_minors.contains(&m) {
+                h.render_minors.push(m);
             }
         }
-        if !h.kfd && h.render_minors.is_empty() {
-            continue;
-        }
-        h.render_minors.sort_unstable();
-        h.comm = std::fs::read_to_string(e.path().join("comm"))
-            .ok()
-            .map(|s| s.trim().to_string());
-        let cmdline = std::fs::read(e.path().join("cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        h.agent = agent_of(h.comm.as_deref().unwrap_or(""), &cmdline);
-        match std::fs::read(e.path().join("environ")) {
-            Ok(env) => {
-                for kv in env.split(|b| *b == 0) {
-                    let kv = String::from_utf8_lossy(kv);
-                    if let Some((k, v)) = kv.split_once('=')
-                        && VISIBLE_VARS.contains(&k)
-                    {
-                        h.visible.insert(k.to_string(), v.to_string());
-                    }
-                }
-            }
-            Err(err) => h.environ_error = Some(err.to_string()),
-        }
-        out.push(h);
     }
-    out.sort_by_key(|h| h.pid);
-    out
+    if !h.kfd && h.render_minors.is_empty() {
+        return None;
+    }
+    h.render_minors.sort_unstable();
+    h.drm_fds.sort_unstable();
+    h.comm = std::fs::read_to_string(dir.join("comm"))
+        .ok()
+        .map(|s| s.trim().to_string());
+    let cmdline = std::fs::read(dir.join("cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default();
+    h.agent = agent_of(h.comm.as_deref().unwrap_or(""), &cmdline);
+    match std::fs::read(dir.join("environ")) {
+        Ok(env) => {
+            for kv in env.split(|b| *b == 0) {
+                let kv = String::from_utf8_lossy(kv);
+                if let Some((k, v)) = kv.split_once('=')
+                    && VISIBLE_VARS.contains(&k)
+                {
+                    h.visible.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        Err(err) => h.environ_error = Some(err.to_string()),
+    }
+    Some(h)
 }
 
 /// Merges holders and KFD per-process use into a snapshot: adds processes amd-smi does not list,

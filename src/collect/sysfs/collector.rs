@@ -25,17 +25,65 @@ use std::path::{Path, PathBuf};
 /// Source name in snapshots.
 pub const SRC: &str = "sysfs";
 
-/// The collector and what it keeps between samples (engine counters for busy percent).
+/// The collector and what it keeps between samples. The layout (KFD nodes, each device's
+/// files and modes) is re-read only when the KFD topology's `generation_id` changes (a reload
+/// or repartition rebuilds it); the /proc fd scan runs every `full_scan_every` samples, with
+/// new ROCm processes picked up at once from `/sys/class/kfd/kfd/proc`; fdinfo of ROCm
+/// processes (whose compute is not in fdinfo) is re-read on full scans only. That keeps a
+/// steady-state sample to a few syscalls per GPU and per GPU process.
 #[derive(Debug)]
 pub struct SysfsCollector {
     /// Roots (`--sysfs-root`, `--proc-root`; `/dev` is only a prefix for fd targets).
     pub roots: Roots,
+    /// Full /proc fd scan every this many samples (1 = always).
+    pub full_scan_every: u64,
     /// Previous engine counters: (pdev, client id, engine) → (ns, monotonic ns of the read).
     prev: HashMap<(String, u64, String), (u64, u64)>,
+    layout: Option<(String, Vec<KfdNode>, Vec<DeviceFiles>)>,
+    holders: Vec<holders::Holder>,
+    kfd_ids: HashMap<u32, Vec<u64>>,
+    fdinfo_cache: HashMap<(u32, u32), fdinfo::Client>,
+    samples: u64,
     generation: u64,
     host: String,
     /// Marks snapshots as simulated.
     pub simulated: bool,
+}
+
+/// A device's files and what does not change until the next topology generation.
+#[derive(Debug, Clone)]
+struct DeviceFiles {
+    bdf: String,
+    dir: PathBuf,
+    device_id: Option<String>,
+    compute: Result<String, String>,
+    memory: Result<String, String>,
+    available_compute: Option<String>,
+    available_memory: Option<String>,
+    vram_total: Option<u64>,
+    hwmon: Option<PathBuf>,
+    /// Each partition's own `xcp_metrics`, by partition id.
+    xcp_files: Vec<(u32, PathBuf)>,
+}
+
+/// Reads a small sysfs/procfs file with open + read + close (no stat, no size hint).
+fn read_small(p: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::Read as _;
+    buf.clear();
+    let mut f = std::fs::File::open(p)?;
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = f.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn small_num(p: &Path, buf: &mut Vec<u8>) -> Option<u64> {
+    read_small(p, buf).ok()?;
+    std::str::from_utf8(buf).ok()?.trim().parse().ok()
 }
 
 /// Follows `rel` from `base` one component at a time through symlinks, and through their
@@ -94,11 +142,61 @@ fn modes<T: std::str::FromStr>(s: &str) -> Vec<T> {
     s.split(',').filter_map(|m| m.trim().parse().ok()).collect()
 }
 
-/// One PCI GPU device as sysfs shows it.
-struct Device {
-    bdf: String,
-    dir: PathBuf,
-    metrics: Result<GpuMetrics, String>,
+fn num_hex(p: &Path) -> Option<u64> {
+    let t = text(p).ok()?;
+    u64::from_str_radix(t.trim_start_matches("0x"), 16).ok()
+}
+
+static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// The layout: AMD PCI devices with partition files, their static files, and each
+/// partition's own metrics file.
+fn device_files(sys: &Path, nodes: &[KfdNode]) -> Vec<DeviceFiles> {
+    let dir = sys.join("bus/pci/devices");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<DeviceFiles> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let path = follow(&dir, &name);
+            if num_hex(&path.join("vendor")) != Some(0x1002)
+                || !path.join("current_compute_partition").exists()
+            {
+                return None;
+            }
+            let bdf = name
+                .rsplit_once('.')
+                .map_or(name.clone(), |(b, _)| b.to_string());
+            let mut xcp_files = vec![(0, path.join("xcp/xcp_metrics"))];
+            for n in nodes.iter().filter(|n| n.bdf() == bdf && n.partition() > 0) {
+                if let Some(m) = n.render_minor {
+                    xcp_files.push((
+                        n.partition(),
+                        follow(sys, &format!("class/drm/renderD{m}/device"))
+                            .join("xcp/xcp_metrics"),
+                    ));
+                }
+            }
+            Some(DeviceFiles {
+                device_id: text(&path.join("device")).ok(),
+                compute: text(&path.join("current_compute_partition")),
+                memory: text(&path.join("current_memory_partition")),
+                available_compute: text(&path.join("available_compute_partition")).ok(),
+                available_memory: text(&path.join("available_memory_partition")).ok(),
+                vram_total: num(&path.join("mem_info_vram_total")),
+                hwmon: std::fs::read_dir(path.join("hwmon"))
+                    .ok()
+                    .and_then(|mut e| e.find_map(|x| x.ok().map(|x| x.path()))),
+                bdf,
+                dir: path,
+                xcp_files,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    out
 }
 
 impl SysfsCollector {
@@ -106,44 +204,17 @@ impl SysfsCollector {
     pub fn new(roots: Roots) -> Self {
         Self {
             roots,
+            full_scan_every: 5,
             prev: HashMap::new(),
+            layout: None,
+            holders: Vec::new(),
+            kfd_ids: HashMap::new(),
+            fdinfo_cache: HashMap::new(),
+            samples: 0,
             generation: 0,
             host: host::hostname(),
             simulated: false,
         }
-    }
-
-    fn devices(&self) -> Vec<Device> {
-        let dir = self.roots.sys_root.join("bus/pci/devices");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut out: Vec<Device> = entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let path = follow(&dir, &name);
-                (num_hex(&path.join("vendor")) == Some(0x1002)
-                    && path.join("current_compute_partition").exists())
-                .then(|| {
-                    let metrics = std::fs::read(path.join("gpu_metrics"))
-                        .map_err(|e| format!("{}/gpu_metrics: {e}", path.display()))
-                        .and_then(|b| {
-                            gpu_metrics::parse(&b)
-                                .map_err(|e| format!("{}/gpu_metrics: {e}", path.display()))
-                        });
-                    Device {
-                        bdf: name
-                            .rsplit_once('.')
-                            .map_or(name.clone(), |(b, _)| b.to_string()),
-                        dir: path,
-                        metrics,
-                    }
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.bdf.cmp(&b.bdf));
-        out
     }
 
     /// Samples now.
@@ -157,6 +228,26 @@ impl SysfsCollector {
         self.sample_at(mono, clock::now_ms())
     }
 
+    /// Re-reads the layout when the topology generation changed; true when it did.
+    fn refresh_layout(&mut self, buf: &mut Vec<u8>) -> bool {
+        let sys = &self.roots.sys_root;
+        let gen_id = read_small(&sys.join("class/kfd/kfd/topology/generation_id"), buf)
+            .ok()
+            .map(|()| String::from_utf8_lossy(buf).trim().to_string())
+            .unwrap_or_default();
+        if self
+            .layout
+            .as_ref()
+            .is_some_and(|(g, _, _)| *g == gen_id && !g.is_empty())
+        {
+            return false;
+        }
+        let nodes = kfd::topology(sys);
+        let devices = device_files(sys, &nodes);
+        self.layout = Some((gen_id, nodes, devices));
+        true
+    }
+
     /// Samples with the given clocks (monotonic ns for rates, wall ms for ages): tests replay
     /// two fdinfo reads a known time apart.
     #[expect(
@@ -166,9 +257,9 @@ impl SysfsCollector {
     pub fn sample_at(&mut self, mono_ns: u64, now_ms: u64) -> Snapshot {
         let t0 = std::time::Instant::now();
         self.generation += 1;
-        let sys = self.roots.sys_root.clone();
-        let nodes = kfd::topology(&sys);
-        let devices = self.devices();
+        let mut buf = Vec::with_capacity(8192);
+        let relaid = self.refresh_layout(&mut buf);
+        let (_, nodes, devices) = self.layout.clone().unwrap_or_default();
         let mut gpus = kfd::gpus_from_topology(&nodes, now_ms);
         // Physical GPUs with no KFD node (KFD not loaded, or a driver reloading) still show.
         for d in &devices {
@@ -187,8 +278,7 @@ impl SysfsCollector {
                 continue;
             };
             let at = |f: &str| format!("{}/{f}", d.dir.display());
-            let dev_id = text(&d.dir.join("device")).ok();
-            if let Some(p) = crate::domain::product::identify(dev_id.as_deref(), None) {
+            if let Some(p) = crate::domain::product::identify(d.device_id.as_deref(), None) {
                 g.product = p.market_name.to_string();
                 g.product_key = Some(p.key.to_string());
                 g.xcd_count = Some(p.xcds);
@@ -206,8 +296,8 @@ impl SysfsCollector {
                     None,
                 );
             }
-            g.device_id = dev_id;
-            match text(&d.dir.join("current_compute_partition")) {
+            g.device_id.clone_from(&d.device_id);
+            match &d.compute {
                 Ok(s) => {
                     g.compute_partition = s.parse::<ComputeMode>().ok();
                     note(
@@ -219,9 +309,9 @@ impl SysfsCollector {
                         None,
                     );
                 }
-                Err(e) => warnings.push(e),
+                Err(e) => warnings.push(e.clone()),
             }
-            match text(&d.dir.join("current_memory_partition")) {
+            match &d.memory {
                 Ok(s) => {
                     g.memory_partition = s.parse::<MemoryMode>().ok();
                     note(
@@ -233,10 +323,10 @@ impl SysfsCollector {
                         None,
                     );
                 }
-                Err(e) => warnings.push(e),
+                Err(e) => warnings.push(e.clone()),
             }
-            if let Ok(s) = text(&d.dir.join("available_memory_partition")) {
-                g.memory_caps = modes(&s);
+            if let Some(s) = &d.available_memory {
+                g.memory_caps = modes(s);
                 note(
                     &mut g.provenance,
                     "memory_caps",
@@ -248,19 +338,20 @@ impl SysfsCollector {
             }
             // Only the combinations valid now: sysfs lists the compute modes the current memory
             // mode allows (newer drivers), so keep the table's profiles that agree.
-            if let (Ok(s), Some(m)) = (
-                text(&d.dir.join("available_compute_partition")),
-                g.memory_partition,
-            ) {
-                let avail: Vec<ComputeMode> = modes(&s);
+            if let (Some(s), Some(m)) = (&d.available_compute, g.memory_partition) {
+                let avail: Vec<ComputeMode> = modes(s);
                 if !avail.is_empty() {
                     g.profiles
                         .retain(|p| !p.memory.contains(&m) || avail.contains(&p.compute));
                 }
             }
-            g.hbm_bytes = num(&d.dir.join("mem_info_vram_total"));
-            let hw = hwmon(&d.dir);
-            match &d.metrics {
+            g.hbm_bytes = d.vram_total;
+            let metrics = read_small(&d.dir.join("gpu_metrics"), &mut buf)
+                .map_err(|e| format!("{}: {e}", at("gpu_metrics")))
+                .and_then(|()| {
+                    gpu_metrics::parse(&buf).map_err(|e| format!("{}: {e}", at("gpu_metrics")))
+                });
+            match &metrics {
                 Ok(m) => {
                     let src = format!("{} v{}.{}", at("gpu_metrics"), m.revision.0, m.revision.1);
                     g.power_watts = m.socket_power.map(f64::from);
@@ -272,6 +363,7 @@ impl SysfsCollector {
                 }
                 Err(e) => {
                     warnings.push(e.clone());
+                    let hw = hwmon(d.hwmon.as_deref(), &mut buf);
                     g.power_watts = hw.power_w;
                     g.hotspot_celsius = hw.junction_c;
                     g.mem_celsius = hw.mem_c;
@@ -287,13 +379,25 @@ impl SysfsCollector {
                     }
                 }
             }
-            g.power_cap_watts = hw.cap_w;
+            if relaid || g.power_cap_watts.is_none() {
+                g.power_cap_watts = d
+                    .hwmon
+                    .as_deref()
+                    .and_then(|h| small_num(&h.join("power1_cap"), &mut buf))
+                    .map(|v| v as f64 / 1e6);
+            }
             let n = g.partitions.len().max(1);
             for l in &mut g.partitions {
                 let node = nodes.iter().find(|k| Some(k.gpu_id) == l.kfd_id);
                 // This partition's own metrics file, else its block of gpu_metrics, else the
                 // device's XCCs it owns (v1.9).
-                let (busy, src) = partition_busy(&sys, d, node, l.partition_id);
+                let own = d
+                    .xcp_files
+                    .iter()
+                    .find(|(p, _)| *p == l.partition_id)
+                    .map(|(_, f)| f.as_path());
+                let (busy, src) =
+                    partition_busy(own, &metrics, &d.dir, node, l.partition_id, &mut buf);
                 l.gfx_busy_percent = busy;
                 note(
                     &mut l.provenance,
@@ -321,7 +425,7 @@ impl SysfsCollector {
                     l.vram_share_bytes = Some(t / n as u64);
                 }
                 if l.is_primary() {
-                    if let Ok(m) = &d.metrics {
+                    if let Ok(m) = &metrics {
                         l.umc_busy_percent = m.umc_activity.map(f64::from);
                         note(
                             &mut l.provenance,
@@ -344,7 +448,11 @@ impl SysfsCollector {
                 }
             }
         }
-        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms);
+        let full = relaid
+            || self.full_scan_every <= 1
+            || self.samples.is_multiple_of(self.full_scan_every);
+        self.samples += 1;
+        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, full, &mut buf);
         // Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has
         // only the device-wide figure).
         for g in &mut gpus {
@@ -402,52 +510,96 @@ impl SysfsCollector {
         }
     }
 
+    /// Who holds GPUs now: a full fd scan, or the known holders (those still in KFD's process
+    /// list, DRM-only ones until their fdinfo disappears) plus any new KFD process.
+    fn refresh_holders(&mut self, full: bool) {
+        let kfd_pids: Vec<u32> = std::fs::read_dir(self.roots.sys_root.join("class/kfd/kfd/proc"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if full {
+            self.holders = holders::scan(&self.roots);
+            self.kfd_ids.clear();
+            self.fdinfo_cache.clear();
+            return;
+        }
+        self.holders.retain(|h| !h.kfd || kfd_pids.contains(&h.pid));
+        let own = std::process::id();
+        for pid in kfd_pids {
+            if pid != own
+                && !self.holders.iter().any(|h| h.pid == pid)
+                && let Some(h) = holders::scan_pid(&self.roots, pid)
+            {
+                self.holders.push(h);
+            }
+        }
+        self.holders.sort_by_key(|h| h.pid);
+    }
+
     fn processes(
         &mut self,
         nodes: &[KfdNode],
         gpus: &[PhysicalGpu],
         mono_ns: u64,
         now_ms: u64,
+        full: bool,
+        buf: &mut Vec<u8>,
     ) -> Vec<Process> {
-        let logical_of_minor = |minor: u32| {
-            let node = nodes.iter().find(|n| n.render_minor == Some(minor))?;
-            gpus.iter()
-                .flat_map(|g| &g.partitions)
-                .find(|l| l.kfd_id == Some(node.gpu_id))
-                .map(|l| l.gpu_id)
-        };
-        let logical_of_kfd = |id: u64| {
-            gpus.iter()
-                .flat_map(|g| &g.partitions)
-                .find(|l| l.kfd_id == Some(id))
-                .map(|l| (l.gpu_id, l.cu_count))
-        };
-        let holders = holders::scan(&self.roots);
-        let mut seen_clients: Vec<(String, u64)> = Vec::new();
+        self.refresh_holders(full);
+        let logical: HashMap<u64, (u32, Option<u32>)> = gpus
+            .iter()
+            .flat_map(|g| &g.partitions)
+            .filter_map(|l| Some((l.kfd_id?, (l.gpu_id, l.cu_count))))
+            .collect();
+        let by_minor: HashMap<u32, u32> = nodes
+            .iter()
+            .filter_map(|n| Some((n.render_minor?, logical.get(&n.gpu_id)?.0)))
+            .collect();
+        let mut seen_clients: std::collections::HashSet<(String, u64)> =
+            std::collections::HashSet::new();
         let mut next_prev = HashMap::new();
         let mut out = Vec::new();
+        let kfd_dir = self.roots.sys_root.join("class/kfd/kfd/proc");
+        let holders = std::mem::take(&mut self.holders);
+        let mut gone = Vec::new();
         for h in &holders {
             let mut uses: BTreeMap<u32, GpuUse> = BTreeMap::new();
-            // KFD: per-GPU VRAM, SDMA time, CU occupancy.
-            for k in kfd::process_use(&self.roots.sys_root, h.pid).unwrap_or_default() {
-                let Some((id, cus)) = logical_of_kfd(k.gpu_id) else {
-                    continue;
-                };
-                let u = uses.entry(id).or_insert_with(|| GpuUse {
-                    gpu_id: id,
-                    ..GpuUse::default()
+            // KFD: per-GPU VRAM, SDMA time, CU occupancy (the gpu ids it has files for are
+            // listed once per full scan).
+            if h.kfd {
+                let ids = self.kfd_ids.entry(h.pid).or_insert_with(|| {
+                    kfd::process_use(&self.roots.sys_root, h.pid)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|u| u.gpu_id)
+                        .collect()
                 });
-                u.vram_bytes = k.vram_bytes;
-                u.sdma_us = k.sdma_us;
-                u.cu_occupancy = k.cu_occupancy;
-                u.cu_percent = match (k.cu_occupancy, cus) {
-                    (Some(o), Some(c)) if c > 0 => Some(f64::from(o) * 100.0 / f64::from(c)),
-                    _ => None,
-                };
+                let pdir = kfd_dir.join(h.pid.to_string());
+                for id in ids.iter() {
+                    let Some((lid, cus)) = logical.get(id).copied() else {
+                        continue;
+                    };
+                    let u = uses.entry(lid).or_insert_with(|| GpuUse {
+                        gpu_id: lid,
+                        ..GpuUse::default()
+                    });
+                    u.vram_bytes = small_num(&pdir.join(format!("vram_{id}")), buf);
+                    u.sdma_us = small_num(&pdir.join(format!("sdma_{id}")), buf);
+                    u.cu_occupancy = small_num(&pdir.join(format!("stats_{id}/cu_occupancy")), buf)
+                        .and_then(|v| u32::try_from(v).ok());
+                    u.cu_percent = match (u.cu_occupancy, cus) {
+                        (Some(o), Some(c)) if c > 0 => Some(f64::from(o) * 100.0 / f64::from(c)),
+                        _ => None,
+                    };
+                }
             }
-            // DRM fdinfo: one client per drm-client-id, wherever it appears first.
+            // DRM fdinfo: one client per drm-client-id, wherever it appears first. ROCm
+            // processes' fdinfo (no compute time there) is re-read on full scans only.
             for (fd, minor) in &h.drm_fds {
-                let Some(id) = logical_of_minor(*minor) else {
+                let Some(id) = by_minor.get(minor).copied() else {
                     continue;
                 };
                 let u = uses.entry(id).or_insert_with(|| GpuUse {
@@ -455,20 +607,30 @@ impl SysfsCollector {
                     ..GpuUse::default()
                 });
                 u.render_open = true;
-                let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
-                let Ok(t) = std::fs::read_to_string(&path) else {
-                    continue;
+                let cached = h.kfd && !full && self.fdinfo_cache.contains_key(&(h.pid, *fd));
+                let c = match self.fdinfo_cache.get(&(h.pid, *fd)) {
+                    Some(c) if cached => c.clone(),
+                    _ => {
+                        let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
+                        if read_small(&path, buf).is_err() {
+                            if !h.kfd {
+                                gone.push(h.pid);
+                            }
+                            continue;
+                        }
+                        let c = fdinfo::parse(&String::from_utf8_lossy(buf));
+                        if h.kfd {
+                            self.fdinfo_cache.insert((h.pid, *fd), c.clone());
+                        }
+                        c
+                    }
                 };
-                let c = fdinfo::parse(&t);
                 let key = (
                     c.pdev.clone().unwrap_or_default(),
                     c.client_id.unwrap_or(u64::MAX),
                 );
-                if c.client_id.is_some() {
-                    if seen_clients.contains(&key) {
-                        continue;
-                    }
-                    seen_clients.push(key.clone());
+                if c.client_id.is_some() && !seen_clients.insert(key.clone()) {
+                    continue;
                 }
                 // KFD's figure is the process's own; fdinfo fills what KFD does not give.
                 if u.vram_bytes.is_none() || u.vram_bytes == Some(0) {
@@ -477,6 +639,13 @@ impl SysfsCollector {
                 u.gtt_bytes = Some(u.gtt_bytes.unwrap_or(0) + c.gtt_bytes.unwrap_or(0));
                 for (engine, ns) in &c.engines {
                     let k = (key.0.clone(), key.1, engine.clone());
+                    if cached {
+                        // Not re-read: keep the last counter for the next fresh read.
+                        if let Some(v) = self.prev.get(&k) {
+                            next_prev.insert(k, *v);
+                        }
+                        continue;
+                    }
                     if let Some((ns0, at0)) = self.prev.get(&k)
                         && let Some(p) =
                             fdinfo::busy_percent(*ns0, *ns, mono_ns.saturating_sub(*at0))
@@ -486,36 +655,36 @@ impl SysfsCollector {
                     next_prev.insert(k, (*ns, mono_ns));
                 }
             }
-            let gpus_used: Vec<GpuUse> = uses.into_values().collect();
             let mut p = Process {
                 pid: h.pid,
                 name: h.comm.clone(),
                 holds_kfd: h.kfd,
                 agent: h.agent.clone(),
                 visible_devices: h.visible.clone(),
-                gpus: gpus_used,
+                gpus: uses.into_values().collect(),
                 ..Process::default()
             };
             note(
                 &mut p.provenance,
                 "gpus",
                 SourceKind::Sysfs,
-                "/sys/class/kfd/kfd/proc and /proc/PID/fdinfo",
+                "/sys/class/kfd/kfd/proc (each sample) and /proc/PID/fdinfo (each sample for DRM clients, each full scan for ROCm processes)",
                 now_ms,
                 None,
             );
-            out.push(p);
+            if !gone.contains(&h.pid) {
+                out.push(p);
+            }
         }
+        self.holders = holders
+            .into_iter()
+            .filter(|h| !gone.contains(&h.pid))
+            .collect();
+        self.kfd_ids
+            .retain(|pid, _| self.holders.iter().any(|h| h.pid == *pid));
         self.prev = next_prev;
         out
     }
-}
-
-static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-
-fn num_hex(p: &Path) -> Option<u64> {
-    let t = text(p).ok()?;
-    u64::from_str_radix(t.trim_start_matches("0x"), 16).ok()
 }
 
 struct Hwmon {
@@ -523,63 +692,51 @@ struct Hwmon {
     junction_c: Option<f64>,
     mem_c: Option<f64>,
     power_w: Option<f64>,
-    cap_w: Option<f64>,
 }
 
 /// hwmon of a PCI device: `temp2` junction, `temp3` memory (m°C), `power1_*` (µW). MI300 hides
 /// `temp1`.
-fn hwmon(dev: &Path) -> Hwmon {
-    let dir = std::fs::read_dir(dev.join("hwmon"))
-        .ok()
-        .and_then(|mut e| e.find_map(|x| x.ok().map(|x| x.path())));
+fn hwmon(dir: Option<&Path>, buf: &mut Vec<u8>) -> Hwmon {
     let Some(dir) = dir else {
         return Hwmon {
-            dir: format!("{}/hwmon: none", dev.display()),
+            dir: "no hwmon directory".into(),
             junction_c: None,
             mem_c: None,
             power_w: None,
-            cap_w: None,
         };
     };
     #[expect(clippy::cast_precision_loss, reason = "sensor readings")]
-    let f = |n: &str, scale: f64| num(&dir.join(n)).map(|v| v as f64 / scale);
+    let mut f = |n: &str, scale: f64| small_num(&dir.join(n), buf).map(|v| v as f64 / scale);
     Hwmon {
         junction_c: f("temp2_input", 1000.0),
         mem_c: f("temp3_input", 1000.0),
         power_w: f("power1_input", 1e6).or_else(|| f("power1_average", 1e6)),
-        cap_w: f("power1_cap", 1e6),
         dir: dir.display().to_string(),
     }
 }
 
 /// A partition's GFX busy and where it came from.
 fn partition_busy(
-    sys: &Path,
-    d: &Device,
+    own: Option<&Path>,
+    metrics: &Result<GpuMetrics, String>,
+    dev: &Path,
     node: Option<&KfdNode>,
     partition: u32,
+    buf: &mut Vec<u8>,
 ) -> (Option<f64>, String) {
-    // The partition's own xcp_metrics: XCP 0 under the PCI device, XCP i under the platform
-    // device that carries its render node.
-    let own = if partition == 0 {
-        Some(d.dir.join("xcp/xcp_metrics"))
-    } else {
-        node.and_then(|n| n.render_minor)
-            .map(|m| follow(sys, &format!("class/drm/renderD{m}/device")).join("xcp/xcp_metrics"))
-    };
     if let Some(p) = own
-        && let Ok(b) = std::fs::read(&p)
-        && let Ok(x) = gpu_metrics::parse_xcp(&b)
+        && read_small(p, buf).is_ok()
+        && let Ok(x) = gpu_metrics::parse_xcp(buf)
         && let Some(v) = x.gfx_busy()
     {
         return (Some(v), p.display().to_string());
     }
-    match &d.metrics {
+    match metrics {
         Ok(m) if !m.xcp.is_empty() => {
             let v = m.xcp.get(partition as usize).and_then(XcpStats::gfx_busy);
             (
                 v,
-                format!("{}/gpu_metrics xcp_stats[{partition}]", d.dir.display()),
+                format!("{}/gpu_metrics xcp_stats[{partition}]", dev.display()),
             )
         }
         Ok(m) if !m.xcc_busy.is_empty() => {
@@ -598,14 +755,14 @@ fn partition_busy(
                 v,
                 format!(
                     "{}/gpu_metrics v1.9 gfx_busy_inst[{start}..{}]",
-                    d.dir.display(),
+                    dev.display(),
                     start + n
                 ),
             )
         }
         Ok(_) => (
             None,
-            format!("{}/gpu_metrics has no per-partition block", d.dir.display()),
+            format!("{}/gpu_metrics has no per-partition block", dev.display()),
         ),
         Err(e) => (None, e.clone()),
     }
