@@ -68,6 +68,12 @@ pub struct SourceArgs {
     /// Root of procfs for the kernel collector.
     #[arg(long, value_name = "DIR", default_value = "/proc", global = true)]
     pub proc_root: PathBuf,
+    /// The nvidia-smi executable (NVIDIA nodes without NVML, and MIG changes).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub nvidia_smi: Option<PathBuf>,
+    /// Read an NVIDIA node recorded with `partop nvidia record`.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub nvidia_replay: Option<PathBuf>,
     /// Per-call amd-smi time limit in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
     pub timeout: f64,
@@ -149,6 +155,18 @@ pub enum Cmd {
         /// Print what would be done; send nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// NVIDIA MIG layouts: plan and apply (stage, plan, confirm, execute; journaled).
+    Mig {
+        /// What to do.
+        #[command(subcommand)]
+        action: MigCmd,
+    },
+    /// NVIDIA nodes: record what NVML reports.
+    Nvidia {
+        /// What to do.
+        #[command(subcommand)]
+        action: NvidiaCmd,
     },
     /// Served models: list, start, stop, placement advice, add a discovered server.
     Models {
@@ -245,6 +263,46 @@ pub enum SimCmd {
         #[arg(long)]
         port: u16,
     },
+    /// Create a simulated NVIDIA node (for the fake nvidia-smi: MIG rehearsals).
+    NvidiaInit {
+        /// State file to write.
+        #[arg(long)]
+        state: PathBuf,
+        /// Product (`NVIDIA H200`, `NVIDIA H100 80GB HBM3`).
+        #[arg(long, default_value = "NVIDIA H200")]
+        product: String,
+        /// Number of GPUs.
+        #[arg(long, default_value_t = 1)]
+        gpus: u32,
+    },
+    /// Put a real process on a simulated NVIDIA GPU (it holds it until it exits).
+    NvidiaAttach {
+        /// State file.
+        #[arg(long)]
+        state: PathBuf,
+        /// The process.
+        #[arg(long)]
+        pid: u32,
+        /// GPU index.
+        #[arg(long, default_value_t = 0)]
+        gpu: usize,
+        /// GPU instance (MIG).
+        #[arg(long)]
+        gi: Option<u32>,
+        /// Memory it uses, MiB.
+        #[arg(long, default_value_t = 4096)]
+        mib: u64,
+    },
+    /// Act as nvidia-smi on the simulated NVIDIA node.
+    #[command(name = "nvidia-smi", disable_help_flag = true)]
+    NvidiaSmi {
+        /// State file.
+        #[arg(long)]
+        state: PathBuf,
+        /// nvidia-smi's own arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Reload the simulated driver (what `modprobe -r amdgpu && modprobe amdgpu` does).
     Reload {
         /// State file.
@@ -306,5 +364,54 @@ pub enum ModelsCmd {
         /// Append the entry to the registry file.
         #[arg(long)]
         write: bool,
+    },
+}
+
+/// `partop mig` actions.
+#[derive(Debug, Subcommand)]
+pub enum MigCmd {
+    /// Plan a MIG layout for one NVIDIA GPU and print it (nothing is changed).
+    Plan {
+        /// NVIDIA device index.
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+        /// Target instances: profile names, comma-separated, `NxNAME` repeats (`3x1g.18gb,3g.71gb`);
+        /// `none` disables MIG.
+        #[arg(long)]
+        instances: String,
+        /// Print JSON (what `mig apply` takes).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a saved MIG plan (re-checked against the node first).
+    Apply {
+        /// The plan (JSON from `mig plan --json`).
+        plan: PathBuf,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+        /// Print every command; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Continue an interrupted apply from the journal.
+        #[arg(long)]
+        resume: bool,
+        /// Send SIGKILL to processes that survive the grace period.
+        #[arg(long)]
+        kill_after_grace: bool,
+        /// Seconds between SIGTERM and SIGKILL (or giving up).
+        #[arg(long, default_value_t = 10.0)]
+        grace: f64,
+    },
+}
+
+/// `partop nvidia` actions.
+#[derive(Debug, Subcommand)]
+pub enum NvidiaCmd {
+    /// Record what NVML (or nvidia-smi) reports now, for `--nvidia-replay` and bug reports.
+    Record {
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
     },
 }

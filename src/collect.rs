@@ -7,6 +7,7 @@ pub mod clock;
 pub mod holders;
 pub mod host;
 pub mod kfd;
+pub mod nvidia;
 pub mod procinfo;
 pub mod served;
 pub mod sysfs;

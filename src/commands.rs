@@ -62,6 +62,58 @@ pub struct Node {
         crate::collect::sysfs::SourceMode,
         crate::collect::holders::Roots,
     )>,
+    /// An NVIDIA node, and how it is read.
+    pub nvidia: Option<NvidiaAccess>,
+    /// The nvidia-smi to run.
+    pub nvidia_smi: crate::collect::nvidia::smi::NvidiaSmi,
+}
+
+/// How an NVIDIA node is read.
+#[derive(Debug, Clone)]
+pub enum NvidiaAccess {
+    /// NVML (loaded at run time).
+    Nvml,
+    /// nvidia-smi -q -x.
+    Smi(crate::collect::nvidia::smi::NvidiaSmi),
+    /// A recording.
+    Recorded(crate::collect::nvidia::NvNode),
+}
+
+impl NvidiaAccess {
+    /// A source for a collector (NVML falls back to nvidia-smi when it cannot be loaded).
+    pub fn source(
+        &self,
+        smi: &crate::collect::nvidia::smi::NvidiaSmi,
+    ) -> Box<dyn crate::collect::nvidia::NvSource> {
+        match self {
+            Self::Nvml => match crate::collect::nvidia::nvml::NvmlSource::open() {
+                Ok(s) => Box::new(s),
+                Err(e) => {
+                    log::warn!("{e}; reading nvidia-smi instead");
+                    Box::new(smi.clone())
+                }
+            },
+            Self::Smi(s) => Box::new(s.clone()),
+            Self::Recorded(n) => Box::new(crate::collect::nvidia::Recorded(n.clone())),
+        }
+    }
+}
+
+/// The nvidia-smi to run (`--nvidia-smi`, else on PATH).
+pub fn nvidia_smi(src: &SourceArgs) -> crate::collect::nvidia::smi::NvidiaSmi {
+    crate::collect::nvidia::smi::NvidiaSmi {
+        program: src
+            .nvidia_smi
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("nvidia-smi")),
+        prefix: vec![],
+        timeout: Duration::from_secs_f64(src.timeout.max(0.1)),
+    }
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
 impl Node {
@@ -71,6 +123,9 @@ impl Node {
         c.simulated = self.sim_state.is_some();
         c.holder_roots.clone_from(&self.roots);
         c.models = Some(self.prober());
+        if let Some(n) = &self.nvidia {
+            c.nvidia = Some(n.source(&self.nvidia_smi));
+        }
         if let Some((mode, roots)) = &self.kernel
             && *mode != crate::collect::sysfs::SourceMode::AmdSmi
         {
@@ -144,6 +199,8 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             ),
             sim_state: Some(state.clone()),
             kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
             sim: Some(SimGuard { state }),
             scenario: Some(scenario.name),
         });
@@ -157,6 +214,8 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             scenario: Some(st.scenario),
             roots: Some(session::roots(state)),
             kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
             models: Some(
                 src.models
                     .clone()
@@ -175,6 +234,8 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             sim_state: None,
             models: src.models.clone(),
             kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
         });
     }
     let kernel_roots = crate::collect::holders::Roots {
@@ -195,6 +256,51 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
             sim_state: None,
             models: src.models.clone(),
             kernel: Some((src.source, kernel_roots)),
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+        });
+    }
+    // NVIDIA: asked for, recorded, or found where amd-smi is not.
+    let nvidia = if let Some(f) = &src.nvidia_replay {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        Some(NvidiaAccess::Recorded(
+            serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not an NVIDIA recording made by `partop nvidia record`",
+                    f.display()
+                )
+            })?,
+        ))
+    } else if src.source == crate::collect::sysfs::SourceMode::Nvidia {
+        Some(if src.nvidia_smi.is_some() {
+            NvidiaAccess::Smi(nvidia_smi(src))
+        } else {
+            NvidiaAccess::Nvml
+        })
+    } else if src.source == crate::collect::sysfs::SourceMode::Auto
+        && src.amd_smi.is_none()
+        && locate(None).is_err()
+        && (crate::collect::nvidia::nvml::NvmlSource::open().is_ok() || on_path("nvidia-smi"))
+    {
+        Some(NvidiaAccess::Nvml)
+    } else {
+        None
+    };
+    if nvidia.is_some() {
+        return Ok(Node {
+            source: CommandSource::Live(Runner {
+                timeout,
+                ..Runner::new(PathBuf::from("amd-smi"))
+            }),
+            sim: None,
+            scenario: None,
+            roots: Some(crate::collect::holders::Roots::host()),
+            sim_state: None,
+            models: src.models.clone(),
+            kernel: None,
+            nvidia,
+            nvidia_smi: nvidia_smi(src),
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
@@ -207,6 +313,8 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
         scenario: None,
         roots: Some(crate::collect::holders::Roots::host()),
         kernel: Some((src.source, kernel_roots)),
+        nvidia: None,
+        nvidia_smi: nvidia_smi(src),
         sim_state: None,
         models: src.models.clone().or_else(|| {
             let p = crate::paths::config_dir().join("models.toml");
@@ -265,6 +373,8 @@ pub fn main(cli: Cli) -> Result<u8> {
             yes,
             dry_run,
         }) => crate::exec_cli::kill(&pids, signal, grace, yes, dry_run, cli.read_only),
+        Some(Cmd::Mig { action }) => crate::nvidia_cli::mig(&cli.source, action, cli.read_only),
+        Some(Cmd::Nvidia { action }) => crate::nvidia_cli::nvidia(&cli.source, action),
         Some(Cmd::Models { action }) => {
             crate::models_cli::models(&cli.source, action, cli.read_only)
         }
@@ -633,6 +743,48 @@ fn sim(action: SimCmd) -> Result<u8> {
             let mut e = std::io::stderr();
             let code = crate::sim::amdsmi::main(&state, &args, &mut input, &mut o, &mut e);
             Ok(u8::try_from(code.rem_euclid(256)).unwrap_or(1))
+        }
+        SimCmd::NvidiaInit {
+            state,
+            product,
+            gpus,
+        } => {
+            crate::sim::nvidia::NvSimState::new(&product, gpus)
+                .save(&state)
+                .map_err(anyhow::Error::msg)?;
+            out(&format!(
+                "{gpus} x {product} (MIG off) in {}\nuse it: partop --source nvidia --nvidia-smi SCRIPT, where SCRIPT runs `partop sim nvidia-smi --state {} \"$@\"`\n",
+                state.display(),
+                state.display()
+            ))?;
+            Ok(exit::OK)
+        }
+        SimCmd::NvidiaAttach {
+            state,
+            pid,
+            gpu,
+            gi,
+            mib,
+        } => {
+            let mut s = crate::sim::nvidia::NvSimState::load(&state).map_err(anyhow::Error::msg)?;
+            let g = s
+                .gpus
+                .get_mut(gpu)
+                .with_context(|| format!("no simulated NVIDIA GPU {gpu}"))?;
+            g.procs.push(crate::sim::nvidia::NvSimProc {
+                pid,
+                start_ticks: crate::sim::state::process_start(pid),
+                gi,
+                used_mib: mib,
+            });
+            s.save(&state).map_err(anyhow::Error::msg)?;
+            Ok(exit::OK)
+        }
+        SimCmd::NvidiaSmi { state, args } => {
+            let (code, o, e) = crate::sim::nvidia::main(&state, &args);
+            out(&o)?;
+            let _ = std::io::stderr().write_all(e.as_bytes());
+            Ok(u8::try_from(code).unwrap_or(1))
         }
         SimCmd::Serve { state, name, port } => {
             // Returns only on failure (it becomes the server otherwise); the message goes to

@@ -7,6 +7,7 @@ pub mod findings;
 pub mod history;
 pub mod kill;
 pub mod layout;
+pub mod mig;
 pub mod models;
 pub mod modes;
 pub mod placement;

@@ -4,5 +4,6 @@
 pub mod apply;
 pub mod journal;
 pub mod kill;
+pub mod mig;
 pub mod models;
 pub mod signal;

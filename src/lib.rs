@@ -15,6 +15,7 @@ pub mod domain;
 pub mod exec;
 pub mod exec_cli;
 pub mod models_cli;
+pub mod nvidia_cli;
 pub mod paths;
 pub mod report;
 pub mod sim;

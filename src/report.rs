@@ -41,11 +41,7 @@ pub fn table(s: &Snapshot) -> String {
         o.push('\n');
     }
     for g in &s.gpus {
-        let modes = format!(
-            "{}/{}",
-            opt(g.compute_partition, ""),
-            opt(g.memory_partition, "")
-        );
+        let modes = g.modes_label();
         let _ = writeln!(
             o,
             "\n{}  {}  {}  power {}  hotspot {}  hbm {}",

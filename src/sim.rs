@@ -7,6 +7,7 @@
 pub mod amdsmi;
 pub mod human;
 pub mod load;
+pub mod nvidia;
 pub mod pyjson;
 pub mod replay;
 pub mod rules;

@@ -111,6 +111,8 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
         sim_state: Some(node.state.clone()),
         models: Some(partop::sim::session::registry_path(&node.state)),
         kernel: None,
+        nvidia: None,
+        nvidia_smi: partop::commands::nvidia_smi(&partop::cli::SourceArgs::default()),
     };
     let mut c = n.collector();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -21,6 +21,8 @@ pub enum SourceKind {
     Derived,
     /// Inherited from the primary partition of the same physical GPU.
     Primary,
+    /// NVIDIA: NVML or nvidia-smi (named in `detail`).
+    Nvidia,
 }
 
 /// Why a value is missing.

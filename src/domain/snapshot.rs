@@ -79,9 +79,38 @@ pub struct LogicalGpu {
     pub kfd_id: Option<u64>,
     /// KFD topology node.
     pub node_id: Option<u32>,
+    /// NVIDIA MIG: the GPU-instance profile (`3g.71gb`); the logical GPU is a GPU instance and
+    /// `partition_id` its instance id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// Origin of every field above.
     #[serde(default)]
     pub provenance: Provenance,
+}
+
+impl PhysicalGpu {
+    /// Its partition modes as one label: `CPX/NPS4` (AMD), `MIG 3 GI` / `MIG off` (NVIDIA).
+    pub fn modes_label(&self) -> String {
+        if let Some(m) = &self.mig {
+            let pending = if m.pending == m.enabled {
+                ""
+            } else if m.pending {
+                " (on after reset)"
+            } else {
+                " (off after reset)"
+            };
+            return if m.enabled {
+                format!("MIG {} GI{pending}", self.partitions.len())
+            } else {
+                format!("MIG off{pending}")
+            };
+        }
+        format!(
+            "{}/{}",
+            self.compute_partition.map_or("?", |c| c.name()),
+            self.memory_partition.map_or("?", |m| m.name())
+        )
+    }
 }
 
 impl LogicalGpu {
@@ -134,6 +163,9 @@ pub struct PhysicalGpu {
     /// Compute x memory combinations offered.
     #[serde(default)]
     pub profiles: Vec<Profile>,
+    /// NVIDIA GPUs: MIG mode and the GPU-instance profiles offered (None on AMD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<super::mig::MigInfo>,
     /// Socket power, watts (device-wide).
     pub power_watts: Option<f64>,
     /// Power cap, watts.

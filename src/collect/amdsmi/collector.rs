@@ -45,6 +45,9 @@ pub struct AmdSmiCollector {
     pub sysfs: Option<crate::collect::sysfs::SysfsCollector>,
     /// `--source sysfs`: amd-smi is never run.
     pub sysfs_only: bool,
+    /// An NVIDIA node: NVML or nvidia-smi instead of amd-smi.
+    pub nvidia: Option<Box<dyn crate::collect::nvidia::NvSource>>,
+    last_nvidia: Option<Snapshot>,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -92,6 +95,8 @@ impl AmdSmiCollector {
             models: None,
             sysfs: None,
             sysfs_only: false,
+            nvidia: None,
+            last_nvidia: None,
         }
     }
 
@@ -222,6 +227,9 @@ impl AmdSmiCollector {
 
     /// One collection. Never fails: errors become source health, and the last good values stay.
     pub async fn sample(&mut self) -> Snapshot {
+        if self.nvidia.is_some() {
+            return self.sample_nvidia().await;
+        }
         if self.sysfs_only
             && let Some(k) = self.sysfs.as_mut()
         {
@@ -331,6 +339,77 @@ impl AmdSmiCollector {
                     took_ms: None,
                 });
             }
+        }
+        snap
+    }
+
+    /// One sample of an NVIDIA node (NVML or nvidia-smi, off the async thread); the last good
+    /// read stays on screen when one fails.
+    async fn sample_nvidia(&mut self) -> Snapshot {
+        let Some(mut src) = self.nvidia.take() else {
+            return self.snapshot();
+        };
+        let t = std::time::Instant::now();
+        let (src, read) = tokio::task::spawn_blocking(move || {
+            let r = src.read();
+            (src, r)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            (
+                Box::new(crate::collect::nvidia::Recorded(Default::default())),
+                Err(e.to_string()),
+            )
+        });
+        self.nvidia = Some(src);
+        self.generation += 1;
+        let now = clock::now_ms();
+        let name = "nvidia";
+        if !self.status.iter().any(|s| s.name == name) {
+            self.status = vec![status(name)];
+        }
+        let mut snap = Snapshot {
+            schema: SCHEMA,
+            host: self.host.clone(),
+            taken_at: clock::rfc3339(now),
+            taken_at_ms: now,
+            generation: self.generation,
+            simulated: self.simulated,
+            ..Snapshot::default()
+        };
+        match read {
+            Ok(node) => {
+                let (gpus, procs) = crate::collect::nvidia::assemble(&node, now);
+                snap.gpus = gpus;
+                snap.processes = procs;
+                if let Some(s) = self.status.first_mut() {
+                    s.status = Health::Ok;
+                    s.version = Some(node.source.clone());
+                    s.error = None;
+                    s.last_ok_ms = Some(now);
+                    s.took_ms = Some(ms(t));
+                }
+                self.last_nvidia = Some(snap.clone());
+            }
+            Err(e) => {
+                if let Some(last) = &self.last_nvidia {
+                    snap.gpus.clone_from(&last.gpus);
+                    snap.processes.clone_from(&last.processes);
+                }
+                if let Some(s) = self.status.first_mut() {
+                    s.status = if self.last_nvidia.is_some() {
+                        Health::Stale
+                    } else {
+                        Health::Down
+                    };
+                    s.error = Some(e);
+                }
+            }
+        }
+        snap.sources.clone_from(&self.status);
+        crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+        if let Some(prober) = self.models.as_mut() {
+            snap.models = prober.observe(&snap).await;
         }
         snap
     }

@@ -779,6 +779,8 @@ pub enum SourceMode {
     AmdSmi,
     /// The kernel only (no amd-smi: partition changes are unavailable).
     Sysfs,
+    /// NVIDIA: NVML, else nvidia-smi (`auto` picks it when there is no amd-smi).
+    Nvidia,
 }
 
 /// Overlays the kernel's values on an amd-smi snapshot (`--source auto`), by logical GPU

@@ -18,11 +18,7 @@ fn modes(state: &State) -> String {
     };
     let mut v: Vec<(String, usize)> = Vec::new();
     for g in &s.gpus {
-        let m = format!(
-            "{}/{}",
-            g.compute_partition.map_or("?", |c| c.name()),
-            g.memory_partition.map_or("?", |m| m.name())
-        );
+        let m = g.modes_label();
         match v.iter_mut().find(|(x, _)| *x == m) {
             Some((_, n)) => *n += 1,
             None => v.push((m, 1)),

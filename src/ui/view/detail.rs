@@ -18,6 +18,7 @@ fn source(o: &Origin) -> &'static str {
         SourceKind::ProductTable => "product table",
         SourceKind::Derived => "derived",
         SourceKind::Primary => "primary",
+        SourceKind::Nvidia => "nvidia",
     }
 }
 

@@ -13,11 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 
 fn title(i: usize, g: &PhysicalGpu) -> String {
-    let modes = format!(
-        "{}/{}",
-        g.compute_partition.map_or("?", |c| c.name()),
-        g.memory_partition.map_or("?", |m| m.name())
-    );
+    let modes = g.modes_label();
     let power = g
         .power_watts
         .map_or_else(|| "N/A".into(), |p| format!("{p:.0}W"));

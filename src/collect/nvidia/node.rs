@@ -1,0 +1,253 @@
+//! What partop reads of an NVIDIA node, in a form that can be recorded as JSON (CI has no GPU),
+//! and its assembly into the domain snapshot. The assembly is pure.
+
+use crate::domain::mig::{MigInfo, MigProfile, table_profiles};
+use crate::domain::provenance::{SourceKind, note};
+use crate::domain::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Process};
+use serde::{Deserialize, Serialize};
+
+/// One MIG GPU instance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvInstance {
+    /// GPU instance id.
+    pub gi: u32,
+    /// Compute instance id.
+    pub ci: Option<u32>,
+    /// MIG device UUID.
+    pub uuid: Option<String>,
+    /// Profile name when known.
+    pub profile: Option<String>,
+    /// Memory, MiB.
+    pub mem_total_mib: Option<u64>,
+    /// Memory used, MiB.
+    pub mem_used_mib: Option<u64>,
+    /// SMs.
+    pub sms: Option<u32>,
+}
+
+/// A process on a GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvProc {
+    /// PID.
+    pub pid: u32,
+    /// Name.
+    pub name: Option<String>,
+    /// Memory used, MiB.
+    pub used_mib: Option<u64>,
+    /// GPU instance (MIG).
+    pub gi: Option<u32>,
+}
+
+/// One GPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvGpu {
+    /// Device index.
+    pub index: u32,
+    /// PCI bus id, `0000:00:06.0`.
+    pub bdf: String,
+    /// Product name.
+    pub name: String,
+    /// UUID.
+    pub uuid: Option<String>,
+    /// Memory, MiB.
+    pub mem_total_mib: Option<u64>,
+    /// Memory used, MiB.
+    pub mem_used_mib: Option<u64>,
+    /// GPU utilisation, %.
+    pub util_gpu: Option<f64>,
+    /// Memory-controller utilisation, %.
+    pub util_mem: Option<f64>,
+    /// Power draw, W.
+    pub power_w: Option<f64>,
+    /// Power limit, W.
+    pub power_limit_w: Option<f64>,
+    /// GPU temperature, °C.
+    pub temp_c: Option<f64>,
+    /// Memory temperature, °C.
+    pub mem_temp_c: Option<f64>,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// Memory clock, MHz.
+    pub mem_clock_mhz: Option<u32>,
+    /// MIG mode now (None: not MIG-capable).
+    pub mig_enabled: Option<bool>,
+    /// MIG mode pending.
+    pub mig_pending: Option<bool>,
+    /// GPU instances.
+    pub instances: Vec<NvInstance>,
+    /// Processes.
+    pub processes: Vec<NvProc>,
+    /// Profiles the device reported (empty: unknown).
+    pub profiles: Vec<MigProfile>,
+}
+
+/// The node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvNode {
+    /// `NVML` or `nvidia-smi` (with driver version).
+    pub source: String,
+    /// Driver version.
+    pub driver: Option<String>,
+    /// GPUs.
+    pub gpus: Vec<NvGpu>,
+}
+
+/// Where NVIDIA data comes from.
+pub trait NvSource: Send + Sync + std::fmt::Debug {
+    /// Reads the node now.
+    fn read(&mut self) -> Result<NvNode, String>;
+}
+
+/// A recorded node (tests, CI, bug reports).
+#[derive(Debug, Clone)]
+pub struct Recorded(pub NvNode);
+
+impl NvSource for Recorded {
+    fn read(&mut self) -> Result<NvNode, String> {
+        Ok(self.0.clone())
+    }
+}
+
+/// The physical and logical GPUs and processes of `n`, as of `at_ms`.
+pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
+    let mut gpus = Vec::new();
+    let mut processes: Vec<Process> = Vec::new();
+    let mut next_id = 0u32;
+    let src = n.source.as_str();
+    for g in &n.gpus {
+        let bdf = g
+            .bdf
+            .rsplit_once('.')
+            .map_or(g.bdf.clone(), |(b, _)| b.to_string());
+        let mut pg = PhysicalGpu {
+            bdf,
+            product: g.name.clone(),
+            hbm_bytes: g.mem_total_mib.map(|m| m << 20),
+            power_watts: g.power_w,
+            power_cap_watts: g.power_limit_w,
+            hotspot_celsius: g.temp_c,
+            mem_celsius: g.mem_temp_c,
+            ..PhysicalGpu::default()
+        };
+        for f in [
+            "power_watts",
+            "power_cap_watts",
+            "hotspot_celsius",
+            "mem_celsius",
+            "hbm_bytes",
+        ] {
+            note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+        }
+        if let Some(enabled) = g.mig_enabled {
+            let (profiles, source) = if g.profiles.is_empty() {
+                (
+                    table_profiles(&g.name).unwrap_or_default(),
+                    "partop's table (NVIDIA MIG user guide); the device lists its profiles only with MIG enabled".to_string(),
+                )
+            } else {
+                (g.profiles.clone(), src.to_string())
+            };
+            pg.mig = Some(MigInfo {
+                enabled,
+                pending: g.mig_pending.unwrap_or(enabled),
+                profiles,
+                profiles_source: source,
+            });
+        }
+        let mut ids: Vec<(Option<u32>, u32)> = Vec::new();
+        if g.mig_enabled == Some(true) && !g.instances.is_empty() {
+            for (k, inst) in g.instances.iter().enumerate() {
+                let profile = inst.profile.clone().or_else(|| {
+                    // -q -x does not name the profile: match the instance's memory.
+                    let table = pg
+                        .mig
+                        .as_ref()
+                        .map(|m| m.profiles.clone())
+                        .unwrap_or_default();
+                    let mem = inst.mem_total_mib?;
+                    table
+                        .iter()
+                        .filter(|p| !p.name.contains('+'))
+                        .min_by_key(|p| p.memory_mib.abs_diff(mem))
+                        .map(|p| p.name.clone())
+                });
+                let mut l = LogicalGpu {
+                    gpu_id: next_id,
+                    partition_id: inst.gi,
+                    bdf: format!("{}/gi{}", g.bdf, inst.gi),
+                    vram_total_bytes: inst.mem_total_mib.map(|m| m << 20),
+                    vram_share_bytes: inst.mem_total_mib.map(|m| m << 20),
+                    vram_used_bytes: inst.mem_used_mib.map(|m| m << 20),
+                    cu_count: inst.sms,
+                    uuid: inst.uuid.clone(),
+                    profile,
+                    ..LogicalGpu::default()
+                };
+                for f in ["vram_total_bytes", "vram_used_bytes", "cu_count", "profile"] {
+                    note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+                }
+                let _ = k;
+                ids.push((Some(inst.gi), next_id));
+                pg.partitions.push(l);
+                next_id += 1;
+            }
+        } else {
+            let mut l = LogicalGpu {
+                gpu_id: next_id,
+                partition_id: 0,
+                bdf: g.bdf.clone(),
+                vram_total_bytes: g.mem_total_mib.map(|m| m << 20),
+                vram_used_bytes: g.mem_used_mib.map(|m| m << 20),
+                gfx_busy_percent: g.util_gpu,
+                umc_busy_percent: g.util_mem,
+                uuid: g.uuid.clone(),
+                ..LogicalGpu::default()
+            };
+            for f in [
+                "vram_total_bytes",
+                "vram_used_bytes",
+                "gfx_busy_percent",
+                "umc_busy_percent",
+            ] {
+                note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+            }
+            ids.push((None, next_id));
+            pg.partitions.push(l);
+            next_id += 1;
+        }
+        for p in &g.processes {
+            let id = ids
+                .iter()
+                .find(|(gi, _)| gi.is_none() || *gi == p.gi)
+                .map_or(ids.first().map_or(0, |x| x.1), |x| x.1);
+            let u = GpuUse {
+                gpu_id: id,
+                vram_bytes: p.used_mib.map(|m| m << 20),
+                ..GpuUse::default()
+            };
+            match processes.iter_mut().find(|x| x.pid == p.pid) {
+                Some(x) => x.gpus.push(u),
+                None => {
+                    let mut pr = Process {
+                        pid: p.pid,
+                        name: p.name.clone(),
+                        listed_by_amdsmi: true,
+                        gpus: vec![u],
+                        ..Process::default()
+                    };
+                    note(
+                        &mut pr.provenance,
+                        "gpus",
+                        SourceKind::Nvidia,
+                        src,
+                        at_ms,
+                        None,
+                    );
+                    processes.push(pr);
+                }
+            }
+        }
+        gpus.push(pg);
+    }
+    (gpus, processes)
+}

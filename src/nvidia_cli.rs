@@ -1,0 +1,234 @@
+//! `partop mig plan|apply` and `partop nvidia record`: MIG layouts through the same plan →
+//! confirm → execute as AMD repartitions (the plan re-checked against the node, the host name
+//! typed, `--dry-run` printing every command, every step journaled).
+
+use crate::cli::{MigCmd, NvidiaCmd, SourceArgs, exit};
+use crate::commands::{NvidiaAccess, nvidia_smi, open};
+use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
+use crate::exec::mig::{MigCtx, apply, resume_point};
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+fn say(s: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(s.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
+    let node = open(src)?;
+    if node.nvidia.is_none() {
+        bail!(
+            "this node has no NVIDIA GPU partop can read (use --source nvidia, --nvidia-smi PATH or --nvidia-replay FILE)"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut c = node.collector();
+    let s = rt.block_on(c.sample());
+    if s.gpus.is_empty() {
+        bail!(
+            "{}",
+            s.sources
+                .iter()
+                .filter_map(|x| x.error.clone())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(s)
+}
+
+/// The plan as text.
+pub fn plan_text(p: &MigPlan) -> String {
+    let mut o = format!(
+        "MIG plan {} for GPU {} ({} {}) on {}\n  now:   {}\n  after: {}\n",
+        p.fingerprint,
+        p.draft.gpu,
+        p.product,
+        p.bdf,
+        p.host,
+        if p.before.is_empty() {
+            "MIG off or no instances".into()
+        } else {
+            p.before.join(", ")
+        },
+        if p.after.is_empty() {
+            "MIG off".into()
+        } else {
+            p.after.join(", ")
+        }
+    );
+    if !p.stops.is_empty() {
+        o.push_str(&format!("must stop ({}):\n", p.stops.len()));
+        for s in &p.stops {
+            o.push_str(&format!("  pid {:>7}  {}\n", s.pid, s.name));
+        }
+    }
+    o.push_str("steps:\n");
+    for (i, s) in p.steps.iter().enumerate() {
+        o.push_str(&format!("  {}. {}\n", i + 1, s.title));
+        for c in &s.commands {
+            o.push_str(&format!("       $ {c}\n"));
+        }
+    }
+    if !p.warnings.is_empty() {
+        o.push_str("warnings:\n");
+        for w in &p.warnings {
+            o.push_str(&format!("  ! {w}\n"));
+        }
+    }
+    o
+}
+
+fn smi_name(src: &SourceArgs) -> String {
+    src.nvidia_smi
+        .as_ref()
+        .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string())
+}
+
+/// `partop mig ...`.
+pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
+    match action {
+        MigCmd::Plan {
+            gpu,
+            instances,
+            json,
+        } => {
+            let snap = snapshot(src)?;
+            let list = if instances.trim() == "none" {
+                vec![]
+            } else {
+                parse_instances(&instances)
+            };
+            let draft = MigDraft {
+                gpu,
+                instances: list,
+            };
+            match plan(&snap, &draft, &smi_name(src)) {
+                Ok(p) => {
+                    if json {
+                        say(&(serde_json::to_string_pretty(&p)? + "\n"))?;
+                    } else {
+                        say(&plan_text(&p))?;
+                    }
+                    Ok(exit::OK)
+                }
+                Err(e) => {
+                    for x in e {
+                        say(&format!("cannot plan: {x}\n"))?;
+                    }
+                    Ok(exit::USAGE)
+                }
+            }
+        }
+        MigCmd::Apply {
+            plan: file,
+            yes,
+            dry_run,
+            resume,
+            kill_after_grace,
+            grace,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let p: MigPlan = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not a MIG plan from `partop mig plan --json`",
+                    file.display()
+                )
+            })?;
+            say(&plan_text(&p))?;
+            if dry_run {
+                say("dry run: nothing changed\n")?;
+                return Ok(exit::OK);
+            }
+            if crate::exec_cli::read_only(read_only) {
+                say("partop is read-only: nothing is changed\n")?;
+                return Ok(exit::USAGE);
+            }
+            let ctx = MigCtx {
+                smi: nvidia_smi(src),
+                journal: crate::exec::journal::default_path(),
+                grace: Duration::from_secs_f64(grace.max(0.0)),
+                kill_after_grace,
+                proc_root: "/proc".into(),
+                simulated: false,
+            };
+            let from = if resume {
+                resume_point(&ctx, &p.fingerprint)
+            } else {
+                0
+            };
+            if from == 0 {
+                // The node must still be the node the plan was made for.
+                let snap = snapshot(src)?;
+                match plan(&snap, &p.draft, &smi_name(src)) {
+                    Ok(now) if now.fingerprint == p.fingerprint => {}
+                    Ok(now) => bail!(
+                        "the node changed since this plan was made (plan {}, now {}); make it again with `partop mig plan`",
+                        p.fingerprint,
+                        now.fingerprint
+                    ),
+                    Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
+                }
+                if !yes {
+                    say(&format!("Type the host name ({}) to apply: ", p.host))?;
+                    let mut a = String::new();
+                    std::io::stdin().lock().read_line(&mut a)?;
+                    if a.trim() != p.host {
+                        say("not confirmed: nothing changed\n")?;
+                        return Ok(exit::FAILED);
+                    }
+                }
+            } else {
+                say(&format!(
+                    "resuming plan {} at step {}\n",
+                    p.fingerprint,
+                    from + 1
+                ))?;
+            }
+            let r = apply(&p, &ctx, from, |i, title, r| {
+                let _ = match r {
+                    None => say(&format!("[{}/{}] {title}\n", i + 1, p.steps.len())),
+                    Some(Ok(d)) => say(&format!("      ok: {d}\n")),
+                    Some(Err(e)) => say(&format!("      FAILED: {e}\n")),
+                };
+            });
+            match r {
+                Ok(()) => {
+                    say("done\n")?;
+                    Ok(exit::OK)
+                }
+                Err(e) => {
+                    say(&format!("{e}\n"))?;
+                    Ok(exit::FAILED)
+                }
+            }
+        }
+    }
+}
+
+/// `partop nvidia ...`.
+pub fn nvidia(src: &SourceArgs, action: NvidiaCmd) -> Result<u8> {
+    match action {
+        NvidiaCmd::Record { out } => {
+            let node = open(src)?;
+            let access = node.nvidia.clone().unwrap_or(NvidiaAccess::Nvml);
+            let mut s = access.source(&node.nvidia_smi);
+            let n = s.read().map_err(anyhow::Error::msg)?;
+            std::fs::write(&out, serde_json::to_string_pretty(&n)? + "\n")
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            say(&format!(
+                "recorded {} GPU(s) from {} to {}\n",
+                n.gpus.len(),
+                n.source,
+                out.display()
+            ))?;
+            Ok(exit::OK)
+        }
+    }
+}
