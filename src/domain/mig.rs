@@ -52,14 +52,15 @@ fn p(id: u32, name: &str, c: u32, m: u32, max: u32, mib: u64) -> MigProfile {
 pub fn table_profiles(product: &str) -> Option<Vec<MigProfile>> {
     let n = product.to_ascii_uppercase();
     if n.contains("H200") {
+        // Memory as NVML reported it on a real H200 (driver 580.159.04, docs/nvidia.md).
         Some(vec![
             p(19, "1g.18gb", 1, 1, 7, 16_384),
             p(20, "1g.18gb+me", 1, 1, 1, 16_384),
-            p(15, "1g.35gb", 1, 2, 4, 32_768),
-            p(14, "2g.35gb", 2, 2, 3, 32_768),
-            p(9, "3g.71gb", 3, 4, 2, 65_536),
-            p(5, "4g.71gb", 4, 4, 1, 65_536),
-            p(0, "7g.141gb", 7, 8, 1, 131_072),
+            p(15, "1g.35gb", 1, 2, 4, 33_280),
+            p(14, "2g.35gb", 2, 2, 3, 33_280),
+            p(9, "3g.71gb", 3, 4, 2, 71_424),
+            p(5, "4g.71gb", 4, 4, 1, 71_424),
+            p(0, "7g.141gb", 7, 8, 1, 143_360),
         ])
     } else if n.contains("H100") {
         Some(vec![

@@ -139,13 +139,22 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
             note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
         }
         if let Some(enabled) = g.mig_enabled {
-            let (profiles, source) = if g.profiles.is_empty() {
+            // NVML has no profile names (its v1 info): name them as nvidia-smi does, by the
+            // profile id in NVIDIA's table for this product, else from slices and memory.
+            let mut reported = g.profiles.clone();
+            let table = table_profiles(&g.name).unwrap_or_default();
+            for p in &mut reported {
+                if let Some(t) = table.iter().find(|t| t.id == p.id) {
+                    p.name.clone_from(&t.name);
+                }
+            }
+            let (profiles, source) = if reported.is_empty() {
                 (
                     table_profiles(&g.name).unwrap_or_default(),
                     "partop's table (NVIDIA MIG user guide); the device lists its profiles only with MIG enabled".to_string(),
                 )
             } else {
-                (g.profiles.clone(), src.to_string())
+                (reported, format!("{src}; names by profile id, as nvidia-smi shows them"))
             };
             pg.mig = Some(MigInfo {
                 enabled,

@@ -19,6 +19,36 @@ pub struct PartitionMap<'a> {
     pub domains: Vec<Vec<u32>>,
     /// Theme.
     pub theme: &'a Theme,
+    /// What to say instead of an XCD map (an NVIDIA GPU: its MIG layout).
+    pub note: Option<String>,
+}
+
+/// One line for an NVIDIA GPU: its GPU instances, or what it offers with MIG off.
+fn mig_note(g: &PhysicalGpu) -> Option<String> {
+    let m = g.mig.as_ref()?;
+    Some(if m.enabled {
+        let gis: Vec<String> = g
+            .partitions
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} gi{} {}",
+                    l.gpu_id,
+                    l.partition_id,
+                    l.profile.as_deref().unwrap_or("?")
+                )
+            })
+            .collect();
+        format!("MIG: {}", gis.join(" │ "))
+    } else {
+        let offers: Vec<String> = m
+            .profiles
+            .iter()
+            .filter(|p| !p.name.contains('+'))
+            .map(|p| format!("{}×{}", p.name, p.max_instances))
+            .collect();
+        format!("MIG off: one logical GPU · offers {}", offers.join(" "))
+    })
 }
 
 impl<'a> PartitionMap<'a> {
@@ -44,6 +74,7 @@ impl<'a> PartitionMap<'a> {
             xcds,
             domains,
             theme,
+            note: mig_note(g),
         }
     }
 
@@ -74,6 +105,7 @@ impl<'a> PartitionMap<'a> {
             xcds,
             domains: doms,
             theme,
+            note: None,
         }
     }
 
@@ -94,6 +126,10 @@ impl Widget for &PartitionMap<'_> {
             return;
         }
         let muted = self.theme.get("ui.muted");
+        if let Some(n) = &self.note {
+            buf.set_string(area.x, area.y, centered(n, usize::from(area.width)).trim_end(), muted);
+            return;
+        }
         buf.set_string(area.x, area.y, "XCD ", muted);
         let w = usize::from(area.width - 4);
         if self.xcds.is_empty() {
