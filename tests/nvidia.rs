@@ -270,27 +270,52 @@ fn a_plan_is_refused_when_a_process_appeared() {
 fn the_recorded_nvml_read_of_the_h200() {
     // Recorded on the lent H200 with `partop nvidia record` (docs/nvidia.md): NVML's own profile
     // list, named as nvidia-smi names them, and a real PyTorch process's memory.
-    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
-    let o = run(partop().arg("--nvidia-replay").arg(&f).args(["snapshot", "--json"]), "");
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
-    let mig = s.gpus[0].mig.as_ref().unwrap();
-    assert!(mig.profiles_source.starts_with("NVML (driver 580.159.04)"), "{}", mig.profiles_source);
-    let names: Vec<&str> = mig.profiles.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"]
-    );
-    assert_eq!(s.processes[0].name.as_deref(), Some("python3"));
-    assert_eq!(s.processes[0].gpus[0].vram_bytes, Some(13_290 << 20));
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
     let o = run(
         partop()
             .arg("--nvidia-replay")
             .arg(&f)
-            .args(["mig", "plan", "--instances", "2x1g.18gb,1g.35gb,3g.71gb"]),
+            .args(["snapshot", "--json"]),
         "",
     );
-    assert!(o.stdout.contains("nvidia-smi mig -i 0 -cgi 19,19,15,9 -C"), "{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let mig = s.gpus[0].mig.as_ref().unwrap();
+    assert!(
+        mig.profiles_source.starts_with("NVML (driver 580.159.04)"),
+        "{}",
+        mig.profiles_source
+    );
+    let names: Vec<&str> = mig.profiles.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "1g.18gb",
+            "2g.35gb",
+            "3g.71gb",
+            "4g.71gb",
+            "7g.141gb",
+            "1g.18gb+me",
+            "1g.35gb"
+        ]
+    );
+    assert_eq!(s.processes[0].name.as_deref(), Some("python3"));
+    assert_eq!(s.processes[0].gpus[0].vram_bytes, Some(13_290 << 20));
+    let o = run(
+        partop().arg("--nvidia-replay").arg(&f).args([
+            "mig",
+            "plan",
+            "--instances",
+            "2x1g.18gb,1g.35gb,3g.71gb",
+        ]),
+        "",
+    );
+    assert!(
+        o.stdout.contains("nvidia-smi mig -i 0 -cgi 19,19,15,9 -C"),
+        "{}",
+        o.stdout
+    );
     // The busy capture through the nvidia-smi path agrees on the process.
     let x = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi/h200-busy-q.xml"),

@@ -154,7 +154,10 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                     "partop's table (NVIDIA MIG user guide); the device lists its profiles only with MIG enabled".to_string(),
                 )
             } else {
-                (reported, format!("{src}; names by profile id, as nvidia-smi shows them"))
+                (
+                    reported,
+                    format!("{src}; names by profile id, as nvidia-smi shows them"),
+                )
             };
             pg.mig = Some(MigInfo {
                 enabled,

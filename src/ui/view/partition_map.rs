@@ -127,7 +127,12 @@ impl Widget for &PartitionMap<'_> {
         }
         let muted = self.theme.get("ui.muted");
         if let Some(n) = &self.note {
-            buf.set_string(area.x, area.y, centered(n, usize::from(area.width)).trim_end(), muted);
+            buf.set_string(
+                area.x,
+                area.y,
+                centered(n, usize::from(area.width)).trim_end(),
+                muted,
+            );
             return;
         }
         buf.set_string(area.x, area.y, "XCD ", muted);
