@@ -4,7 +4,7 @@
 
 use crate::cli::{ModelsCmd, SourceArgs, exit};
 use crate::commands::{Node, open};
-use crate::domain::models::{ModelState, ServedModel, Want, entry_for_discovered};
+use crate::domain::models::{ModelState, ServedModel, Want, entry_for_model};
 use crate::domain::placement::{advise_node, place_now};
 use crate::domain::snapshot::Snapshot;
 use crate::exec::models::{Ops, launch, stop, wait_healthy};
@@ -251,20 +251,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
             if m.spec.is_some() {
                 bail!("pid {pid} is {}, already in the registry", m.name);
             }
-            let p = snap.processes.iter().find(|p| p.pid == pid);
-            let name = m
-                .model
-                .rsplit('/')
-                .next()
-                .unwrap_or(&m.model)
-                .to_lowercase();
-            let entry = entry_for_discovered(
-                &name,
-                &m.model,
-                p.and_then(|p| p.command.as_deref()).unwrap_or(""),
-                m.port,
-                p.map_or(0, crate::domain::Process::vram_total),
-            );
+            let entry = entry_for_model(&snap, m).with_context(|| format!("pid {pid} is gone"))?;
             say(&entry)?;
             if write {
                 let path = node

@@ -3,6 +3,7 @@
 //! what must stop, warnings, a fingerprint), the same stage → plan → confirm → execute as AMD
 //! repartitions. Pure.
 
+use super::plan::fnv;
 use super::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -135,15 +136,6 @@ pub struct MigPlan {
     pub steps: Vec<MigStep>,
     /// What the operator should know.
     pub warnings: Vec<String>,
-}
-
-fn fnv(s: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
 }
 
 /// Plans `draft` on the node in `snap`, with `smi` as the command name printed.

@@ -256,7 +256,8 @@ pub fn memory_need_gb(params_b: f64, precision: Precision, tp: u32) -> f64 {
     (params_b * precision.bytes_per_param() * 1.2 + 2.0) / f64::from(tp.max(1))
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+/// 1-based line and column of a byte offset (for file:line:column errors).
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before
@@ -495,6 +496,28 @@ impl ServedModel {
     pub fn memory_gb(&self) -> Option<f64> {
         self.spec.as_ref().map(|s| s.memory_gb)
     }
+}
+
+/// The registry entry for discovered server `m` of `snap` (None if it is registered already or
+/// its process is gone).
+pub fn entry_for_model(snap: &super::snapshot::Snapshot, m: &ServedModel) -> Option<String> {
+    if m.spec.is_some() {
+        return None;
+    }
+    let p = snap.processes.iter().find(|p| Some(p.pid) == m.pid)?;
+    let name = m
+        .model
+        .rsplit('/')
+        .next()
+        .unwrap_or(&m.model)
+        .to_lowercase();
+    Some(entry_for_discovered(
+        &name,
+        &m.model,
+        p.command.as_deref().unwrap_or(""),
+        m.port,
+        p.vram_total(),
+    ))
 }
 
 /// A registry entry for a server partop discovered: its command line with the port and the

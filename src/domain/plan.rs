@@ -188,7 +188,8 @@ fn offered(g: &PhysicalGpu) -> (Vec<Profile>, String) {
     (g.profiles.clone(), src)
 }
 
-fn fnv(s: &str) -> String {
+/// FNV-1a of `s` as 16 hex digits: the fingerprint of a plan's JSON (any change changes it).
+pub fn fnv(s: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);

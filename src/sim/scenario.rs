@@ -191,16 +191,7 @@ pub enum ScenarioError {
     },
 }
 
-/// 1-based line and column of a byte offset.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rfind('\n')
-        .map_or(before.len(), |i| before.len() - i - 1)
-        + 1;
-    (line, col)
-}
+pub use crate::domain::models::line_col;
 
 /// Parses TOML text into `T`, with file:line:column errors.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(

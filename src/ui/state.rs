@@ -631,20 +631,7 @@ fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
     let m = snap.models.get(sel)?;
     match (c, &m.spec) {
         (Command::ModelAddToRegistry, None) => {
-            let p = snap.processes.iter().find(|p| Some(p.pid) == m.pid)?;
-            let name = m
-                .model
-                .rsplit('/')
-                .next()
-                .unwrap_or(&m.model)
-                .to_lowercase();
-            let entry = crate::domain::models::entry_for_discovered(
-                &name,
-                &m.model,
-                p.command.as_deref().unwrap_or(""),
-                m.port,
-                p.vram_total(),
-            );
+            let entry = crate::domain::models::entry_for_model(snap, m)?;
             Some(ModelAsk {
                 lines: entry.lines().map(str::to_string).collect(),
                 title: format!("Add {} to the model registry?", m.name),
