@@ -467,3 +467,18 @@ fn several_tagged_gpus_are_staged_together() {
     code(&mut s, KeyCode::Char(' '));
     assert_eq!(s.tagged_gpus.len(), 1);
 }
+
+#[test]
+fn staged_plans_use_the_nodes_reload_time() {
+    let mut s = state("default", "spx-nps1-one-model");
+    s.reload_secs = 6;
+    key(&mut s, 'p');
+    key(&mut s, 'm');
+    key(&mut s, 'm');
+    let p = s.staging.as_ref().unwrap().result.clone().unwrap();
+    assert_eq!(
+        p.reload_secs, 6,
+        "the simulated node's own figure, not 120 s"
+    );
+    assert!(p.downtime_secs < 60, "{}", p.downtime_secs);
+}

@@ -76,6 +76,21 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
     state.applying = super::app::running_apply();
     state.scenario.clone_from(&node.scenario);
+    // The simulator knows how long its reload takes; a real node gets the planning figure.
+    if let Some(st) = node
+        .sim_state
+        .as_deref()
+        .and_then(|p| crate::sim::state::SimState::load(p).ok())
+    {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "seconds"
+        )]
+        {
+            state.reload_secs = st.reload_secs.ceil() as u32;
+        }
+    }
     if let Some(s) = &node.scenario {
         log::info!("simulated node: scenario {s}");
     }

@@ -39,6 +39,8 @@ pub struct Staging {
     pub confirming: Option<Confirming>,
     /// Why this layout was proposed (placement advice), when it was.
     pub advice: Option<String>,
+    /// Seconds a driver reload is expected to take (the simulator knows its own).
+    pub reload_secs: u32,
 }
 
 fn cycle<T: Copy + PartialEq>(all: &[T], cur: Option<T>) -> Option<T> {
@@ -63,6 +65,7 @@ impl Staging {
             ]),
             confirming: None,
             advice: None,
+            reload_secs: 120,
         };
         s.replan(snap, grace_secs);
         s
@@ -92,7 +95,7 @@ impl Staging {
             return;
         }
         let reload = snap.reload.unwrap_or(Reload::ResetReload);
-        self.result = plan(snap, &self.draft(), reload, 120, grace_secs)
+        self.result = plan(snap, &self.draft(), reload, self.reload_secs, grace_secs)
             .map_err(|e| e.iter().map(ToString::to_string).collect());
         if let Some(c) = self.confirming.as_mut() {
             match &self.result {
@@ -206,6 +209,7 @@ mod tests {
     #[test]
     fn compute_cycles_through_the_modes_and_back_to_keep() {
         let mut s = Staging {
+            reload_secs: 120,
             advice: None,
             also: Vec::new(),
             gpu: "x".into(),

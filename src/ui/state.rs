@@ -341,6 +341,8 @@ pub struct State {
     pub applying: Option<super::stage::Progress>,
     /// Tagged physical GPUs (BDF): staging starts with them.
     pub tagged_gpus: std::collections::BTreeSet<String>,
+    /// Seconds a driver reload takes, for plans (120 unless the node says otherwise).
+    pub reload_secs: u32,
     /// Selected model row.
     pub model_sel: usize,
     /// A model action being confirmed.
@@ -385,6 +387,7 @@ impl State {
             staging: None,
             applying: None,
             tagged_gpus: std::collections::BTreeSet::new(),
+            reload_secs: 120,
             model_sel: 0,
             model_ask: None,
         }
@@ -740,6 +743,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                         st.compute = Some(best.compute);
                         st.memory = Some(best.memory);
                         st.advice = Some(best.summary.clone());
+                        st.reload_secs = state.reload_secs;
                         st.replan(&snap, grace);
                         state.staging = Some(st);
                     }
@@ -815,6 +819,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             };
             let mut st = super::stage::Staging::new(first, &snap, grace);
             st.also = tagged;
+            st.reload_secs = state.reload_secs;
             st.replan(&snap, grace);
             state.staging = Some(st);
         }
