@@ -163,7 +163,7 @@ impl Tracker {
                         });
                     }
                 }
-                if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot) {
+                if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot, &snap.models) {
                     out.push(f);
                 }
             }
@@ -207,6 +207,7 @@ impl Tracker {
         umc: Option<f64>,
         now: u64,
         seen: &mut Vec<String>,
+        models: &[super::models::ServedModel],
     ) -> Option<Finding> {
         let t = self.thresholds;
         if g.partitions.len() < 2 || l.gfx_busy_percent? < t.hot_busy || umc? < t.hot_umc {
@@ -226,9 +227,23 @@ impl Tracker {
         if now.saturating_sub(since) < t.hot_after_ms {
             return None;
         }
+        // A sibling serving a model says what it costs: its queue (from the model's /metrics).
         let names: Vec<String> = victims
             .iter()
-            .map(|v| format!("GPU {}", v.gpu_id))
+            .map(|v| {
+                match models
+                    .iter()
+                    .find(|m| m.gpus.contains(&v.gpu_id) && m.waiting.is_some())
+                {
+                    Some(m) => format!(
+                        "GPU {} (model {}: {:.0} request(s) waiting)",
+                        v.gpu_id,
+                        m.name,
+                        m.waiting.unwrap_or(0.0)
+                    ),
+                    None => format!("GPU {}", v.gpu_id),
+                }
+            })
             .collect();
         Some(Finding {
             kind: Kind::NoisyNeighbour,
@@ -305,6 +320,43 @@ mod tests {
         assert!(
             t.observe(&node([30.0, 99.0], 88.0, [0, 0], 0, 40_000))
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn noisy_neighbour_names_the_siblings_model_queue() {
+        let mut t = Tracker::default();
+        let with_model = |at| {
+            let mut n = node([30.0, 99.0], 88.0, [0, 0], 0, at);
+            n.models = vec![crate::domain::models::ServedModel {
+                name: "qwen-32b".into(),
+                model: "Qwen/Qwen2.5-32B-Instruct".into(),
+                server: Some("vllm".into()),
+                spec: None,
+                pid: Some(7),
+                start_ticks: None,
+                gpus: vec![0],
+                bdfs: vec![],
+                port: None,
+                state: crate::domain::models::ModelState::Healthy,
+                reason: None,
+                running: Some(4.0),
+                waiting: Some(12.0),
+                kv_cache: None,
+                tokens_per_sec: None,
+                restarts: 0,
+                log: None,
+                log_tail: vec![],
+                probed_ms: None,
+            }];
+            n
+        };
+        t.observe(&with_model(0));
+        let f = t.observe(&with_model(45_000));
+        assert!(
+            f[0].saw.contains("GPU 0 (model qwen-32b: 12 request(s) waiting)"),
+            "{}",
+            f[0].saw
         );
     }
 
