@@ -38,6 +38,10 @@ fn the_real_h200_capture() {
     let (gpus, procs) = assemble(&n, 1);
     assert_eq!(gpus[0].bdf, "0000:00:06");
     assert_eq!(gpus[0].modes_label(), "MIG off");
+    assert_eq!(
+        (gpus[0].gfx_clock_mhz, gpus[0].mem_clock_mhz),
+        (Some(1980), Some(3201))
+    );
     let mig = gpus[0].mig.as_ref().unwrap();
     assert_eq!(
         mig.profiles.len(),

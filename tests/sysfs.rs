@@ -59,6 +59,7 @@ fn cpx_nps4_tree_maps_every_partition_and_process() {
         ("CPX".into(), "NPS4".into())
     );
     assert_eq!(g.memory_caps.len(), 2);
+    assert_eq!((g.gfx_clock_mhz, g.mem_clock_mhz), (Some(2100), Some(1300)));
     // available_compute_partition is "QPX, CPX" while NPS4: only those profiles stay for NPS4.
     assert!(
         g.profiles

@@ -354,7 +354,8 @@ mod tests {
         t.observe(&with_model(0));
         let f = t.observe(&with_model(45_000));
         assert!(
-            f[0].saw.contains("GPU 0 (model qwen-32b: 12 request(s) waiting)"),
+            f[0].saw
+                .contains("GPU 0 (model qwen-32b: 12 request(s) waiting)"),
             "{}",
             f[0].saw
         );

@@ -163,6 +163,12 @@ pub struct PhysicalGpu {
     /// Compute x memory combinations offered.
     #[serde(default)]
     pub profiles: Vec<Profile>,
+    /// Graphics (SM / GFX) clock now, MHz (the highest XCC's on AMD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gfx_clock_mhz: Option<u32>,
+    /// Memory clock now, MHz.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_clock_mhz: Option<u32>,
     /// NVIDIA GPUs: MIG mode and the GPU-instance profiles offered (None on AMD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<super::mig::MigInfo>,

@@ -127,6 +127,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
             power_cap_watts: g.power_limit_w,
             hotspot_celsius: g.temp_c,
             mem_celsius: g.mem_temp_c,
+            gfx_clock_mhz: g.sm_clock_mhz,
+            mem_clock_mhz: g.mem_clock_mhz,
             ..PhysicalGpu::default()
         };
         for f in [
@@ -135,6 +137,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
             "hotspot_celsius",
             "mem_celsius",
             "hbm_bytes",
+            "gfx_clock_mhz",
+            "mem_clock_mhz",
         ] {
             note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
         }

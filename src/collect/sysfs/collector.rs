@@ -357,7 +357,15 @@ impl SysfsCollector {
                     g.power_watts = m.socket_power.map(f64::from);
                     g.hotspot_celsius = m.temperature_hotspot.map(f64::from);
                     g.mem_celsius = m.temperature_mem.map(f64::from);
-                    for f in ["power_watts", "hotspot_celsius", "mem_celsius"] {
+                    g.gfx_clock_mhz = m.gfxclk.iter().max().map(|v| u32::from(*v));
+                    g.mem_clock_mhz = m.uclk.map(u32::from);
+                    for f in [
+                        "power_watts",
+                        "hotspot_celsius",
+                        "mem_celsius",
+                        "gfx_clock_mhz",
+                        "mem_clock_mhz",
+                    ] {
                         note(&mut g.provenance, f, SourceKind::Sysfs, &src, now_ms, None);
                     }
                 }
@@ -567,6 +575,7 @@ impl SysfsCollector {
         let mut gone = Vec::new();
         for h in &holders {
             let mut uses: BTreeMap<u32, GpuUse> = BTreeMap::new();
+            let mut denied = false;
             // KFD: per-GPU VRAM, SDMA time, CU occupancy (the gpu ids it has files for are
             // listed once per full scan).
             if h.kfd {
@@ -612,8 +621,11 @@ impl SysfsCollector {
                     Some(c) if cached => c.clone(),
                     _ => {
                         let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
-                        if read_small(&path, buf).is_err() {
-                            if !h.kfd {
+                        if let Err(e) = read_small(&path, buf) {
+                            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                                // Another user's process: fdinfo is owner-only (0400).
+                                denied = true;
+                            } else if !h.kfd {
                                 gone.push(h.pid);
                             }
                             continue;
@@ -672,6 +684,16 @@ impl SysfsCollector {
                 now_ms,
                 None,
             );
+            if denied {
+                note(
+                    &mut p.provenance,
+                    "gtt_bytes",
+                    SourceKind::Procfs,
+                    "/proc/PID/fdinfo is readable by its owner or root only",
+                    now_ms,
+                    Some(Missing::NeedsRoot),
+                );
+            }
             if !gone.contains(&h.pid) {
                 out.push(p);
             }

@@ -210,6 +210,22 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 gv,
                 "power_watts",
             ));
+            if g.gfx_clock_mhz.is_some() || g.mem_clock_mhz.is_some() {
+                lines.push(row(
+                    state,
+                    theme,
+                    "clocks gfx / mem",
+                    Some(format!(
+                        "{} / {} MHz",
+                        g.gfx_clock_mhz
+                            .map_or_else(|| "N/A".into(), |v| v.to_string()),
+                        g.mem_clock_mhz
+                            .map_or_else(|| "N/A".into(), |v| v.to_string())
+                    )),
+                    gv,
+                    "gfx_clock_mhz",
+                ));
+            }
             lines.push(row(
                 state,
                 theme,
