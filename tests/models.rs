@@ -45,6 +45,14 @@ fn registered_servers_are_probed_for_health_queue_and_kv_cache() {
     assert!(a.running.is_some() && a.waiting.is_some(), "{a:?}");
     assert!(a.kv_cache.is_some_and(|k| (0.0..=1.0).contains(&k)));
     assert!(a.log.as_deref().unwrap().ends_with("llama-8b-a.log"));
+    assert!(
+        a.log_tail.iter().any(|l| l.contains(&format!(
+            "Uvicorn running on http://127.0.0.1:{}",
+            a.port.unwrap()
+        ))),
+        "{:?}",
+        a.log_tail
+    );
     let b = ms.iter().find(|m| m.name == "llama-8b-b").unwrap();
     assert_eq!(b.gpus, vec![1]);
 }

@@ -119,6 +119,21 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
     } else {
         None
     };
+    if server.is_some() {
+        // What vLLM prints while it starts, so the Models view has a log tail to show.
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "INFO {}: vLLM API server (partop simulator) serving {} on logical GPU {}\nINFO: Started server process [{}]\nINFO: Uvicorn running on http://127.0.0.1:{} (Press CTRL+C to quit)",
+            clock::rfc3339(clock::now_ms()),
+            spec.model.clone().unwrap_or_default(),
+            std::env::var("HIP_VISIBLE_DEVICES").unwrap_or_else(|_| "?".into()),
+            std::process::id(),
+            state.workloads[i].port
+        );
+        let _ = out.flush();
+    }
     loop {
         if term.swap(false, Ordering::SeqCst) {
             if spec.ignore_sigterm {
