@@ -119,25 +119,7 @@ pub enum Cmd {
     },
     /// Apply a saved plan (`partop plan … --json > plan.json`): re-checked against the node,
     /// confirmed (the host name for a driver reload), executed step by step, journaled.
-    Apply {
-        /// The plan file.
-        plan: PathBuf,
-        /// Do not ask (for scripts).
-        #[arg(long)]
-        yes: bool,
-        /// Print every step and command; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Continue an interrupted apply of this plan from the journal.
-        #[arg(long)]
-        resume: bool,
-        /// Send SIGKILL to processes still alive after SIGTERM's grace period.
-        #[arg(long)]
-        kill_after_grace: bool,
-        /// SIGTERM grace period, seconds.
-        #[arg(long, default_value_t = 10.0)]
-        grace: f64,
-    },
+    Apply(ApplyArgs),
     /// Terminate processes (after showing what will be signalled and asking for "yes").
     Kill {
         /// PIDs.
@@ -384,25 +366,7 @@ pub enum MigCmd {
         json: bool,
     },
     /// Apply a saved MIG plan (re-checked against the node first).
-    Apply {
-        /// The plan (JSON from `mig plan --json`).
-        plan: PathBuf,
-        /// Do not ask.
-        #[arg(long)]
-        yes: bool,
-        /// Print every command; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Continue an interrupted apply from the journal.
-        #[arg(long)]
-        resume: bool,
-        /// Send SIGKILL to processes that survive the grace period.
-        #[arg(long)]
-        kill_after_grace: bool,
-        /// Seconds between SIGTERM and SIGKILL (or giving up).
-        #[arg(long, default_value_t = 10.0)]
-        grace: f64,
-    },
+    Apply(ApplyArgs),
 }
 
 /// `partop nvidia` actions.
@@ -414,4 +378,26 @@ pub enum NvidiaCmd {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// How a saved plan is applied (AMD repartitions and MIG layouts alike).
+#[derive(Debug, Args, Clone)]
+pub struct ApplyArgs {
+    /// The plan file.
+    pub plan: PathBuf,
+    /// Do not ask (for scripts).
+    #[arg(long)]
+    pub yes: bool,
+    /// Print every step and command; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue an interrupted apply of this plan from the journal.
+    #[arg(long)]
+    pub resume: bool,
+    /// Send SIGKILL to processes still alive after SIGTERM's grace period.
+    #[arg(long)]
+    pub kill_after_grace: bool,
+    /// SIGTERM grace period, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub grace: f64,
 }

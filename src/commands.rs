@@ -349,23 +349,7 @@ pub fn main(cli: Cli) -> Result<u8> {
             memory,
             json,
         }) => plan(&cli.source, gpus, compute, memory, json),
-        Some(Cmd::Apply {
-            plan,
-            yes,
-            dry_run,
-            resume,
-            kill_after_grace,
-            grace,
-        }) => apply(
-            &cli.source,
-            &plan,
-            yes,
-            dry_run,
-            resume,
-            kill_after_grace,
-            grace,
-            cli.read_only,
-        ),
+        Some(Cmd::Apply(a)) => apply(&cli.source, &a, cli.read_only),
         Some(Cmd::Kill {
             pids,
             signal,
@@ -494,22 +478,17 @@ fn plan(
     }
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    clippy::fn_params_excessive_bools,
-    reason = "the command's flags"
-)]
-fn apply(
-    src: &SourceArgs,
-    path: &std::path::Path,
-    yes: bool,
-    dry_run: bool,
-    resume: bool,
-    kill_after_grace: bool,
-    grace: f64,
-    read_only: bool,
-) -> Result<u8> {
+fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Result<u8> {
     use crate::exec::apply::{ApplyCtx, ApplyEvent, apply, resume_point};
+    let crate::cli::ApplyArgs {
+        plan: path,
+        yes,
+        dry_run,
+        resume,
+        kill_after_grace,
+        grace,
+    } = args.clone();
+    let path = path.as_path();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {

@@ -125,14 +125,14 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
                 }
             }
         }
-        MigCmd::Apply {
+        MigCmd::Apply(crate::cli::ApplyArgs {
             plan: file,
             yes,
             dry_run,
             resume,
             kill_after_grace,
             grace,
-        } => {
+        }) => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let p: MigPlan = serde_json::from_str(&text).with_context(|| {
