@@ -129,8 +129,21 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
             } else {
                 say(&table(&snap.models))?;
             }
-            let down = snap.sources.iter().any(|s| s.name == "models registry");
-            Ok(if down { exit::PARTIAL } else { exit::OK })
+            // A broken registry is said, with its location; discovery still answered.
+            let down: Vec<&str> = snap
+                .sources
+                .iter()
+                .filter(|s| s.name == "models registry")
+                .filter_map(|s| s.error.as_deref())
+                .collect();
+            for e in &down {
+                let _ = writeln!(std::io::stderr(), "models registry: {e}");
+            }
+            Ok(if down.is_empty() {
+                exit::OK
+            } else {
+                exit::PARTIAL
+            })
         }
         ModelsCmd::Start {
             name,

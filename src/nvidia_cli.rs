@@ -18,7 +18,14 @@ fn say(s: &str) -> Result<()> {
 }
 
 fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
-    let node = open(src)?;
+    // MIG is NVIDIA's: read the node as one, whatever else is installed.
+    let mut nv = src.clone();
+    if nv.source == crate::collect::sysfs::SourceMode::Auto {
+        nv.source = crate::collect::sysfs::SourceMode::Nvidia;
+    }
+    let node = open(&nv).map_err(|e| {
+        anyhow::anyhow!("no NVIDIA GPU partop can read: {e}\n(use --source nvidia, --nvidia-smi PATH or --nvidia-replay FILE)")
+    })?;
     if node.nvidia.is_none() {
         bail!(
             "this node has no NVIDIA GPU partop can read (use --source nvidia, --nvidia-smi PATH or --nvidia-replay FILE)"
@@ -31,7 +38,7 @@ fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
     let s = rt.block_on(c.sample());
     if s.gpus.is_empty() {
         bail!(
-            "{}",
+            "no NVIDIA GPU partop can read ({}); NVML needs the NVIDIA driver, or pass --nvidia-smi PATH or --nvidia-replay FILE",
             s.sources
                 .iter()
                 .filter_map(|x| x.error.clone())
