@@ -49,48 +49,6 @@ fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
     Ok(s)
 }
 
-/// The plan as text.
-pub fn plan_text(p: &MigPlan) -> String {
-    let mut o = format!(
-        "MIG plan {} for GPU {} ({} {}) on {}\n  now:   {}\n  after: {}\n",
-        p.fingerprint,
-        p.draft.gpu,
-        p.product,
-        p.bdf,
-        p.host,
-        if p.before.is_empty() {
-            "MIG off or no instances".into()
-        } else {
-            p.before.join(", ")
-        },
-        if p.after.is_empty() {
-            "MIG off".into()
-        } else {
-            p.after.join(", ")
-        }
-    );
-    if !p.stops.is_empty() {
-        o.push_str(&format!("must stop ({}):\n", p.stops.len()));
-        for s in &p.stops {
-            o.push_str(&format!("  pid {:>7}  {}\n", s.pid, s.name));
-        }
-    }
-    o.push_str("steps:\n");
-    for (i, s) in p.steps.iter().enumerate() {
-        o.push_str(&format!("  {}. {}\n", i + 1, s.title));
-        for c in &s.commands {
-            o.push_str(&format!("       $ {c}\n"));
-        }
-    }
-    if !p.warnings.is_empty() {
-        o.push_str("warnings:\n");
-        for w in &p.warnings {
-            o.push_str(&format!("  ! {w}\n"));
-        }
-    }
-    o
-}
-
 fn smi_name(src: &SourceArgs) -> String {
     src.nvidia_smi
         .as_ref()
@@ -120,7 +78,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
                     if json {
                         say(&(serde_json::to_string_pretty(&p)? + "\n"))?;
                     } else {
-                        say(&plan_text(&p))?;
+                        say(&crate::report::mig_plan_text(&p))?;
                     }
                     Ok(exit::OK)
                 }
@@ -148,7 +106,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
                     file.display()
                 )
             })?;
-            say(&plan_text(&p))?;
+            say(&crate::report::mig_plan_text(&p))?;
             if dry_run {
                 say("dry run: nothing changed\n")?;
                 return Ok(exit::OK);

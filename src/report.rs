@@ -197,3 +197,45 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
     }
     o
 }
+
+/// A MIG plan as text (the CLI and the staging overlay).
+pub fn mig_plan_text(p: &crate::domain::mig::MigPlan) -> String {
+    let mut o = format!(
+        "MIG plan {} for GPU {} ({} {}) on {}\n  now:   {}\n  after: {}\n",
+        p.fingerprint,
+        p.draft.gpu,
+        p.product,
+        p.bdf,
+        p.host,
+        if p.before.is_empty() {
+            "MIG off or no instances".into()
+        } else {
+            p.before.join(", ")
+        },
+        if p.after.is_empty() {
+            "MIG off".into()
+        } else {
+            p.after.join(", ")
+        }
+    );
+    if !p.stops.is_empty() {
+        o.push_str(&format!("must stop ({}):\n", p.stops.len()));
+        for s in &p.stops {
+            o.push_str(&format!("  pid {:>7}  {}\n", s.pid, s.name));
+        }
+    }
+    o.push_str("steps:\n");
+    for (i, s) in p.steps.iter().enumerate() {
+        o.push_str(&format!("  {}. {}\n", i + 1, s.title));
+        for c in &s.commands {
+            o.push_str(&format!("       $ {c}\n"));
+        }
+    }
+    if !p.warnings.is_empty() {
+        o.push_str("warnings:\n");
+        for w in &p.warnings {
+            o.push_str(&format!("  ! {w}\n"));
+        }
+    }
+    o
+}

@@ -8,6 +8,7 @@ pub mod command;
 pub mod config;
 pub mod dialog;
 pub mod keymap;
+pub mod mig_stage;
 pub mod run;
 pub mod stage;
 pub mod state;

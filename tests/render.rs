@@ -291,3 +291,69 @@ fn models_view_and_its_confirmation() {
     update(&mut s, Msg::Command(Command::ModelRestart));
     assert!(s.model_ask.is_none());
 }
+
+#[test]
+fn mig_staging_overlay_and_confirmation() {
+    // The H200 as NVML reported it on the lent machine (a PyTorch process on it).
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
+    let node: partop::collect::nvidia::NvNode =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let (gpus, processes) = partop::collect::nvidia::assemble(&node, T);
+    let snap = partop::domain::Snapshot {
+        host: "h200-node".into(),
+        taken_at_ms: T,
+        gpus,
+        processes,
+        ..partop::domain::Snapshot::default()
+    };
+    let (km, _) = Keymap::load("default", None, false);
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    update(&mut s, Msg::Resize(110, 36));
+    update(&mut s, Msg::Tick(T + 1000));
+    update(&mut s, Msg::Command(Command::StageChange));
+    assert!(s.mig_staging.is_some(), "p on an NVIDIA GPU stages MIG");
+    let text = draw(&s, 110, 36);
+    assert!(
+        text.contains("7x 1g.18gb") && text.contains("-cgi 19,19,19,19,19,19,19 -C"),
+        "{text}"
+    );
+    insta::assert_snapshot!("mig_staging__110x36", text);
+    update(&mut s, Msg::Command(Command::StageCycleCompute));
+    update(&mut s, Msg::Command(Command::StageConfirm));
+    let key = |s: &mut State, c: ratatui::crossterm::event::KeyCode| {
+        update(
+            s,
+            Msg::Key(ratatui::crossterm::event::KeyEvent::new(
+                c,
+                ratatui::crossterm::event::KeyModifiers::NONE,
+            )),
+        )
+    };
+    for ch in "yes".chars() {
+        key(&mut s, ratatui::crossterm::event::KeyCode::Char(ch));
+    }
+    assert!(
+        key(&mut s, ratatui::crossterm::event::KeyCode::Enter).is_empty(),
+        "needs the host name"
+    );
+    for _ in 0..3 {
+        key(&mut s, ratatui::crossterm::event::KeyCode::Backspace);
+    }
+    for ch in "h200-node".chars() {
+        key(&mut s, ratatui::crossterm::event::KeyCode::Char(ch));
+    }
+    match key(&mut s, ratatui::crossterm::event::KeyCode::Enter).as_slice() {
+        [partop::ui::state::Effect::MigApply(p)] => {
+            assert_eq!(p.after, vec!["2g.35gb".to_string(); 3]);
+            assert!(p.steps.iter().any(|st| {
+                st.commands
+                    .iter()
+                    .any(|c| c == "nvidia-smi mig -i 0 -cgi 14,14,14 -C")
+            }));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.mig_staging.is_none());
+}

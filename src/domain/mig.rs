@@ -312,6 +312,58 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     Ok(plan)
 }
 
+/// Layouts worth proposing for a GPU with `profiles`: each profile repeated as often as it
+/// fits, the big-plus-small mixes (the largest that leaves room, filled with the smallest), and
+/// MIG off (empty). The operator cycles through them in the staging overlay.
+pub fn presets(profiles: &[MigProfile]) -> Vec<Vec<String>> {
+    let plain: Vec<&MigProfile> = profiles.iter().filter(|p| !p.name.contains('+')).collect();
+    let fits = |p: &MigProfile, c: u32, m: u32| {
+        p.max_instances
+            .min((7 - c.min(7)) / p.compute_slices.max(1))
+            .min((8 - m.min(8)) / p.memory_slices.max(1))
+    };
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for p in &plain {
+        let n = fits(p, 0, 0);
+        if n > 0 {
+            out.push(vec![p.name.clone(); n as usize]);
+        }
+    }
+    let smallest = plain
+        .iter()
+        .min_by_key(|p| (p.compute_slices, p.memory_slices))
+        .copied();
+    for big in plain
+        .iter()
+        .filter(|p| p.compute_slices >= 3 && p.compute_slices < 7)
+    {
+        let mut l = vec![big.name.clone()];
+        let (mut c, mut m) = (big.compute_slices, big.memory_slices);
+        for other in plain
+            .iter()
+            .filter(|p| p.compute_slices < big.compute_slices)
+            .rev()
+        {
+            let n = fits(other, c, m).min(1);
+            for _ in 0..n {
+                l.push(other.name.clone());
+                c += other.compute_slices;
+                m += other.memory_slices;
+            }
+        }
+        if let Some(s) = smallest {
+            let used = l.iter().filter(|x| **x == s.name).count() as u32;
+            let n = fits(s, c, m).min(s.max_instances.saturating_sub(used));
+            l.extend(std::iter::repeat_n(s.name.clone(), n as usize));
+        }
+        if l.len() > 1 && !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    out.push(Vec::new());
+    out
+}
+
 /// Parses `1g.18gb,1g.18gb,3g.71gb` or `3x1g.18gb,3g.71gb`.
 pub fn parse_instances(s: &str) -> Vec<String> {
     s.split(',')
@@ -408,6 +460,23 @@ mod tests {
             instances: parse_instances("8x1g.18gb"),
         };
         assert!(plan(&node(false, &[]), &d, "nvidia-smi").is_err());
+    }
+
+    #[test]
+    fn presets_are_all_plannable() {
+        let n = node(false, &[]);
+        let ps = presets(&table_profiles("NVIDIA H200").unwrap());
+        assert!(ps.contains(&vec!["1g.18gb".to_string(); 7]));
+        assert!(ps.contains(&vec!["3g.71gb".to_string(); 2]));
+        assert!(ps.contains(&vec!["7g.141gb".to_string()]));
+        assert_eq!(ps.last(), Some(&vec![]), "MIG off last");
+        for p in ps.iter().filter(|p| !p.is_empty()) {
+            let d = MigDraft {
+                gpu: 0,
+                instances: p.clone(),
+            };
+            assert!(plan(&n, &d, "smi").is_ok(), "{p:?}");
+        }
     }
 
     #[test]

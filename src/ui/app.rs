@@ -52,6 +52,10 @@ pub struct ExecSettings {
     pub models: Option<std::path::PathBuf>,
     /// Where partop-launched models log.
     pub model_log_dir: std::path::PathBuf,
+    /// The nvidia-smi given with `--nvidia-smi` (passed to a detached MIG apply).
+    pub nvidia_smi: Option<std::path::PathBuf>,
+    /// The node is an NVIDIA recording (nothing can be applied).
+    pub nvidia_replay: bool,
 }
 
 /// Runs a confirmed model action (blocking: signals, launches, the health wait), reporting in
@@ -198,6 +202,44 @@ fn spawn_apply(
     ))
 }
 
+/// Starts `partop mig apply` for a confirmed MIG plan, detached like AMD applies; returns its log.
+fn spawn_mig_apply(
+    plan: &crate::domain::mig::MigPlan,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) -> std::io::Result<String> {
+    use std::os::unix::process::CommandExt;
+    if exec.nvidia_replay {
+        return Err(std::io::Error::other("a recording cannot be changed"));
+    }
+    let dir = apply_dir();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(format!("mig-{}.json", plan.fingerprint));
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
+    )?;
+    let log = dir.join(format!("mig-{}.log", plan.fingerprint));
+    let out = std::fs::File::create(&log)?;
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(["--source", "nvidia"]);
+    if let Some(s) = &exec.nvidia_smi {
+        cmd.arg("--nvidia-smi").arg(s);
+    }
+    cmd.args(["mig", "apply"])
+        .arg(&file)
+        .arg("--yes")
+        .arg("--grace")
+        .arg(format!("{}", grace_ms / 1000))
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0);
+    let mut child = cmd.spawn()?;
+    std::thread::spawn(move || child.wait());
+    Ok(log.display().to_string())
+}
+
 /// A detached apply still running from an earlier partop, to attach to.
 pub fn running_apply() -> Option<super::stage::Progress> {
     let dir = apply_dir();
@@ -298,6 +340,16 @@ pub async fn run(
                 Effect::Rescan => {
                     let _ = requests.try_send(Request::Rescan);
                 }
+                Effect::MigApply(plan) => match spawn_mig_apply(&plan, &exec, state.grace_ms) {
+                    Ok(log) => log::info!(
+                        "applying MIG plan {} (detached; log {log}; the Journal view follows it)",
+                        plan.fingerprint
+                    ),
+                    Err(e) => log::error!(
+                        "could not start the apply of MIG plan {}: {e}",
+                        plan.fingerprint
+                    ),
+                },
                 Effect::Model(action) => {
                     let snap = state.snapshot.clone();
                     let exec = exec.clone();

@@ -73,7 +73,7 @@ commands! {
     ModelAdvise = "model_advise", "Stage the partition layout that serves the registry's models best", Mutating;
     TagGpu = "tag_gpu", "Tag or untag the selected logical GPU's physical GPU (staging acts on tagged ones)", Safe;
     StageChange = "stage_change", "Stage a partition change for the selected GPU (plan, then confirm)", Mutating;
-    StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep)", Safe;
+    StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep); on an NVIDIA GPU, the next MIG layout", Safe;
     StageCycleMemory = "stage_cycle_memory", "Staging: next memory mode (or keep)", Safe;
     StageToggleScope = "stage_toggle_scope", "Staging: the selected GPU or every GPU", Safe;
     StageConfirm = "stage_confirm", "Staging: confirm the plan (you will type the host name)", Safe;

@@ -72,7 +72,14 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         sim_state: node.sim_state.clone(),
         models: node.models.clone(),
         model_log_dir: node.prober().log_dir,
+        nvidia_smi: cli.source.nvidia_smi.clone(),
+        nvidia_replay: cli.source.nvidia_replay.is_some(),
     };
+    state.nvidia_smi = cli
+        .source
+        .nvidia_smi
+        .as_ref()
+        .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string());
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
     state.applying = super::app::running_apply();
     state.scenario.clone_from(&node.scenario);

@@ -268,6 +268,8 @@ pub enum Effect {
     Rescan,
     /// Run a confirmed model action (off the UI thread).
     Model(ModelAction),
+    /// Start applying a confirmed MIG plan (detached).
+    MigApply(Box<crate::domain::mig::MigPlan>),
 }
 
 /// The UI state.
@@ -343,6 +345,10 @@ pub struct State {
     pub tagged_gpus: std::collections::BTreeSet<String>,
     /// Seconds a driver reload takes, for plans (120 unless the node says otherwise).
     pub reload_secs: u32,
+    /// A MIG layout being staged (NVIDIA GPUs).
+    pub mig_staging: Option<super::mig_stage::MigStaging>,
+    /// The nvidia-smi that MIG commands name.
+    pub nvidia_smi: String,
     /// Selected model row.
     pub model_sel: usize,
     /// A model action being confirmed.
@@ -388,6 +394,8 @@ impl State {
             applying: None,
             tagged_gpus: std::collections::BTreeSet::new(),
             reload_secs: 120,
+            mig_staging: None,
+            nvidia_smi: "nvidia-smi".into(),
             model_sel: 0,
             model_ask: None,
         }
@@ -406,6 +414,10 @@ impl State {
             .staging
             .as_ref()
             .is_some_and(|s| s.confirming.is_none())
+            || self
+                .mig_staging
+                .as_ref()
+                .is_some_and(|s| s.confirming.is_none())
         {
             vec![Section::Stage]
         } else if self.help {
@@ -809,6 +821,21 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             let Some((g, _)) = snap.logical().nth(state.gpu_sel) else {
                 return Vec::new();
             };
+            if g.mig.is_some() {
+                // NVIDIA: a MIG layout, on this GPU.
+                let idx = snap
+                    .gpus
+                    .iter()
+                    .filter(|x| x.mig.is_some())
+                    .position(|x| x.bdf == g.bdf)
+                    .unwrap_or(0);
+                state.mig_staging = Some(super::mig_stage::MigStaging::new(
+                    u32::try_from(idx).unwrap_or(0),
+                    &snap,
+                    state.nvidia_smi.clone(),
+                ));
+                return Vec::new();
+            }
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
             // Tagged GPUs (several) when there are any, else the selected one.
             let mut tagged: Vec<String> = state.tagged_gpus.iter().cloned().collect();
@@ -833,6 +860,11 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                 state.tagged_gpus.insert(g.bdf.clone());
             }
         }
+        Command::StageCycleCompute if state.mig_staging.is_some() => {
+            if let (Some(st), Some(snap)) = (state.mig_staging.as_mut(), state.snapshot.clone()) {
+                st.cycle(&snap);
+            }
+        }
         Command::StageCycleCompute | Command::StageCycleMemory | Command::StageToggleScope => {
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
             if let (Some(st), Some(snap)) = (state.staging.as_mut(), state.snapshot.clone()) {
@@ -842,6 +874,17 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                     _ => st.all = !st.all,
                 }
                 st.replan(&snap, grace);
+            }
+        }
+        Command::StageConfirm if state.mig_staging.is_some() => {
+            if let Some(st) = state.mig_staging.as_mut()
+                && let Ok(p) = &st.result
+            {
+                st.confirming = Some(super::stage::Confirming {
+                    typed: String::new(),
+                    fingerprint: p.fingerprint.clone(),
+                    notice: None,
+                });
             }
         }
         Command::StageConfirm => {
@@ -946,6 +989,8 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         Command::Cancel => {
             if state.model_ask.is_some() {
                 state.model_ask = None;
+            } else if state.mig_staging.is_some() {
+                state.mig_staging = None;
             } else if state.staging.is_some() {
                 state.staging = None;
             } else if state.applying.as_ref().is_some_and(|p| p.visible) {
@@ -965,6 +1010,43 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                 state.view = state.back;
             }
         }
+    }
+    Vec::new()
+}
+
+/// Typing the host name to apply a staged MIG plan.
+fn mig_confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
+    let Some(st) = state.mig_staging.as_mut() else {
+        return Vec::new();
+    };
+    let result = st.result.clone();
+    let Some(c) = st.confirming.as_mut() else {
+        return Vec::new();
+    };
+    match k.code {
+        KeyCode::Esc => st.confirming = None,
+        KeyCode::Backspace => {
+            c.typed.pop();
+        }
+        KeyCode::Char(ch)
+            if !k
+                .modifiers
+                .contains(ratatui::crossterm::event::KeyModifiers::CONTROL) =>
+        {
+            c.typed.push(ch);
+        }
+        KeyCode::Enter => {
+            // INVARIANT: the only place an Effect::MigApply is created: the plan on screen, its
+            // fingerprint unchanged since confirmation began, and the host name typed.
+            if let Ok(p) = result {
+                if c.typed == p.host && c.fingerprint == p.fingerprint {
+                    state.mig_staging = None;
+                    return vec![Effect::MigApply(Box::new(p))];
+                }
+                c.notice = Some(format!("type {} exactly to apply", p.host));
+            }
+        }
+        _ => {}
     }
     Vec::new()
 }
@@ -1048,6 +1130,13 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             {
                 return confirm_key(state, &k);
             }
+            if state
+                .mig_staging
+                .as_ref()
+                .is_some_and(|s| s.confirming.is_some())
+            {
+                return mig_confirm_key(state, &k);
+            }
             if state.editing_filter {
                 if k.code == KeyCode::Char('c')
                     && k.modifiers
@@ -1094,6 +1183,9 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
                 .tagged
                 .retain(|pid| s.processes.iter().any(|p| p.pid == *pid));
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
+            if let Some(st) = state.mig_staging.as_mut() {
+                st.replan(&s);
+            }
             if let Some(st) = state.staging.as_mut() {
                 st.replan(&s, grace);
             }

@@ -70,6 +70,9 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     if let Some(st) = &state.staging {
         stage::render(frame, area, st, state, theme);
     }
+    if let Some(st) = &state.mig_staging {
+        stage::render_mig(frame, area, st, theme);
+    }
     if let Some(d) = &state.dialog {
         dialog::render(frame, area, d, state, theme);
     }

@@ -283,3 +283,93 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) 
         rect,
     );
 }
+
+/// Draws the MIG staging overlay: the layout chosen, its plan (or why there is none), and the
+/// confirmation being typed.
+pub fn render_mig(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    st: &crate::ui::mig_stage::MigStaging,
+    theme: &Theme,
+) {
+    let rect = centered(area, 110, 34);
+    frame.render_widget(Clear, rect);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" Stage a MIG layout (nothing changes until you confirm) ")
+        .border_style(theme.get("danger"));
+    let inner = block.inner(rect);
+    frame.render_widget(block, rect);
+    let w = usize::from(inner.width);
+    let layout = st.layout();
+    let shown = if layout.is_empty() {
+        "MIG off".to_string()
+    } else {
+        let mut names: Vec<(String, usize)> = Vec::new();
+        for n in &layout {
+            match names.iter_mut().find(|(x, _)| x == n) {
+                Some((_, k)) => *k += 1,
+                None => names.push((n.clone(), 1)),
+            }
+        }
+        names
+            .iter()
+            .map(|(n, k)| {
+                if *k > 1 {
+                    format!("{k}x {n}")
+                } else {
+                    n.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let mut lines = vec![
+        Line::from(vec![
+            Span::styled(format!("GPU {} layout ", st.gpu), theme.get("table.header")),
+            Span::raw(format!(
+                "{shown}   (c: next of {}; the device's own profiles)",
+                st.presets.len()
+            )),
+        ]),
+        Line::raw(""),
+    ];
+    match &st.result {
+        Ok(p) => lines.extend(crate::report::mig_plan_text(p).lines().map(|l| {
+            let style = if l.trim_start().starts_with('!') {
+                theme.get("status.warn")
+            } else {
+                theme.get("ui")
+            };
+            Line::styled(l.to_string(), style)
+        })),
+        Err(e) => lines.extend(e.iter().map(|x| {
+            Line::styled(
+                cut(&format!("cannot plan: {x}"), w),
+                theme.get("status.warn"),
+            )
+        })),
+    }
+    lines.push(Line::raw(""));
+    let prompt = match (&st.confirming, &st.result) {
+        (Some(c), Ok(p)) => {
+            if let Some(n) = &c.notice {
+                lines.push(Line::styled(cut(n, w), theme.get("status.warn")));
+            }
+            format!(
+                "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
+                p.host, c.typed
+            )
+        }
+        (_, Ok(_)) => {
+            "Enter: confirm (you will type the host name) · c: next layout · Esc: cancel".into()
+        }
+        (_, Err(_)) => "c: next layout · Esc: cancel".into(),
+    };
+    lines.push(Line::styled(cut(&prompt, w), theme.get("danger")));
+    // Plans' long warnings wrap rather than lose their end.
+    frame.render_widget(
+        Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
+        inner,
+    );
+}
