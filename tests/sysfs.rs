@@ -119,6 +119,14 @@ fn cpx_nps4_tree_maps_every_partition_and_process() {
         o.detail
     );
     assert_eq!(g.partitions[3].vram_total_bytes, Some(25_727_860_736));
+    // XCDs and HBM domains from the product's geometry: XCP 5 owns XCD 5, NPS domain 2.
+    assert_eq!(
+        (
+            g.partitions[5].xcds.clone(),
+            g.partitions[5].memory_domains.clone()
+        ),
+        (vec![5], vec![2])
+    );
     assert_eq!(g.partitions[0].umc_busy_percent, Some(9.0));
     // pid 4242: KFD VRAM on XCP1, 38 of 38 CUs; GTT from its render fds, 12 KiB elsewhere.
     let p = s.processes.iter().find(|p| p.pid == 4242).unwrap();

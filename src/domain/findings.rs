@@ -171,7 +171,16 @@ impl Tracker {
         self.idle_since.retain(|k, _| seen_idle.contains(k));
         self.hot_since.retain(|k, _| seen_hot.contains(k));
         let mut seen_pids = Vec::new();
-        for p in &snap.processes {
+        // "amd-smi does not list it" means something only where amd-smi's process list was read
+        // (not with --source sysfs).
+        let amdsmi_lists = snap.sources.iter().any(|s| {
+            s.name == "amd-smi process"
+                && matches!(
+                    s.status,
+                    super::snapshot::Health::Ok | super::snapshot::Health::Degraded
+                )
+        });
+        for p in snap.processes.iter().filter(|_| amdsmi_lists) {
             let nodes = p.gpus.iter().filter(|u| u.render_open).count();
             if p.listed_by_amdsmi || (!p.holds_kfd && nodes == 0) {
                 continue;
@@ -356,6 +365,39 @@ mod tests {
         assert!(
             f[0].saw
                 .contains("GPU 0 (model qwen-32b: 12 request(s) waiting)"),
+            "{}",
+            f[0].saw
+        );
+    }
+
+    #[test]
+    fn an_unlisted_holder_only_where_amd_smi_lists_processes() {
+        use crate::domain::snapshot::{Health, Process, SourceStatus};
+        let mut n = node([0.0, 0.0], 0.0, [0, 0], 0, 1_000);
+        n.processes = vec![Process {
+            pid: 77,
+            name: Some("gpuagent".into()),
+            holds_kfd: true,
+            agent: Some("AMD GPU agent".into()),
+            ..Process::default()
+        }];
+        // --source sysfs: no amd-smi process list, so nothing to be missing from.
+        assert!(Tracker::default().observe(&n).is_empty());
+        n.sources = vec![SourceStatus {
+            name: "amd-smi process".into(),
+            version: None,
+            status: Health::Ok,
+            error: None,
+            last_ok_ms: Some(1_000),
+            took_ms: None,
+        }];
+        let f = Tracker::default().observe(&n);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].kind, Kind::UnlistedHolder);
+        assert_eq!(f[0].severity, Severity::Info, "an agent is information");
+        assert!(
+            f[0].saw
+                .contains("holds /dev/kfd (every GPU) but amd-smi does not list it"),
             "{}",
             f[0].saw
         );

@@ -395,7 +395,33 @@ impl SysfsCollector {
                     .map(|v| v as f64 / 1e6);
             }
             let n = g.partitions.len().max(1);
+            // Which XCDs and HBM domains each partition owns follows from the product's
+            // geometry and the modes (sysfs does not list them).
+            let geometry = g
+                .product_key
+                .as_deref()
+                .and_then(crate::domain::product::by_key)
+                .zip(g.compute_partition.zip(g.memory_partition))
+                .map(|(p, (c, m))| crate::domain::layout::shapes(&p, c, m))
+                .filter(|s| s.len() == g.partitions.len());
             for l in &mut g.partitions {
+                if let Some(s) = geometry
+                    .as_ref()
+                    .and_then(|v| v.iter().find(|s| s.partition_id == l.partition_id))
+                {
+                    l.xcds.clone_from(&s.xcds);
+                    l.memory_domains.clone_from(&s.memory_domains);
+                    for f in ["xcds", "memory_domains"] {
+                        note(
+                            &mut l.provenance,
+                            f,
+                            SourceKind::Derived,
+                            "the product's geometry for the current modes",
+                            now_ms,
+                            None,
+                        );
+                    }
+                }
                 let node = nodes.iter().find(|k| Some(k.gpu_id) == l.kfd_id);
                 // This partition's own metrics file, else its block of gpu_metrics, else the
                 // device's XCCs it owns (v1.9).
