@@ -151,10 +151,16 @@ impl Node {
         if let Some(roots) = &self.roots {
             m.proc_root.clone_from(&roots.proc_root);
         }
-        if let Some(st) = &self.sim_state {
-            m.log_dir = st.with_extension("logs");
-        }
+        m.log_dir = self.model_log_dir();
         m
+    }
+
+    /// Where partop-launched models log: beside a simulated node's state, else the state dir.
+    pub fn model_log_dir(&self) -> PathBuf {
+        self.sim_state.as_ref().map_or_else(
+            || crate::paths::state_dir().join("models"),
+            |st| st.with_extension("logs"),
+        )
     }
 
     /// The registry itself (for planning and launching), or its error.
@@ -609,7 +615,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
         wait_idle: Duration::from_secs(60),
         wait_gpus: Duration::from_secs(300),
         registry: node.registry().ok().flatten(),
-        model_log_dir: node.prober().log_dir,
+        model_log_dir: node.model_log_dir(),
     };
     let mut show = |e: ApplyEvent| {
         let line = match e {

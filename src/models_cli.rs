@@ -37,19 +37,6 @@ fn ask(yes: bool, what: &str) -> Result<bool> {
     Ok(answer.trim() == "yes")
 }
 
-fn num(v: Option<f64>, pct: bool) -> String {
-    v.map_or_else(
-        || "-".into(),
-        |x| {
-            if pct {
-                format!("{:.0}%", x * 100.0)
-            } else {
-                format!("{x:.0}")
-            }
-        },
-    )
-}
-
 /// The models table.
 pub fn table(models: &[ServedModel]) -> String {
     let mut o = format!(
@@ -87,10 +74,10 @@ pub fn table(models: &[ServedModel]) -> String {
             m.state.label(),
             gpus,
             m.port.map_or_else(|| "-".into(), |p| p.to_string()),
-            num(m.running, false),
-            num(m.waiting, false),
-            num(m.kv_cache, true),
-            num(m.tokens_per_sec, false),
+            crate::report::figure(m.running, false),
+            crate::report::figure(m.waiting, false),
+            crate::report::figure(m.kv_cache, true),
+            crate::report::figure(m.tokens_per_sec, false),
             m.restarts,
             m.model,
         ));
@@ -115,7 +102,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
         return Ok(exit::USAGE);
     }
     let ops = Ops {
-        log_dir: node.prober().log_dir,
+        log_dir: node.model_log_dir(),
         journal: crate::exec::journal::default_path(),
         simulated: node.sim_state.is_some(),
         grace: Duration::from_secs(30),

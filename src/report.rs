@@ -239,3 +239,12 @@ pub fn mig_plan_text(p: &crate::domain::mig::MigPlan) -> String {
     }
     o
 }
+
+/// A model figure for tables: `-` when unknown, a fraction as a percentage when `pct`.
+pub fn figure(v: Option<f64>, pct: bool) -> String {
+    match v {
+        None => "-".into(),
+        Some(x) if pct => format!("{:.0}%", x * 100.0),
+        Some(x) => format!("{x:.0}"),
+    }
+}

@@ -339,3 +339,16 @@ fn source_sysfs_needs_no_amd_smi() {
         o.stdout
     );
 }
+
+#[test]
+fn holders_from_another_scan_are_used_instead_of_scanning_again() {
+    // `--source auto`: the amd-smi path has scanned /proc; the kernel collector takes its list.
+    let root = fixture("mi300x-cpx-nps4");
+    let mut c = collector(&root);
+    let all = partop::collect::holders::scan(&c.roots);
+    c.external_holders = Some(all.into_iter().filter(|h| h.pid == 5151).collect());
+    let s = c.sample_at(1, 1);
+    let pids: Vec<u32> = s.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [5151]);
+    assert_eq!(s.processes[0].gpus[0].vram_bytes, Some(512 << 20));
+}

@@ -165,19 +165,7 @@ fn journal_step(ctx: &ApplyCtx, plan: &Plan, idx: usize, key: &str, ok: bool, de
 
 /// The first step not yet journaled as done for this plan (0 when none).
 pub fn resume_point(journal_path: &std::path::Path, fingerprint: &str) -> usize {
-    let Ok((entries, _)) = journal::read(journal_path) else {
-        return 0;
-    };
-    entries
-        .iter()
-        .filter(|e| {
-            e.action == "repartition.step"
-                && e.targets["fingerprint"] == fingerprint
-                && e.outcome["ok"] == true
-        })
-        .filter_map(|e| e.targets["step"].as_u64())
-        .max()
-        .map_or(0, |s| usize::try_from(s).unwrap_or(0) + 1)
+    journal::resume_point(journal_path, "repartition.step", fingerprint)
 }
 
 async fn sample(ctx: &ApplyCtx) -> Snapshot {

@@ -77,6 +77,22 @@ impl Entry {
     }
 }
 
+/// The first step of plan `fingerprint` not journaled as done under `action` (0 when none):
+/// where an interrupted apply resumes (AMD `repartition.step`, MIG `mig.step`).
+pub fn resume_point(path: &Path, action: &str, fingerprint: &str) -> usize {
+    let Ok((entries, _)) = read(path) else {
+        return 0;
+    };
+    entries
+        .iter()
+        .filter(|e| {
+            e.action == action && e.targets["fingerprint"] == fingerprint && e.outcome["ok"] == true
+        })
+        .filter_map(|e| e.targets["step"].as_u64())
+        .max()
+        .map_or(0, |s| usize::try_from(s).unwrap_or(0) + 1)
+}
+
 /// The default journal file: `$XDG_STATE_HOME/partop/journal.jsonl`.
 pub fn default_path() -> PathBuf {
     crate::paths::state_dir().join("journal.jsonl")

@@ -189,19 +189,7 @@ fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, St
 
 /// The first step not journaled as done for this plan.
 pub fn resume_point(ctx: &MigCtx, fingerprint: &str) -> usize {
-    journal::read(&ctx.journal)
-        .map(|(e, _)| {
-            e.iter()
-                .filter(|e| {
-                    e.action == "mig.step"
-                        && e.targets["fingerprint"] == fingerprint
-                        && e.outcome["ok"] == true
-                })
-                .filter_map(|e| e.targets["step"].as_u64())
-                .max()
-                .map_or(0, |s| usize::try_from(s).unwrap_or(0) + 1)
-        })
-        .unwrap_or(0)
+    journal::resume_point(&ctx.journal, "mig.step", fingerprint)
 }
 
 /// Applies `plan` from step `from`, reporting each step's start and result.

@@ -157,86 +157,78 @@ pub fn apply_dir() -> std::path::PathBuf {
     crate::paths::state_dir().join("apply")
 }
 
-/// Starts `partop apply` for a confirmed plan as a detached process (its own process group, so
-/// it survives the terminal or the SSH session going away) and returns what to follow.
+/// Writes `plan` under the apply directory as `NAME.json` and starts partop with `args` and
+/// that file, detached (its own process group, so it survives the terminal or the SSH session
+/// going away), logging to `NAME.log`. Returns (pid, plan file, log).
+fn spawn_detached(
+    name: &str,
+    plan: &impl serde::Serialize,
+    args: &[std::ffi::OsString],
+) -> std::io::Result<(u32, std::path::PathBuf, std::path::PathBuf)> {
+    use std::os::unix::process::CommandExt;
+    let dir = apply_dir();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
+    )?;
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log)?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()?;
+    let pid = child.id();
+    std::thread::spawn(move || child.wait());
+    Ok((pid, file, log))
+}
+
+/// Starts `partop apply` for a confirmed plan, detached, and returns what to follow.
 fn spawn_apply(
     plan: &crate::domain::plan::Plan,
     exec: &ExecSettings,
     grace_ms: u64,
 ) -> std::io::Result<super::stage::Progress> {
-    use std::os::unix::process::CommandExt;
-    let dir = apply_dir();
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("{}.json", plan.fingerprint));
-    std::fs::write(
-        &file,
-        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
-    )?;
-    let log = dir.join(format!("{}.log", plan.fingerprint));
-    let out = std::fs::File::create(&log)?;
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.arg("apply")
-        .arg(&file)
-        .arg("--yes")
-        .arg("--grace")
-        .arg(format!("{}", grace_ms / 1000));
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
     if let Some(s) = &exec.sim_state {
-        cmd.arg("--sim-state").arg(s);
+        args.extend(["--sim-state".into(), s.into()]);
     }
     if let Some(m) = &exec.models {
-        cmd.arg("--models").arg(m);
+        args.extend(["--models".into(), m.into()]);
     }
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .process_group(0);
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    std::thread::spawn(move || child.wait());
+    args.extend(["apply", "--yes", "--grace"].map(Into::into));
+    args.push(format!("{}", grace_ms / 1000).into());
+    let (pid, file, log) = spawn_detached(&plan.fingerprint, plan, &args)?;
     let pointer =
         serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
-    std::fs::write(dir.join("current.json"), pointer.to_string())?;
+    std::fs::write(apply_dir().join("current.json"), pointer.to_string())?;
     Ok(super::stage::Progress::new(
         plan.clone(),
         log.display().to_string(),
     ))
 }
 
-/// Starts `partop mig apply` for a confirmed MIG plan, detached like AMD applies; returns its log.
+/// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its log.
 fn spawn_mig_apply(
     plan: &crate::domain::mig::MigPlan,
     exec: &ExecSettings,
     grace_ms: u64,
 ) -> std::io::Result<String> {
-    use std::os::unix::process::CommandExt;
     if exec.nvidia_replay {
         return Err(std::io::Error::other("a recording cannot be changed"));
     }
-    let dir = apply_dir();
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("mig-{}.json", plan.fingerprint));
-    std::fs::write(
-        &file,
-        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
-    )?;
-    let log = dir.join(format!("mig-{}.log", plan.fingerprint));
-    let out = std::fs::File::create(&log)?;
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.args(["--source", "nvidia"]);
+    let mut args: Vec<std::ffi::OsString> = vec!["--source".into(), "nvidia".into()];
     if let Some(s) = &exec.nvidia_smi {
-        cmd.arg("--nvidia-smi").arg(s);
+        args.extend(["--nvidia-smi".into(), s.into()]);
     }
-    cmd.args(["mig", "apply"])
-        .arg(&file)
-        .arg("--yes")
-        .arg("--grace")
-        .arg(format!("{}", grace_ms / 1000))
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .process_group(0);
-    let mut child = cmd.spawn()?;
-    std::thread::spawn(move || child.wait());
+    args.extend(["mig", "apply", "--yes", "--grace"].map(Into::into));
+    args.push(format!("{}", grace_ms / 1000).into());
+    let (_, _, log) = spawn_detached(&format!("mig-{}", plan.fingerprint), plan, &args)?;
     Ok(log.display().to_string())
 }
 

@@ -71,7 +71,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         simulated: node.sim_state.is_some(),
         sim_state: node.sim_state.clone(),
         models: node.models.clone(),
-        model_log_dir: node.prober().log_dir,
+        model_log_dir: node.model_log_dir(),
         nvidia_smi: cli.source.nvidia_smi.clone(),
         nvidia_replay: cli.source.nvidia_replay.is_some(),
     };

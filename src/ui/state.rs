@@ -1019,34 +1019,21 @@ fn mig_confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
     let Some(st) = state.mig_staging.as_mut() else {
         return Vec::new();
     };
-    let result = st.result.clone();
+    let Ok(plan) = st.result.clone() else {
+        return Vec::new();
+    };
     let Some(c) = st.confirming.as_mut() else {
         return Vec::new();
     };
-    match k.code {
-        KeyCode::Esc => st.confirming = None,
-        KeyCode::Backspace => {
-            c.typed.pop();
+    match c.key(k, &plan.host, &plan.fingerprint) {
+        super::stage::Typed::Cancel => st.confirming = None,
+        // INVARIANT: the only place an Effect::MigApply is created: the plan on screen, its
+        // fingerprint unchanged since confirmation began, and the host name typed.
+        super::stage::Typed::Confirmed => {
+            state.mig_staging = None;
+            return vec![Effect::MigApply(Box::new(plan))];
         }
-        KeyCode::Char(ch)
-            if !k
-                .modifiers
-                .contains(ratatui::crossterm::event::KeyModifiers::CONTROL) =>
-        {
-            c.typed.push(ch);
-        }
-        KeyCode::Enter => {
-            // INVARIANT: the only place an Effect::MigApply is created: the plan on screen, its
-            // fingerprint unchanged since confirmation began, and the host name typed.
-            if let Ok(p) = result {
-                if c.typed == p.host && c.fingerprint == p.fingerprint {
-                    state.mig_staging = None;
-                    return vec![Effect::MigApply(Box::new(p))];
-                }
-                c.notice = Some(format!("type {} exactly to apply", p.host));
-            }
-        }
-        _ => {}
+        super::stage::Typed::Pending => {}
     }
     Vec::new()
 }
@@ -1056,39 +1043,22 @@ fn confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
     let Some(st) = state.staging.as_mut() else {
         return Vec::new();
     };
-    let word = st.required_word();
-    let fingerprint = st.result.as_ref().ok().map(|p| p.fingerprint.clone());
+    let (Some(word), Ok(plan)) = (st.required_word(), st.result.clone()) else {
+        return Vec::new();
+    };
     let Some(c) = st.confirming.as_mut() else {
         return Vec::new();
     };
-    match k.code {
-        KeyCode::Esc => st.confirming = None,
-        KeyCode::Backspace => {
-            c.typed.pop();
+    match c.key(k, &word, &plan.fingerprint) {
+        super::stage::Typed::Cancel => st.confirming = None,
+        // INVARIANT: the only place an Effect::Apply is created: the plan on screen, its
+        // fingerprint unchanged since confirmation began, and the required word typed.
+        super::stage::Typed::Confirmed => {
+            state.staging = None;
+            state.tagged_gpus.clear();
+            return vec![Effect::Apply(Box::new(plan))];
         }
-        KeyCode::Char(ch)
-            if !k
-                .modifiers
-                .contains(ratatui::crossterm::event::KeyModifiers::CONTROL) =>
-        {
-            c.typed.push(ch)
-        }
-        KeyCode::Enter => {
-            // INVARIANT: the only place an Effect::Apply is created: the plan on screen, its
-            // fingerprint unchanged since confirmation began, and the required word typed.
-            if let (Some(fp), Some(w)) = (fingerprint, word) {
-                if c.typed == w
-                    && fp == c.fingerprint
-                    && let Ok(plan) = st.result.clone()
-                {
-                    state.staging = None;
-                    state.tagged_gpus.clear();
-                    return vec![Effect::Apply(Box::new(plan))];
-                }
-                c.notice = Some(format!("type {w} exactly to apply"));
-            }
-        }
-        _ => {}
+        super::stage::Typed::Pending => {}
     }
     Vec::new()
 }

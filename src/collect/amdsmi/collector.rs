@@ -322,6 +322,10 @@ impl AmdSmiCollector {
             }
         }
         if let (Some(k), CommandSource::Live(_)) = (self.sysfs.as_mut(), &self.source) {
+            // The holder scan above already read /proc: hand it over rather than scan twice.
+            if self.holder_roots.is_some() {
+                k.external_holders = Some(self.holders.clone());
+            }
             let ks = k.sample();
             crate::collect::sysfs::overlay(&mut snap, &ks);
         }

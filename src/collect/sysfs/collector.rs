@@ -37,6 +37,9 @@ pub struct SysfsCollector {
     pub roots: Roots,
     /// Full /proc fd scan every this many samples (1 = always).
     pub full_scan_every: u64,
+    /// Holders found by another collector's /proc scan (`--source auto`: the amd-smi path
+    /// scans already), used instead of scanning again.
+    pub external_holders: Option<Vec<holders::Holder>>,
     /// Previous engine counters: (pdev, client id, engine) → (ns, monotonic ns of the read).
     prev: HashMap<(String, u64, String), (u64, u64)>,
     layout: Option<(String, Vec<KfdNode>, Vec<DeviceFiles>)>,
@@ -205,6 +208,7 @@ impl SysfsCollector {
         Self {
             roots,
             full_scan_every: 5,
+            external_holders: None,
             prev: HashMap::new(),
             layout: None,
             holders: Vec::new(),
@@ -547,6 +551,14 @@ impl SysfsCollector {
     /// Who holds GPUs now: a full fd scan, or the known holders (those still in KFD's process
     /// list, DRM-only ones until their fdinfo disappears) plus any new KFD process.
     fn refresh_holders(&mut self, full: bool) {
+        if let Some(h) = self.external_holders.take() {
+            self.holders = h;
+            if full {
+                self.kfd_ids.clear();
+                self.fdinfo_cache.clear();
+            }
+            return;
+        }
         let kfd_pids: Vec<u32> = std::fs::read_dir(self.roots.sys_root.join("class/kfd/kfd/proc"))
             .map(|d| {
                 d.flatten()

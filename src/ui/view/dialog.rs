@@ -9,7 +9,6 @@ use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
 /// Draws the dialog centred on `area`.
 pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, theme: &Theme) {
@@ -97,23 +96,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
         "tab switches · enter presses · esc cancels",
         theme.get("ui.hint"),
     ));
-    let w = area.width.min(100);
-    let h = area
-        .height
-        .min(u16::try_from(lines.len() + 4).unwrap_or(u16::MAX));
-    let rect = super::fmt::centered(area, w, h);
     let n = d.plan.targets.len();
-    frame.render_widget(Clear, rect);
-    frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(format!(
-                    " Terminate {n} process{} ",
-                    if n == 1 { "" } else { "es" }
-                ))
-                .border_style(theme.get("danger")),
-        ),
-        rect,
-    );
+    let title = format!("Terminate {n} process{}", if n == 1 { "" } else { "es" });
+    super::fmt::dialog(frame, area, &title, lines, theme);
 }

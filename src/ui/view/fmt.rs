@@ -126,6 +126,32 @@ pub fn button(
     )
 }
 
+/// Draws `lines` as a dialog centred on `area` (at most 100 wide, as tall as its text), in the
+/// danger style so it reads as dangerous even without colour.
+pub fn dialog(
+    frame: &mut ratatui::Frame<'_>,
+    area: ratatui::layout::Rect,
+    title: &str,
+    lines: Vec<ratatui::text::Line<'_>>,
+    theme: &crate::ui::theme::Theme,
+) {
+    use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+    let h = area
+        .height
+        .min(u16::try_from(lines.len() + 4).unwrap_or(u16::MAX));
+    let rect = centered(area, area.width.min(100), h);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(format!(" {title} "))
+                .border_style(theme.get("danger")),
+        ),
+        rect,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

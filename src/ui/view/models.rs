@@ -9,15 +9,7 @@ use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
-
-fn num(v: Option<f64>, pct: bool) -> String {
-    match v {
-        None => "-".into(),
-        Some(x) if pct => format!("{:.0}%", x * 100.0),
-        Some(x) => format!("{x:.0}"),
-    }
-}
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 /// Draws the view.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
@@ -83,10 +75,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         let rest = format!(
             " {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  {}{reg}",
             cut(&gpus, 9),
-            num(m.running, false),
-            num(m.waiting, false),
-            num(m.kv_cache, true),
-            num(m.tokens_per_sec, false),
+            crate::report::figure(m.running, false),
+            crate::report::figure(m.waiting, false),
+            crate::report::figure(m.kv_cache, true),
+            crate::report::figure(m.tokens_per_sec, false),
             m.restarts,
             m.port.map_or_else(|| "-".into(), |p| p.to_string()),
             m.model
@@ -164,19 +156,5 @@ pub fn ask(frame: &mut Frame<'_>, area: Rect, a: &ModelAsk, theme: &Theme) {
         "tab switches · enter presses · esc cancels · journaled",
         theme.get("ui.hint"),
     ));
-    let w = area.width.min(100);
-    let h = area
-        .height
-        .min(u16::try_from(lines.len() + 4).unwrap_or(u16::MAX));
-    let rect = super::fmt::centered(area, w, h);
-    frame.render_widget(Clear, rect);
-    frame.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(format!(" {} ", a.title))
-                .border_style(theme.get("danger")),
-        ),
-        rect,
-    );
+    super::fmt::dialog(frame, area, &a.title, lines, theme);
 }
