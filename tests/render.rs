@@ -284,6 +284,12 @@ fn models_view_and_its_confirmation() {
             }
         )]
     );
+    // A command that cannot apply says why in the footer, instead of doing nothing silently.
+    let mut s = with_models(100, 30);
+    update(&mut s, Msg::Command(Command::ViewModels));
+    update(&mut s, Msg::Command(Command::ModelAddToRegistry));
+    assert!(s.model_ask.is_none());
+    assert!(draw(&s, 100, 30).contains("llama-70b is already in the registry"));
     // Read-only: nothing opens.
     let mut s = with_models(100, 30);
     s.read_only = true;

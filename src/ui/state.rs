@@ -345,6 +345,8 @@ pub struct State {
     pub tagged_gpus: std::collections::BTreeSet<String>,
     /// Seconds a driver reload takes, for plans (120 unless the node says otherwise).
     pub reload_secs: u32,
+    /// Why the last command did nothing, and when (shown in the footer for a few seconds).
+    pub notice: Option<(String, u64)>,
     /// A MIG layout being staged (NVIDIA GPUs).
     pub mig_staging: Option<super::mig_stage::MigStaging>,
     /// The nvidia-smi that MIG commands name.
@@ -394,6 +396,7 @@ impl State {
             applying: None,
             tagged_gpus: std::collections::BTreeSet::new(),
             reload_secs: 120,
+            notice: None,
             mig_staging: None,
             nvidia_smi: "nvidia-smi".into(),
             model_sel: 0,
@@ -728,10 +731,31 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             if state.read_only || state.view != View::Models {
                 return Vec::new();
             }
-            state.model_ask = state
-                .snapshot
-                .clone()
-                .and_then(|snap| model_ask(&snap, state.model_sel, c));
+            let snap = state.snapshot.clone();
+            state.model_ask = snap
+                .as_deref()
+                .and_then(|s| model_ask(s, state.model_sel, c));
+            if state.model_ask.is_none() {
+                let why = snap
+                    .as_deref()
+                    .and_then(|s| s.models.get(state.model_sel))
+                    .map_or_else(
+                        || "no model selected".to_string(),
+                        |m| match (c, &m.spec, m.pid) {
+                            (Command::ModelAddToRegistry, Some(_), _) => {
+                                format!("{} is already in the registry", m.name)
+                            }
+                            (Command::ModelStop, Some(_), None) => {
+                                format!("{} is not running", m.name)
+                            }
+                            (_, None, _) => {
+                                format!("{} is not in the registry: add it first (a)", m.name)
+                            }
+                            _ => format!("{}: its process is gone", m.name),
+                        },
+                    );
+                state.notice = Some((why, state.now_ms));
+            }
         }
         Command::ModelAdvise => {
             if state.read_only
@@ -760,7 +784,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                         state.staging = Some(st);
                     }
                 }
-                Err(e) => log::warn!("placement advice: {e}"),
+                Err(e) => {
+                    log::warn!("placement advice: {e}");
+                    state.notice = Some((format!("placement advice: {e}"), state.now_ms));
+                }
             }
         }
         Command::ViewFindings => state.set_view(View::Findings),

@@ -155,36 +155,55 @@ fn key(state: &State, c: Command) -> Option<String> {
 
 /// The bottom line: the filter being typed, or the main keys.
 pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
-    let line = if state.editing_filter {
+    let notice = state
+        .notice
+        .as_ref()
+        .filter(|(_, at)| state.now_ms.saturating_sub(*at) < 8_000);
+    let line = if let Some((text, _)) = notice {
+        Line::styled(format!(" {text}"), theme.get("status.warn"))
+    } else if state.editing_filter {
         Line::from(vec![
             Span::styled(" filter: ", theme.get("ui.title")),
             Span::raw(state.filter.clone()),
             Span::styled("▏  Enter keep · Esc clear", theme.get("ui.hint")),
         ])
     } else {
-        let mut cmds = vec![
-            Command::Quit,
-            Command::ToggleHelp,
-            Command::NextView,
-            Command::OpenDetail,
-        ];
-        if state.view == View::Processes {
-            cmds.extend([
+        // This view's own commands first, then the general ones, as many whole hints as fit.
+        let mut cmds = match state.view {
+            View::Processes => vec![
                 Command::Filter,
                 Command::CycleSort,
                 Command::CycleGroup,
                 Command::TagProcess,
                 Command::KillProcess,
-            ]);
-        }
+            ],
+            View::Models => vec![
+                Command::ModelRestart,
+                Command::ModelStop,
+                Command::ModelAddToRegistry,
+                Command::ModelAdvise,
+            ],
+            View::Overview | View::Gpus => vec![Command::StageChange, Command::TagGpu],
+            _ => vec![],
+        };
+        cmds.extend([
+            Command::Quit,
+            Command::ToggleHelp,
+            Command::NextView,
+            Command::OpenDetail,
+        ]);
         let mut spans = Vec::new();
+        let mut used = 0;
         for c in cmds {
             if let Some(k) = key(state, c) {
+                let label = c.name().trim_start_matches("model_").replace('_', " ");
+                let w = k.chars().count() + label.chars().count() + 2;
+                if used + w > usize::from(area.width) {
+                    break;
+                }
+                used += w;
                 spans.push(Span::styled(format!(" {k} "), theme.get("ui.title")));
-                spans.push(Span::styled(
-                    c.name().replace('_', " "),
-                    theme.get("ui.hint"),
-                ));
+                spans.push(Span::styled(label, theme.get("ui.hint")));
             }
         }
         if !state.filter.is_empty() {
