@@ -172,7 +172,7 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         }
         let mut ids: Vec<(Option<u32>, u32)> = Vec::new();
         if g.mig_enabled == Some(true) && !g.instances.is_empty() {
-            for (k, inst) in g.instances.iter().enumerate() {
+            for inst in &g.instances {
                 let profile = inst.profile.clone().or_else(|| {
                     // -q -x does not name the profile: match the instance's memory.
                     let table = pg
@@ -202,7 +202,6 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                 for f in ["vram_total_bytes", "vram_used_bytes", "cu_count", "profile"] {
                     note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
                 }
-                let _ = k;
                 ids.push((Some(inst.gi), next_id));
                 pg.partitions.push(l);
                 next_id += 1;

@@ -19,6 +19,8 @@ struct Seen {
     restarts: u32,
     healthy_once: bool,
     lost: Option<u32>,
+    /// The log's length when its tail was last read, and that tail.
+    log: Option<(u64, Vec<String>)>,
 }
 
 /// Probes served models on every sample.
@@ -284,8 +286,17 @@ impl ModelProber {
             }
             None => {}
         }
+        // The tail is re-read only when the log grew or shrank: one stat per sample otherwise.
         if let Some(log) = &m.log {
-            m.log_tail = tail(Path::new(log), 12);
+            let len = std::fs::metadata(log).map_or(0, |x| x.len());
+            if seen.log.as_ref().is_none_or(|(l, _)| *l != len) {
+                seen.log = Some((len, tail(Path::new(log), 12)));
+            }
+            m.log_tail = seen
+                .log
+                .as_ref()
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default();
         }
     }
 }
