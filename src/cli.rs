@@ -25,9 +25,9 @@ pub struct Cli {
     /// Remove every mutating command (kill, repartition) and its hints.
     #[arg(long, global = true)]
     pub read_only: bool,
-    /// Refresh interval in seconds.
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
-    pub refresh: f64,
+    /// Refresh interval in seconds, 0.1 to 3600 (default: config.toml's refresh_secs, else 1).
+    #[arg(long, value_name = "SECS", value_parser = refresh_secs)]
+    pub refresh: Option<f64>,
     /// Theme name (built-in: default, light, high-contrast, monochrome) or a user theme.
     #[arg(long)]
     pub theme: Option<String>,
@@ -75,7 +75,7 @@ pub struct SourceArgs {
     #[arg(long, value_name = "FILE", global = true)]
     pub nvidia_replay: Option<PathBuf>,
     /// Per-call amd-smi time limit in seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true)]
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true, value_parser = timeout_secs)]
     pub timeout: f64,
 }
 
@@ -129,7 +129,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value = "term")]
         signal: SignalArg,
         /// Seconds to wait for the targets to exit.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = 10.0, value_parser = grace_secs)]
         grace: f64,
         /// Do not ask (for scripts).
         #[arg(long)]
@@ -161,6 +161,9 @@ pub enum Cmd {
         /// One JSON object per line, as stored.
         #[arg(long)]
         json: bool,
+        /// Close an unfinished apply run (after restoring the node by hand), by its run id.
+        #[arg(long, value_name = "RUN")]
+        abandon: Option<String>,
     },
     /// Validate themes, keymaps and config; print every problem with file, line and column.
     CheckConfig,
@@ -321,7 +324,7 @@ pub enum ModelsCmd {
         /// Registry name.
         name: String,
         /// Seconds between SIGTERM and giving up (or SIGKILL with --kill-after-grace).
-        #[arg(long, default_value_t = 30.0)]
+        #[arg(long, default_value_t = 30.0, value_parser = grace_secs)]
         grace: f64,
         /// Send SIGKILL if it survives the grace period.
         #[arg(long)]
@@ -398,6 +401,32 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub kill_after_grace: bool,
     /// SIGTERM grace period, seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = grace_secs)]
     pub grace: f64,
+}
+
+/// A number of seconds within `lo..=hi`: finite, so never `inf`, `NaN` or 1e30 (which would
+/// overflow a `Duration` and panic deep inside, after a signal was already sent).
+fn secs_in(text: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{text} is out of range: give {lo} to {hi} seconds"))
+    }
+}
+
+fn refresh_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.1, 3600.0)
+}
+
+fn timeout_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.1, 3600.0)
+}
+
+fn grace_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.0, 3600.0)
 }

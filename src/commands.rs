@@ -368,7 +368,9 @@ pub fn main(cli: Cli) -> Result<u8> {
         Some(Cmd::Models { action }) => {
             crate::models_cli::models(&cli.source, action, cli.read_only)
         }
-        Some(Cmd::Journal { json }) => crate::exec_cli::journal(json),
+        Some(Cmd::Journal { json, abandon }) => {
+            crate::exec_cli::journal(json, abandon.as_deref(), cli.read_only)
+        }
         Some(Cmd::Keys { markdown }) => {
             if markdown {
                 out(&crate::ui::keymap::reference_markdown())?;
@@ -484,8 +486,24 @@ fn plan(
     }
 }
 
+/// Asks for `word` on stdin; true when typed exactly.
+pub fn confirm(prompt: &str, word: &str) -> Result<bool> {
+    out(prompt)?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(answer.trim() == word)
+}
+
+/// The lock file of the node `node` is.
+pub fn lock_path(node: &Node) -> PathBuf {
+    node.sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path)
+}
+
 fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Result<u8> {
-    use crate::exec::apply::{ApplyCtx, ApplyEvent, apply, resume_point};
+    use crate::exec::apply::{ApplyCtx, ApplyEvent, apply};
+    use crate::exec::journal;
     let crate::cli::ApplyArgs {
         plan: path,
         yes,
@@ -494,25 +512,32 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
         kill_after_grace,
         grace,
     } = args.clone();
+    let settings = crate::exec_cli::settings(read_only)?;
     let path = path.as_path();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {
+    let file_plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a plan made by `partop plan --json`",
             path.display()
         )
     })?;
-    out(&crate::report::plan_text(&plan))?;
+    // The file is verified, never trusted: its content must be what was fingerprinted.
+    if !file_plan.content_intact() {
+        anyhow::bail!(
+            "{} was changed after it was planned: its content no longer matches its fingerprint {} (now {}). Nothing is applied. Make a new plan with `partop plan … --json`",
+            path.display(),
+            file_plan.fingerprint,
+            file_plan.content_fingerprint()
+        );
+    }
+    let here = crate::collect::host::hostname();
+    out(&crate::report::plan_text(&file_plan))?;
     if dry_run {
         out("\ndry run: nothing changed\n")?;
         return Ok(exit::OK);
     }
-    if read_only
-        || crate::ui::config::load(&crate::paths::config_dir(), None, None, false)
-            .config
-            .read_only
-    {
+    if settings.read_only {
         out("partop is read-only (--read-only, or read_only = true): nothing is applied\n")?;
         return Ok(exit::USAGE);
     }
@@ -520,44 +545,105 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
     let CommandSource::Live(runner) = node.source.clone() else {
         anyhow::bail!("a recording cannot be changed: apply on a live or simulated node")
     };
+    let journal_path = settings.journal.clone();
+    let run_id = if resume {
+        journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
+            .map(|r| r.run)
+            .unwrap_or_default()
+    } else {
+        journal::new_run_id()
+    };
+    // One change at a time on this node, held until this process exits.
+    let _lock = crate::exec::lock::acquire(
+        &lock_path(&node),
+        &crate::exec::lock::Holder::me("apply", &run_id, &journal_path),
+    )?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let journal = crate::exec::journal::default_path();
-    let from = if resume {
-        resume_point(&journal, &plan.fingerprint)
-    } else {
-        0
-    };
-    if resume {
-        if from >= plan.steps.len() {
+    let snap = rt.block_on(node.collector().sample());
+    let (plan, from) = if resume {
+        let Some(run) = journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
+        else {
+            anyhow::bail!(
+                "the journal {} has no run of plan {}: there is nothing to resume. Apply it without --resume",
+                journal_path.display(),
+                file_plan.fingerprint
+            );
+        };
+        if run.closed.as_deref() == Some("done") {
             out(&format!(
-                "plan {} was already applied completely (journal)\n",
-                plan.fingerprint
+                "plan {} was already applied completely (run {}, started {})\n",
+                run.fingerprint, run.run, run.started_at
             ))?;
             return Ok(exit::OK);
         }
+        if run.closed.is_some() {
+            anyhow::bail!(
+                "run {} of this plan was abandoned; make a new plan with `partop plan`",
+                run.run
+            );
+        }
+        // The run continues with the plan as it was confirmed and journaled.
+        let journaled: crate::domain::plan::Plan = serde_json::from_value(run.plan.clone())
+            .context("the journaled plan of this run cannot be read")?;
+        if journaled != file_plan {
+            anyhow::bail!(
+                "{} differs from the plan run {} confirmed: nothing is resumed",
+                path.display(),
+                run.run
+            );
+        }
+        let from = run.resume_point();
+        if from >= journaled.steps.len() {
+            out(&format!(
+                "plan {} was already applied completely (run {})\n",
+                journaled.fingerprint, run.run
+            ))?;
+            return Ok(exit::OK);
+        }
+        let stop_done = journaled
+            .steps
+            .iter()
+            .position(|s| s.key == "stop")
+            .is_none_or(|i| run.done.contains(&i));
+        let why = crate::domain::plan::still_valid(&journaled, &snap, &here, stop_done);
+        if !why.is_empty() {
+            anyhow::bail!(
+                "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
+                run.run,
+                why.join("\n  ")
+            );
+        }
         out(&format!(
-            "\nresuming plan {} at step {} ({})\n",
-            plan.fingerprint,
+            "\nresuming run {} of plan {} at step {} ({})\n",
+            run.run,
+            journaled.fingerprint,
             from + 1,
-            plan.steps[from].key
+            journaled.steps[from].key
         ))?;
+        (journaled, from)
     } else {
-        // The node must still be the node the plan was made for.
-        let mut c = node.collector();
-        let snap = rt.block_on(c.sample());
+        if let Some(u) = journal::unfinished(&journal_path).first() {
+            anyhow::bail!("{}", u.describe());
+        }
+        let why = crate::domain::plan::still_valid(&file_plan, &snap, &here, false);
+        if !why.is_empty() {
+            anyhow::bail!("{}\nnothing was changed", why.join("\n"));
+        }
+        // The node must still be the node the plan was made for: re-planned here, the plan
+        // must come out identical, and the re-derived plan is what runs.
         match crate::domain::plan::plan(
             &snap,
-            &plan.draft,
-            plan.reload,
-            plan.reload_secs,
-            plan.grace_secs,
+            &file_plan.draft,
+            file_plan.reload,
+            file_plan.reload_secs,
+            file_plan.grace_secs,
         ) {
-            Ok(now) if now.fingerprint == plan.fingerprint => {}
+            Ok(now) if now == file_plan => (now, 0),
             Ok(now) => anyhow::bail!(
                 "the node changed since this plan was made (plan {}, now {}): processes or modes differ. Review the new plan with `partop plan` and save it again",
-                plan.fingerprint,
+                file_plan.fingerprint,
                 now.fingerprint
             ),
             Err(e) => anyhow::bail!(
@@ -568,23 +654,37 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
                     .join("; ")
             ),
         }
-    }
+    };
     if !yes {
+        // The word typed is this machine's name, checked against this machine, not the file.
         let (word, what) = if plan.reloads() {
-            (plan.host.clone(), "the host name")
+            (here.clone(), "this machine's host name")
         } else {
             ("yes".to_string(), "yes")
         };
-        out(&format!(
-            "\nType {what} ({word}) to apply plan {}: ",
-            plan.fingerprint
-        ))?;
-        let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer)?;
-        if answer.trim() != word {
+        if !confirm(
+            &format!(
+                "\nType {what} ({word}) to apply plan {}: ",
+                plan.fingerprint
+            ),
+            &word,
+        )? {
             out("not confirmed: nothing changed\n")?;
             return Ok(exit::FAILED);
         }
+    }
+    let log = crate::exec::runlog::RunLog {
+        path: journal_path.clone(),
+        kind: "repartition",
+        run: run_id,
+        fingerprint: plan.fingerprint.clone(),
+        simulated: node.sim_state.is_some(),
+    };
+    // Journal first: without the run's entry nothing is done.
+    if resume {
+        log.resumed(from)?;
+    } else {
+        log.start(&serde_json::to_value(&plan)?, Some(path), plan.steps.len())?;
     }
     let exe = std::env::current_exe()?;
     let reload_cmd = match &node.sim_state {
@@ -608,8 +708,8 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
             .roots
             .clone()
             .unwrap_or_else(crate::collect::holders::Roots::host),
-        journal,
-        grace: Duration::from_secs_f64(grace.max(0.0)),
+        journal: journal_path,
+        grace: Duration::from_secs_f64(grace),
         kill_after_grace,
         sim_state: node.sim_state.clone(),
         wait_idle: Duration::from_secs(60),
@@ -627,7 +727,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
         };
         let _ = out(&(line + "\n"));
     };
-    match rt.block_on(apply(&plan, &ctx, from, &mut show)) {
+    match rt.block_on(apply(&plan, &ctx, &log, from, &mut show)) {
         Ok(()) => {
             out(&format!(
                 "applied plan {}: {} logical GPUs\n",
@@ -706,13 +806,8 @@ fn sim(action: SimCmd) -> Result<u8> {
             Ok(exit::OK)
         }
         SimCmd::Resume { state } => {
-            for r in session::resume(&state, &[])? {
-                match r {
-                    session::Resumed::Started(n) => out(&format!("{n}: started\n"))?,
-                    session::Resumed::NoPlace(n) => out(&format!(
-                        "{n}: not started: its partition does not exist in the current layout\n"
-                    ))?,
-                }
+            for r in session::resume(&state, &[], None)? {
+                out(&format!("{r}\n"))?;
             }
             Ok(exit::OK)
         }

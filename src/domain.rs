@@ -4,6 +4,7 @@
 //! architecture test in `tests/architecture.rs` enforces that.
 
 pub mod findings;
+pub mod fingerprint;
 pub mod history;
 pub mod kill;
 pub mod layout;
@@ -14,8 +15,10 @@ pub mod placement;
 pub mod plan;
 pub mod product;
 pub mod provenance;
+pub mod sanity;
 pub mod served;
 pub mod snapshot;
+pub mod text;
 
 pub use modes::{ComputeMode, MemoryMode};
 pub use provenance::{Missing, Origin, Provenance, SourceKind};

@@ -1,9 +1,12 @@
-//! Executors: everything that changes the node (signals now; partition changes next), each step
-//! journaled. Only reachable with a plan the operator confirmed.
+//! Executors: everything that changes the node (signals, partition changes, MIG, models), each
+//! step journaled before it acts, one change at a time per node (`lock`). Only reachable with a
+//! plan the operator confirmed.
 
 pub mod apply;
 pub mod journal;
 pub mod kill;
+pub mod lock;
 pub mod mig;
 pub mod models;
+pub mod runlog;
 pub mod signal;

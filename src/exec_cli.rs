@@ -4,7 +4,7 @@
 use crate::cli::{SignalArg, exit};
 use crate::domain::kill::{Sig, Target};
 use crate::exec::journal;
-use crate::exec::kill::{KillEvent, KillJob, run};
+use crate::exec::kill::{KillEvent, KillJob, run_pinned};
 use crate::exec::signal::target_from_proc;
 use anyhow::Result;
 use std::io::{BufRead, Write};
@@ -27,11 +27,42 @@ fn describe(t: &Target) -> String {
     )
 }
 
-/// Whether read-only is on (flag or config).
-pub fn read_only(flag: bool) -> bool {
-    flag || crate::ui::config::load(&crate::paths::config_dir(), None, None, false)
-        .config
-        .read_only
+/// What every command needs from the configuration, resolved once.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// No mutation at all (flag or config).
+    pub read_only: bool,
+    /// The audit journal.
+    pub journal: std::path::PathBuf,
+    /// The whole config.toml.
+    pub config: crate::ui::config::Config,
+}
+
+/// Resolves the settings from the flag and `config.toml`. A config file that cannot be read
+/// or parsed, or holds an absurd value, is an error for every command: a broken file must
+/// never silently turn read-only off or move the journal.
+pub fn settings(read_only_flag: bool) -> Result<Settings> {
+    let path = crate::paths::config_dir().join("config.toml");
+    let config = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let c: crate::ui::config::Config = toml::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
+                    crate::ui::config::ConfigError::from_toml(&path.display().to_string(), &text, &e)
+                )
+            })?;
+            c.validate(&path.display().to_string())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            c
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::ui::config::Config::default(),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    Ok(Settings {
+        read_only: read_only_flag || config.read_only,
+        journal: config.journal.clone().unwrap_or_else(journal::default_path),
+        config,
+    })
 }
 
 /// `partop kill`.
@@ -43,7 +74,8 @@ pub fn kill(
     dry_run: bool,
     read_only_flag: bool,
 ) -> Result<u8> {
-    if read_only(read_only_flag) {
+    let settings = settings(read_only_flag)?;
+    if settings.read_only {
         say(
             "partop is read-only (--read-only, or read_only = true in config.toml): nothing is signalled\n",
         )?;
@@ -55,23 +87,25 @@ pub fn kill(
         SignalArg::Kill => Sig::Kill,
     };
     let mut targets = Vec::new();
+    let mut pins = Vec::new();
     let mut problems = 0;
     for pid in pids {
-        if *pid == std::process::id() || *pid <= 1 {
-            say(&format!(
-                "  pid {pid}: refused ({})\n",
-                if *pid <= 1 {
-                    "pid 1 is never signalled"
-                } else {
-                    "this is partop itself"
-                }
-            ))?;
-            problems += 1;
-        } else if let Some(t) = target_from_proc(proc_root, *pid) {
-            targets.push(t);
-        } else {
+        let Some(t) = target_from_proc(proc_root, *pid) else {
             say(&format!("  pid {pid}: no such process\n"))?;
             problems += 1;
+            continue;
+        };
+        // Pinned now, while it is the process described below: the signal after the
+        // confirmation goes to this process or to none.
+        match crate::exec::signal::pin(proc_root, &t) {
+            Ok(p) => {
+                targets.push(t);
+                pins.push(Ok(p));
+            }
+            Err(o) => {
+                say(&format!("  {}\n", o.explain(*pid)))?;
+                problems += 1;
+            }
         }
     }
     if targets.is_empty() {
@@ -82,7 +116,7 @@ pub fn kill(
         say(&format!("{}\n", describe(t)))?;
     }
     say(&format!(
-        "then partop waits up to {grace}s for them to exit. Each pid is checked to still be the same process (start time) before the signal.\n"
+        "then partop waits up to {grace}s for them to exit. Each process is held by a pidfd from now on, so a pid reused meanwhile is never signalled.\n"
     ))?;
     if dry_run {
         say("dry run: nothing sent\n")?;
@@ -104,14 +138,14 @@ pub fn kill(
     let job = KillJob {
         targets,
         sig,
-        grace: Duration::from_secs_f64(grace.max(0.0)),
+        grace: Duration::from_secs_f64(grace),
         proc_root: proc_root.into(),
-        journal: journal::default_path(),
+        journal: settings.journal,
         simulated: false,
     };
     let mut lines = Vec::new();
     let mut alive = Vec::new();
-    run(&job, |e| match e {
+    let r = run_pinned(&job, pins, |e| match e {
         KillEvent::Signalled { results, .. } => {
             for (pid, o) in results {
                 if o != crate::exec::signal::Outcome::Sent {
@@ -122,8 +156,12 @@ pub fn kill(
         }
         KillEvent::Exited(pid) => lines.push(format!("pid {pid}: exited")),
         KillEvent::Done { alive: a, .. } => alive = a,
-        KillEvent::JournalError(e) => lines.push(format!("warning: journal not written: {e}")),
+        KillEvent::JournalError(e) => lines.push(format!("warning: {e}")),
+        KillEvent::Refused(_) => {}
     });
+    if let Err(e) = r {
+        anyhow::bail!("{e}");
+    }
     for l in lines {
         say(&format!("{l}\n"))?;
     }
@@ -146,9 +184,24 @@ pub fn kill(
     })
 }
 
-/// `partop journal`.
-pub fn journal(json: bool) -> Result<u8> {
-    let path = journal::default_path();
+/// `partop journal`, `partop journal --abandon RUN`.
+pub fn journal(json: bool, abandon: Option<&str>, read_only_flag: bool) -> Result<u8> {
+    let settings = settings(read_only_flag)?;
+    let path = settings.journal.clone();
+    if let Some(id) = abandon {
+        if settings.read_only {
+            say("partop is read-only: nothing is written\n")?;
+            return Ok(exit::USAGE);
+        }
+        let Some(run) = journal::unfinished(&path).into_iter().find(|r| r.run == id) else {
+            anyhow::bail!("no unfinished run {id} in {}", path.display());
+        };
+        crate::exec::runlog::abandon(&path, &run, false)?;
+        say(&format!(
+            "run {id} is closed as abandoned; make sure the node is as you want it (amd-smi partition -c -m)\n"
+        ))?;
+        return Ok(exit::OK);
+    }
     let (entries, bad) = journal::read(&path)?;
     if entries.is_empty() && bad.is_empty() {
         say(&format!("the journal is empty ({})\n", path.display()))?;
@@ -158,26 +211,26 @@ pub fn journal(json: bool) -> Result<u8> {
         if json {
             say(&(serde_json::to_string(e)? + "\n"))?;
         } else {
-            let who = match (&e.who.sudo_user, &e.who.user) {
-                (Some(s), Some(u)) => format!("{s} (as {u})"),
-                (_, Some(u)) => u.clone(),
-                _ => format!("uid {}", e.who.uid),
-            };
-            let ssh = e
-                .who
-                .ssh_connection
-                .as_deref()
-                .map(|s| format!(" from {}", s.split_whitespace().next().unwrap_or(s)))
-                .unwrap_or_default();
             let sim = if e.simulated { " [simulated]" } else { "" };
             say(&format!(
-                "{}  {}{ssh}@{}  {}{sim}  targets {}  outcome {}\n",
-                e.at, who, e.host, e.action, e.targets, e.outcome
+                "{}  {}@{}  {}{sim}  targets {}  outcome {}\n",
+                e.at,
+                e.who.describe(),
+                crate::domain::text::escape_controls(&e.host),
+                crate::domain::text::escape_controls(&e.action),
+                e.targets,
+                e.outcome
             ))?;
         }
     }
     for b in bad {
-        say(&format!("{b}\n"))?;
+        #[expect(clippy::print_stderr, reason = "warnings of a one-shot command")]
+        {
+            eprintln!("partop: warning: {b}");
+        }
+    }
+    for u in journal::unfinished(&path) {
+        say(&format!("\n{}\n", u.describe()))?;
     }
     Ok(exit::OK)
 }

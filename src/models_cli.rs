@@ -95,15 +95,25 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
             | ModelsCmd::Stop { dry_run: false, .. }
             | ModelsCmd::Add { write: true, .. }
     );
-    if mutating && crate::exec_cli::read_only(read_only) {
+    let settings = crate::exec_cli::settings(read_only)?;
+    if mutating && settings.read_only {
         say(
             "partop is read-only (--read-only, or read_only = true in config.toml): nothing is started, stopped or written\n",
         )?;
         return Ok(exit::USAGE);
     }
+    // A model start or stop is a change to the node: one at a time, never during an apply.
+    let _lock = if mutating {
+        Some(crate::exec::lock::acquire(
+            &crate::commands::lock_path(&node),
+            &crate::exec::lock::Holder::me("models", "", &settings.journal),
+        )?)
+    } else {
+        None
+    };
     let ops = Ops {
         log_dir: node.model_log_dir(),
-        journal: crate::exec::journal::default_path(),
+        journal: settings.journal.clone(),
         simulated: node.sim_state.is_some(),
         grace: Duration::from_secs(30),
         kill_after: false,
@@ -258,7 +268,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
                     .models
                     .clone()
                     .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
-                append_entry(&path, &entry)?;
+                append_entry(&path, &entry, &settings.journal)?;
                 say(&format!("appended to {}\n", path.display()))?;
             }
             Ok(exit::OK)
@@ -267,7 +277,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
 }
 
 /// Appends a registry entry, refusing one that would make the file invalid; journaled.
-pub fn append_entry(path: &std::path::Path, entry: &str) -> Result<()> {
+pub fn append_entry(path: &std::path::Path, entry: &str, journal: &std::path::Path) -> Result<()> {
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let new = format!("{old}{entry}");
     crate::domain::models::parse(&path.display().to_string(), &new)
@@ -275,16 +285,16 @@ pub fn append_entry(path: &std::path::Path, entry: &str) -> Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
-    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
-    let _ = crate::exec::journal::append(
-        &crate::exec::journal::default_path(),
+    crate::exec::journal::append(
+        journal,
         &crate::exec::journal::Entry::new(
             "registry.add",
             false,
             serde_json::json!({"file": path.display().to_string()}),
             serde_json::json!({"entry": entry}),
         ),
-    );
+    )?;
+    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

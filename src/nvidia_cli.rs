@@ -5,9 +5,9 @@
 use crate::cli::{MigCmd, NvidiaCmd, SourceArgs, exit};
 use crate::commands::{NvidiaAccess, nvidia_smi, open};
 use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
-use crate::exec::mig::{MigCtx, apply, resume_point};
+use crate::exec::mig::{MigCtx, apply};
 use anyhow::{Context, Result, bail};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::Duration;
 
 fn say(s: &str) -> Result<()> {
@@ -98,65 +98,132 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
             kill_after_grace,
             grace,
         }) => {
+            let settings = crate::exec_cli::settings(read_only)?;
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            let p: MigPlan = serde_json::from_str(&text).with_context(|| {
+            let fp: MigPlan = serde_json::from_str(&text).with_context(|| {
                 format!(
                     "{} is not a MIG plan from `partop mig plan --json`",
                     file.display()
                 )
             })?;
-            say(&crate::report::mig_plan_text(&p))?;
+            if !fp.content_intact() {
+                bail!(
+                    "{} was changed after it was planned (fingerprint {}, content {}): nothing is applied; make it again with `partop mig plan`",
+                    file.display(),
+                    fp.fingerprint,
+                    fp.content_fingerprint()
+                );
+            }
+            let here = crate::collect::host::hostname();
+            if fp.host != here {
+                bail!(
+                    "this plan was made for host {}, and this is {here}: plans are never applied to another node",
+                    fp.host
+                );
+            }
+            say(&crate::report::mig_plan_text(&fp))?;
             if dry_run {
                 say("dry run: nothing changed\n")?;
                 return Ok(exit::OK);
             }
-            if crate::exec_cli::read_only(read_only) {
+            if settings.read_only {
                 say("partop is read-only: nothing is changed\n")?;
                 return Ok(exit::USAGE);
             }
             let ctx = MigCtx {
                 smi: nvidia_smi(src),
-                journal: crate::exec::journal::default_path(),
-                grace: Duration::from_secs_f64(grace.max(0.0)),
+                journal: settings.journal.clone(),
+                grace: Duration::from_secs_f64(grace),
                 kill_after_grace,
                 proc_root: "/proc".into(),
                 simulated: false,
             };
-            let from = if resume {
-                resume_point(&ctx, &p.fingerprint)
+            let journal = &settings.journal;
+            let run_id = if resume {
+                crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
+                    .map(|r| r.run)
+                    .unwrap_or_default()
             } else {
-                0
+                crate::exec::journal::new_run_id()
             };
-            if from == 0 {
-                // The node must still be the node the plan was made for.
+            let _lock = crate::exec::lock::acquire(
+                &crate::exec::lock::host_path(),
+                &crate::exec::lock::Holder::me("mig apply", &run_id, journal),
+            )?;
+            let (p, from) = if resume {
+                let Some(run) = crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
+                else {
+                    bail!(
+                        "the journal has no run of MIG plan {}: apply it without --resume",
+                        fp.fingerprint
+                    );
+                };
+                if run.closed.is_some() {
+                    say(&format!(
+                        "run {} of this plan is {}\n",
+                        run.run,
+                        run.closed.as_deref().unwrap_or("closed")
+                    ))?;
+                    return Ok(exit::OK);
+                }
+                let journaled: MigPlan = serde_json::from_value(run.plan.clone())
+                    .context("the journaled plan of this run cannot be read")?;
+                if journaled != fp {
+                    bail!(
+                        "{} differs from the plan run {} confirmed",
+                        file.display(),
+                        run.run
+                    );
+                }
+                let from = run.resume_point();
+                say(&format!(
+                    "resuming run {} of plan {} at step {}\n",
+                    run.run,
+                    journaled.fingerprint,
+                    from + 1
+                ))?;
+                (journaled, from)
+            } else {
+                if let Some(u) = crate::exec::journal::unfinished(journal).first() {
+                    bail!("{}", u.describe());
+                }
+                // The node must still be the node the plan was made for; the re-derived plan
+                // is what runs.
                 let snap = snapshot(src)?;
-                match plan(&snap, &p.draft, &smi_name(src)) {
-                    Ok(now) if now.fingerprint == p.fingerprint => {}
+                let now = match plan(&snap, &fp.draft, &smi_name(src)) {
+                    Ok(now) if now == fp => now,
                     Ok(now) => bail!(
                         "the node changed since this plan was made (plan {}, now {}); make it again with `partop mig plan`",
-                        p.fingerprint,
+                        fp.fingerprint,
                         now.fingerprint
                     ),
                     Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
+                };
+                if !yes
+                    && !crate::commands::confirm(
+                        &format!("Type this machine's host name ({here}) to apply: "),
+                        &here,
+                    )?
+                {
+                    say("not confirmed: nothing changed\n")?;
+                    return Ok(exit::FAILED);
                 }
-                if !yes {
-                    say(&format!("Type the host name ({}) to apply: ", p.host))?;
-                    let mut a = String::new();
-                    std::io::stdin().lock().read_line(&mut a)?;
-                    if a.trim() != p.host {
-                        say("not confirmed: nothing changed\n")?;
-                        return Ok(exit::FAILED);
-                    }
-                }
+                (now, 0)
+            };
+            let log = crate::exec::runlog::RunLog {
+                path: journal.clone(),
+                kind: "mig",
+                run: run_id,
+                fingerprint: p.fingerprint.clone(),
+                simulated: false,
+            };
+            if resume {
+                log.resumed(from)?;
             } else {
-                say(&format!(
-                    "resuming plan {} at step {}\n",
-                    p.fingerprint,
-                    from + 1
-                ))?;
+                log.start(&serde_json::to_value(&p)?, Some(&file), p.steps.len())?;
             }
-            let r = apply(&p, &ctx, from, |i, title, r| {
+            let r = apply(&p, &ctx, &log, from, |i, title, r| {
                 let _ = match r {
                     None => say(&format!("[{}/{}] {title}\n", i + 1, p.steps.len())),
                     Some(Ok(d)) => say(&format!("      ok: {d}\n")),

@@ -144,10 +144,18 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
         j.iter().filter(|x| x.action == "repartition.done").count(),
         3
     );
-    assert!(
+    // Each step is journaled before it acts ({"state": "begin"}) and with its result.
+    let results: Vec<_> = j
+        .iter()
+        .filter(|x| x.action == "repartition.step" && x.outcome.get("ok").is_some())
+        .collect();
+    assert!(!results.is_empty() && results.iter().all(|x| x.outcome["ok"] == true));
+    assert_eq!(
         j.iter()
-            .filter(|x| x.action == "repartition.step")
-            .all(|x| x.outcome["ok"] == true)
+            .filter(|x| x.action == "repartition.step" && x.outcome["state"] == "begin")
+            .count(),
+        results.len(),
+        "every step result follows its journaled begin"
     );
     assert!(j.iter().all(|x| x.simulated));
 }
@@ -209,7 +217,7 @@ fn a_holder_ignoring_sigterm_stops_the_plan_until_sigkill_is_allowed() {
     let o = e.apply(&p, "--yes --grace 1 --resume --kill-after-grace", "");
     assert_eq!(o.code, 0, "{}", o.stdout);
     assert!(
-        o.stdout.contains("resuming plan") && o.stdout.contains("needed SIGKILL"),
+        o.stdout.contains("resuming run") && o.stdout.contains("needed SIGKILL"),
         "{}",
         o.stdout
     );
@@ -232,7 +240,8 @@ fn a_plan_is_refused_when_the_node_changed() {
     assert_eq!(o.code, 1);
     assert!(
         o.stderr
-            .contains("the node changed since this plan was made"),
+            .contains("is not in the plan (it started after planning)")
+            && o.stderr.contains("nothing was changed"),
         "{}",
         o.stderr
     );
@@ -340,9 +349,11 @@ fn partop_killed_mid_apply_then_resume() {
         .unwrap();
     // Wait until the memory mode is set (step 3 journaled), i.e. during the reload.
     common::wait_until("set_memory to be journaled", || {
-        e.journal()
-            .iter()
-            .any(|j| j.action == "repartition.step" && j.targets["key"] == "set_memory")
+        e.journal().iter().any(|j| {
+            j.action == "repartition.step"
+                && j.targets["key"] == "set_memory"
+                && j.outcome["ok"] == true
+        })
     });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
@@ -357,7 +368,7 @@ fn partop_killed_mid_apply_then_resume() {
     let o = e.apply(&p, "--yes --resume", "");
     assert_eq!(o.code, 0, "{}", o.stdout);
     assert!(
-        o.stdout.contains("resuming plan") && o.stdout.contains("at step 3 (reload)"),
+        o.stdout.contains("resuming run") && o.stdout.contains("at step 3 (reload)"),
         "{}",
         o.stdout
     );

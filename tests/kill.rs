@@ -53,7 +53,7 @@ fn job(
         simulated: false,
     };
     let mut ev = Vec::new();
-    partop::exec::kill::run(&j, |e| ev.push(e));
+    partop::exec::kill::run(&j, |e| ev.push(e)).unwrap();
     (ev, journal)
 }
 
@@ -86,10 +86,12 @@ fn sigterm_ends_a_process_that_honours_it() {
             .iter()
             .map(|e| e.action.as_str())
             .collect::<Vec<_>>(),
-        vec!["kill.sigterm", "kill.sigterm.result"]
+        vec!["kill.sigterm", "kill.sigterm.sent", "kill.sigterm.result"],
+        "journal first: the intent before the signal, then what happened"
     );
     assert_eq!(entries[0].targets[0]["pid"], pid);
-    assert_eq!(entries[0].outcome[pid.to_string()]["outcome"], "sent");
+    assert_eq!(entries[0].outcome["state"], "sending");
+    assert_eq!(entries[1].outcome[pid.to_string()]["outcome"], "sent");
 }
 
 #[test]
@@ -166,7 +168,7 @@ fn partop_itself_and_init_are_refused() {
     let o = run(partop().args(["kill", "--yes", "1"]), "");
     assert_eq!(o.code, 1);
     assert!(
-        o.stdout.contains("pid 1 is never signalled"),
+        o.stdout.contains("pid 1 (init) is never signalled"),
         "{}",
         o.stdout
     );

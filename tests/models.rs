@@ -185,7 +185,16 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
         .unwrap()
         .0;
     let actions: Vec<&str> = j.iter().map(|e| e.action.as_str()).collect();
-    assert_eq!(actions, ["model.start", "model.stop"]);
+    assert_eq!(
+        actions,
+        [
+            "model.start",
+            "model.start.result",
+            "model.stop",
+            "model.stop.result"
+        ],
+        "journal first: each action before it acts, then its result"
+    );
     // Dry run and read-only change nothing.
     let o = run(
         cmd(&node).args(["models", "start", "mistral-7b", "--dry-run"]),

@@ -117,6 +117,7 @@ impl Fake {
     fn partop(&self) -> std::process::Command {
         let mut c = partop();
         c.env("XDG_STATE_HOME", self.dir.path().join("xdg"))
+            .env("PARTOP_LOCK", self.dir.path().join("node.lock"))
             .args(["--source", "nvidia", "--nvidia-smi"])
             .arg(&self.smi);
         c

@@ -100,8 +100,24 @@ fn compute_returns_to_default_after_a_reload_and_is_set_again() {
     let set = p.steps.iter().find(|s| s.key == "set_compute").unwrap();
     assert_eq!(
         set.commands,
-        vec!["amd-smi set -g 0 2 4 6 8 10 12 14 -C DPX"],
-        "primaries, by their index after the reload"
+        vec!["amd-smi set -g 0 1 2 3 4 5 6 7 -C DPX"],
+        "primaries, by their index when the command runs: after the reload every GPU is back in \
+         SPX (the NPS1 default), one logical GPU each; the confirmed command is the one run"
+    );
+    assert_eq!(
+        set.argv,
+        vec![
+            [
+                "set", "-g", "0", "1", "2", "3", "4", "5", "6", "7", "-C", "DPX"
+            ]
+            .map(String::from)
+            .to_vec()
+        ]
+    );
+    assert_eq!(
+        set.bdfs.len(),
+        8,
+        "each index is checked against its BDF before running"
     );
     assert!(
         p.warnings

@@ -416,7 +416,7 @@ fn progress_follows_the_journal() {
     };
     update(
         &mut s,
-        Msg::Journal(vec![step(0, true), step(1, true)], vec![]),
+        Msg::Journal(vec![step(0, true), step(1, true)], vec![], None, None),
     );
     assert_eq!(
         s.applying
@@ -434,7 +434,10 @@ fn progress_follows_the_journal() {
         serde_json::json!({"fingerprint": plan.fingerprint}),
         serde_json::json!({"ok": true}),
     );
-    let e = update(&mut s, Msg::Journal(vec![step(0, true), done], vec![]));
+    let e = update(
+        &mut s,
+        Msg::Journal(vec![step(0, true), done], vec![], None, None),
+    );
     assert!(
         e.contains(&Effect::Rescan),
         "the layout is re-read after a repartition"

@@ -3,7 +3,6 @@
 //! what must stop, warnings, a fingerprint), the same stage → plan → confirm → execute as AMD
 //! repartitions. Pure.
 
-use super::plan::fnv;
 use super::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +135,20 @@ pub struct MigPlan {
     pub steps: Vec<MigStep>,
     /// What the operator should know.
     pub warnings: Vec<String>,
+}
+
+impl MigPlan {
+    /// The fingerprint of everything in the plan but the fingerprint field itself.
+    pub fn content_fingerprint(&self) -> String {
+        let mut p = self.clone();
+        p.fingerprint.clear();
+        super::fingerprint::of(&p)
+    }
+
+    /// Whether the plan's content still matches its fingerprint.
+    pub fn content_intact(&self) -> bool {
+        self.content_fingerprint() == self.fingerprint
+    }
 }
 
 /// Plans `draft` on the node in `snap`, with `smi` as the command name printed.
@@ -308,7 +321,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
         steps,
         warnings,
     };
-    plan.fingerprint = fnv(&serde_json::to_string(&plan).unwrap_or_default());
+    plan.fingerprint = plan.content_fingerprint();
     Ok(plan)
 }
 

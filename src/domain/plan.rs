@@ -105,8 +105,34 @@ pub struct Step {
     pub key: String,
     /// What it does.
     pub title: String,
-    /// The exact commands it runs (amd-smi arguments as typed).
+    /// The exact commands it runs, as shown (amd-smi arguments as typed).
     pub commands: Vec<String>,
+    /// The amd-smi argument vectors the executor runs, exactly these (set, reset steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<Vec<String>>,
+    /// For `set_compute`: the BDF each index in `argv` must still name when it runs (the
+    /// executor checks, and runs nothing if an index moved).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bdfs: Vec<String>,
+}
+
+impl Step {
+    fn amd_smi(key: &str, title: String, argv: Vec<Vec<String>>) -> Self {
+        Self {
+            key: key.into(),
+            title,
+            commands: argv
+                .iter()
+                .map(|a| format!("amd-smi {}", a.join(" ")))
+                .collect(),
+            argv,
+            bdfs: Vec::new(),
+        }
+    }
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_string).collect()
 }
 
 /// A plan.
@@ -146,6 +172,19 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The fingerprint of everything in the plan but the fingerprint field itself.
+    pub fn content_fingerprint(&self) -> String {
+        let mut p = self.clone();
+        p.fingerprint.clear();
+        super::fingerprint::of(&p)
+    }
+
+    /// Whether the plan's content still matches its fingerprint (a plan file edited after
+    /// planning does not).
+    pub fn content_intact(&self) -> bool {
+        self.content_fingerprint() == self.fingerprint
+    }
+
     /// Whether it reloads the driver (and so asks for the host name).
     pub fn reloads(&self) -> bool {
         self.steps.iter().any(|s| s.key == "reload")
@@ -188,14 +227,13 @@ fn offered(g: &PhysicalGpu) -> (Vec<Profile>, String) {
     (g.profiles.clone(), src)
 }
 
-/// FNV-1a of `s` as 16 hex digits: the fingerprint of a plan's JSON (any change changes it).
-pub fn fnv(s: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+/// Whether `cur` holds the node's modes as they are now (its layout is the real one).
+fn cur_is_now(cur: &[Target], snap: &Snapshot) -> bool {
+    cur.iter().all(|(bdf, _, c, m, _)| {
+        snap.gpus.iter().any(|g| {
+            &g.bdf == bdf && g.compute_partition == Some(*c) && g.memory_partition == Some(*m)
+        })
+    })
 }
 
 /// A physical GPU's target: BDF, product key, modes, and its partition count now.
@@ -244,6 +282,70 @@ pub fn layout_rows(snap: &Snapshot) -> Vec<LayoutRow> {
             vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
         })
         .collect()
+}
+
+/// Why the plan may not run (or go on running) on the node in `snap`, whose host is `here`:
+/// each reason is a sentence; none means it may. `stop_done` says whether this run already
+/// stopped the plan's processes. Checked before a fresh apply and before every resume:
+/// - the plan was made on this host;
+/// - every GPU it changes is in the plan's start or target modes (else another change ran);
+/// - until the stop step is done, nothing holds the drained GPUs but what the plan stops (a
+///   holder that appeared since would make the drain fail after every workload was stopped).
+pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) -> Vec<String> {
+    let mut why = Vec::new();
+    if plan.host != here {
+        why.push(format!(
+            "this plan was made for host {}, and this is {here}: plans are never applied to another node",
+            plan.host
+        ));
+        return why;
+    }
+    // While the driver is away (a reload under way) nothing is listed: modes are not judged.
+    if !snap.gpus.is_empty() {
+        for c in &plan.changes {
+            let Some(g) = snap.gpus.iter().find(|g| g.bdf == c.bdf) else {
+                why.push(format!("{} is not on this node any more", c.bdf));
+                continue;
+            };
+            let compute_ok = g.compute_partition.is_none()
+                || g.compute_partition == c.from.0
+                || g.compute_partition == Some(c.to.0);
+            let memory_ok = g.memory_partition.is_none()
+                || g.memory_partition == c.from.1
+                || g.memory_partition == Some(c.to.1);
+            if !(compute_ok && memory_ok) {
+                why.push(format!(
+                    "{} is {}/{}, neither where the plan started nor its target: another change ran since",
+                    c.bdf,
+                    g.compute_partition.map_or("?".into(), |m| m.to_string()),
+                    g.memory_partition.map_or("?".into(), |m| m.to_string()),
+                ));
+            }
+        }
+    }
+    if !stop_done
+        && let Ok(now) = self::plan(
+            snap,
+            &plan.draft,
+            plan.reload,
+            plan.reload_secs,
+            plan.grace_secs,
+        )
+    {
+        for s in &now.stops {
+            let planned = plan
+                .stops
+                .iter()
+                .any(|p| p.pid == s.pid && p.start_ticks == s.start_ticks);
+            if !planned {
+                why.push(format!(
+                    "pid {} ({}) holds a GPU the plan drains and is not in the plan (it started after planning)",
+                    s.pid, s.name
+                ));
+            }
+        }
+    }
+    why
 }
 
 /// Plans `draft` on the node in `snap`.
@@ -420,6 +522,8 @@ pub fn plan(
             commands.push(format!("kill -TERM {}", pids.join(" ")));
         }
         steps.push(Step {
+            argv: Vec::new(),
+            bdfs: Vec::new(),
             key: "stop".into(),
             title: format!(
                 "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
@@ -429,37 +533,42 @@ pub fn plan(
         });
     }
     steps.push(Step {
+        argv: Vec::new(),
+        bdfs: Vec::new(),
         key: "wait_idle".into(),
         title: "wait until no process holds an affected GPU (/proc scan)".into(),
         commands: vec![],
     });
     let target_m = draft.memory.filter(|_| memory_change);
     if let Some(m) = target_m {
-        steps.push(Step {
-            key: "set_memory".into(),
-            title: format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
-            commands: vec![format!("amd-smi set -M {m}")],
-        });
-        let (title, cmd) = match reload {
-            Reload::InsideSetMemory => (
+        steps.push(Step::amd_smi(
+            "set_memory",
+            format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
+            vec![words(&format!("set -M {m}"))],
+        ));
+        let step = match reload {
+            Reload::InsideSetMemory => Step::amd_smi(
+                "reload",
                 "the driver reloads inside `set -M` (ROCm 6.x)".to_string(),
                 vec![],
             ),
-            Reload::ResetReload => (
+            Reload::ResetReload => Step::amd_smi(
+                "reload",
                 "reload the driver (answers the Y/N prompt)".to_string(),
-                vec!["amd-smi reset -r".to_string()],
+                vec![words("reset -r")],
             ),
-            Reload::Modprobe => (
-                "reload the driver".to_string(),
-                vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
-            ),
+            Reload::Modprobe => Step {
+                key: "reload".into(),
+                title: "reload the driver".to_string(),
+                commands: vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
+                argv: Vec::new(),
+                bdfs: Vec::new(),
+            },
         };
+        steps.push(step);
         steps.push(Step {
-            key: "reload".into(),
-            title,
-            commands: cmd,
-        });
-        steps.push(Step {
+            argv: Vec::new(),
+            bdfs: Vec::new(),
             key: "wait_gpus".into(),
             title: format!("wait until {} logical GPUs are back", after.len()),
             commands: vec!["amd-smi list --json".into()],
@@ -468,7 +577,7 @@ pub fn plan(
     // Compute is set on primaries, by their index in the layout current at that moment. With a
     // reload, the driver comes back in the product's default mode for the new memory mode: only
     // GPUs whose target differs need a `set -C` (and the operator is told why).
-    let mut compute_cmds = Vec::new();
+    let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
     let mut reset_again = Vec::new();
     for c in &changes {
         let needed = match target_m {
@@ -489,10 +598,7 @@ pub fn plan(
             None => c.from.0 != Some(c.to.0),
         };
         if needed {
-            let rows = if target_m.is_some() { &after } else { &before };
-            if let Some(r) = rows.iter().find(|r| r.bdf == format!("{}.0", c.bdf)) {
-                compute_cmds.push((r.gpu_id, c.to.0));
-            }
+            compute_cmds.push((c.bdf.clone(), c.to.0));
         }
     }
     if let Some((_, m)) = reset_again.first() {
@@ -507,25 +613,61 @@ pub fn plan(
         };
         warnings.push(format!("after the reload the compute mode returns to the default; partop sets {m} again on {which}"));
     }
-    // One command per target mode; indices shift after each, so partop re-reads them (noted).
+    // One command per target mode. Indices are those of the layout current when each command
+    // runs: the layout after the reload (or now), then as each command changes it. The
+    // executor checks them against the node before running the command exactly as shown.
+    let mut cur: Vec<Target> = after_in
+        .iter()
+        .map(|(bdf, key, c_to, m_to, n)| {
+            let now = snap.gpus.iter().find(|g| &g.bdf == bdf);
+            let c = match target_m {
+                Some(m) => key
+                    .as_deref()
+                    .and_then(product::by_key)
+                    .map_or(*c_to, |p| p.default_compute_for(m)),
+                None => now.and_then(|g| g.compute_partition).unwrap_or(*c_to),
+            };
+            (bdf.clone(), key.clone(), c, *m_to, *n)
+        })
+        .collect();
     let mut modes: Vec<ComputeMode> = compute_cmds.iter().map(|(_, m)| *m).collect();
     modes.dedup();
     for m in modes {
-        let ids: Vec<String> = compute_cmds
-            .iter()
-            .filter(|(_, x)| *x == m)
-            .map(|(i, _)| i.to_string())
-            .collect();
-        steps.push(Step {
-            key: "set_compute".into(),
-            title: format!(
-                "set compute mode {m} on {} GPU(s) (primaries; indices re-read before each)",
+        let rows = if target_m.is_none() && cur_is_now(&cur, snap) {
+            before.clone()
+        } else {
+            layout(&cur)
+        };
+        let mut ids = Vec::new();
+        let mut bdfs = Vec::new();
+        for (bdf, _) in compute_cmds.iter().filter(|(_, x)| *x == m) {
+            if let Some(r) = rows.iter().find(|r| r.bdf == format!("{bdf}.0")) {
+                ids.push(r.gpu_id.to_string());
+                bdfs.push(bdf.clone());
+            }
+        }
+        for t in &mut cur {
+            if bdfs.contains(&t.0) {
+                t.2 = m;
+            }
+        }
+        let mut argv = vec!["set".to_string(), "-g".to_string()];
+        argv.extend(ids.iter().cloned());
+        argv.extend(["-C".to_string(), m.name().to_string()]);
+        let mut step = Step::amd_smi(
+            "set_compute",
+            format!(
+                "set compute mode {m} on {} GPU(s) (primaries, by their index at that moment)",
                 ids.len()
             ),
-            commands: vec![format!("amd-smi set -g {} -C {m}", ids.join(" "))],
-        });
+            vec![argv],
+        );
+        step.bdfs = bdfs;
+        steps.push(step);
     }
     steps.push(Step {
+        argv: Vec::new(),
+        bdfs: Vec::new(),
         key: "verify".into(),
         title: format!("verify: modes and {} logical GPUs read back", after.len()),
         commands: vec![
@@ -543,6 +685,8 @@ pub fn plan(
         let going: Vec<&ModelMove> = models.iter().filter(|m| !m.to.is_empty()).collect();
         commands.extend(going.iter().map(|m| m.launch.clone()));
         steps.push(Step {
+            argv: Vec::new(),
+            bdfs: Vec::new(),
             key: "relaunch".into(),
             title: format!(
                 "start again what was stopped: {} agent unit(s), {} served model(s) on their new logical GPUs, then wait for their /health",
@@ -574,7 +718,7 @@ pub fn plan(
         grace_secs,
         models,
     };
-    p.fingerprint = fnv(&serde_json::to_string(&p).unwrap_or_default());
+    p.fingerprint = p.content_fingerprint();
     Ok(p)
 }
 

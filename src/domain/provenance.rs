@@ -41,6 +41,8 @@ pub enum Missing {
     ReadFailed(String),
     /// Does not apply here (the text says why, e.g. "not in a container").
     NotApplicable(String),
+    /// The source reported a value no hardware can have (NaN, negative, absurd).
+    OutOfRange(String),
 }
 
 impl Missing {
@@ -55,6 +57,7 @@ impl Missing {
             Self::NotAvailable => "the tool reported N/A".into(),
             Self::ReadFailed(e) => format!("read failed: {e}"),
             Self::NotApplicable(why) => why.clone(),
+            Self::OutOfRange(why) => format!("not shown: {why}"),
         }
     }
 }

@@ -5,17 +5,15 @@
 //! stopped. amd-smi often fails with exit status 0, so its text is scanned. Every step is
 //! journaled with the plan's fingerprint, so an interrupted apply resumes where it stopped.
 
-use super::journal::{self, Entry};
 use super::kill::{KillEvent, KillJob};
+use super::runlog::RunLog;
 use crate::collect::amdsmi::AmdSmiCollector;
 use crate::collect::amdsmi::recording::CommandSource;
 use crate::collect::amdsmi::runner::{RawOutput, Runner};
 use crate::collect::holders::Roots;
-use crate::domain::ComputeMode;
 use crate::domain::kill::{Sig, Target};
 use crate::domain::plan::{Plan, Reload, Step};
 use crate::domain::snapshot::Snapshot;
-use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -85,19 +83,7 @@ pub enum ApplyEvent {
     Note(String),
 }
 
-/// A failed step: the tool's own text and what the operator can do next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("step {} ({key}) failed: {message}\nnext: {next}", idx + 1)]
-pub struct StepFailed {
-    /// Index.
-    pub idx: usize,
-    /// Step key.
-    pub key: String,
-    /// What happened (with amd-smi's text).
-    pub message: String,
-    /// What to do.
-    pub next: String,
-}
+pub use super::runlog::StepFailed;
 
 /// Scans the output of `amd-smi set`/`reset` (exit status is unreliable): any
 /// `[AMDSMI_STATUS_*]` other than NOT_SUPPORTED (printed for secondaries) is a failure, as is a
@@ -153,21 +139,6 @@ pub fn check_output(out: &RawOutput, success: &str) -> Result<String, String> {
     Ok(format!("{n} x {success}"))
 }
 
-fn journal_step(ctx: &ApplyCtx, plan: &Plan, idx: usize, key: &str, ok: bool, detail: &str) {
-    let e = Entry::new(
-        "repartition.step",
-        ctx.sim_state.is_some(),
-        json!({"fingerprint": plan.fingerprint, "step": idx, "key": key}),
-        json!({"ok": ok, "detail": detail}),
-    );
-    let _ = journal::append(&ctx.journal, &e);
-}
-
-/// The first step not yet journaled as done for this plan (0 when none).
-pub fn resume_point(journal_path: &std::path::Path, fingerprint: &str) -> usize {
-    journal::resume_point(journal_path, "repartition.step", fingerprint)
-}
-
 async fn sample(ctx: &ApplyCtx) -> Snapshot {
     let mut c = AmdSmiCollector::with_source(CommandSource::Live(ctx.runner.clone()));
     c.holder_roots = Some(ctx.roots.clone());
@@ -187,46 +158,44 @@ async fn count_gpus(ctx: &ApplyCtx) -> Option<usize> {
     v.as_array().map(Vec::len)
 }
 
-/// Applies `plan` from step `from`. Blocking steps (signals, waits) run inline: call this from
-/// a task that may block.
+/// Applies `plan` from step `from` under the run `log` (whose start the caller journaled).
+/// Each step is journaled before it acts: a journal that cannot be written stops the apply
+/// there. Blocking steps (signals, waits) run inline: call this from a task that may block.
 pub async fn apply(
     plan: &Plan,
     ctx: &ApplyCtx,
+    log: &RunLog,
     from: usize,
     emit: &mut (dyn FnMut(ApplyEvent) + Send),
 ) -> Result<(), StepFailed> {
-    if from == 0 {
-        let _ = journal::append(
-            &ctx.journal,
-            &Entry::new(
-                "repartition.start",
-                ctx.sim_state.is_some(),
-                json!({"fingerprint": plan.fingerprint, "draft": plan.draft}),
-                json!({"steps": plan.steps.len()}),
-            ),
-        );
-    }
     for (idx, step) in plan.steps.iter().enumerate().skip(from) {
-        emit(ApplyEvent::Started {
-            idx,
-            title: step.title.clone(),
-        });
         let fail = |message: String, next: &str| StepFailed {
             idx,
             key: step.key.clone(),
             message,
             next: next.to_string(),
         };
+        log.step_begin(idx, &step.key)
+            .map_err(|e| fail(e.to_string(), RESUME))?;
+        emit(ApplyEvent::Started {
+            idx,
+            title: step.title.clone(),
+        });
         let result = run_step(plan, ctx, step, emit)
             .await
             .map_err(|(m, n)| fail(m, &n));
         match result {
             Ok(detail) => {
-                journal_step(ctx, plan, idx, &step.key, true, &detail);
+                log.step_end(idx, &step.key, true, &detail).map_err(|e| {
+                    fail(
+                        format!("the step was done, but {e}"),
+                        "free the journal, then --resume (the step is safe to run again)",
+                    )
+                })?;
                 emit(ApplyEvent::Done { idx, detail });
             }
             Err(mut e) => {
-                journal_step(ctx, plan, idx, &step.key, false, &e.message);
+                let _ = log.step_end(idx, &step.key, false, &e.message);
                 // Services are down once the stop step has run: say how to bring them back
                 // without finishing the plan.
                 if plan.steps[..idx].iter().any(|s| s.key == "stop")
@@ -238,15 +207,7 @@ pub async fn apply(
             }
         }
     }
-    let _ = journal::append(
-        &ctx.journal,
-        &Entry::new(
-            "repartition.done",
-            ctx.sim_state.is_some(),
-            json!({"fingerprint": plan.fingerprint}),
-            json!({"ok": true}),
-        ),
-    );
+    let _ = log.done();
     Ok(())
 }
 
@@ -300,10 +261,7 @@ async fn run_step(
         "wait_idle" => wait_idle(plan, ctx).await,
         "set_memory" => {
             let m = plan.draft.memory.map(|m| m.name()).unwrap_or_default();
-            let out = long(&ctx.runner)
-                .run_with_input(&["set", "-M", m], Some("Y\n"))
-                .await
-                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            let out = run_confirmed(ctx, step, Some("Y\n")).await?;
             let marker = if plan.reload == Reload::InsideSetMemory {
                 format!("Successfully set memory partition to {m}")
             } else {
@@ -349,7 +307,7 @@ async fn run_step(
             }
             Err((format!("expected {want} logical GPUs, amd-smi lists {last:?} after {}s", ctx.wait_gpus.as_secs()), "if fewer than 64 appear in CPX, another DRM driver (ast) may use the minors: see docs/reference.md; then --resume".into()))
         }
-        "set_compute" => set_compute(plan, ctx, step).await,
+        "set_compute" => set_compute(ctx, step).await,
         "verify" => verify(plan, ctx).await,
         "relaunch" => relaunch(plan, ctx, emit).await,
         other => Err((
@@ -363,10 +321,17 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
     match plan.reload {
         Reload::InsideSetMemory => Ok("done by set -M (ROCm 6.x)".into()),
         Reload::ResetReload => {
-            let out = long(&ctx.runner)
-                .run_with_input(&["reset", "-r"], Some("Y\n"))
-                .await
-                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            let step = plan
+                .steps
+                .iter()
+                .find(|s| s.key == "reload")
+                .ok_or_else(|| {
+                    (
+                        "the plan has no reload step".to_string(),
+                        RESUME.to_string(),
+                    )
+                })?;
+            let out = run_confirmed(ctx, step, Some("Y\n")).await?;
             check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then --resume".into()))
         }
         Reload::Modprobe => {
@@ -445,7 +410,7 @@ fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) 
             ..Target::default()
         })
         .collect();
-    let mut job = KillJob {
+    let job = KillJob {
         targets,
         sig: Sig::Term,
         grace: ctx.grace,
@@ -453,39 +418,29 @@ fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) 
         journal: ctx.journal.clone(),
         simulated: ctx.sim_state.is_some(),
     };
-    let mut alive = Vec::new();
-    super::kill::run(&job, |e| match e {
-        KillEvent::Done { alive: a, .. } => alive = a,
-        KillEvent::Signalled { results, .. } => {
+    let r = super::kill::term_then_kill(&job, ctx.kill_after_grace, |e| {
+        if let KillEvent::Signalled { results, .. } = e {
             for (pid, o) in results {
                 emit(ApplyEvent::Note(o.explain(pid)));
             }
         }
-        _ => {}
-    });
-    if alive.is_empty() {
+    })
+    .map_err(|e| (e.to_string(), RESUME.to_string()))?;
+    if r.after_term.is_empty() {
         return Ok(format!("{} stopped", plan.stops.len()));
     }
     if !ctx.kill_after_grace {
-        return Err((format!("still running after SIGTERM and {}s: pids {alive:?}", ctx.grace.as_secs()), "stop them yourself, or allow SIGKILL: partop apply PLAN.json --resume --kill-after-grace".into()));
+        return Err((format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term), "stop them yourself, or allow SIGKILL: partop apply PLAN.json --resume --kill-after-grace".into()));
     }
-    job.targets.retain(|t| alive.contains(&t.pid));
-    job.sig = Sig::Kill;
-    let mut still = Vec::new();
-    super::kill::run(&job, |e| {
-        if let KillEvent::Done { alive: a, .. } = e {
-            still = a;
-        }
-    });
-    if still.is_empty() {
+    if r.after_kill.is_empty() {
         Ok(format!(
             "{} stopped ({} needed SIGKILL)",
             plan.stops.len(),
-            alive.len()
+            r.after_term.len()
         ))
     } else {
         Err((
-            format!("still running after SIGKILL: {still:?}"),
+            format!("still running after SIGKILL: {:?}", r.after_kill),
             RESUME.into(),
         ))
     }
@@ -529,19 +484,21 @@ async fn wait_idle(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
     }
 }
 
-async fn set_compute(plan: &Plan, ctx: &ApplyCtx, step: &Step) -> StepResult {
-    let cmd = step.commands.first().cloned().unwrap_or_default();
-    let mode: ComputeMode = cmd
-        .rsplit(' ')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| {
-            (
-                format!("cannot read the mode in {cmd:?}"),
-                RESUME.to_string(),
-            )
-        })?;
-    // Indices are re-read: they are only valid for the layout current right now.
+async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
+    // The confirmed command names GPUs by index; an index is only valid for the layout of
+    // that moment. Before running it, each index must still name the BDF planned for it;
+    // otherwise nothing is run (what runs is what was confirmed, or nothing).
+    let argv = step.argv.first().ok_or_else(|| {
+        (
+            "the plan's set_compute step has no command".to_string(),
+            RESUME.to_string(),
+        )
+    })?;
+    let ids: Vec<&String> = argv
+        .iter()
+        .skip(2)
+        .take_while(|a| a.as_str() != "-C")
+        .collect();
     let out = ctx
         .runner
         .run(&["list", "--json"])
@@ -549,34 +506,56 @@ async fn set_compute(plan: &Plan, ctx: &ApplyCtx, step: &Step) -> StepResult {
         .map_err(|e| (e.to_string(), RESUME.into()))?;
     let list: serde_json::Value = serde_json::from_str(out.stdout.trim())
         .map_err(|e| (format!("amd-smi list: {e}"), RESUME.into()))?;
-    let mut ids = Vec::new();
-    for c in plan.changes.iter().filter(|c| c.to.0 == mode) {
-        let want = format!("{}.0", c.bdf);
-        if let Some(g) = list.as_array().and_then(|a| {
-            a.iter().find(|e| {
-                e["bdf"]
-                    .as_str()
-                    .is_some_and(|b| b.eq_ignore_ascii_case(&want))
-            })
-        }) && let Some(id) = g["gpu"].as_u64()
-        {
-            ids.push(id.to_string());
+    let mut moved = Vec::new();
+    for (id, bdf) in ids.iter().zip(&step.bdfs) {
+        let want = format!("{bdf}.0");
+        let now = list.as_array().and_then(|a| {
+            a.iter()
+                .find(|e| e["gpu"].as_u64().is_some_and(|g| g.to_string() == **id))
+                .and_then(|e| e["bdf"].as_str())
+        });
+        if !now.is_some_and(|b| b.eq_ignore_ascii_case(&want)) {
+            moved.push(format!(
+                "index {id} is {} now, the plan means {want}",
+                now.unwrap_or("absent")
+            ));
         }
     }
-    if ids.is_empty() {
+    if ids.len() != step.bdfs.len() || !moved.is_empty() {
         return Err((
-            format!("none of the GPUs to set to {mode} is listed by amd-smi"),
-            RESUME.into(),
+            format!(
+                "the confirmed `{}` would not act on the planned GPUs: {}; nothing was run",
+                step.commands.first().map_or("", String::as_str),
+                moved.join("; ")
+            ),
+            "the layout is not what the plan expected at this step: check `amd-smi list`, then plan again".into(),
         ));
     }
-    let mut args = vec!["set", "-g"];
-    args.extend(ids.iter().map(String::as_str));
-    args.extend(["-C", mode.name()]);
-    let out = long(&ctx.runner)
-        .run(&args)
-        .await
-        .map_err(|e| (e.to_string(), RESUME.into()))?;
+    let out = run_confirmed(ctx, step, None).await?;
     check_output(&out, "Successfully set accelerator partition").map_err(|m| (m, "a process may hold the GPU (BUSY), or the memory mode does not allow this compute mode; then --resume".into()))
+}
+
+/// Runs the step's confirmed amd-smi argv, exactly (one command per step here).
+async fn run_confirmed(
+    ctx: &ApplyCtx,
+    step: &Step,
+    input: Option<&str>,
+) -> Result<RawOutput, (String, String)> {
+    let [argv] = step.argv.as_slice() else {
+        return Err((
+            format!(
+                "step {} carries {} commands; partop runs exactly one here",
+                step.key,
+                step.argv.len()
+            ),
+            "make the plan again with this partop".into(),
+        ));
+    };
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    long(&ctx.runner)
+        .run_with_input(&args, input)
+        .await
+        .map_err(|e| (e.to_string(), RESUME.into()))
 }
 
 async fn verify(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
@@ -656,6 +635,16 @@ async fn relaunch(
                 ));
                 continue;
             };
+            // Idempotent on resume: a model already serving on its target is not started a
+            // second time on the same port.
+            if already_serving(&snap, spec, &ids) {
+                done.push(format!(
+                    "{} already healthy on logical GPU {} (not started again)",
+                    spec.name,
+                    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                ));
+                continue;
+            }
             match super::models::launch(&ctx.ops(), spec, &ids, &bdfs) {
                 Ok(l) => {
                     emit(ApplyEvent::Note(format!("{}: started: {}", m.name, l.what)));
@@ -706,8 +695,14 @@ async fn relaunch(
             .iter()
             .flat_map(|r| r.models.iter().map(|m| m.name.clone()))
             .collect();
-        match crate::sim::session::resume(state, &skip) {
-            Ok(r) => done.extend(r.into_iter().map(|x| format!("{x:?}"))),
+        let only: Vec<(u32, Option<u64>)> = plan
+            .stops
+            .iter()
+            .filter(|s| s.model.is_none())
+            .map(|s| (s.pid, s.start_ticks))
+            .collect();
+        match crate::sim::session::resume(state, &skip, Some(&only)) {
+            Ok(r) => done.extend(r.into_iter().map(|x| x.to_string())),
             Err(e) => return Err((e.to_string(), RESUME.into())),
         }
     } else if plan
@@ -725,4 +720,23 @@ async fn relaunch(
             "the modes are applied; see the model's log (Models view), fix its entry in models.toml, and start it from the Models view or with `partop models start NAME`".into(),
         ))
     }
+}
+
+/// Whether `spec` already runs on logical GPUs `ids` and answers its health check.
+fn already_serving(snap: &Snapshot, spec: &crate::domain::models::ModelSpec, ids: &[u32]) -> bool {
+    let on_target = snap.processes.iter().any(|p| {
+        p.command
+            .as_deref()
+            .and_then(|c| {
+                let (server, _) = crate::domain::served::model_of(c)?;
+                crate::domain::served::port_of(c, server)
+            })
+            .is_some_and(|port| port == spec.port)
+            && ids
+                .iter()
+                .all(|id| p.gpus.iter().any(|u| u.gpu_id == *id && !u.attached_only()))
+    });
+    on_target
+        && crate::collect::served::http::get(&spec.health_url, Duration::from_millis(800))
+            .is_ok_and(|r| r.status == 200)
 }

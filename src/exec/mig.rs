@@ -4,12 +4,10 @@
 //! node back. nvidia-smi reports some failures with exit status 0, so its text is scanned too.
 //! Every step is journaled with the plan's fingerprint; `--resume` skips steps already done.
 
-use super::journal::{self, Entry};
-use super::kill::{KillEvent, KillJob};
+use super::kill::KillJob;
 use crate::collect::nvidia::smi::{NvidiaSmi, parse};
 use crate::domain::kill::{Sig, Target};
 use crate::domain::mig::{MigPlan, MigStep};
-use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,19 +28,8 @@ pub struct MigCtx {
     pub simulated: bool,
 }
 
-/// A failed step: the tool's own text and what to do next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("step {} ({key}) failed: {message}\nnext: {next}", idx + 1)]
-pub struct MigFailed {
-    /// Step index.
-    pub idx: usize,
-    /// Key.
-    pub key: String,
-    /// What happened.
-    pub message: String,
-    /// What to do.
-    pub next: String,
-}
+/// A failed MIG step (the same type as an AMD step's).
+pub type MigFailed = super::runlog::StepFailed;
 
 const RESUME: &str = "fix the cause, then: partop mig apply PLAN.json --resume";
 
@@ -80,7 +67,7 @@ fn stop(plan: &MigPlan, ctx: &MigCtx) -> Result<String, (String, String)> {
             ..Target::default()
         })
         .collect();
-    let mut job = KillJob {
+    let job = KillJob {
         targets,
         sig: Sig::Term,
         grace: ctx.grace,
@@ -88,28 +75,27 @@ fn stop(plan: &MigPlan, ctx: &MigCtx) -> Result<String, (String, String)> {
         journal: ctx.journal.clone(),
         simulated: ctx.simulated,
     };
-    let mut alive = Vec::new();
-    super::kill::run(&job, |e| {
-        if let KillEvent::Done { alive: a, .. } = e {
-            alive = a;
-        }
-    });
-    if alive.is_empty() {
+    let r = super::kill::term_then_kill(&job, ctx.kill_after_grace, |_| {})
+        .map_err(|e| (e.to_string(), RESUME.to_string()))?;
+    if r.after_term.is_empty() {
         return Ok(format!("{} stopped", plan.stops.len()));
     }
     if !ctx.kill_after_grace {
         return Err((
-            format!("still running after SIGTERM and {}s: pids {alive:?}", ctx.grace.as_secs()),
+            format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term),
             "stop them yourself, or allow SIGKILL: partop mig apply PLAN.json --resume --kill-after-grace".into(),
         ));
     }
-    job.targets.retain(|t| alive.contains(&t.pid));
-    job.sig = Sig::Kill;
-    super::kill::run(&job, |_| {});
+    if !r.after_kill.is_empty() {
+        return Err((
+            format!("still running after SIGKILL: {:?}", r.after_kill),
+            RESUME.into(),
+        ));
+    }
     Ok(format!(
         "{} stopped ({} needed SIGKILL)",
         plan.stops.len(),
-        alive.len()
+        r.after_term.len()
     ))
 }
 
@@ -187,54 +173,51 @@ fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, St
     }
 }
 
-/// The first step not journaled as done for this plan.
-pub fn resume_point(ctx: &MigCtx, fingerprint: &str) -> usize {
-    journal::resume_point(&ctx.journal, "mig.step", fingerprint)
-}
-
-/// Applies `plan` from step `from`, reporting each step's start and result.
+/// Applies `plan` from step `from` under the run `log` (whose start the caller journaled),
+/// each step journaled before it acts, reporting each step's start and result.
 pub fn apply(
     plan: &MigPlan,
     ctx: &MigCtx,
+    log: &super::runlog::RunLog,
     from: usize,
     mut emit: impl FnMut(usize, &str, Option<Result<&str, &str>>),
 ) -> Result<(), MigFailed> {
     for (idx, s) in plan.steps.iter().enumerate().skip(from) {
+        let fail = |message: String, next: String| MigFailed {
+            idx,
+            key: s.key.clone(),
+            message,
+            next,
+        };
+        log.step_begin(idx, &s.key)
+            .map_err(|e| fail(e.to_string(), RESUME.into()))?;
         emit(idx, &s.title, None);
         let r = step(plan, ctx, s);
-        let _ = journal::append(
-            &ctx.journal,
-            &Entry::new(
-                "mig.step",
-                ctx.simulated,
-                json!({"fingerprint": plan.fingerprint, "step": idx, "key": s.key, "gpu": plan.bdf}),
-                match &r {
-                    Ok(d) => json!({"ok": true, "detail": d}),
-                    Err((m, _)) => json!({"ok": false, "detail": m}),
-                },
-            ),
+        let journaled = log.step_end(
+            idx,
+            &s.key,
+            r.is_ok(),
+            match &r {
+                Ok(d) => d,
+                Err((m, _)) => m,
+            },
         );
         match r {
-            Ok(d) => emit(idx, &s.title, Some(Ok(&d))),
+            Ok(d) => {
+                journaled.map_err(|e| {
+                    fail(
+                        format!("the step was done, but {e}"),
+                        "free the journal, then --resume".into(),
+                    )
+                })?;
+                emit(idx, &s.title, Some(Ok(&d)));
+            }
             Err((message, next)) => {
                 emit(idx, &s.title, Some(Err(&message)));
-                return Err(MigFailed {
-                    idx,
-                    key: s.key.clone(),
-                    message,
-                    next,
-                });
+                return Err(fail(message, next));
             }
         }
     }
-    let _ = journal::append(
-        &ctx.journal,
-        &Entry::new(
-            "mig.done",
-            ctx.simulated,
-            json!({"fingerprint": plan.fingerprint, "gpu": plan.bdf}),
-            json!({"ok": true, "after": plan.after}),
-        ),
-    );
+    let _ = log.done();
     Ok(())
 }

@@ -66,6 +66,16 @@ pub fn launch(
 ) -> Result<Launched, String> {
     let what = spec.launch_text(devices, bdfs);
     let log = log_path(spec, &ops.log_dir);
+    journal::append(
+        &ops.journal,
+        &Entry::new(
+            "model.start",
+            ops.simulated,
+            json!({"model": spec.name, "devices": devices, "bdfs": bdfs, "command": what}),
+            json!({"state": "starting"}),
+        ),
+    )
+    .map_err(|e| e.to_string())?;
     let r = match &spec.launch {
         Launch::Command { command, env, .. } => (|| {
             if let Some(d) = log.parent() {
@@ -117,7 +127,7 @@ pub fn launch(
     let _ = journal::append(
         &ops.journal,
         &Entry::new(
-            "model.start",
+            "model.start.result",
             ops.simulated,
             json!({"model": spec.name, "devices": devices, "bdfs": bdfs, "command": what}),
             match &r {
@@ -144,6 +154,16 @@ pub fn stop(
     pid: Option<(u32, Option<u64>)>,
 ) -> Result<String, String> {
     let what = spec.stop_text(devices, bdfs, pid.map(|p| p.0));
+    journal::append(
+        &ops.journal,
+        &Entry::new(
+            "model.stop",
+            ops.simulated,
+            json!({"model": spec.name, "pid": pid.map(|p| p.0), "command": what}),
+            json!({"state": "stopping"}),
+        ),
+    )
+    .map_err(|e| e.to_string())?;
     let r = match &spec.launch {
         Launch::Command { stop: Some(s), .. } => {
             let argv: Vec<String> = s.iter().map(|a| spec.expand(a, devices, bdfs)).collect();
@@ -169,7 +189,7 @@ pub fn stop(
     let _ = journal::append(
         &ops.journal,
         &Entry::new(
-            "model.stop",
+            "model.stop.result",
             ops.simulated,
             json!({"model": spec.name, "pid": pid.map(|p| p.0), "command": what}),
             match &r {
@@ -188,7 +208,7 @@ fn signal_stop(
     kill_after: bool,
 ) -> Result<String, String> {
     use crate::domain::kill::{Sig, Target};
-    use crate::exec::signal::{Outcome, send};
+    use crate::exec::signal::Outcome;
     let proc_root = Path::new("/proc");
     let t = Target {
         pid,
@@ -200,14 +220,19 @@ fn signal_stop(
         model: None,
         agent: None,
     };
-    match send(proc_root, &t, Sig::Term) {
+    let pinned = match crate::exec::signal::pin(proc_root, &t) {
+        Ok(p) => p,
+        Err(Outcome::Gone) => return Ok("already gone".into()),
+        Err(other) => return Err(other.explain(pid)),
+    };
+    match pinned.send(Sig::Term) {
         Outcome::Sent => {}
         Outcome::Gone => return Ok("already gone".into()),
-        other => return Err(format!("SIGTERM to {pid}: {other:?}")),
+        other => return Err(other.explain(pid)),
     }
     let end = Instant::now() + grace;
     while Instant::now() < end {
-        if !alive(pid, ticks) {
+        if pinned.exited() {
             return Ok(format!("pid {pid} exited after SIGTERM"));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -218,14 +243,9 @@ fn signal_stop(
             grace.as_secs()
         ));
     }
-    let _ = send(proc_root, &t, Sig::Kill);
+    let _ = pinned.send(Sig::Kill);
     std::thread::sleep(Duration::from_millis(100));
     Ok(format!("pid {pid} killed after the grace period"))
-}
-
-fn alive(pid: u32, ticks: Option<u64>) -> bool {
-    crate::exec::signal::start_ticks(Path::new("/proc"), pid)
-        .is_some_and(|t| ticks.is_none_or(|x| x == t))
 }
 
 /// Waits until `spec`'s `/health` answers 200, at most its `health_timeout_secs` (or `limit`,

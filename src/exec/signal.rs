@@ -1,10 +1,13 @@
-//! Sending one signal safely: the pid must still be the process the operator saw (same start
-//! time), else nothing is sent; permission errors are explained.
+//! Sending one signal safely. A target is first *pinned*: a pidfd is opened on its pid and the
+//! start time is checked after opening, so the descriptor refers to exactly the process the
+//! operator saw; every later signal goes through that descriptor (`pidfd_send_signal`), so a
+//! pid reused since, even inside one clock tick, can never be hit. A target without a verified
+//! start time (a recording, a process partop could not read) is refused. Permission errors are
+//! explained.
 
 use crate::domain::kill::{Sig, Target};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use rustix::fd::OwnedFd;
+use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -20,7 +23,7 @@ pub enum Outcome {
     Reused,
     /// Not allowed (another user's process without root).
     PermissionDenied,
-    /// Refused by partop (partop itself, pid 1).
+    /// Refused by partop (partop itself, pid 1, no verified identity).
     Refused(String),
     /// Another error.
     Failed(String),
@@ -51,36 +54,102 @@ pub fn start_ticks(proc_root: &Path, pid: u32) -> Option<u64> {
     (st.state != 'Z' && st.state != 'X').then_some(st.starttime)
 }
 
-/// Whether the target is still the same live process.
+/// Whether the target is still the same live process (by pid and start time).
 pub fn alive(proc_root: &Path, t: &Target) -> bool {
-    start_ticks(proc_root, t.pid).is_some_and(|s| t.start_ticks.is_none_or(|want| want == s))
+    t.start_ticks
+        .is_some_and(|want| start_ticks(proc_root, t.pid) == Some(want))
 }
 
-/// Sends `sig` to `t` if it is still the process it was.
-pub fn send(proc_root: &Path, t: &Target, sig: Sig) -> Outcome {
+/// A target held by a pidfd opened while it was verified to be the process planned.
+#[derive(Debug)]
+pub struct Pinned {
+    /// The target.
+    pub target: Target,
+    fd: OwnedFd,
+}
+
+const NO_PIDFD: &str = "this kernel has no pidfd_open (Linux 5.3 or later is needed); partop does not signal by bare pid, since a reused pid could be hit. Check the process yourself and use kill(1)";
+
+/// Pins `t`: refuses what must never be signalled or cannot be verified, opens a pidfd, then
+/// checks the start time, so the descriptor holds exactly the planned process.
+pub fn pin(proc_root: &Path, t: &Target) -> Result<Pinned, Outcome> {
     if t.pid <= 1 {
-        return Outcome::Refused("pid 1 (init) is never signalled".into());
+        return Err(Outcome::Refused("pid 1 (init) is never signalled".into()));
     }
     if t.pid == std::process::id() {
-        return Outcome::Refused("this is partop itself".into());
+        return Err(Outcome::Refused("this is partop itself".into()));
     }
-    match (start_ticks(proc_root, t.pid), t.start_ticks) {
-        (None, _) => return Outcome::Gone,
-        (Some(now), Some(want)) if now != want => return Outcome::Reused,
-        _ => {}
+    let Some(want) = t.start_ticks else {
+        return Err(Outcome::Refused(
+            "its start time is not known (a recording, or a process partop could not read), so it cannot be verified: nothing is signalled".into(),
+        ));
+    };
+    if proc_root != Path::new("/proc") {
+        return Err(Outcome::Refused(format!(
+            "it was seen under {}, not this machine's /proc: nothing is signalled",
+            proc_root.display()
+        )));
     }
-    let Ok(raw) = i32::try_from(t.pid) else {
-        return Outcome::Failed("pid out of range".into());
+    let pid = i32::try_from(t.pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| Outcome::Failed("pid out of range".into()))?;
+    let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::SRCH) => return Err(Outcome::Gone),
+        Err(Errno::NOSYS) => return Err(Outcome::Failed(NO_PIDFD.into())),
+        Err(e) => return Err(Outcome::Failed(e.to_string())),
     };
-    let s = match sig {
-        Sig::Term => Signal::SIGTERM,
-        Sig::Kill => Signal::SIGKILL,
-    };
-    match kill(Pid::from_raw(raw), s) {
-        Ok(()) => Outcome::Sent,
-        Err(Errno::EPERM) => Outcome::PermissionDenied,
-        Err(Errno::ESRCH) => Outcome::Gone,
-        Err(e) => Outcome::Failed(e.to_string()),
+    match start_ticks(proc_root, t.pid) {
+        None => Err(Outcome::Gone),
+        Some(now) if now != want => Err(Outcome::Reused),
+        Some(_) => Ok(Pinned {
+            target: t.clone(),
+            fd,
+        }),
+    }
+}
+
+impl Pinned {
+    /// Sends `sig` through the pidfd.
+    pub fn send(&self, sig: Sig) -> Outcome {
+        let s = match sig {
+            Sig::Term => rustix::process::Signal::TERM,
+            Sig::Kill => rustix::process::Signal::KILL,
+        };
+        match rustix::process::pidfd_send_signal(&self.fd, s) {
+            Ok(()) => Outcome::Sent,
+            Err(Errno::PERM) => Outcome::PermissionDenied,
+            Err(Errno::SRCH) => Outcome::Gone,
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    /// Another handle on the same process (for a second signal later).
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Self {
+            target: self.target.clone(),
+            fd: self.fd.try_clone()?,
+        })
+    }
+
+    /// Whether the pinned process has exited (the pidfd turns readable then).
+    pub fn exited(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0)
+    }
+}
+
+/// Pins `t` and sends `sig` (for one-off signals; jobs pin first and keep the pins).
+pub fn send(proc_root: &Path, t: &Target, sig: Sig) -> Outcome {
+    match pin(proc_root, t) {
+        Ok(p) => p.send(sig),
+        Err(o) => o,
     }
 }
 
@@ -88,17 +157,22 @@ pub fn send(proc_root: &Path, t: &Target, sig: Sig) -> Outcome {
 pub fn target_from_proc(proc_root: &Path, pid: u32) -> Option<Target> {
     let p = procfs::process::Process::new_with_root(proc_root.join(pid.to_string())).ok()?;
     let st = p.stat().ok()?;
+    if st.state == 'Z' || st.state == 'X' {
+        return None;
+    }
     let user = p.uid().ok().map(|u| {
         nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
             .ok()
             .flatten()
             .map_or_else(|| u.to_string(), |x| x.name)
     });
+    let mut name = Some(st.comm);
+    crate::domain::text::sanitize(&mut name);
     Some(Target {
         pid,
         start_ticks: Some(st.starttime),
         user,
-        name: Some(st.comm),
+        name,
         ..Target::default()
     })
 }

@@ -367,27 +367,75 @@ pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionE
 }
 
 /// What `resume` did with each stopped workload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Resumed {
     /// Started again.
     Started(String),
     /// Its partition does not exist in the current layout.
     NoPlace(String),
+    /// It needs more HBM (GiB) than its partition has now (GiB).
+    TooBig(String, f64, f64),
+}
+
+impl std::fmt::Display for Resumed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Started(n) => write!(f, "{n}: started"),
+            Self::NoPlace(n) => write!(
+                f,
+                "{n}: not started: its partition does not exist in the current layout"
+            ),
+            Self::TooBig(n, need, have) => write!(
+                f,
+                "{n}: not started: it needs {need:.1} GiB and its partition has {have:.1} GiB"
+            ),
+        }
+    }
 }
 
 /// Starts every stopped workload whose partition exists in the current layout (after a
 /// rehearsed repartition, or after `stop`).
 /// Workloads named in `skip` are left alone (model servers the registry relaunches).
-pub fn resume(state_path: &Path, skip: &[String]) -> Result<Vec<Resumed>, SessionError> {
+pub fn resume(
+    state_path: &Path,
+    skip: &[String],
+    only: Option<&[(u32, Option<u64>)]>,
+) -> Result<Vec<Resumed>, SessionError> {
     let mut state = SimState::load(state_path)?;
     let mut out = Vec::new();
     for i in 0..state.workloads.len() {
         if state.alive(i) || skip.contains(&state.workloads[i].spec.name) {
             continue;
         }
+        // A rehearsal does exactly what the plan says: only the processes the plan stopped
+        // come back (a job that ended before planning stays ended).
+        let w = &state.workloads[i];
+        if let Some(only) = only
+            && !only
+                .iter()
+                .any(|(pid, st)| w.pid == Some(*pid) && (st.is_none() || *st == w.start_ticks))
+        {
+            continue;
+        }
         let name = state.workloads[i].spec.name.clone();
         let placed =
             state.workloads[i].spec.kind == Kind::Agent || state.placement_index(i).is_some();
+        // The hardware's rule: a job that needs more HBM than its partition has fails to
+        // allocate; it is not started on a partition it cannot run on.
+        let share_gb = state.placement_index(i).and_then(|idx| {
+            state
+                .logical()
+                .into_iter()
+                .find(|l| l.index == idx)
+                .map(|l| l.shape.vram_share_mb as f64 / 1024.0)
+        });
+        let needs = state.workloads[i].spec.vram_gb;
+        if let Some(have) = share_gb
+            && needs > have
+        {
+            out.push(Resumed::TooBig(name, needs, have));
+            continue;
+        }
         if placed {
             launch(&mut state, i, state_path)?;
             out.push(Resumed::Started(name));

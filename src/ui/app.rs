@@ -75,6 +75,21 @@ fn model_action(
         grace: Duration::from_millis(grace_ms),
         kill_after: false,
     };
+    // A model start or stop is a change to the node: one at a time, never during an apply.
+    let lock_path = exec
+        .sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
+    let _lock = match crate::exec::lock::acquire(
+        &lock_path,
+        &crate::exec::lock::Holder::me("model action (monitor)", "", &exec.journal),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("{e}");
+            return;
+        }
+    };
     let find = |name: &str| {
         snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
             .and_then(|m| m.spec.clone().map(|spec| (m, spec)))
@@ -85,7 +100,7 @@ fn model_action(
                 .models
                 .clone()
                 .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
-            match crate::models_cli::append_entry(&path, entry) {
+            match crate::models_cli::append_entry(&path, entry, &exec.journal) {
                 Ok(()) => log::info!("added to {}", path.display()),
                 Err(e) => log::error!("{e}"),
             }
@@ -184,7 +199,13 @@ fn spawn_detached(
         .process_group(0)
         .spawn()?;
     let pid = child.id();
-    std::thread::spawn(move || child.wait());
+    // Its exit status, for a monitor that sees it end without finishing.
+    let exit_file = dir.join(format!("{name}.exit"));
+    std::thread::spawn(move || {
+        if let Ok(st) = child.wait() {
+            let _ = std::fs::write(exit_file, st.to_string());
+        }
+    });
     Ok((pid, file, log))
 }
 
@@ -203,14 +224,14 @@ fn spawn_apply(
     }
     args.extend(["apply", "--yes", "--grace"].map(Into::into));
     args.push(format!("{}", grace_ms / 1000).into());
+    let _ = std::fs::remove_file(apply_dir().join(format!("{}.exit", plan.fingerprint)));
     let (pid, file, log) = spawn_detached(&plan.fingerprint, plan, &args)?;
     let pointer =
         serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
     std::fs::write(apply_dir().join("current.json"), pointer.to_string())?;
-    Ok(super::stage::Progress::new(
-        plan.clone(),
-        log.display().to_string(),
-    ))
+    let mut p = super::stage::Progress::new(plan.clone(), log.display().to_string());
+    p.pid = Some(pid);
+    Ok(p)
 }
 
 /// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its log.
@@ -232,6 +253,49 @@ fn spawn_mig_apply(
     Ok(log.display().to_string())
 }
 
+/// Reads the journal for the views, with what only I/O can tell: whether the apply being
+/// followed still runs (else how it ended and its last log line), and an unfinished run that
+/// no partop is working on (no one holds the node lock).
+fn load_journal(exec: &ExecSettings, applying: Option<&super::stage::Progress>) -> Msg {
+    let (entries, bad) = match crate::exec::journal::read(&exec.journal) {
+        Ok(x) => x,
+        Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
+    };
+    let lock = exec
+        .sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
+    let holder = crate::exec::lock::holder(&lock);
+    let unfinished = crate::exec::journal::runs(&entries)
+        .into_iter()
+        .rev()
+        .find(|r| r.closed.is_none() && holder.as_ref().is_none_or(|h| h.id != r.run))
+        .map(|r| r.describe());
+    let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
+        let pid = p.pid?;
+        if crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid).is_some() {
+            return None;
+        }
+        let log = std::path::Path::new(&p.log);
+        let status = std::fs::read_to_string(log.with_extension("exit"))
+            .unwrap_or_else(|_| "exit status unknown".into());
+        let last = std::fs::read_to_string(log)
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        Some(format!(
+            "pid {pid} {status}; last line: {}",
+            crate::domain::text::escape_controls(&last)
+        ))
+    });
+    Msg::Journal(entries, bad, unfinished, exited)
+}
+
 /// A detached apply still running from an earlier partop, to attach to.
 pub fn running_apply() -> Option<super::stage::Progress> {
     let dir = apply_dir();
@@ -240,10 +304,9 @@ pub fn running_apply() -> Option<super::stage::Progress> {
     let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
     crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid)?;
     let plan = serde_json::from_str(&std::fs::read_to_string(v["plan"].as_str()?).ok()?).ok()?;
-    Some(super::stage::Progress::new(
-        plan,
-        v["log"].as_str()?.to_string(),
-    ))
+    let mut p = super::stage::Progress::new(plan, v["log"].as_str()?.to_string());
+    p.pid = Some(pid);
+    Some(p)
 }
 
 /// Runs until quit (a key, SIGTERM, SIGHUP or SIGINT).
@@ -266,6 +329,7 @@ pub async fn run(
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut dirty = true;
+    let mut tick_redraw: Option<bool> = None;
     let mut last_draw = std::time::Instant::now();
     loop {
         if dirty {
@@ -282,26 +346,19 @@ pub async fn run(
                 update(&mut state, Msg::Snapshot(s))
             }
             _ = tick.tick() => {
-                // Ages on screen move once a second: a tick redraws only if nothing else has.
-                dirty = last_draw.elapsed() >= Duration::from_millis(950);
-                let e = update(&mut state, Msg::Tick(clock::now_ms()));
-                for effect in &e {
-                    if *effect == Effect::Quit {
-                        dirty = false;
-                    }
-                }
-                if !dirty {
-                    continue;
-                }
-                e
+                // Ages on screen move once a second: a tick redraws only if nothing else has,
+                // but its effects (following an apply) always run.
+                tick_redraw = Some(last_draw.elapsed() >= Duration::from_millis(950));
+                update(&mut state, Msg::Tick(clock::now_ms()))
             }
             _ = term.recv() => vec![Effect::Quit],
             _ = hup.recv() => vec![Effect::Quit],
             _ = int.recv() => vec![Effect::Quit],
         };
-        dirty = true;
+        dirty = tick_redraw.take().unwrap_or(true);
         let mut quit = false;
-        for e in effects {
+        let mut pending: std::collections::VecDeque<Effect> = effects.into();
+        while let Some(e) = pending.pop_front() {
             match e {
                 Effect::Quit => quit = true,
                 Effect::RefreshNow => {
@@ -324,7 +381,9 @@ pub async fn run(
                     let tx = tx.clone();
                     // Signals and the grace wait block: run them off the UI thread.
                     tokio::task::spawn_blocking(move || {
-                        crate::exec::kill::run(&job, |e| {
+                        // A journal that cannot be written stops the kill before any signal;
+                        // the dialog hears it as a JournalError.
+                        let _ = crate::exec::kill::run(&job, |e| {
                             let _ = tx.blocking_send(Msg::Kill(e));
                         });
                     });
@@ -367,14 +426,10 @@ pub async fn run(
                     ),
                 },
                 Effect::LoadJournal => {
-                    let msg = match crate::exec::journal::read(&exec.journal) {
-                        Ok((e, bad)) => Msg::Journal(e, bad),
-                        Err(e) => Msg::Journal(
-                            Vec::new(),
-                            vec![format!("{}: {e}", exec.journal.display())],
-                        ),
-                    };
-                    update(&mut state, msg);
+                    let msg = load_journal(&exec, state.applying.as_ref());
+                    // What the reducer answers (a Rescan after an apply) is run like any
+                    // other effect: never dropped.
+                    pending.extend(update(&mut state, msg));
                 }
             }
         }

@@ -97,6 +97,29 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// Checks the numbers: finite and within sense. Each problem names the file and key.
+    pub fn validate(&self, origin: &str) -> Result<(), String> {
+        let mut bad = Vec::new();
+        for (key, v, lo, hi) in [
+            ("refresh_secs", self.refresh_secs, 0.1, 3600.0),
+            ("idle_minutes", self.idle_minutes, 0.0, 525_600.0),
+            ("grace_secs", self.grace_secs, 0.0, 3600.0),
+        ] {
+            if !v.is_finite() || v < lo || v > hi {
+                bad.push(format!(
+                    "{origin}: {key} = {v} is out of range ({lo} to {hi})"
+                ));
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("\n"))
+        }
+    }
+}
+
 /// Everything the monitor needs from configuration.
 #[derive(Debug, Clone)]
 pub struct Loaded {

@@ -183,6 +183,13 @@ impl KillDialog {
                 self.focus = Focus::Cancel;
             }
             KillEvent::JournalError(_) => {}
+            KillEvent::Refused(why) => {
+                for t in &self.plan.targets {
+                    self.status.insert(t.pid, format!("nothing sent: {why}"));
+                }
+                self.stage = Stage::Finished { alive: Vec::new() };
+                self.focus = Focus::Cancel;
+            }
         }
     }
 }

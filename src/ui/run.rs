@@ -13,11 +13,16 @@ use std::time::Duration;
 
 /// Runs the monitor. Returns the exit code.
 pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
+    // A config.toml that cannot be read stops here: it must never silently turn read-only off.
+    let settings = crate::exec_cli::settings(cli.read_only)?;
+    // A recording is looked at, never acted on: every mutating command is removed.
+    let replay = cli.source.replay.is_some() || cli.source.nvidia_replay.is_some();
+    let look_only = settings.read_only || replay;
     let loaded = config::load(
         &crate::paths::config_dir(),
         cli.theme.as_deref(),
         cli.keymap.as_deref(),
-        cli.read_only,
+        look_only,
     );
     // tui-logger keeps log lines for the Log view; nothing is printed while the screen is ours.
     let _ = tui_logger::init_logger(log::LevelFilter::Info);
@@ -26,12 +31,8 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         log::warn!("config: {e} (using the default)");
     }
     let mut node = crate::commands::open(&cli.source)?;
-    let refresh = if (cli.refresh - 1.0).abs() > f64::EPSILON {
-        cli.refresh
-    } else {
-        loaded.config.refresh_secs
-    };
-    let refresh = Duration::from_secs_f64(refresh.max(0.2));
+    // Given on the command line wins (even `--refresh 1`); else config.toml (validated).
+    let refresh = Duration::from_secs_f64(cli.refresh.unwrap_or(settings.config.refresh_secs));
     // One thread is plenty: collection mostly waits on amd-smi, and input has its own thread.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -43,7 +44,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
             clippy::cast_sign_loss,
             reason = "minutes"
         )]
-        idle_after_ms: (loaded.config.idle_minutes.max(0.0) * 60_000.0) as u64,
+        idle_after_ms: (settings.config.idle_minutes.max(0.0) * 60_000.0) as u64,
         ..Thresholds::default()
     };
     let mut state = State::new(
@@ -51,7 +52,21 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         thresholds,
         u64::try_from(refresh.as_millis()).unwrap_or(1000),
     );
-    state.read_only = cli.read_only || loaded.config.read_only;
+    state.read_only = look_only;
+    if let Some(p) = &cli.source.replay {
+        state.replay = Some(
+            match crate::collect::amdsmi::recording::Recording::load(p) {
+                Ok(r) => format!(
+                    "of {} recorded {}",
+                    crate::domain::text::escape_controls(&r.host),
+                    crate::domain::text::escape_controls(&r.recorded_at)
+                ),
+                Err(_) => format!("of {}", p.display()),
+            },
+        );
+    } else if let Some(p) = &cli.source.nvidia_replay {
+        state.replay = Some(format!("of {}", p.display()));
+    }
     state.own_pid = std::process::id();
     #[expect(
         clippy::cast_possible_truncation,
@@ -59,14 +74,10 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         reason = "ms"
     )]
     {
-        state.grace_ms = (loaded.config.grace_secs.max(0.0) * 1000.0) as u64;
+        state.grace_ms = (settings.config.grace_secs.max(0.0) * 1000.0) as u64;
     }
     let exec = super::app::ExecSettings {
-        journal: loaded
-            .config
-            .journal
-            .clone()
-            .unwrap_or_else(crate::exec::journal::default_path),
+        journal: settings.journal.clone(),
         proc_root: "/proc".into(),
         simulated: node.sim_state.is_some(),
         sim_state: node.sim_state.clone(),

@@ -199,6 +199,10 @@ pub struct Progress {
     pub visible: bool,
     /// The apply's log file.
     pub log: String,
+    /// The apply process's pid (to notice it exit without finishing).
+    pub pid: Option<u32>,
+    /// How the apply process ended, when it exited without finishing.
+    pub exit: Option<String>,
 }
 
 impl Progress {
@@ -211,22 +215,37 @@ impl Progress {
             finished: None,
             visible: true,
             log,
+            pid: None,
+            exit: None,
         }
     }
 
-    /// Reads the journal entries of this plan.
+    /// Reads the journal entries of this plan's newest run (older runs of a plan with the same
+    /// fingerprint are not this one).
     pub fn update(&mut self, entries: &[Entry]) {
-        for e in entries
+        let fp = self.plan.fingerprint.as_str();
+        let from = entries
             .iter()
-            .filter(|e| e.targets["fingerprint"] == self.plan.fingerprint.as_str())
+            .rposition(|e| e.action == "repartition.start" && e.targets["fingerprint"] == fp)
+            .unwrap_or(0);
+        let run = entries
+            .get(from)
+            .map(|e| e.targets["run"].clone())
+            .unwrap_or_default();
+        for e in entries[from..]
+            .iter()
+            .filter(|e| e.targets["fingerprint"] == fp && e.targets["run"] == run)
         {
             match e.action.as_str() {
                 "repartition.step" => {
+                    // The entry written before a step acts has no result yet.
+                    let Some(ok) = e.outcome["ok"].as_bool() else {
+                        continue;
+                    };
                     if let Some(i) = e.targets["step"]
                         .as_u64()
                         .and_then(|i| usize::try_from(i).ok())
                     {
-                        let ok = e.outcome["ok"] == true;
                         if let Some(slot) = self.steps.get_mut(i) {
                             *slot =
                                 Some((ok, e.outcome["detail"].as_str().unwrap_or("").to_string()));
@@ -239,6 +258,15 @@ impl Progress {
                 "repartition.done" => self.finished = Some(true),
                 _ => {}
             }
+        }
+    }
+
+    /// The apply process is gone without finishing: say how it ended.
+    pub fn exited(&mut self, how: String) {
+        if self.finished.is_none() {
+            self.finished = Some(false);
+            self.visible = true;
+            self.exit = Some(how);
         }
     }
 }

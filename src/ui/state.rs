@@ -248,7 +248,14 @@ pub enum Msg {
     /// Progress of a kill job.
     Kill(crate::exec::kill::KillEvent),
     /// The journal, read.
-    Journal(Vec<crate::exec::journal::Entry>, Vec<String>),
+    /// The journal, with an unfinished run nobody works on (its description), and how the
+    /// followed apply ended when its process is gone without finishing.
+    Journal(
+        Vec<crate::exec::journal::Entry>,
+        Vec<String>,
+        Option<String>,
+        Option<String>,
+    ),
 }
 
 /// Side effects, performed by the app loop.
@@ -321,6 +328,10 @@ pub struct State {
     pub keymap: Keymap,
     /// No mutating commands.
     pub read_only: bool,
+    /// Looking at a recording (`--replay`): its host and time; every mutation is gone.
+    pub replay: Option<String>,
+    /// An apply run that did not finish: what to say and the command that continues it.
+    pub unfinished: Option<String>,
     /// The simulated scenario, when simulated.
     pub scenario: Option<String>,
     /// Refresh interval (to call data late).
@@ -384,6 +395,8 @@ impl State {
             size: (80, 24),
             keymap,
             read_only: false,
+            replay: None,
+            unfinished: None,
             scenario: None,
             refresh_ms,
             tagged: std::collections::BTreeSet::new(),
@@ -1209,9 +1222,15 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             }
         }
         Msg::Kill(e) => {
-            let done = matches!(e, crate::exec::kill::KillEvent::Done { .. });
-            if let crate::exec::kill::KillEvent::JournalError(j) = &e {
-                log::error!("journal: {j}");
+            let done = matches!(
+                e,
+                crate::exec::kill::KillEvent::Done { .. }
+                    | crate::exec::kill::KillEvent::Refused(_)
+            );
+            if let crate::exec::kill::KillEvent::JournalError(j)
+            | crate::exec::kill::KillEvent::Refused(j) = &e
+            {
+                log::error!("{j}");
             }
             if let Some(d) = state.dialog.as_mut() {
                 d.on_event(&e);
@@ -1222,11 +1241,15 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
                 Vec::new()
             }
         }
-        Msg::Journal(mut entries, bad) => {
+        Msg::Journal(mut entries, bad, unfinished, exited) => {
             let mut effects = Vec::new();
+            state.unfinished = unfinished;
             if let Some(p) = state.applying.as_mut() {
                 let was = p.finished;
                 p.update(&entries);
+                if let Some(how) = exited {
+                    p.exited(how);
+                }
                 if was.is_none() && p.finished.is_some() {
                     p.visible = true;
                     effects = vec![Effect::Rescan, Effect::RefreshNow];

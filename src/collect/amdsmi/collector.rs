@@ -19,6 +19,11 @@ pub const SRC_METRIC: &str = "amd-smi metric";
 /// Processes source.
 pub const SRC_PROCESS: &str = "amd-smi process";
 
+type KernelJob = tokio::task::JoinHandle<(crate::collect::sysfs::SysfsCollector, Snapshot)>;
+
+/// How long one kernel sample may take before the kernel source is called stale.
+pub const KERNEL_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Collector state.
 #[derive(Debug)]
 pub struct AmdSmiCollector {
@@ -45,6 +50,12 @@ pub struct AmdSmiCollector {
     pub sysfs: Option<crate::collect::sysfs::SysfsCollector>,
     /// `--source sysfs`: amd-smi is never run.
     pub sysfs_only: bool,
+    /// A kernel read still running past its limit (a blocking file): its thread, since when.
+    kernel_busy: Option<(KernelJob, std::time::Instant)>,
+    /// The last kernel snapshot that completed (kept on screen while a read hangs).
+    last_kernel: Option<Snapshot>,
+    /// The last amd-smi snapshot whose commands agreed on the GPU count.
+    last_consistent: Option<Snapshot>,
     /// An NVIDIA node: NVML or nvidia-smi instead of amd-smi.
     pub nvidia: Option<Box<dyn crate::collect::nvidia::NvSource>>,
     last_nvidia: Option<Snapshot>,
@@ -95,6 +106,9 @@ impl AmdSmiCollector {
             models: None,
             sysfs: None,
             sysfs_only: false,
+            kernel_busy: None,
+            last_kernel: None,
+            last_consistent: None,
             nvidia: None,
             last_nvidia: None,
         }
@@ -137,6 +151,75 @@ impl AmdSmiCollector {
     pub fn invalidate_static(&mut self) {
         self.statics = None;
         self.samples = 0;
+    }
+
+    /// One kernel sample, read on a blocking thread under [`KERNEL_LIMIT`]: a file that blocks
+    /// (a FIFO, a hung driver file) makes the kernel source stale, never the caller wait. While
+    /// that read is stuck no other is started; its result is used once it returns.
+    async fn kernel_sample(&mut self) -> Result<Snapshot, String> {
+        let root =
+            |k: &crate::collect::sysfs::SysfsCollector| k.roots.sys_root.display().to_string();
+        let mut job = match self.kernel_busy.take() {
+            Some((job, since)) if !job.is_finished() => {
+                let e = format!(
+                    "a kernel file read has not returned for {}s (a blocking file under the sysfs root?); showing the last values",
+                    since.elapsed().as_secs()
+                );
+                self.kernel_busy = Some((job, since));
+                return Err(e);
+            }
+            Some((job, _)) => job,
+            None => {
+                let Some(mut k) = self.sysfs.take() else {
+                    return Err("no kernel collector".into());
+                };
+                tokio::task::spawn_blocking(move || {
+                    let s = k.sample();
+                    (k, s)
+                })
+            }
+        };
+        match tokio::time::timeout(KERNEL_LIMIT, &mut job).await {
+            Ok(Ok((k, snap))) => {
+                self.sysfs = Some(k);
+                self.last_kernel = Some(snap.clone());
+                Ok(snap)
+            }
+            Ok(Err(e)) => Err(format!("the kernel reader failed: {e}")),
+            Err(_) => {
+                let e = format!(
+                    "a kernel file read took over {}s{}; it is left to finish and the last values are shown",
+                    KERNEL_LIMIT.as_secs(),
+                    self.sysfs
+                        .as_ref()
+                        .map(|k| format!(" under {}", root(k)))
+                        .unwrap_or_default()
+                );
+                self.kernel_busy = Some((job, std::time::Instant::now()));
+                Err(e)
+            }
+        }
+    }
+
+    /// The last kernel snapshot, marked stale with `e` (or an empty one marked down).
+    fn kernel_stale(&self, e: &str) -> Snapshot {
+        let mut s = self.last_kernel.clone().unwrap_or_default();
+        let last_ok = self.last_kernel.as_ref().map(|k| k.taken_at_ms);
+        s.sources
+            .retain(|x| x.name != crate::collect::sysfs::collector::SRC);
+        s.sources.push(SourceStatus {
+            name: crate::collect::sysfs::collector::SRC.into(),
+            version: None,
+            status: if last_ok.is_some() {
+                Health::Stale
+            } else {
+                Health::Down
+            },
+            error: Some(e.to_string()),
+            last_ok_ms: last_ok,
+            took_ms: None,
+        });
+        s
     }
 
     fn mark(&mut self, name: &str, r: Result<u64, &AmdSmiError>) {
@@ -227,14 +310,25 @@ impl AmdSmiCollector {
 
     /// One collection. Never fails: errors become source health, and the last good values stay.
     pub async fn sample(&mut self) -> Snapshot {
+        let mut snap = self.sample_sources().await;
+        crate::domain::sanity::check(&mut snap);
+        snap
+    }
+
+    async fn sample_sources(&mut self) -> Snapshot {
         if self.nvidia.is_some() {
             return self.sample_nvidia().await;
         }
-        if self.sysfs_only
-            && let Some(k) = self.sysfs.as_mut()
-        {
-            let mut snap = k.sample();
-            crate::collect::procinfo::enrich(&mut snap, &k.roots.proc_root.clone());
+        if self.sysfs_only && (self.sysfs.is_some() || self.kernel_busy.is_some()) {
+            let mut snap = match self.kernel_sample().await {
+                Ok(s) => s,
+                Err(e) => self.kernel_stale(&e),
+            };
+            let proc_root = self
+                .sysfs
+                .as_ref()
+                .map_or_else(|| "/proc".into(), |k| k.roots.proc_root.clone());
+            crate::collect::procinfo::enrich(&mut snap, &proc_root);
             if let Some(prober) = self.models.as_mut() {
                 snap.models = prober.observe(&snap).await;
             }
@@ -284,6 +378,38 @@ impl AmdSmiCollector {
             }
             Err(e) => self.mark(SRC_PROCESS, Err(&e)),
         }
+        // `list` and `metric` disagreeing on the GPU count: the layout is changing under us, or
+        // amd-smi is inconsistent. The last consistent layout is kept, and said to be.
+        let counts = (
+            self.statics.as_ref().map_or(0, |s| s.list.len()),
+            self.metric.as_ref().map_or(0, |m| m.0.len()),
+        );
+        if counts.0 > 0 && counts.1 > 0 && counts.0 != counts.1 {
+            let why = format!(
+                "amd-smi list shows {} GPUs and amd-smi metric {}: the layout is changing or amd-smi is inconsistent; the last consistent layout is kept",
+                counts.0, counts.1
+            );
+            log::warn!("{why}");
+            self.statics = None;
+            if let Some(last) = &self.last_consistent {
+                let mut s = last.clone();
+                for src in &mut s.sources {
+                    if src.name == SRC_METRIC {
+                        src.status = Health::Stale;
+                        src.error = Some(why.clone());
+                    }
+                }
+                return s;
+            }
+            let mut s = self.snapshot();
+            for src in &mut s.sources {
+                if src.name == SRC_METRIC {
+                    src.status = Health::Down;
+                    src.error = Some(why.clone());
+                }
+            }
+            return s;
+        }
         let mut snap = self.snapshot();
         // PIDs of a recording belong to another host: only a live node is looked up in /proc;
         // a replay gets the facts its recording kept.
@@ -321,13 +447,26 @@ impl AmdSmiCollector {
                 }
             }
         }
-        if let (Some(k), CommandSource::Live(_)) = (self.sysfs.as_mut(), &self.source) {
+        if matches!(self.source, CommandSource::Live(_))
+            && (self.sysfs.is_some() || self.kernel_busy.is_some())
+        {
             // The holder scan above already read /proc: hand it over rather than scan twice.
-            if self.holder_roots.is_some() {
+            if let Some(k) = self.sysfs.as_mut()
+                && self.holder_roots.is_some()
+            {
                 k.external_holders = Some(self.holders.clone());
             }
-            let ks = k.sample();
-            crate::collect::sysfs::overlay(&mut snap, &ks);
+            match self.kernel_sample().await {
+                Ok(ks) => crate::collect::sysfs::overlay(&mut snap, &ks),
+                Err(e) => snap.sources.push(SourceStatus {
+                    name: crate::collect::sysfs::collector::SRC.into(),
+                    version: None,
+                    status: Health::Stale,
+                    error: Some(e),
+                    last_ok_ms: self.last_kernel.as_ref().map(|k| k.taken_at_ms),
+                    took_ms: None,
+                }),
+            }
         }
         if let Some(prober) = self.models.as_mut() {
             if matches!(self.source, CommandSource::Live(_)) {
@@ -343,6 +482,9 @@ impl AmdSmiCollector {
                     took_ms: None,
                 });
             }
+        }
+        if !snap.gpus.is_empty() {
+            self.last_consistent = Some(snap.clone());
         }
         snap
     }

@@ -31,6 +31,14 @@ pub enum AmdSmiError {
         /// Time limit.
         after: Duration,
     },
+    /// It printed more than partop reads from one call (an endless writer).
+    #[error("`{command}` printed more than {} MiB; stopped (a broken or endless amd-smi? check `{command}` by hand)", .limit / (1024 * 1024))]
+    TooMuchOutput {
+        /// Command line.
+        command: String,
+        /// The cap, bytes.
+        limit: usize,
+    },
     /// The user lacks the video/render groups.
     #[error("`{command}`: {message}. Fix: sudo usermod -aG video,render $USER, then log in again")]
     MissingGroups {

@@ -90,8 +90,15 @@ impl<'de> Deserialize<'de> for Q {
                 if t == "N/A" || t.is_empty() {
                     return Ok(Q::Na);
                 }
+                // Python's json writes NaN and Infinity: that one value is N/A, nothing else.
                 t.parse::<f64>()
-                    .map(|v| Q::Val(v, Unit::None))
+                    .map(|v| {
+                        if v.is_finite() {
+                            Q::Val(v, Unit::None)
+                        } else {
+                            Q::Na
+                        }
+                    })
                     .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
             }
             fn visit_unit<E: de::Error>(self) -> Result<Q, E> {
@@ -106,7 +113,11 @@ impl<'de> Deserialize<'de> for Q {
                 Ok(Q::Val(v as f64, Unit::None))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Q, E> {
-                Ok(Q::Val(v, Unit::None))
+                Ok(if v.is_finite() {
+                    Q::Val(v, Unit::None)
+                } else {
+                    Q::Na
+                })
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Q, A::Error> {
                 let mut value: Option<Q> = None;
@@ -309,6 +320,8 @@ struct Wrapped<T> {
 /// Parses one JSON value of type `T` from `json`, ignoring trailing text, and maps failures to
 /// errors that name the command and the JSON path.
 pub fn parse_value<T: DeserializeOwned>(command: &str, json: &str) -> Result<T, AmdSmiError> {
+    let quoted = quote_non_finite(json);
+    let json: &str = &quoted;
     let mut de = serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -327,6 +340,52 @@ pub fn parse_value<T: DeserializeOwned>(command: &str, json: &str) -> Result<T, 
             }
         }
     })
+}
+
+/// Python's `json.dumps` writes `NaN`, `Infinity` and `-Infinity`, which are not JSON: they are
+/// turned into strings (outside string literals only), so the one leaf becomes N/A instead of
+/// the whole document failing.
+pub fn quote_non_finite(json: &str) -> std::borrow::Cow<'_, str> {
+    if !(json.contains("NaN") || json.contains("Infinity")) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    let mut in_str = false;
+    let mut escaped = false;
+    let mut rest = json;
+    while let Some(c) = rest.chars().next() {
+        if in_str {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        if c == '"' {
+            in_str = true;
+            out.push(c);
+            rest = &rest[1..];
+            continue;
+        }
+        let token = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|t| rest.starts_with(t));
+        if let Some(t) = token {
+            out.push('"');
+            out.push_str(t);
+            out.push('"');
+            rest = &rest[t.len()..];
+        } else {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Parses a per-GPU command (`list`, `static`, `metric`, `process`, `monitor`) in either family:

@@ -89,7 +89,10 @@ impl Runner {
         self.run_with_input(args, None).await
     }
 
-    /// Runs, writing `input` to stdin (for the Y/N prompt of `set -M` and `reset -r`).
+    /// Runs, writing `input` to stdin (for the Y/N prompt of `set -M` and `reset -r`). The
+    /// child runs in its own process group: at the time limit, when its output passes
+    /// [`OUTPUT_CAP`], or when the call is dropped, the whole group is killed, so a wrapper's
+    /// children never linger.
     pub async fn run_with_input(
         &self,
         args: &[&str],
@@ -107,32 +110,91 @@ impl Runner {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| AmdSmiError::Spawn {
             program: self.program.display().to_string(),
             error: e.to_string(),
         })?;
+        let group = GroupGuard(child.id());
         if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
             // A failed write means the tool exited early; its output will say why.
             let _ = stdin.write_all(text.as_bytes()).await;
         }
-        let out = tokio::time::timeout(self.timeout, child.wait_with_output())
+        let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(AmdSmiError::Spawn {
+                program: self.program.display().to_string(),
+                error: "no output pipes".into(),
+            });
+        };
+        let work = async {
+            let (a, b) = tokio::join!(capped(&mut so), capped(&mut se));
+            let status = child.wait().await;
+            (a, b, status)
+        };
+        let (out, err, status) = tokio::time::timeout(self.timeout, work)
             .await
             .map_err(|_| AmdSmiError::Timeout {
                 command: command.clone(),
                 after: self.timeout,
-            })?
-            .map_err(|e| AmdSmiError::Spawn {
-                program: self.program.display().to_string(),
-                error: e.to_string(),
             })?;
+        let too_much = || AmdSmiError::TooMuchOutput {
+            command: command.clone(),
+            limit: OUTPUT_CAP,
+        };
+        let stdout = out.ok_or_else(too_much)?;
+        let stderr = err.ok_or_else(too_much)?;
+        let status = status.map_err(|e| AmdSmiError::Spawn {
+            program: self.program.display().to_string(),
+            error: e.to_string(),
+        })?;
+        drop(group);
         Ok(RawOutput {
             command,
-            code: out.status.code(),
-            stdout: utf8(out.stdout),
-            stderr: utf8(out.stderr),
+            code: status.code(),
+            stdout: utf8(stdout),
+            stderr: utf8(stderr),
             took: start.elapsed(),
         })
+    }
+}
+
+/// The most partop reads from one call's stdout or stderr (the largest real amd-smi JSON, 64
+/// CPX partitions with every metric, is a few MiB).
+pub const OUTPUT_CAP: usize = 64 * 1024 * 1024;
+
+/// Reads to the end, or None once past [`OUTPUT_CAP`].
+async fn capped(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return Some(buf),
+            Ok(n) => {
+                if buf.len() + n > OUTPUT_CAP {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+/// Kills the child's whole process group when dropped (timeout, cap, cancelled call); after a
+/// normal exit the group is usually empty and the kill finds nothing.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok())
+            && pid > 1
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 

@@ -33,6 +33,27 @@ fn modes(state: &State) -> String {
 /// The top two lines: who and what, then each source's health, age and last error.
 pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let mut spans = vec![Span::styled(" partop ", theme.get("ui.title"))];
+    // A recording is looked at, never acted on: said first, in the danger style (reversed in
+    // monochrome), so nobody takes it for the live node.
+    if let Some(r) = &state.replay {
+        spans.push(Span::styled(
+            format!(" REPLAY {r} · look only "),
+            theme
+                .get("header.sim")
+                .add_modifier(ratatui::style::Modifier::REVERSED),
+        ));
+        spans.push(Span::raw(" "));
+    }
+    // An apply that did not finish is the first thing the operator must know.
+    if let Some(u) = &state.unfinished {
+        spans.push(Span::styled(
+            format!(" UNFINISHED APPLY {u} "),
+            theme
+                .get("status.crit")
+                .add_modifier(ratatui::style::Modifier::REVERSED),
+        ));
+        spans.push(Span::raw(" "));
+    }
     let simulated =
         state.scenario.is_some() || state.snapshot.as_ref().is_some_and(|s| s.simulated);
     if simulated {

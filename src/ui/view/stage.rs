@@ -266,7 +266,10 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) 
     let status = match p.finished {
         None => format!("running detached (it continues if you quit or the connection drops); log {} · P hides", p.log),
         Some(true) => format!("applied: {} logical GPUs · esc closes", p.plan.after.len()),
-        Some(false) => "failed: see the step above and the Log; partop apply PLAN --resume continues after the fix · esc closes".into(),
+        Some(false) => match &p.exit {
+            Some(how) => format!("the apply process ended without finishing: {how} · partop apply {} --resume continues it · esc closes", p.log.trim_end_matches(".log").to_string() + ".json"),
+            None => "failed: see the step above and the Log; partop apply PLAN --resume continues after the fix · esc closes".into(),
+        },
     };
     lines.push(Line::styled(
         cut(&status, usize::from(rect.width.saturating_sub(2))),
