@@ -341,7 +341,7 @@ pub fn main(cli: Cli) -> Result<u8> {
     match cli.command {
         None => crate::ui::run::monitor(&cli),
         Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),
-        Some(Cmd::Sim { action }) => sim(action),
+        Some(Cmd::Sim { action }) => sim(action, cli.read_only),
         Some(Cmd::Record { out: path }) => record(&cli.source, &path),
         Some(Cmd::CheckConfig) => crate::ui::config::check_config(cli.source.models.as_deref()),
         Some(Cmd::Completions { shell }) => {
@@ -399,6 +399,8 @@ fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
         .build()?;
     let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
+    // A kernel read stuck on a blocking file is left behind, never waited for.
+    rt.shutdown_background();
     let failed: Vec<String> = snap
         .sources
         .iter()
@@ -443,6 +445,7 @@ fn plan(
         .build()?;
     let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
+    rt.shutdown_background();
     let reload = match collector
         .version()
         .map(crate::collect::amdsmi::AmdSmiVersion::reload_method)
@@ -470,6 +473,13 @@ fn plan(
         compute,
         memory,
     };
+    // An apply that did not finish comes first: planning over a half-changed node misleads.
+    if let Ok(settings) = crate::exec_cli::settings(false) {
+        for u in crate::exec::journal::unfinished(&settings.journal) {
+            let mut e = std::io::stderr();
+            let _ = writeln!(e, "partop: warning: {}", u.describe());
+        }
+    }
     match plan(&snap, &draft, reload, reload_secs, 10) {
         Ok(p) => {
             if json {
@@ -771,7 +781,41 @@ fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     Ok(exit::OK)
 }
 
-fn sim(action: SimCmd) -> Result<u8> {
+/// Whether a `partop sim` command changes a simulated node (what `--read-only` removes).
+fn sim_mutates(action: &SimCmd) -> bool {
+    match action {
+        SimCmd::Stop { .. }
+        | SimCmd::Resume { .. }
+        | SimCmd::Reload { .. }
+        | SimCmd::NvidiaAttach { .. } => true,
+        SimCmd::AmdSmi { args, .. } => args.first().is_some_and(|a| a == "set" || a == "reset"),
+        SimCmd::NvidiaSmi { args, .. } => args.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "-mig"
+                    | "--multi-instance-gpu"
+                    | "-cgi"
+                    | "-dgi"
+                    | "-cci"
+                    | "-dci"
+                    | "-r"
+                    | "--gpu-reset"
+            ) || a.starts_with("--create-gpu-instance")
+                || a.starts_with("--destroy-gpu-instance")
+        }),
+        _ => false,
+    }
+}
+
+fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
+    if read_only && sim_mutates(&action) {
+        let mut e = std::io::stderr();
+        let _ = writeln!(
+            e,
+            "partop: read-only (--read-only): this command would change the simulated node; nothing was done"
+        );
+        return Ok(exit::USAGE);
+    }
     match action {
         SimCmd::List => {
             let mut s = String::new();

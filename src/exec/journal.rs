@@ -178,6 +178,16 @@ fn ends_torn(f: &mut std::fs::File) -> bool {
 /// Reads the journal: the entries, and a warning for each line that could not be read (torn,
 /// not UTF-8, not an entry). One bad line never hides another line.
 pub fn read(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
+    // Only a regular file is read: a device (/dev/zero, /dev/full) or a FIFO would never end.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(std::io::Error::other(format!(
+                "{} is not a regular file, so it cannot be read as a journal",
+                path.display()
+            )));
+        }
+        _ => {}
+    }
     let bytes = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),

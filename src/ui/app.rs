@@ -327,6 +327,9 @@ pub async fn run(
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tstp = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
+        nix::sys::signal::Signal::SIGTSTP as i32,
+    ))?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut dirty = true;
     let mut tick_redraw: Option<bool> = None;
@@ -354,6 +357,10 @@ pub async fn run(
             _ = term.recv() => vec![Effect::Quit],
             _ = hup.recv() => vec![Effect::Quit],
             _ = int.recv() => vec![Effect::Quit],
+            _ = tstp.recv() => {
+                super::terminal::suspend(terminal)?;
+                Vec::new()
+            }
         };
         dirty = tick_redraw.take().unwrap_or(true);
         let mut quit = false;

@@ -20,3 +20,18 @@ impl Drop for Guard {
         ratatui::restore();
     }
 }
+
+/// Suspends on SIGTSTP as a shell job should: the terminal is restored first (so the shell is
+/// usable), the process stops, and on `fg` (SIGCONT) raw mode and the alternate screen come
+/// back and the whole screen is redrawn.
+pub fn suspend(terminal: &mut DefaultTerminal) -> std::io::Result<()> {
+    ratatui::restore();
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP).map_err(std::io::Error::from)?;
+    // Continued here after `fg`.
+    ratatui::crossterm::terminal::enable_raw_mode()?;
+    ratatui::crossterm::execute!(
+        std::io::stdout(),
+        ratatui::crossterm::terminal::EnterAlternateScreen
+    )?;
+    terminal.clear()
+}

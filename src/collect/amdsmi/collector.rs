@@ -351,8 +351,10 @@ impl AmdSmiCollector {
         let took = ms(t);
         self.keep(&ARGS_METRIC, &metric);
         self.keep(&ARGS_PROCESS, &process);
+        let mut counts = (0, 0);
         match metric.and_then(parse_per_gpu::<MetricEntry>) {
             Ok(m) => {
+                counts = (self.statics.as_ref().map_or(0, |s| s.list.len()), m.len());
                 // A different number of GPUs than the static data knows: the node was
                 // repartitioned (by partop or anyone): re-read its layout next time.
                 if self
@@ -380,10 +382,6 @@ impl AmdSmiCollector {
         }
         // `list` and `metric` disagreeing on the GPU count: the layout is changing under us, or
         // amd-smi is inconsistent. The last consistent layout is kept, and said to be.
-        let counts = (
-            self.statics.as_ref().map_or(0, |s| s.list.len()),
-            self.metric.as_ref().map_or(0, |m| m.0.len()),
-        );
         if counts.0 > 0 && counts.1 > 0 && counts.0 != counts.1 {
             let why = format!(
                 "amd-smi list shows {} GPUs and amd-smi metric {}: the layout is changing or amd-smi is inconsistent; the last consistent layout is kept",

@@ -127,23 +127,23 @@ impl Runner {
                 error: "no output pipes".into(),
             });
         };
-        let work = async {
-            let (a, b) = tokio::join!(capped(&mut so), capped(&mut se));
-            let status = child.wait().await;
-            (a, b, status)
-        };
-        let (out, err, status) = tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| AmdSmiError::Timeout {
-                command: command.clone(),
-                after: self.timeout,
-            })?;
         let too_much = || AmdSmiError::TooMuchOutput {
             command: command.clone(),
             limit: OUTPUT_CAP,
         };
-        let stdout = out.ok_or_else(too_much)?;
-        let stderr = err.ok_or_else(too_much)?;
+        // Both pipes are read together; the first one past the cap ends the call at once (the
+        // group is killed on return), without waiting for the other or for the exit.
+        let work = async {
+            let (out, err) = tokio::try_join!(capped(&mut so), capped(&mut se))?;
+            Ok::<_, ()>((out, err, child.wait().await))
+        };
+        let (stdout, stderr, status) = tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| AmdSmiError::Timeout {
+                command: command.clone(),
+                after: self.timeout,
+            })?
+            .map_err(|()| too_much())?;
         let status = status.map_err(|e| AmdSmiError::Spawn {
             program: self.program.display().to_string(),
             error: e.to_string(),
@@ -163,17 +163,17 @@ impl Runner {
 /// CPX partitions with every metric, is a few MiB).
 pub const OUTPUT_CAP: usize = 64 * 1024 * 1024;
 
-/// Reads to the end, or None once past [`OUTPUT_CAP`].
-async fn capped(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+/// Reads to the end, or fails once past [`OUTPUT_CAP`].
+async fn capped(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<Vec<u8>, ()> {
     use tokio::io::AsyncReadExt;
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => return Some(buf),
+            Ok(0) | Err(_) => return Ok(buf),
             Ok(n) => {
                 if buf.len() + n > OUTPUT_CAP {
-                    return None;
+                    return Err(());
                 }
                 buf.extend_from_slice(&chunk[..n]);
             }
