@@ -338,6 +338,14 @@ fn out(text: &str) -> Result<()> {
 
 /// Runs the command line. Returns the exit code.
 pub fn main(cli: Cli) -> Result<u8> {
+    // A configuration that cannot be read stops every command that acts or reports (never a
+    // silent default); check-config reports it, and the simulator's own tools do not read it.
+    if !matches!(
+        cli.command,
+        Some(Cmd::CheckConfig | Cmd::Completions { .. } | Cmd::Man | Cmd::Sim { .. })
+    ) {
+        crate::exec_cli::settings(cli.read_only)?;
+    }
     match cli.command {
         None => crate::ui::run::monitor(&cli),
         Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),

@@ -363,3 +363,51 @@ fn mig_staging_overlay_and_confirmation() {
     }
     assert!(s.mig_staging.is_none());
 }
+
+#[test]
+fn banners_for_a_replay_an_unfinished_apply_and_an_apply_that_died() {
+    let mut s = state_for("dpx-nps2-two-models", 120, 30);
+    s.replay = Some("of gpu-node-3 recorded 2026-11-20T03:12:00Z".into());
+    let unfinished = "repartition 4ba9c0de1f23 failed at step 4 (reload) · partop apply /root/p.json --resume";
+    update(
+        &mut s,
+        Msg::Journal(Vec::new(), Vec::new(), Some(unfinished.into()), None),
+    );
+    let screen = draw(&s, 120, 30);
+    assert!(screen.contains("REPLAY of gpu-node-3 recorded 2026-11-20T03:12:00Z · look only"), "{screen}");
+    assert!(
+        screen.contains("UNFINISHED APPLY repartition 4ba9c0de1f23 failed at step 4 (reload) · partop apply /root/p.json --resume"),
+        "{screen}"
+    );
+    // An apply followed by the monitor whose process ended without finishing.
+    let plan = partop::domain::plan::plan(
+        &recorded("dpx-nps2-two-models"),
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: None,
+            memory: Some(partop::domain::MemoryMode::Nps1),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    let mut p = partop::ui::stage::Progress::new(plan, "/state/apply/abc.log".into());
+    p.pid = Some(4242);
+    s.applying = Some(p);
+    update(
+        &mut s,
+        Msg::Journal(
+            Vec::new(),
+            Vec::new(),
+            None,
+            Some("pid 4242 signal: 9 (SIGKILL); last line: [3/7] set memory mode NPS1".into()),
+        ),
+    );
+    assert_eq!(s.applying.as_ref().unwrap().finished, Some(false));
+    let screen = draw(&s, 200, 50);
+    assert!(
+        screen.contains("the apply process ended without finishing: pid 4242 signal: 9 (SIGKILL)"),
+        "{screen}"
+    );
+}

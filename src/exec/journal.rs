@@ -282,6 +282,27 @@ impl Run {
         )
     }
 
+    /// Where it stopped, in a few words.
+    fn stopped_at(&self) -> String {
+        match &self.last {
+            Some((i, key, Some(false), _)) => format!("failed at step {} ({key})", i + 1),
+            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
+            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
+            None => "stopped before its first step".into(),
+        }
+    }
+
+    /// One line for a header: what, where it stopped, the command that continues it.
+    pub fn headline(&self) -> String {
+        format!(
+            "{} {} {} · {}",
+            self.kind,
+            self.run,
+            self.stopped_at(),
+            self.resume_command()
+        )
+    }
+
     /// One sentence for the operator.
     pub fn describe(&self) -> String {
         let step = match &self.last {

@@ -270,7 +270,7 @@ fn load_journal(exec: &ExecSettings, applying: Option<&super::stage::Progress>) 
         .into_iter()
         .rev()
         .find(|r| r.closed.is_none() && holder.as_ref().is_none_or(|h| h.id != r.run))
-        .map(|r| r.describe());
+        .map(|r| r.headline());
     let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
         let pid = p.pid?;
         if crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid).is_some() {

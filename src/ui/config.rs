@@ -185,7 +185,17 @@ pub fn load(dir: &Path, theme: Option<&str>, keymap: Option<&str>, read_only: bo
 /// `partop check-config`: validates the user's files and every built-in.
 pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     let dir = crate::paths::config_dir();
-    let mut errors = load(&dir, None, None, false).errors;
+    let loaded = load(&dir, None, None, false);
+    let mut errors = loaded.errors;
+    let cfg = dir.join("config.toml").display().to_string();
+    if let Err(e) = loaded.config.validate(&cfg) {
+        errors.extend(e.lines().map(|m| ConfigError {
+            origin: cfg.clone(),
+            line: None,
+            column: None,
+            message: m.strip_prefix(&format!("{cfg}: ")).unwrap_or(m).to_string(),
+        }));
+    }
     // The served-model registry: --models, else the config dir's models.toml if there is one.
     let registry = models
         .map(Path::to_path_buf)
@@ -238,7 +248,7 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     } else {
         writeln!(
             o,
-            "{} problem(s); partop uses the defaults for these",
+            "{} problem(s): a config.toml problem stops every command until fixed; themes and keymaps with problems fall back to the defaults",
             errors.len()
         )?;
         Ok(exit::USAGE)

@@ -332,6 +332,8 @@ pub struct State {
     pub replay: Option<String>,
     /// An apply run that did not finish: what to say and the command that continues it.
     pub unfinished: Option<String>,
+    /// When the journal was last read (ms).
+    pub journal_read_ms: u64,
     /// The simulated scenario, when simulated.
     pub scenario: Option<String>,
     /// Refresh interval (to call data late).
@@ -397,6 +399,7 @@ impl State {
             read_only: false,
             replay: None,
             unfinished: None,
+            journal_read_ms: 0,
             scenario: None,
             refresh_ms,
             tagged: std::collections::BTreeSet::new(),
@@ -1211,11 +1214,14 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Tick(now) => {
             state.now_ms = now;
             // Follow a running apply through the journal it writes.
-            if state
+            // Otherwise every 10 s (and at start), so an unfinished apply left by anyone shows
+            // in the header.
+            let following = state
                 .applying
                 .as_ref()
-                .is_some_and(|p| p.finished.is_none())
-            {
+                .is_some_and(|p| p.finished.is_none());
+            if following || now.saturating_sub(state.journal_read_ms) >= 10_000 {
+                state.journal_read_ms = now;
                 vec![Effect::LoadJournal]
             } else {
                 Vec::new()

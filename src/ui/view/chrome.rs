@@ -44,16 +44,6 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         ));
         spans.push(Span::raw(" "));
     }
-    // An apply that did not finish is the first thing the operator must know.
-    if let Some(u) = &state.unfinished {
-        spans.push(Span::styled(
-            format!(" UNFINISHED APPLY {u} "),
-            theme
-                .get("status.crit")
-                .add_modifier(ratatui::style::Modifier::REVERSED),
-        ));
-        spans.push(Span::raw(" "));
-    }
     let simulated =
         state.scenario.is_some() || state.snapshot.as_ref().is_some_and(|s| s.simulated);
     if simulated {
@@ -182,6 +172,15 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         .filter(|(_, at)| state.now_ms.saturating_sub(*at) < 8_000);
     let line = if let Some((text, _)) = notice {
         Line::styled(format!(" {text}"), theme.get("status.warn"))
+    } else if let (Some(u), false) = (&state.unfinished, state.editing_filter) {
+        // An apply that did not finish outranks every hint: the node is half-changed. The
+        // whole line is its own, so the command that continues it is not cut.
+        Line::styled(
+            format!(" UNFINISHED APPLY {u} "),
+            theme
+                .get("status.crit")
+                .add_modifier(ratatui::style::Modifier::REVERSED),
+        )
     } else if state.editing_filter {
         Line::from(vec![
             Span::styled(" filter: ", theme.get("ui.title")),
