@@ -152,6 +152,7 @@ fn main() {
         },
     );
     kernel_vs_amdsmi(&metric, &process);
+    safety_costs(&snap);
     let theme = Theme::load("default", Path::new("/nonexistent")).0;
     for (w, h) in [(80u16, 24u16), (250, 70)] {
         update(&mut state, Msg::Resize(w, h));
@@ -351,4 +352,46 @@ fn kernel_vs_amdsmi(metric: &RawOutput, process: &RawOutput) {
         "ratio: the amd-smi path (with partop's own fast fake amd-smi) costs {:.1}x the kernel collector",
         amd.as_secs_f64() / kernel.as_secs_f64()
     );
+}
+
+/// What the safety rules add (issue 13), each beside the path it replaced or guards.
+fn safety_costs(snap: &Snapshot) {
+    println!("-- safety rules (issue 13)");
+    let base = (*snap).clone();
+    bench("sanity check of a snapshot (64 GPUs, 2,000 procs)", || {
+        let mut s = base.clone();
+        partop::domain::sanity::check(&mut s);
+        black_box(s);
+    });
+    bench("  its clone alone (the baseline of the line above)", || {
+        black_box(base.clone());
+    });
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let t = partop::exec::signal::target_from_proc(Path::new("/proc"), child.id()).unwrap();
+    bench("pin a target (pidfd_open + start-time read)", || {
+        black_box(partop::exec::signal::pin(Path::new("/proc"), &t).unwrap());
+    });
+    bench("  start-time read alone (the old check)", || {
+        black_box(partop::exec::signal::start_ticks(Path::new("/proc"), t.pid));
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let dir = std::env::temp_dir().join(format!("partop-bench-{}", std::process::id()));
+    let j = dir.join("journal.jsonl");
+    bench("journal entry appended and fsynced (journal first)", || {
+        partop::exec::journal::append(
+            &j,
+            &partop::exec::journal::Entry::new(
+                "kill.sigterm",
+                true,
+                serde_json::json!([{"pid": 1}]),
+                serde_json::json!({"state": "sending"}),
+            ),
+        )
+        .unwrap();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }

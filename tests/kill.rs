@@ -136,12 +136,14 @@ fn a_reused_pid_is_never_signalled() {
 
 #[test]
 fn a_target_that_exited_by_itself_is_reported_not_signalled() {
-    let mut c = Command::new("true").spawn().unwrap();
+    let mut c = sleeper();
     let t = Target {
         pid: c.id(),
         start_ticks: start_ticks(proc_root(), c.id()),
         ..Target::default()
     };
+    assert!(t.start_ticks.is_some());
+    c.kill().unwrap();
     c.wait().unwrap();
     assert_eq!(send(proc_root(), &t, Sig::Term), Outcome::Gone);
 }

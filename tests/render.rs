@@ -368,13 +368,17 @@ fn mig_staging_overlay_and_confirmation() {
 fn banners_for_a_replay_an_unfinished_apply_and_an_apply_that_died() {
     let mut s = state_for("dpx-nps2-two-models", 120, 30);
     s.replay = Some("of gpu-node-3 recorded 2026-11-20T03:12:00Z".into());
-    let unfinished = "repartition 4ba9c0de1f23 failed at step 4 (reload) · partop apply /root/p.json --resume";
+    let unfinished =
+        "repartition 4ba9c0de1f23 failed at step 4 (reload) · partop apply /root/p.json --resume";
     update(
         &mut s,
         Msg::Journal(Vec::new(), Vec::new(), Some(unfinished.into()), None),
     );
     let screen = draw(&s, 120, 30);
-    assert!(screen.contains("REPLAY of gpu-node-3 recorded 2026-11-20T03:12:00Z · look only"), "{screen}");
+    assert!(
+        screen.contains("REPLAY of gpu-node-3 recorded 2026-11-20T03:12:00Z · look only"),
+        "{screen}"
+    );
     assert!(
         screen.contains("UNFINISHED APPLY repartition 4ba9c0de1f23 failed at step 4 (reload) · partop apply /root/p.json --resume"),
         "{screen}"
