@@ -7,92 +7,32 @@
 )]
 
 mod common;
-use common::wait_until;
 use std::path::Path;
-use std::process::Command;
 
 struct Tmux {
-    socket: String,
+    session: common::tmux::Session,
     home: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Tmux {
+    type Target = common::tmux::Session;
+    fn deref(&self) -> &Self::Target {
+        &self.session
+    }
 }
 
 impl Tmux {
     fn start(args: &str, w: u16, h: u16) -> Option<Self> {
-        assert!(
-            Command::new("tmux").arg("-V").output().is_ok(),
-            "tmux is required for the end-to-end tests: install it (apt-get install tmux), or run scripts/test, which does"
-        );
         let home = tempfile::tempdir().unwrap();
-        let socket = format!("partop-e2e-{}-{}", std::process::id(), w);
         let cmd = format!(
             "env HOME={h} XDG_STATE_HOME={h}/state XDG_CONFIG_HOME={h}/config {bin} {args}; echo EXITED $?; sleep 30",
             h = home.path().display(),
             bin = env!("CARGO_BIN_EXE_partop")
         );
-        let ok = Command::new("tmux")
-            .args([
-                "-L",
-                &socket,
-                "new-session",
-                "-d",
-                "-x",
-                &w.to_string(),
-                "-y",
-                &h.to_string(),
-                &cmd,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "tmux did not start");
-        Some(Self { socket, home })
-    }
-
-    fn screen(&self) -> String {
-        let o = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            Command::new("tmux")
-                .args(["-L", &self.socket, "send-keys", k])
-                .status()
-                .unwrap();
-            // One key per send: an Esc followed at once by a key would read as Alt-key.
-            std::thread::sleep(std::time::Duration::from_millis(60));
-        }
-    }
-
-    fn wait_for(&self, text: &str) {
-        wait_until(&format!("{text:?} on screen"), || {
-            self.screen().contains(text)
-        });
-    }
-
-    fn alternate_on(&self) -> bool {
-        let o = Command::new("tmux")
-            .args([
-                "-L",
-                &self.socket,
-                "display-message",
-                "-p",
-                "#{alternate_on}",
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim() == "1"
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
+        Some(Self {
+            session: common::tmux::Session::new("e2e", &cmd, w, h),
+            home,
+        })
     }
 }
 

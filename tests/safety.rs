@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::{Node, Out, partop, quick, run, wait_until};
+use common::{Node, Out, copy_tree, partop, quick, run, running, wait_until};
 use partop::domain::kill::{Sig, Target};
 use partop::exec::signal::{Outcome, pin, send, start_ticks, target_from_proc};
 use partop::sim::state::SimState;
@@ -729,28 +729,11 @@ fn an_endless_amd_smi_is_capped_and_a_hung_one_is_killed_with_its_children() {
     );
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("timed out after 1s"), "{}", o.stderr);
-    let left = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|d| {
-            std::fs::read_to_string(d.path().join("cmdline"))
-                .is_ok_and(|c| c.replace('\0', " ").trim() == format!("sleep {marker}"))
-        })
-        .count();
-    assert_eq!(left, 0, "the wrapper's children were killed with it");
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
+    assert_eq!(
+        running(&format!("sleep {marker}")),
+        0,
+        "the wrapper's children were killed with it"
+    );
 }
 
 #[test]
@@ -954,76 +937,7 @@ mod journal_reader {
 // ---------------------------------------------------------------------------------------------
 // The monitor: a recording is look-only; SIGTSTP leaves a usable terminal.
 
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(cmd: &str) -> Self {
-        assert!(
-            Command::new("tmux").arg("-V").output().is_ok(),
-            "tmux is required: install it (apt-get install tmux), or run scripts/test"
-        );
-        let socket = format!("partop-safety-{}-{}", std::process::id(), cmd.len());
-        let ok = Command::new("tmux")
-            .args([
-                "-L",
-                &socket,
-                "new-session",
-                "-d",
-                "-x",
-                "120",
-                "-y",
-                "40",
-                cmd,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        Self { socket }
-    }
-
-    fn screen(&self) -> String {
-        let o = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            Command::new("tmux")
-                .args(["-L", &self.socket, "send-keys", k])
-                .status()
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(80));
-        }
-    }
-
-    fn wait_for(&self, text: &str) {
-        wait_until(&format!("{text:?} on screen"), || {
-            self.screen().contains(text)
-        });
-    }
-
-    fn pane_pid(&self) -> u32 {
-        let o = Command::new("tmux")
-            .args(["-L", &self.socket, "display", "-p", "#{pane_pid}"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
-    }
-}
+use common::tmux::Session as Tmux;
 
 #[test]
 fn a_replay_is_look_only_and_says_so() {
@@ -1034,12 +948,17 @@ fn a_replay_is_look_only_and_says_so() {
         0
     );
     let m = e.pid_of("m");
-    let t = Tmux::start(&format!(
-        "env XDG_STATE_HOME={x} XDG_CONFIG_HOME={x} {bin} --replay {rec}; echo EXITED $?; sleep 30",
-        x = e.xdg().display(),
-        bin = env!("CARGO_BIN_EXE_partop"),
-        rec = rec.display()
-    ));
+    let t = Tmux::new(
+        "replay",
+        &format!(
+            "env XDG_STATE_HOME={x} XDG_CONFIG_HOME={x} {bin} --replay {rec}; echo EXITED $?; sleep 30",
+            x = e.xdg().display(),
+            bin = env!("CARGO_BIN_EXE_partop"),
+            rec = rec.display()
+        ),
+        120,
+        40,
+    );
     t.wait_for("REPLAY of");
     t.wait_for("look only");
     // Processes view, the model server selected, K then confirm: nothing may happen.
@@ -1071,7 +990,7 @@ fn a_replay_is_look_only_and_says_so() {
 #[test]
 fn sigtstp_then_fg_gives_back_a_working_screen() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tmux::start("bash --norc --noprofile -i");
+    let t = Tmux::new("tstp", "bash --norc --noprofile -i", 120, 40);
     t.keys(&[
         &format!(
             "XDG_STATE_HOME={d} XDG_CONFIG_HOME={d} {bin} --sim",
@@ -1111,5 +1030,36 @@ fn sigtstp_then_fg_gives_back_a_working_screen() {
     t.keys(&["q"]);
     wait_until("partop to exit on a lone q", || {
         state(partop_pid).is_none_or(|c| c == 'Z')
+    });
+}
+
+#[test]
+fn nvidia_smi_output_larger_than_a_pipe_is_read_and_a_hung_one_is_killed_with_its_group() {
+    use partop::collect::nvidia::smi::NvidiaSmi;
+    let dir = tempfile::tempdir().unwrap();
+    let big = script(dir.path(), "head -c 300000 /dev/zero | tr '\\0' 'x'");
+    let smi = NvidiaSmi {
+        program: big,
+        prefix: vec![],
+        timeout: Duration::from_secs(10),
+    };
+    let t = Instant::now();
+    let (code, out, _) = smi.run(&["-q", "-x"]).unwrap();
+    assert_eq!((code, out.len()), (0, 300_000));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "no stall on a full pipe"
+    );
+    let marker = "876543";
+    let hung = script(dir.path(), &format!("sleep {marker} & sleep {marker}"));
+    let smi = NvidiaSmi {
+        program: hung,
+        prefix: vec![],
+        timeout: Duration::from_secs(1),
+    };
+    let e = smi.run(&["-q", "-x"]).unwrap_err();
+    assert!(e.contains("was killed (with its process group)"), "{e}");
+    wait_until("the wrapper's children to be gone", || {
+        running(&format!("sleep {marker}")) == 0
     });
 }

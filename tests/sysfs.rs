@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
+use common::copy_tree;
 use partop::collect::holders::Roots;
 use partop::collect::sysfs::gpu_metrics::{self, MetricsError};
 use partop::collect::sysfs::{SysfsCollector, overlay};
@@ -16,19 +17,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/sysfs")
         .join(name)
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
 }
 
 fn collector(root: &Path) -> SysfsCollector {

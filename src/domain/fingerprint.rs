@@ -19,6 +19,17 @@ pub fn of<T: Serialize>(value: &T) -> String {
     fnv(&serde_json::to_string(value).unwrap_or_default())
 }
 
+/// The fingerprint of `value` with its own fingerprint field (reached by `field`) cleared: what
+/// a plan's fingerprint covers, everything but itself.
+pub fn of_content<T: Serialize + Clone>(
+    value: &T,
+    field: impl Fn(&mut T) -> &mut String,
+) -> String {
+    let mut v = value.clone();
+    field(&mut v).clear();
+    of(&v)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -140,9 +140,7 @@ pub struct MigPlan {
 impl MigPlan {
     /// The fingerprint of everything in the plan but the fingerprint field itself.
     pub fn content_fingerprint(&self) -> String {
-        let mut p = self.clone();
-        p.fingerprint.clear();
-        super::fingerprint::of(&p)
+        super::fingerprint::of_content(self, |p| &mut p.fingerprint)
     }
 
     /// Whether the plan's content still matches its fingerprint.

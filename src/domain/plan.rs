@@ -174,9 +174,7 @@ pub struct Plan {
 impl Plan {
     /// The fingerprint of everything in the plan but the fingerprint field itself.
     pub fn content_fingerprint(&self) -> String {
-        let mut p = self.clone();
-        p.fingerprint.clear();
-        super::fingerprint::of(&p)
+        super::fingerprint::of_content(self, |p| &mut p.fingerprint)
     }
 
     /// Whether the plan's content still matches its fingerprint (a plan file edited after

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod nodes;
+pub mod tmux;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -149,4 +150,30 @@ pub fn quick(base: &str, rocm: &str, compute: &str, memory: &str, workloads: &st
     format!(
         "name = \"{base}\"\ndescription = \"test\"\nproduct = \"mi300x\"\ncompute = \"{compute}\"\nmemory = \"{memory}\"\nrocm = \"{rocm}\"\nseed = 11\nreload_secs = 0.3\n{workloads}"
     )
+}
+
+/// Copies a directory tree (a captured sysfs tree into a scratch dir).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// How many processes run exactly `cmdline` (arguments joined by spaces).
+pub fn running(cmdline: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            std::fs::read_to_string(d.path().join("cmdline"))
+                .is_ok_and(|c| c.replace('\0', " ").trim() == cmdline)
+        })
+        .count()
 }

@@ -150,38 +150,81 @@ pub struct NvidiaSmi {
 }
 
 impl NvidiaSmi {
-    /// Runs it with `args`; stdout on success, else the tool's own message.
+    /// Runs it with `args`; stdout on success, else the tool's own message. The child runs in
+    /// its own process group, both pipes are drained while it runs (a large `-q -x` never
+    /// fills a pipe and stalls), output past 64 MiB or the time limit kills the whole group.
     pub fn run(&self, args: &[&str]) -> Result<(i32, String, String), String> {
+        use std::io::Read as _;
+        use std::os::unix::process::CommandExt as _;
+        const CAP: u64 = 64 * 1024 * 1024;
+        let line = || format!("{} {}", self.program.display(), args.join(" "));
         let mut child = std::process::Command::new(&self.program)
             .args(&self.prefix)
             .args(args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("{}: {e}", self.program.display()))?;
-        let end = Instant::now() + self.timeout;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "`{} {}` took longer than {}s and was killed",
-                        self.program.display(),
-                        args.join(" "),
-                        self.timeout.as_secs()
-                    ));
-                }
+        let group = i32::try_from(child.id()).ok();
+        let kill_group = || {
+            if let Some(g) = group.filter(|g| *g > 1) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(g),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
+        };
+        let over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+            let over = std::sync::Arc::clone(&over);
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(r) = r {
+                    let _ = r.take(CAP + 1).read_to_end(&mut buf);
+                }
+                if buf.len() as u64 > CAP {
+                    over.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                buf
+            })
+        };
+        let out_t = drain(child.stdout.take().map(|r| Box::new(r) as _));
+        let err_t = drain(child.stderr.take().map(|r| Box::new(r) as _));
+        let end = Instant::now() + self.timeout;
+        let status = loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                break st;
+            }
+            let too_much = over.load(std::sync::atomic::Ordering::Relaxed);
+            if too_much || Instant::now() >= end {
+                kill_group();
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(if too_much {
+                    format!("`{}` printed more than 64 MiB; stopped", line())
+                } else {
+                    format!(
+                        "`{}` took longer than {}s and was killed (with its process group)",
+                        line(),
+                        self.timeout.as_secs()
+                    )
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Anything it left behind in its group goes with it.
+        kill_group();
+        let out = out_t.join().unwrap_or_default();
+        let err = err_t.join().unwrap_or_default();
+        if over.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(format!("`{}` printed more than 64 MiB; stopped", line()));
         }
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
         Ok((
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+            status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out).into_owned(),
+            String::from_utf8_lossy(&err).into_owned(),
         ))
     }
 }

@@ -1,0 +1,87 @@
+//! A real terminal for end-to-end tests: a tmux server on its own socket running one command,
+//! with keys sent one at a time and the screen read back. tmux must be installed
+//! (`scripts/test` installs it); a test never skips without it.
+
+use super::wait_until;
+use std::process::Command;
+
+pub struct Session {
+    pub socket: String,
+}
+
+impl Session {
+    /// Starts `cmd` in a `w`x`h` terminal; `tag` keeps sockets apart.
+    pub fn new(tag: &str, cmd: &str, w: u16, h: u16) -> Self {
+        assert!(
+            Command::new("tmux").arg("-V").output().is_ok(),
+            "tmux is required for the end-to-end tests: install it (apt-get install tmux), or run scripts/test, which does"
+        );
+        let socket = format!("partop-{tag}-{}-{w}", std::process::id());
+        let ok = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "new-session",
+                "-d",
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+                cmd,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux did not start");
+        Self { socket }
+    }
+
+    pub fn screen(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            Command::new("tmux")
+                .args(["-L", &self.socket, "send-keys", k])
+                .status()
+                .unwrap();
+            // One key per send: an Esc followed at once by a key would read as Alt-key.
+            std::thread::sleep(std::time::Duration::from_millis(60));
+        }
+    }
+
+    pub fn wait_for(&self, text: &str) {
+        wait_until(&format!("{text:?} on screen"), || {
+            self.screen().contains(text)
+        });
+    }
+
+    fn display(&self, what: &str) -> String {
+        let o = Command::new("tmux")
+            .args(["-L", &self.socket, "display-message", "-p", what])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    pub fn alternate_on(&self) -> bool {
+        self.display("#{alternate_on}") == "1"
+    }
+
+    pub fn pane_pid(&self) -> u32 {
+        self.display("#{pane_pid}").parse().unwrap()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
