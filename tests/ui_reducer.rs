@@ -485,3 +485,60 @@ fn staged_plans_use_the_nodes_reload_time() {
     );
     assert!(p.downtime_secs < 60, "{}", p.downtime_secs);
 }
+
+mod invariants {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn dangerous(e: &Effect) -> bool {
+        matches!(
+            e,
+            Effect::Kill(..) | Effect::Apply(_) | Effect::Model(_) | Effect::MigApply(_)
+        )
+    }
+
+    fn msg(i: usize, c: char, which: u8) -> Msg {
+        match which {
+            0 => Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)),
+            1 => Msg::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)),
+            _ => Msg::Command(Command::ALL[i % Command::ALL.len()]),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Without the confirming press (the dialog button) and without typing, no sequence of
+        /// commands, in any view, over any node, starts a kill, an apply, a model action or a
+        /// MIG apply.
+        #[test]
+        fn nothing_dangerous_without_the_confirmation(
+            seq in proptest::collection::vec(0usize..1000, 1..60),
+            node in prop::sample::select(vec!["dpx-nps2-two-models", "cpx-nps4-small-models", "spx-nps1-one-model", "noisy-neighbour"]),
+        ) {
+            let mut s = state("default", node);
+            for i in seq {
+                let c = Command::ALL[i % Command::ALL.len()];
+                if c == Command::DialogActivate {
+                    continue;
+                }
+                let effects = update(&mut s, Msg::Command(c));
+                prop_assert!(!effects.iter().any(dangerous), "{c:?} emitted {effects:?}");
+            }
+        }
+
+        /// Read-only (and so every replay): nothing dangerous, whatever is pressed or typed,
+        /// confirmations included.
+        #[test]
+        fn read_only_never_emits_a_dangerous_effect(
+            seq in proptest::collection::vec((0usize..1000, prop::sample::select(vec!['v', 'm', 'y', 'e', 's', 'K', 'p', 'x', 'R']), 0u8..4), 1..80),
+        ) {
+            let mut s = state("default", "dpx-nps2-two-models");
+            s.read_only = true;
+            for (i, c, which) in seq {
+                let effects = update(&mut s, msg(i, c, which));
+                prop_assert!(!effects.iter().any(dangerous), "emitted {effects:?}");
+            }
+        }
+    }
+}
