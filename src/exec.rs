@@ -8,5 +8,6 @@ pub mod kill;
 pub mod lock;
 pub mod mig;
 pub mod models;
+pub mod registry;
 pub mod runlog;
 pub mod signal;

@@ -6,17 +6,16 @@
 //! - [`exec`]: executors that change the node (signals), journaled;
 //! - [`sim`]: the simulated node (a fake amd-smi with real workload processes);
 //! - [`ui`]: state, reducer, views;
-//! - [`cli`]: command-line definitions and the non-interactive commands.
+//! - [`config`]: paths and settings, resolved once;
+//! - [`node`]: the data source, chosen once;
+//! - [`cli`]: command-line definitions, the dispatcher and every command (the monitor too).
 
 pub mod cli;
 pub mod collect;
-pub mod commands;
+pub mod config;
 pub mod domain;
 pub mod exec;
-pub mod exec_cli;
-pub mod models_cli;
-pub mod nvidia_cli;
-pub mod paths;
+pub mod node;
 pub mod report;
 pub mod sim;
 pub mod ui;

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = Cli::parse();
-    match partop::commands::main(cli) {
+    match partop::cli::commands::main(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             #[expect(clippy::print_stderr, reason = "the terminal is restored by now")]

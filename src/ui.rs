@@ -9,7 +9,6 @@ pub mod config;
 pub mod dialog;
 pub mod keymap;
 pub mod mig_stage;
-pub mod run;
 pub mod stage;
 pub mod state;
 pub mod terminal;

@@ -1,5 +1,8 @@
-//! The layering rule, enforced: the domain imports no I/O, async or terminal crate and no other
-//! layer of partop.
+//! The layering rules, enforced: the domain imports no I/O, async or terminal crate and no other
+//! layer of partop; nothing below the command layer imports it; executors do not know the
+//! simulator; the UI does not know the command layer; the top of `src/` holds only the layer
+//! roots.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 #[test]
 fn domain_depends_on_nothing() {
@@ -22,6 +25,11 @@ fn domain_depends_on_nothing() {
         "crate::sim",
         "crate::ui",
         "crate::commands",
+        "crate::cli",
+        "crate::config",
+        "crate::exec",
+        "crate::node",
+        "crate::report",
         "tiny_http",
     ];
     for f in files {
@@ -39,4 +47,105 @@ fn domain_depends_on_nothing() {
             );
         }
     }
+}
+
+/// Every `.rs` file under `src/<dir>` (and `src/<dir>.rs`), comments dropped.
+fn sources(dir: &str) -> Vec<(std::path::PathBuf, String)> {
+    fn walk(d: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    if root.join(dir).is_dir() {
+        walk(&root.join(dir), &mut files);
+    }
+    let single = root.join(format!("{dir}.rs"));
+    if single.exists() {
+        files.push(single);
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            (f, text)
+        })
+        .collect()
+}
+
+fn forbid(layer: &str, imports: &[&str], why: &str) {
+    let files = sources(layer);
+    assert!(!files.is_empty(), "no sources for {layer}");
+    for (f, text) in files {
+        for bad in imports {
+            assert!(!text.contains(bad), "{} uses {bad}: {why}", f.display());
+        }
+    }
+}
+
+#[test]
+fn nothing_below_the_command_layer_imports_it() {
+    for layer in ["ui", "exec", "collect", "sim", "config", "node", "report"] {
+        forbid(
+            layer,
+            &["crate::cli"],
+            "the command layer sits on top; move what is shared below it",
+        );
+    }
+}
+
+#[test]
+fn executors_do_not_know_the_simulator() {
+    forbid(
+        "exec",
+        &["crate::sim"],
+        "the simulator is reached through what the command layer hands the executor",
+    );
+}
+
+#[test]
+fn the_ui_reaches_the_node_only_through_effects() {
+    forbid(
+        "ui",
+        &["crate::node", "crate::sim::session"],
+        "the UI draws and reduces; the command layer wires the node",
+    );
+}
+
+#[test]
+fn the_top_of_src_holds_only_layer_roots() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut top: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(
+        top,
+        [
+            "collect.rs",
+            "domain.rs",
+            "exec.rs",
+            "lib.rs",
+            "main.rs",
+            "node.rs",
+            "report.rs",
+            "sim.rs",
+            "ui.rs"
+        ],
+        "a new top-level file is a new layer: put commands under src/cli/"
+    );
 }

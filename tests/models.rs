@@ -100,7 +100,7 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
     healthy(&node, 3);
     // In-process collector (it keeps what it saw between samples, as the monitor does), running
     // the partop binary's fake amd-smi.
-    let n = partop::commands::Node {
+    let n = partop::node::Node {
         source: partop::collect::amdsmi::recording::CommandSource::Live(
             partop::collect::amdsmi::runner::Runner {
                 program: env!("CARGO_BIN_EXE_partop").into(),
@@ -120,7 +120,7 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
         models: Some(partop::sim::session::registry_path(&node.state)),
         kernel: None,
         nvidia: None,
-        nvidia_smi: partop::commands::nvidia_smi(&partop::cli::SourceArgs::default()),
+        nvidia_smi: partop::node::nvidia_smi(&partop::cli::SourceArgs::default()),
     };
     let mut c = n.collector();
     let rt = tokio::runtime::Builder::new_current_thread()

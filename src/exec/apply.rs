@@ -17,6 +17,24 @@ use crate::domain::snapshot::Snapshot;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Who restarts the processes a plan stopped that are neither units nor registered models. On a
+/// real node their owners do (partop says so); on a simulated node the simulator stands in for
+/// them, given here by the command layer (the executor does not know the simulator): it gets
+/// the stopped (pid, start time) pairs and the registered model names to leave alone, and
+/// answers one line per process.
+#[derive(Clone)]
+pub struct OwnersRestart(pub std::sync::Arc<RestartFn>);
+
+/// (stopped pid, start time) pairs, model names to skip → one line per process, or an error.
+pub type RestartFn =
+    dyn Fn(&[(u32, Option<u64>)], &[String]) -> Result<Vec<String>, String> + Send + Sync;
+
+impl std::fmt::Debug for OwnersRestart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnersRestart")
+    }
+}
+
 /// Everything the executor needs.
 #[derive(Debug, Clone)]
 pub struct ApplyCtx {
@@ -32,8 +50,10 @@ pub struct ApplyCtx {
     pub grace: Duration,
     /// The operator allowed SIGKILL for processes that survive the grace.
     pub kill_after_grace: bool,
-    /// The simulated node's state (relaunch restarts its workloads).
+    /// The simulated node's state (journal flag).
     pub sim_state: Option<PathBuf>,
+    /// Restarts the stopped processes that are not units or models (the simulator only).
+    pub restart_owners: Option<OwnersRestart>,
     /// How long to wait for idle GPUs.
     pub wait_idle: Duration,
     /// How long to wait for the logical GPUs after a reload.
@@ -687,7 +707,7 @@ async fn relaunch(
             m.reason.as_deref().unwrap_or("does not fit")
         ));
     }
-    if let Some(state) = &ctx.sim_state {
+    if let Some(restart) = &ctx.restart_owners {
         // The simulated node's other workloads (jobs, agents); its model servers are the
         // registry's.
         let skip: Vec<String> = ctx
@@ -701,9 +721,9 @@ async fn relaunch(
             .filter(|s| s.model.is_none())
             .map(|s| (s.pid, s.start_ticks))
             .collect();
-        match crate::sim::session::resume(state, &skip, Some(&only)) {
-            Ok(r) => done.extend(r.into_iter().map(|x| x.to_string())),
-            Err(e) => return Err((e.to_string(), RESUME.into())),
+        match (restart.0)(&only, &skip) {
+            Ok(r) => done.extend(r),
+            Err(e) => return Err((e, RESUME.into())),
         }
     } else if plan
         .stops

@@ -133,7 +133,7 @@ pub fn new_run_id() -> String {
 
 /// The default journal file: `$XDG_STATE_HOME/partop/journal.jsonl`.
 pub fn default_path() -> PathBuf {
-    crate::paths::state_dir().join("journal.jsonl")
+    crate::config::paths::state_dir().join("journal.jsonl")
 }
 
 /// Appends one entry durably (written in one `write`, then fsynced). A file whose last line was

@@ -72,7 +72,7 @@ pub fn host_path() -> PathBuf {
     if run.is_dir() {
         run.join("partop.lock")
     } else {
-        crate::paths::state_dir().join("node.lock")
+        crate::config::paths::state_dir().join("node.lock")
     }
 }
 

@@ -534,7 +534,7 @@ fn device_files(state: &SimState, i: usize, state_path: &Path) -> Vec<PathBuf> {
 
 /// The state file `--sim` uses: one per partop process, under the XDG state dir.
 pub fn ephemeral_state_path() -> PathBuf {
-    crate::paths::state_dir()
+    crate::config::paths::state_dir()
         .join("sim")
         .join(format!("node-{}.json", std::process::id()))
 }

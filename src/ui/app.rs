@@ -99,8 +99,8 @@ fn model_action(
             let path = exec
                 .models
                 .clone()
-                .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
-            match crate::models_cli::append_entry(&path, entry, &exec.journal) {
+                .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
+            match crate::exec::registry::append_entry(&path, entry, &exec.journal) {
                 Ok(()) => log::info!("added to {}", path.display()),
                 Err(e) => log::error!("{e}"),
             }
@@ -169,7 +169,7 @@ fn model_action(
 
 /// Where detached applies keep their plan, log and the pointer to the current one.
 pub fn apply_dir() -> std::path::PathBuf {
-    crate::paths::state_dir().join("apply")
+    crate::config::paths::state_dir().join("apply")
 }
 
 /// Writes `plan` under the apply directory as `NAME.json` and starts partop with `args` and

@@ -77,7 +77,7 @@ impl ModelProber {
         Self {
             registry,
             registry_error,
-            log_dir: crate::paths::state_dir().join("models"),
+            log_dir: crate::config::paths::state_dir().join("models"),
             proc_root: PathBuf::from("/proc"),
             timeout: Duration::from_millis(800),
             seen: HashMap::new(),

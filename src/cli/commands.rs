@@ -1,357 +1,41 @@
-//! Runs the chosen command: sets up the data source (a real amd-smi, or the simulated node with
-//! its fake amd-smi), then the monitor or a one-shot command. Errors come back as values; only
-//! `main` turns them into exit codes.
+//! The dispatcher: resolves the settings once, then runs the monitor or a one-shot command
+//! (snapshot, plan, apply, record, sim here; kill, journal, models, mig in their own files).
+//! Errors come back as values; only `main.rs` turns them into exit codes.
 
+use crate::cli::out::{confirm, out};
 use crate::cli::{Cli, Cmd, SimCmd, SourceArgs, exit};
-use crate::collect::amdsmi::AmdSmiCollector;
-use crate::collect::amdsmi::recording::{CommandSource, Recording};
-use crate::collect::amdsmi::runner::{Runner, locate};
+use crate::collect::amdsmi::recording::CommandSource;
+use crate::config::Settings;
 use crate::domain::snapshot::Health;
+use crate::node::{lock_path, open};
 use crate::sim::scenario::{BUILTIN, Scenario};
 use crate::sim::session;
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// A simulated node started for this process; stopped (workloads ended, state removed) on drop.
-#[derive(Debug)]
-pub struct SimGuard {
-    /// Its state file.
-    pub state: PathBuf,
-}
-
-impl SimGuard {
-    /// Keeps the simulated node running after partop exits; returns its state file.
-    pub fn keep(self) -> PathBuf {
-        let state = self.state.clone();
-        std::mem::forget(self);
-        state
-    }
-}
-
-impl Drop for SimGuard {
-    fn drop(&mut self) {
-        let _ = session::stop(&self.state, Duration::from_secs(2));
-        let _ = std::fs::remove_file(&self.state);
-        let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
-        let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
-        let _ = std::fs::remove_file(session::registry_path(&self.state));
-        let _ = std::fs::remove_file(self.state.with_extension("lock"));
-    }
-}
-
-/// Where snapshots come from.
-#[derive(Debug)]
-pub struct Node {
-    /// Where amd-smi output comes from (the real tool, `partop sim amd-smi`, or a recording).
-    pub source: CommandSource,
-    /// The simulated node, when `--sim`.
-    pub sim: Option<SimGuard>,
-    /// Scenario name, when simulated.
-    pub scenario: Option<String>,
-    /// Where GPU holders are looked for (None for a recording).
-    pub roots: Option<crate::collect::holders::Roots>,
-    /// The simulated node's state file (started here or attached to).
-    pub sim_state: Option<PathBuf>,
-    /// The served-model registry, when there is one.
-    pub models: Option<PathBuf>,
-    /// Where values come from, and the kernel collector's roots.
-    pub kernel: Option<(
-        crate::collect::sysfs::SourceMode,
-        crate::collect::holders::Roots,
-    )>,
-    /// An NVIDIA node, and how it is read.
-    pub nvidia: Option<NvidiaAccess>,
-    /// The nvidia-smi to run.
-    pub nvidia_smi: crate::collect::nvidia::smi::NvidiaSmi,
-}
-
-/// How an NVIDIA node is read.
-#[derive(Debug, Clone)]
-pub enum NvidiaAccess {
-    /// NVML (loaded at run time).
-    Nvml,
-    /// nvidia-smi -q -x.
-    Smi(crate::collect::nvidia::smi::NvidiaSmi),
-    /// A recording.
-    Recorded(crate::collect::nvidia::NvNode),
-}
-
-impl NvidiaAccess {
-    /// A source for a collector (NVML falls back to nvidia-smi when it cannot be loaded).
-    pub fn source(
-        &self,
-        smi: &crate::collect::nvidia::smi::NvidiaSmi,
-    ) -> Box<dyn crate::collect::nvidia::NvSource> {
-        match self {
-            Self::Nvml => match crate::collect::nvidia::nvml::NvmlSource::open() {
-                Ok(s) => Box::new(s),
-                Err(e) => {
-                    log::warn!("{e}; reading nvidia-smi instead");
-                    Box::new(smi.clone())
-                }
-            },
-            Self::Smi(s) => Box::new(s.clone()),
-            Self::Recorded(n) => Box::new(crate::collect::nvidia::Recorded(n.clone())),
-        }
-    }
-}
-
-/// The nvidia-smi to run (`--nvidia-smi`, else on PATH).
-pub fn nvidia_smi(src: &SourceArgs) -> crate::collect::nvidia::smi::NvidiaSmi {
-    crate::collect::nvidia::smi::NvidiaSmi {
-        program: src
-            .nvidia_smi
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("nvidia-smi")),
-        prefix: vec![],
-        timeout: Duration::from_secs_f64(src.timeout.max(0.1)),
-    }
-}
-
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-}
-
-impl Node {
-    /// A collector for this node: its source, its holder scan, marked simulated when it is.
-    pub fn collector(&self) -> AmdSmiCollector {
-        let mut c = AmdSmiCollector::with_source(self.source.clone());
-        c.simulated = self.sim_state.is_some();
-        c.holder_roots.clone_from(&self.roots);
-        c.models = Some(self.prober());
-        if let Some(n) = &self.nvidia {
-            c.nvidia = Some(n.source(&self.nvidia_smi));
-        }
-        if let Some((mode, roots)) = &self.kernel
-            && *mode != crate::collect::sysfs::SourceMode::AmdSmi
-        {
-            let mut k = crate::collect::sysfs::SysfsCollector::new(roots.clone());
-            k.simulated = c.simulated;
-            c.sysfs = Some(k);
-            c.sysfs_only = *mode == crate::collect::sysfs::SourceMode::Sysfs;
-        }
-        c
-    }
-
-    /// The served-model prober: the registry (a bad one is reported, not fatal) and where
-    /// partop-launched models log.
-    pub fn prober(&self) -> crate::collect::served::ModelProber {
-        let (reg, err) = match &self.models {
-            Some(p) => match crate::collect::served::load_registry(p) {
-                Ok(r) => (Some(r), None),
-                Err(e) => (None, Some(e)),
-            },
-            None => (None, None),
-        };
-        let mut m = crate::collect::served::ModelProber::new(reg, err);
-        if let Some(roots) = &self.roots {
-            m.proc_root.clone_from(&roots.proc_root);
-        }
-        m.log_dir = self.model_log_dir();
-        m
-    }
-
-    /// Where partop-launched models log: beside a simulated node's state, else the state dir.
-    pub fn model_log_dir(&self) -> PathBuf {
-        self.sim_state.as_ref().map_or_else(
-            || crate::paths::state_dir().join("models"),
-            |st| st.with_extension("logs"),
-        )
-    }
-
-    /// The registry itself (for planning and launching), or its error.
-    pub fn registry(&self) -> Result<Option<crate::domain::models::Registry>> {
-        self.models
-            .as_ref()
-            .map(|p| crate::collect::served::load_registry(p).map_err(anyhow::Error::msg))
-            .transpose()
-    }
-}
-
-/// A runner for the simulator's amd-smi on the node in `state`.
-fn sim_runner(state: &std::path::Path, timeout: Duration) -> Result<Runner> {
-    let exe = std::env::current_exe().context("cannot find partop's own executable")?;
-    Ok(Runner {
-        program: exe,
-        prefix: vec![
-            "sim".into(),
-            "amd-smi".into(),
-            "--state".into(),
-            state.display().to_string(),
-        ],
-        timeout,
-    })
-}
-
-/// Opens the source the flags name.
-pub fn open(src: &SourceArgs) -> Result<Node> {
-    let timeout = Duration::from_secs_f64(src.timeout.max(0.1));
-    if let Some(name) = &src.sim {
-        let scenario = Scenario::load(name)?;
-        let state = session::ephemeral_state_path();
-        session::start(&scenario, &state, None)?;
-        let runner = sim_runner(&state, timeout)?;
-        return Ok(Node {
-            source: CommandSource::Live(runner),
-            roots: Some(crate::sim::session::roots(&state)),
-            models: Some(
-                src.models
-                    .clone()
-                    .unwrap_or_else(|| session::registry_path(&state)),
-            ),
-            sim_state: Some(state.clone()),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-            sim: Some(SimGuard { state }),
-            scenario: Some(scenario.name),
-        });
-    }
-    if let Some(state) = &src.sim_state {
-        let st = crate::sim::state::SimState::load(state)?;
-        let runner = sim_runner(state, timeout)?;
-        return Ok(Node {
-            source: CommandSource::Live(runner),
-            sim: None,
-            scenario: Some(st.scenario),
-            roots: Some(session::roots(state)),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-            models: Some(
-                src.models
-                    .clone()
-                    .unwrap_or_else(|| session::registry_path(state)),
-            ),
-            sim_state: Some(state.clone()),
-        });
-    }
-    if let Some(path) = &src.replay {
-        let rec = Recording::load(path)?;
-        return Ok(Node {
-            source: CommandSource::Replay(std::sync::Arc::new(rec)),
-            sim: None,
-            scenario: None,
-            roots: None,
-            sim_state: None,
-            models: src.models.clone(),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-        });
-    }
-    let kernel_roots = crate::collect::holders::Roots {
-        proc_root: src.proc_root.clone(),
-        sys_root: src.sysfs_root.clone(),
-        dev_root: "/dev".into(),
-    };
-    if src.source == crate::collect::sysfs::SourceMode::Sysfs {
-        // The kernel only: amd-smi is never run (and need not exist).
-        return Ok(Node {
-            source: CommandSource::Live(Runner {
-                timeout,
-                ..Runner::new(PathBuf::from("amd-smi"))
-            }),
-            sim: None,
-            scenario: None,
-            roots: Some(kernel_roots.clone()),
-            sim_state: None,
-            models: src.models.clone(),
-            kernel: Some((src.source, kernel_roots)),
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-        });
-    }
-    // NVIDIA: asked for, recorded, or found where amd-smi is not.
-    let nvidia = if let Some(f) = &src.nvidia_replay {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
-        Some(NvidiaAccess::Recorded(
-            serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not an NVIDIA recording made by `partop nvidia record`",
-                    f.display()
-                )
-            })?,
-        ))
-    } else if src.source == crate::collect::sysfs::SourceMode::Nvidia {
-        Some(if src.nvidia_smi.is_some() {
-            NvidiaAccess::Smi(nvidia_smi(src))
-        } else {
-            NvidiaAccess::Nvml
-        })
-    } else if src.source == crate::collect::sysfs::SourceMode::Auto
-        && src.amd_smi.is_none()
-        && locate(None).is_err()
-        && (crate::collect::nvidia::nvml::NvmlSource::open().is_ok() || on_path("nvidia-smi"))
-    {
-        Some(NvidiaAccess::Nvml)
-    } else {
-        None
-    };
-    if nvidia.is_some() {
-        return Ok(Node {
-            source: CommandSource::Live(Runner {
-                timeout,
-                ..Runner::new(PathBuf::from("amd-smi"))
-            }),
-            sim: None,
-            scenario: None,
-            roots: Some(crate::collect::holders::Roots::host()),
-            sim_state: None,
-            models: src.models.clone(),
-            kernel: None,
-            nvidia,
-            nvidia_smi: nvidia_smi(src),
-        });
-    }
-    let program = locate(src.amd_smi.as_deref())?;
-    Ok(Node {
-        source: CommandSource::Live(Runner {
-            timeout,
-            ..Runner::new(program)
-        }),
-        sim: None,
-        scenario: None,
-        roots: Some(crate::collect::holders::Roots::host()),
-        kernel: Some((src.source, kernel_roots)),
-        nvidia: None,
-        nvidia_smi: nvidia_smi(src),
-        sim_state: None,
-        models: src.models.clone().or_else(|| {
-            let p = crate::paths::config_dir().join("models.toml");
-            p.exists().then_some(p)
-        }),
-    })
-}
-
-fn out(text: &str) -> Result<()> {
-    let mut o = std::io::stdout().lock();
-    o.write_all(text.as_bytes())?;
-    o.flush()?;
-    Ok(())
-}
 
 /// Runs the command line. Returns the exit code.
 pub fn main(cli: Cli) -> Result<u8> {
     // A configuration that cannot be read stops every command that acts or reports (never a
     // silent default); check-config reports it, and the simulator's own tools do not read it.
-    if !matches!(
+    let settings = if matches!(
         cli.command,
         Some(Cmd::CheckConfig | Cmd::Completions { .. } | Cmd::Man | Cmd::Sim { .. })
     ) {
-        crate::exec_cli::settings(cli.read_only)?;
-    }
+        Settings::flags_only(cli.read_only)
+    } else {
+        crate::config::settings::resolve(cli.read_only)?
+    };
+    let settings = &settings;
     match cli.command {
-        None => crate::ui::run::monitor(&cli),
+        None => crate::cli::monitor::monitor(&cli, settings),
         Some(Cmd::Snapshot { json }) => snapshot(&cli.source, json),
-        Some(Cmd::Sim { action }) => sim(action, cli.read_only),
+        Some(Cmd::Sim { action }) => sim(action, settings.read_only),
         Some(Cmd::Record { out: path }) => record(&cli.source, &path),
-        Some(Cmd::CheckConfig) => crate::ui::config::check_config(cli.source.models.as_deref()),
+        Some(Cmd::CheckConfig) => {
+            crate::cli::check_config::check_config(cli.source.models.as_deref())
+        }
         Some(Cmd::Completions { shell }) => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "partop", &mut std::io::stdout());
@@ -362,29 +46,27 @@ pub fn main(cli: Cli) -> Result<u8> {
             compute,
             memory,
             json,
-        }) => plan(&cli.source, gpus, compute, memory, json),
-        Some(Cmd::Apply(a)) => apply(&cli.source, &a, cli.read_only),
+        }) => plan(&cli.source, gpus, compute, memory, json, settings),
+        Some(Cmd::Apply(a)) => apply(&cli.source, &a, settings),
         Some(Cmd::Kill {
             pids,
             signal,
             grace,
             yes,
             dry_run,
-        }) => crate::exec_cli::kill(&pids, signal, grace, yes, dry_run, cli.read_only),
-        Some(Cmd::Mig { action }) => crate::nvidia_cli::mig(&cli.source, action, cli.read_only),
-        Some(Cmd::Nvidia { action }) => crate::nvidia_cli::nvidia(&cli.source, action),
-        Some(Cmd::Models { action }) => {
-            crate::models_cli::models(&cli.source, action, cli.read_only)
-        }
+        }) => crate::cli::kill::kill(&pids, signal, grace, yes, dry_run, settings),
+        Some(Cmd::Mig { action }) => crate::cli::mig::mig(&cli.source, action, settings),
+        Some(Cmd::Nvidia { action }) => crate::cli::mig::nvidia(&cli.source, action),
+        Some(Cmd::Models { action }) => crate::cli::models::models(&cli.source, action, settings),
         Some(Cmd::Journal { json, abandon }) => {
-            crate::exec_cli::journal(json, abandon.as_deref(), cli.read_only)
+            crate::cli::kill::journal(json, abandon.as_deref(), settings)
         }
         Some(Cmd::Keys { markdown }) => {
             if markdown {
                 out(&crate::ui::keymap::reference_markdown())?;
             } else {
                 let loaded = crate::ui::config::load(
-                    &crate::paths::config_dir(),
+                    &crate::config::paths::config_dir(),
                     cli.theme.as_deref(),
                     cli.keymap.as_deref(),
                     cli.read_only,
@@ -440,6 +122,7 @@ fn plan(
     compute: Option<crate::domain::ComputeMode>,
     memory: Option<crate::domain::MemoryMode>,
     json: bool,
+    settings: &Settings,
 ) -> Result<u8> {
     use crate::domain::plan::{Draft, Reload, plan};
     if compute.is_none() && memory.is_none() {
@@ -482,11 +165,9 @@ fn plan(
         memory,
     };
     // An apply that did not finish comes first: planning over a half-changed node misleads.
-    if let Ok(settings) = crate::exec_cli::settings(false) {
-        for u in crate::exec::journal::unfinished(&settings.journal) {
-            let mut e = std::io::stderr();
-            let _ = writeln!(e, "partop: warning: {}", u.describe());
-        }
+    for u in crate::exec::journal::unfinished(&settings.journal) {
+        let mut e = std::io::stderr();
+        let _ = writeln!(e, "partop: warning: {}", u.describe());
     }
     match plan(&snap, &draft, reload, reload_secs, 10) {
         Ok(p) => {
@@ -504,22 +185,7 @@ fn plan(
     }
 }
 
-/// Asks for `word` on stdin; true when typed exactly.
-pub fn confirm(prompt: &str, word: &str) -> Result<bool> {
-    out(prompt)?;
-    let mut answer = String::new();
-    std::io::stdin().read_line(&mut answer)?;
-    Ok(answer.trim() == word)
-}
-
-/// The lock file of the node `node` is.
-pub fn lock_path(node: &Node) -> PathBuf {
-    node.sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path)
-}
-
-fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Result<u8> {
+fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) -> Result<u8> {
     use crate::exec::apply::{ApplyCtx, ApplyEvent, apply};
     use crate::exec::journal;
     let crate::cli::ApplyArgs {
@@ -530,7 +196,6 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
         kill_after_grace,
         grace,
     } = args.clone();
-    let settings = crate::exec_cli::settings(read_only)?;
     let path = path.as_path();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -730,6 +395,13 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, read_only: bool) -> Res
         grace: Duration::from_secs_f64(grace),
         kill_after_grace,
         sim_state: node.sim_state.clone(),
+        restart_owners: node.sim_state.clone().map(|st| {
+            crate::exec::apply::OwnersRestart(std::sync::Arc::new(move |only, skip| {
+                session::resume(&st, skip, Some(only))
+                    .map(|r| r.iter().map(ToString::to_string).collect())
+                    .map_err(|e| e.to_string())
+            }))
+        }),
         wait_idle: Duration::from_secs(60),
         wait_gpus: Duration::from_secs(300),
         registry: node.registry().ok().flatten(),

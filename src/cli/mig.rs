@@ -2,20 +2,13 @@
 //! confirm → execute as AMD repartitions (the plan re-checked against the node, the host name
 //! typed, `--dry-run` printing every command, every step journaled).
 
+use crate::cli::out::say;
 use crate::cli::{MigCmd, NvidiaCmd, SourceArgs, exit};
-use crate::commands::{NvidiaAccess, nvidia_smi, open};
 use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
 use crate::exec::mig::{MigCtx, apply};
+use crate::node::{NvidiaAccess, nvidia_smi, open};
 use anyhow::{Context, Result, bail};
-use std::io::Write;
 use std::time::Duration;
-
-fn say(s: &str) -> Result<()> {
-    let mut o = std::io::stdout().lock();
-    o.write_all(s.as_bytes())?;
-    o.flush()?;
-    Ok(())
-}
 
 fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
     // MIG is NVIDIA's: read the node as one, whatever else is installed.
@@ -56,7 +49,7 @@ fn smi_name(src: &SourceArgs) -> String {
 }
 
 /// `partop mig ...`.
-pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
+pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings) -> Result<u8> {
     match action {
         MigCmd::Plan {
             gpu,
@@ -98,7 +91,6 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
             kill_after_grace,
             grace,
         }) => {
-            let settings = crate::exec_cli::settings(read_only)?;
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let fp: MigPlan = serde_json::from_str(&text).with_context(|| {
@@ -201,7 +193,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, read_only: bool) -> Result<u8> {
                     Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
                 };
                 if !yes
-                    && !crate::commands::confirm(
+                    && !crate::cli::out::confirm(
                         &format!("Type this machine's host name ({here}) to apply: "),
                         &here,
                     )?

@@ -1,22 +1,15 @@
 //! The non-interactive faces of the executors: `partop kill` (plan printed, "yes" typed, then
 //! executed and journaled; `--dry-run` prints only) and `partop journal`.
 
+use crate::cli::out::say;
 use crate::cli::{SignalArg, exit};
 use crate::domain::kill::{Sig, Target};
 use crate::exec::journal;
 use crate::exec::kill::{KillEvent, KillJob, run_pinned};
 use crate::exec::signal::target_from_proc;
 use anyhow::Result;
-use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
-
-fn say(s: &str) -> Result<()> {
-    let mut o = std::io::stdout().lock();
-    o.write_all(s.as_bytes())?;
-    o.flush()?;
-    Ok(())
-}
 
 fn describe(t: &Target) -> String {
     format!(
@@ -27,44 +20,6 @@ fn describe(t: &Target) -> String {
     )
 }
 
-/// What every command needs from the configuration, resolved once.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// No mutation at all (flag or config).
-    pub read_only: bool,
-    /// The audit journal.
-    pub journal: std::path::PathBuf,
-    /// The whole config.toml.
-    pub config: crate::ui::config::Config,
-}
-
-/// Resolves the settings from the flag and `config.toml`. A config file that cannot be read
-/// or parsed, or holds an absurd value, is an error for every command: a broken file must
-/// never silently turn read-only off or move the journal.
-pub fn settings(read_only_flag: bool) -> Result<Settings> {
-    let path = crate::paths::config_dir().join("config.toml");
-    let config = match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let c: crate::ui::config::Config = toml::from_str(&text).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
-                    crate::ui::config::ConfigError::from_toml(&path.display().to_string(), &text, &e)
-                )
-            })?;
-            c.validate(&path.display().to_string())
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            c
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::ui::config::Config::default(),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    Ok(Settings {
-        read_only: read_only_flag || config.read_only,
-        journal: config.journal.clone().unwrap_or_else(journal::default_path),
-        config,
-    })
-}
-
 /// `partop kill`.
 pub fn kill(
     pids: &[u32],
@@ -72,9 +27,8 @@ pub fn kill(
     grace: f64,
     yes: bool,
     dry_run: bool,
-    read_only_flag: bool,
+    settings: &crate::config::Settings,
 ) -> Result<u8> {
-    let settings = settings(read_only_flag)?;
     if settings.read_only {
         say(
             "partop is read-only (--read-only, or read_only = true in config.toml): nothing is signalled\n",
@@ -122,25 +76,25 @@ pub fn kill(
         say("dry run: nothing sent\n")?;
         return Ok(exit::OK);
     }
-    if !yes {
-        say(&format!(
-            "Type yes to send {} to {} process(es): ",
-            sig.name(),
-            targets.len()
-        ))?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if answer.trim() != "yes" {
-            say("cancelled: nothing sent\n")?;
-            return Ok(exit::FAILED);
-        }
+    if !yes
+        && !crate::cli::out::confirm(
+            &format!(
+                "Type yes to send {} to {} process(es): ",
+                sig.name(),
+                targets.len()
+            ),
+            "yes",
+        )?
+    {
+        say("cancelled: nothing sent\n")?;
+        return Ok(exit::FAILED);
     }
     let job = KillJob {
         targets,
         sig,
         grace: Duration::from_secs_f64(grace),
         proc_root: proc_root.into(),
-        journal: settings.journal,
+        journal: settings.journal.clone(),
         simulated: false,
     };
     let mut lines = Vec::new();
@@ -185,8 +139,11 @@ pub fn kill(
 }
 
 /// `partop journal`, `partop journal --abandon RUN`.
-pub fn journal(json: bool, abandon: Option<&str>, read_only_flag: bool) -> Result<u8> {
-    let settings = settings(read_only_flag)?;
+pub fn journal(
+    json: bool,
+    abandon: Option<&str>,
+    settings: &crate::config::Settings,
+) -> Result<u8> {
     let path = settings.journal.clone();
     if let Some(id) = abandon {
         if settings.read_only {

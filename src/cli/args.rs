@@ -26,7 +26,7 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub read_only: bool,
     /// Refresh interval in seconds, 0.1 to 3600 (default: config.toml's refresh_secs, else 1).
-    #[arg(long, value_name = "SECS", value_parser = refresh_secs)]
+    #[arg(long, value_name = "SECS", value_parser = crate::config::file::refresh_secs)]
     pub refresh: Option<f64>,
     /// Theme name (built-in: default, light, high-contrast, monochrome) or a user theme.
     #[arg(long)]
@@ -39,45 +39,7 @@ pub struct Cli {
     pub command: Option<Cmd>,
 }
 
-/// Source selection shared by the monitor and `snapshot`.
-#[derive(Debug, Args, Clone, Default)]
-pub struct SourceArgs {
-    /// Run on partop's simulated node (optionally naming a scenario; see `partop sim list`).
-    #[arg(long, value_name = "SCENARIO", num_args = 0..=1, default_missing_value = crate::sim::scenario::DEFAULT, global = true)]
-    pub sim: Option<String>,
-    /// Path of the amd-smi executable (default: searched on PATH, then /opt/rocm/bin).
-    #[arg(long, value_name = "PATH", global = true)]
-    pub amd_smi: Option<PathBuf>,
-    /// Attach to a simulated node started with `partop sim start` (it keeps running on exit).
-    #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["sim", "replay"])]
-    pub sim_state: Option<PathBuf>,
-    /// Read from a recording made by `partop record` instead of a live node.
-    #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]
-    pub replay: Option<PathBuf>,
-    /// The served-model registry (default: models.toml in the config dir; a simulated node
-    /// brings its own).
-    #[arg(long, value_name = "FILE", global = true)]
-    pub models: Option<PathBuf>,
-    /// Where values come from: amd-smi overlaid with the kernel's fresher values (auto),
-    /// amd-smi only, or the kernel only (sysfs, KFD, fdinfo; no partition changes).
-    #[arg(long, value_enum, default_value_t = crate::collect::sysfs::SourceMode::Auto, global = true)]
-    pub source: crate::collect::sysfs::SourceMode,
-    /// Root of sysfs for the kernel collector (a captured tree, for tests and bug reports).
-    #[arg(long, value_name = "DIR", default_value = "/sys", global = true)]
-    pub sysfs_root: PathBuf,
-    /// Root of procfs for the kernel collector.
-    #[arg(long, value_name = "DIR", default_value = "/proc", global = true)]
-    pub proc_root: PathBuf,
-    /// The nvidia-smi executable (NVIDIA nodes without NVML, and MIG changes).
-    #[arg(long, value_name = "PATH", global = true)]
-    pub nvidia_smi: Option<PathBuf>,
-    /// Read an NVIDIA node recorded with `partop nvidia record`.
-    #[arg(long, value_name = "FILE", global = true)]
-    pub nvidia_replay: Option<PathBuf>,
-    /// Per-call amd-smi time limit in seconds.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true, value_parser = timeout_secs)]
-    pub timeout: f64,
-}
+pub use crate::node::SourceArgs;
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -129,7 +91,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value = "term")]
         signal: SignalArg,
         /// Seconds to wait for the targets to exit.
-        #[arg(long, default_value_t = 10.0, value_parser = grace_secs)]
+        #[arg(long, default_value_t = 10.0, value_parser = crate::config::file::grace_secs)]
         grace: f64,
         /// Do not ask (for scripts).
         #[arg(long)]
@@ -324,7 +286,7 @@ pub enum ModelsCmd {
         /// Registry name.
         name: String,
         /// Seconds between SIGTERM and giving up (or SIGKILL with --kill-after-grace).
-        #[arg(long, default_value_t = 30.0, value_parser = grace_secs)]
+        #[arg(long, default_value_t = 30.0, value_parser = crate::config::file::grace_secs)]
         grace: f64,
         /// Send SIGKILL if it survives the grace period.
         #[arg(long)]
@@ -401,32 +363,6 @@ pub struct ApplyArgs {
     #[arg(long)]
     pub kill_after_grace: bool,
     /// SIGTERM grace period, seconds.
-    #[arg(long, default_value_t = 10.0, value_parser = grace_secs)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::config::file::grace_secs)]
     pub grace: f64,
-}
-
-/// A number of seconds within `lo..=hi`: finite, so never `inf`, `NaN` or 1e30 (which would
-/// overflow a `Duration` and panic deep inside, after a signal was already sent).
-fn secs_in(text: &str, lo: f64, hi: f64) -> Result<f64, String> {
-    let v: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if v.is_finite() && (lo..=hi).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{text} is out of range: give {lo} to {hi} seconds"))
-    }
-}
-
-fn refresh_secs(text: &str) -> Result<f64, String> {
-    secs_in(text, 0.1, 3600.0)
-}
-
-fn timeout_secs(text: &str) -> Result<f64, String> {
-    secs_in(text, 0.1, 3600.0)
-}
-
-fn grace_secs(text: &str) -> Result<f64, String> {
-    secs_in(text, 0.0, 3600.0)
 }

@@ -2,22 +2,16 @@
 //! stop print what they will run, ask (or take `--yes`), honour `--dry-run` and `--read-only`,
 //! and are journaled by the executor.
 
+use crate::cli::out::say;
 use crate::cli::{ModelsCmd, SourceArgs, exit};
-use crate::commands::{Node, open};
 use crate::domain::models::{ModelState, ServedModel, Want, entry_for_model};
 use crate::domain::placement::{advise_node, place_now};
 use crate::domain::snapshot::Snapshot;
 use crate::exec::models::{Ops, launch, stop, wait_healthy};
+use crate::node::{Node, open};
 use anyhow::{Context, Result, bail};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::Duration;
-
-fn say(s: &str) -> Result<()> {
-    let mut o = std::io::stdout().lock();
-    o.write_all(s.as_bytes())?;
-    o.flush()?;
-    Ok(())
-}
 
 fn sample(node: &Node) -> Result<Snapshot> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -28,13 +22,7 @@ fn sample(node: &Node) -> Result<Snapshot> {
 }
 
 fn ask(yes: bool, what: &str) -> Result<bool> {
-    if yes {
-        return Ok(true);
-    }
-    say(&format!("{what} Type yes to go on: "))?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    Ok(answer.trim() == "yes")
+    Ok(yes || crate::cli::out::confirm(&format!("{what} Type yes to go on: "), "yes")?)
 }
 
 /// The models table.
@@ -86,7 +74,11 @@ pub fn table(models: &[ServedModel]) -> String {
 }
 
 /// `partop models ...`.
-pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> Result<u8> {
+pub fn models(
+    src: &SourceArgs,
+    action: Option<ModelsCmd>,
+    settings: &crate::config::Settings,
+) -> Result<u8> {
     let node = open(src)?;
     let action = action.unwrap_or(ModelsCmd::List { json: false });
     let mutating = matches!(
@@ -95,7 +87,6 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
             | ModelsCmd::Stop { dry_run: false, .. }
             | ModelsCmd::Add { write: true, .. }
     );
-    let settings = crate::exec_cli::settings(read_only)?;
     if mutating && settings.read_only {
         say(
             "partop is read-only (--read-only, or read_only = true in config.toml): nothing is started, stopped or written\n",
@@ -105,7 +96,7 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
     // A model start or stop is a change to the node: one at a time, never during an apply.
     let _lock = if mutating {
         Some(crate::exec::lock::acquire(
-            &crate::commands::lock_path(&node),
+            &crate::node::lock_path(&node),
             &crate::exec::lock::Holder::me("models", "", &settings.journal),
         )?)
     } else {
@@ -267,35 +258,13 @@ pub fn models(src: &SourceArgs, action: Option<ModelsCmd>, read_only: bool) -> R
                 let path = node
                     .models
                     .clone()
-                    .unwrap_or_else(|| crate::paths::config_dir().join("models.toml"));
-                append_entry(&path, &entry, &settings.journal)?;
+                    .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
+                crate::exec::registry::append_entry(&path, &entry, &settings.journal)?;
                 say(&format!("appended to {}\n", path.display()))?;
             }
             Ok(exit::OK)
         }
     }
-}
-
-/// Appends a registry entry, refusing one that would make the file invalid; journaled.
-pub fn append_entry(path: &std::path::Path, entry: &str, journal: &std::path::Path) -> Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = format!("{old}{entry}");
-    crate::domain::models::parse(&path.display().to_string(), &new)
-        .map_err(|e| anyhow::anyhow!("not written: the registry would be invalid: {e}"))?;
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    crate::exec::journal::append(
-        journal,
-        &crate::exec::journal::Entry::new(
-            "registry.add",
-            false,
-            serde_json::json!({"file": path.display().to_string()}),
-            serde_json::json!({"entry": entry}),
-        ),
-    )?;
-    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 fn find<'a>(snap: &'a Snapshot, name: &str) -> Result<&'a ServedModel> {

@@ -2,24 +2,22 @@
 //! simulated node), the collector task, the terminal guard and the app loop; then stops it all
 //! in reverse order.
 
-use super::config;
-use super::state::State;
 use crate::cli::{Cli, exit};
 use crate::collect::task;
 use crate::domain::findings::Thresholds;
+use crate::ui::config;
+use crate::ui::state::State;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs the monitor. Returns the exit code.
-pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
-    // A config.toml that cannot be read stops here: it must never silently turn read-only off.
-    let settings = crate::exec_cli::settings(cli.read_only)?;
+pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<u8> {
     // A recording is looked at, never acted on: every mutating command is removed.
     let replay = cli.source.replay.is_some() || cli.source.nvidia_replay.is_some();
     let look_only = settings.read_only || replay;
     let loaded = config::load(
-        &crate::paths::config_dir(),
+        &crate::config::paths::config_dir(),
         cli.theme.as_deref(),
         cli.keymap.as_deref(),
         look_only,
@@ -30,7 +28,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     for e in &loaded.errors {
         log::warn!("config: {e} (using the default)");
     }
-    let mut node = crate::commands::open(&cli.source)?;
+    let mut node = crate::node::open(&cli.source)?;
     // Given on the command line wins (even `--refresh 1`); else config.toml (validated).
     let refresh = Duration::from_secs_f64(cli.refresh.unwrap_or(settings.config.refresh_secs));
     // One thread is plenty: collection mostly waits on amd-smi, and input has its own thread.
@@ -76,7 +74,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     {
         state.grace_ms = (settings.config.grace_secs.max(0.0) * 1000.0) as u64;
     }
-    let exec = super::app::ExecSettings {
+    let exec = crate::ui::app::ExecSettings {
         journal: settings.journal.clone(),
         proc_root: "/proc".into(),
         simulated: node.sim_state.is_some(),
@@ -92,7 +90,7 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         .as_ref()
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string());
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
-    state.applying = super::app::running_apply();
+    state.applying = crate::ui::app::running_apply();
     state.scenario.clone_from(&node.scenario);
     // The simulator knows how long its reload takes; a real node gets the planning figure.
     if let Some(st) = node
@@ -116,8 +114,8 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::domain::Snapshot::default()));
         let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
         let handle = task::spawn(collector, refresh, tx, req_rx);
-        let (guard, mut terminal) = super::terminal::Guard::enter()?;
-        let r = super::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec).await;
+        let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
+        let r = crate::ui::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec).await;
         drop(guard);
         handle.abort();
         r
@@ -125,8 +123,8 @@ pub fn monitor(cli: &Cli) -> anyhow::Result<u8> {
     rt.shutdown_timeout(Duration::from_millis(500));
     // A repartition still running on the simulated node needs the node: leave it running
     // rather than pull it from under the apply, and say how to stop it.
-    if super::app::running_apply().is_some()
-        && let Some(state) = node.sim.take().map(crate::commands::SimGuard::keep)
+    if crate::ui::app::running_apply().is_some()
+        && let Some(state) = node.sim.take().map(crate::node::SimGuard::keep)
     {
         let _ = writeln!(
             std::io::stderr(),

@@ -1,0 +1,96 @@
+//! `partop check-config`: every configuration file (config.toml, keymap, user themes, the
+//! model registry) and every built-in validated in one run, each problem with its position.
+
+use crate::cli::exit;
+use crate::config::ConfigError;
+use crate::ui::config::load;
+use crate::ui::keymap::Keymap;
+use crate::ui::theme::Theme;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// `partop check-config`: validates the user's files and every built-in.
+pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
+    let dir = crate::config::paths::config_dir();
+    let loaded = load(&dir, None, None, false);
+    let mut errors = loaded.errors;
+    let cfg = dir.join("config.toml").display().to_string();
+    if let Err(e) = loaded.config.validate(&cfg) {
+        errors.extend(e.lines().map(|m| ConfigError {
+            origin: cfg.clone(),
+            line: None,
+            column: None,
+            message: m.strip_prefix(&format!("{cfg}: ")).unwrap_or(m).to_string(),
+        }));
+    }
+    // The served-model registry: --models, else the config dir's models.toml if there is one.
+    let registry = models
+        .map(Path::to_path_buf)
+        .or_else(|| Some(dir.join("models.toml")).filter(|p| p.exists()));
+    if let Some(p) = &registry {
+        match std::fs::read_to_string(p) {
+            Ok(text) => {
+                if let Err(e) = crate::domain::models::parse(&p.display().to_string(), &text) {
+                    errors.push(ConfigError {
+                        origin: e.origin,
+                        line: Some(e.line),
+                        column: Some(e.column),
+                        message: e.message,
+                    });
+                }
+            }
+            Err(e) => errors.push(ConfigError {
+                origin: p.display().to_string(),
+                line: None,
+                column: None,
+                message: e.to_string(),
+            }),
+        }
+    }
+    for (name, _) in crate::ui::theme::BUILTIN {
+        errors.extend(Theme::load(name, Path::new("/nonexistent")).1);
+    }
+    for (name, _) in crate::ui::keymap::BUILTIN {
+        errors.extend(Keymap::load(name, None, false).1);
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.join("themes")) {
+        for e in entries.flatten() {
+            if let Some(stem) = e.path().file_stem() {
+                errors.extend(Theme::load(&stem.to_string_lossy(), &dir.join("themes")).1);
+            }
+        }
+    }
+    errors.dedup();
+    let mut o = std::io::stdout().lock();
+    for e in &errors {
+        writeln!(o, "{e}")?;
+    }
+    if errors.is_empty() {
+        let mut files = config_files(&dir);
+        if let Some(p) = &registry {
+            files.push(p.display().to_string());
+        }
+        writeln!(o, "configuration OK ({})", files.join(", "))?;
+        Ok(exit::OK)
+    } else {
+        writeln!(
+            o,
+            "{} problem(s): a config.toml problem stops every command until fixed; themes and keymaps with problems fall back to the defaults",
+            errors.len()
+        )?;
+        Ok(exit::USAGE)
+    }
+}
+
+fn config_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = ["config.toml", "keymap.toml"]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.exists())
+        .map(|p: PathBuf| p.display().to_string())
+        .collect();
+    if v.is_empty() {
+        v.push(format!("built-ins only; no files in {}", dir.display()));
+    }
+    v
+}

@@ -1,0 +1,26 @@
+//! The command layer's one way to talk to the operator: text to stdout (flushed), and a typed
+//! confirmation read from stdin.
+
+use anyhow::Result;
+use std::io::{BufRead, Write};
+
+/// Prints `text` and flushes.
+pub fn out(text: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+/// Prints `text` (the usual name in the command files).
+pub fn say(text: &str) -> Result<()> {
+    out(text)
+}
+
+/// Asks for `word` on stdin; true only when exactly that was typed.
+pub fn confirm(prompt: &str, word: &str) -> Result<bool> {
+    out(prompt)?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(answer.trim() == word)
+}

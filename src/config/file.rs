@@ -1,0 +1,145 @@
+//! `config.toml`: its fields, defaults and limits, and located errors (file, line, column) for
+//! every configuration file. Pure parsing and checks; reading the file is `settings`' job.
+
+use serde::Deserialize;
+use std::fmt;
+use std::path::PathBuf;
+
+/// A configuration problem with its location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// File (or flag) it comes from.
+    pub origin: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// At a byte offset of `text`.
+    pub fn at(origin: &str, text: &str, offset: usize, message: String) -> Self {
+        let (l, c) = crate::domain::models::line_col(text, offset);
+        Self {
+            origin: origin.into(),
+            line: Some(l),
+            column: Some(c),
+            message,
+        }
+    }
+
+    /// From a TOML parse error.
+    pub fn from_toml(origin: &str, text: &str, e: &toml::de::Error) -> Self {
+        match e.span() {
+            Some(s) => Self::at(origin, text, s.start, e.message().to_string()),
+            None => Self::plain(origin, e.message().to_string()),
+        }
+    }
+
+    /// Without a location.
+    pub fn plain(origin: &str, message: String) -> Self {
+        Self {
+            origin: origin.into(),
+            line: None,
+            column: None,
+            message,
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.origin, self.message),
+            _ => write!(f, "{}: {}", self.origin, self.message),
+        }
+    }
+}
+
+/// `config.toml`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Theme name.
+    pub theme: String,
+    /// Keymap preset.
+    pub keymap: String,
+    /// Refresh interval, seconds.
+    pub refresh_secs: f64,
+    /// Remove mutating commands.
+    pub read_only: bool,
+    /// Minutes of idleness before an idle-partition finding.
+    pub idle_minutes: f64,
+    /// Seconds a terminated process gets to exit before SIGKILL is offered.
+    pub grace_secs: f64,
+    /// The audit journal (default `$XDG_STATE_HOME/partop/journal.jsonl`).
+    pub journal: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            theme: "default".into(),
+            keymap: "default".into(),
+            refresh_secs: 1.0,
+            read_only: false,
+            idle_minutes: 10.0,
+            grace_secs: 10.0,
+            journal: None,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the numbers: finite and within sense. Each problem names the file and key.
+    pub fn validate(&self, origin: &str) -> Result<(), String> {
+        let mut bad = Vec::new();
+        for (key, v, lo, hi) in [
+            ("refresh_secs", self.refresh_secs, 0.1, 3600.0),
+            ("idle_minutes", self.idle_minutes, 0.0, 525_600.0),
+            ("grace_secs", self.grace_secs, 0.0, 3600.0),
+        ] {
+            if !v.is_finite() || v < lo || v > hi {
+                bad.push(format!(
+                    "{origin}: {key} = {v} is out of range ({lo} to {hi})"
+                ));
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("\n"))
+        }
+    }
+}
+
+/// A number of seconds within `lo..=hi`: finite, so never `inf`, `NaN` or 1e30 (which would
+/// overflow a `Duration` and panic deep inside, after a signal was already sent).
+pub fn secs_in(text: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{text} is out of range: give {lo} to {hi} seconds"))
+    }
+}
+
+/// `--refresh`: 0.1 to 3600 s.
+pub fn refresh_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.1, 3600.0)
+}
+
+/// `--timeout`: 0.1 to 3600 s.
+pub fn timeout_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.1, 3600.0)
+}
+
+/// A grace period: 0 to 3600 s.
+pub fn grace_secs(text: &str) -> Result<f64, String> {
+    secs_in(text, 0.0, 3600.0)
+}

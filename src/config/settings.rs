@@ -1,0 +1,56 @@
+//! Settings resolved once, from the flags and `config.toml`, and passed down: every command
+//! and the monitor read the journal path and read-only state from here, nowhere else.
+
+/// What every command needs from the configuration, resolved once.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// No mutation at all (flag or config).
+    pub read_only: bool,
+    /// The audit journal.
+    pub journal: std::path::PathBuf,
+    /// The whole config.toml.
+    pub config: super::Config,
+}
+
+/// Resolves the settings from the flag and `config.toml`. A config file that cannot be read
+/// or parsed, or holds an absurd value, is an error for every command: a broken file must
+/// never silently turn read-only off or move the journal.
+pub fn resolve(read_only_flag: bool) -> anyhow::Result<Settings> {
+    let path = crate::config::paths::config_dir().join("config.toml");
+    let config = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let c: super::Config = toml::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
+                    super::ConfigError::from_toml(&path.display().to_string(), &text, &e)
+                )
+            })?;
+            c.validate(&path.display().to_string())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            c
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => super::Config::default(),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    Ok(Settings {
+        read_only: read_only_flag || config.read_only,
+        journal: config
+            .journal
+            .clone()
+            .unwrap_or_else(crate::exec::journal::default_path),
+        config,
+    })
+}
+
+impl Settings {
+    /// Only what the flags say (for commands that read no configuration: check-config, the
+    /// simulator's own tools, completions).
+    pub fn flags_only(read_only: bool) -> Self {
+        let config = super::Config::default();
+        Self {
+            read_only,
+            journal: crate::exec::journal::default_path(),
+            config,
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Adding a server to the model registry (`models.toml`): journaled first, and refused when the
+//! file would no longer parse.
+
+use anyhow::{Context, Result};
+
+/// Appends a registry entry, refusing one that would make the file invalid; journaled.
+pub fn append_entry(path: &std::path::Path, entry: &str, journal: &std::path::Path) -> Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = format!("{old}{entry}");
+    crate::domain::models::parse(&path.display().to_string(), &new)
+        .map_err(|e| anyhow::anyhow!("not written: the registry would be invalid: {e}"))?;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    crate::exec::journal::append(
+        journal,
+        &crate::exec::journal::Entry::new(
+            "registry.add",
+            false,
+            serde_json::json!({"file": path.display().to_string()}),
+            serde_json::json!({"entry": entry}),
+        ),
+    )?;
+    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! The node partop looks at, chosen once from the flags: a real node (amd-smi, the kernel, or
+//! NVIDIA), the simulated node (`--sim`, `--sim-state`), or a recording (`--replay`); and the
+//! collector, registry and lock that go with it. Every command and the monitor open it here.
+
+use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::amdsmi::recording::{CommandSource, Recording};
+use crate::collect::amdsmi::runner::{Runner, locate};
+use crate::sim::scenario::Scenario;
+use crate::sim::session;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Source selection shared by the monitor and `snapshot`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SourceArgs {
+    /// Run on partop's simulated node (optionally naming a scenario; see `partop sim list`).
+    #[arg(long, value_name = "SCENARIO", num_args = 0..=1, default_missing_value = crate::sim::scenario::DEFAULT, global = true)]
+    pub sim: Option<String>,
+    /// Path of the amd-smi executable (default: searched on PATH, then /opt/rocm/bin).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub amd_smi: Option<PathBuf>,
+    /// Attach to a simulated node started with `partop sim start` (it keeps running on exit).
+    #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["sim", "replay"])]
+    pub sim_state: Option<PathBuf>,
+    /// Read from a recording made by `partop record` instead of a live node.
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]
+    pub replay: Option<PathBuf>,
+    /// The served-model registry (default: models.toml in the config dir; a simulated node
+    /// brings its own).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub models: Option<PathBuf>,
+    /// Where values come from: amd-smi overlaid with the kernel's fresher values (auto),
+    /// amd-smi only, or the kernel only (sysfs, KFD, fdinfo; no partition changes).
+    #[arg(long, value_enum, default_value_t = crate::collect::sysfs::SourceMode::Auto, global = true)]
+    pub source: crate::collect::sysfs::SourceMode,
+    /// Root of sysfs for the kernel collector (a captured tree, for tests and bug reports).
+    #[arg(long, value_name = "DIR", default_value = "/sys", global = true)]
+    pub sysfs_root: PathBuf,
+    /// Root of procfs for the kernel collector.
+    #[arg(long, value_name = "DIR", default_value = "/proc", global = true)]
+    pub proc_root: PathBuf,
+    /// The nvidia-smi executable (NVIDIA nodes without NVML, and MIG changes).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub nvidia_smi: Option<PathBuf>,
+    /// Read an NVIDIA node recorded with `partop nvidia record`.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub nvidia_replay: Option<PathBuf>,
+    /// Per-call amd-smi time limit in seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true, value_parser = crate::config::file::timeout_secs)]
+    pub timeout: f64,
+}
+
+/// A simulated node started for this process; stopped (workloads ended, state removed) on drop.
+#[derive(Debug)]
+pub struct SimGuard {
+    /// Its state file.
+    pub state: PathBuf,
+}
+
+impl SimGuard {
+    /// Keeps the simulated node running after partop exits; returns its state file.
+    pub fn keep(self) -> PathBuf {
+        let state = self.state.clone();
+        std::mem::forget(self);
+        state
+    }
+}
+
+impl Drop for SimGuard {
+    fn drop(&mut self) {
+        let _ = session::stop(&self.state, Duration::from_secs(2));
+        let _ = std::fs::remove_file(&self.state);
+        let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
+        let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
+        let _ = std::fs::remove_file(session::registry_path(&self.state));
+        let _ = std::fs::remove_file(self.state.with_extension("lock"));
+    }
+}
+
+/// Where snapshots come from.
+#[derive(Debug)]
+pub struct Node {
+    /// Where amd-smi output comes from (the real tool, `partop sim amd-smi`, or a recording).
+    pub source: CommandSource,
+    /// The simulated node, when `--sim`.
+    pub sim: Option<SimGuard>,
+    /// Scenario name, when simulated.
+    pub scenario: Option<String>,
+    /// Where GPU holders are looked for (None for a recording).
+    pub roots: Option<crate::collect::holders::Roots>,
+    /// The simulated node's state file (started here or attached to).
+    pub sim_state: Option<PathBuf>,
+    /// The served-model registry, when there is one.
+    pub models: Option<PathBuf>,
+    /// Where values come from, and the kernel collector's roots.
+    pub kernel: Option<(
+        crate::collect::sysfs::SourceMode,
+        crate::collect::holders::Roots,
+    )>,
+    /// An NVIDIA node, and how it is read.
+    pub nvidia: Option<NvidiaAccess>,
+    /// The nvidia-smi to run.
+    pub nvidia_smi: crate::collect::nvidia::smi::NvidiaSmi,
+}
+
+/// How an NVIDIA node is read.
+#[derive(Debug, Clone)]
+pub enum NvidiaAccess {
+    /// NVML (loaded at run time).
+    Nvml,
+    /// nvidia-smi -q -x.
+    Smi(crate::collect::nvidia::smi::NvidiaSmi),
+    /// A recording.
+    Recorded(crate::collect::nvidia::NvNode),
+}
+
+impl NvidiaAccess {
+    /// A source for a collector (NVML falls back to nvidia-smi when it cannot be loaded).
+    pub fn source(
+        &self,
+        smi: &crate::collect::nvidia::smi::NvidiaSmi,
+    ) -> Box<dyn crate::collect::nvidia::NvSource> {
+        match self {
+            Self::Nvml => match crate::collect::nvidia::nvml::NvmlSource::open() {
+                Ok(s) => Box::new(s),
+                Err(e) => {
+                    log::warn!("{e}; reading nvidia-smi instead");
+                    Box::new(smi.clone())
+                }
+            },
+            Self::Smi(s) => Box::new(s.clone()),
+            Self::Recorded(n) => Box::new(crate::collect::nvidia::Recorded(n.clone())),
+        }
+    }
+}
+
+/// The nvidia-smi to run (`--nvidia-smi`, else on PATH).
+pub fn nvidia_smi(src: &SourceArgs) -> crate::collect::nvidia::smi::NvidiaSmi {
+    crate::collect::nvidia::smi::NvidiaSmi {
+        program: src
+            .nvidia_smi
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("nvidia-smi")),
+        prefix: vec![],
+        timeout: Duration::from_secs_f64(src.timeout.max(0.1)),
+    }
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+impl Node {
+    /// A collector for this node: its source, its holder scan, marked simulated when it is.
+    pub fn collector(&self) -> AmdSmiCollector {
+        let mut c = AmdSmiCollector::with_source(self.source.clone());
+        c.simulated = self.sim_state.is_some();
+        c.holder_roots.clone_from(&self.roots);
+        c.models = Some(self.prober());
+        if let Some(n) = &self.nvidia {
+            c.nvidia = Some(n.source(&self.nvidia_smi));
+        }
+        if let Some((mode, roots)) = &self.kernel
+            && *mode != crate::collect::sysfs::SourceMode::AmdSmi
+        {
+            let mut k = crate::collect::sysfs::SysfsCollector::new(roots.clone());
+            k.simulated = c.simulated;
+            c.sysfs = Some(k);
+            c.sysfs_only = *mode == crate::collect::sysfs::SourceMode::Sysfs;
+        }
+        c
+    }
+
+    /// The served-model prober: the registry (a bad one is reported, not fatal) and where
+    /// partop-launched models log.
+    pub fn prober(&self) -> crate::collect::served::ModelProber {
+        let (reg, err) = match &self.models {
+            Some(p) => match crate::collect::served::load_registry(p) {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(e)),
+            },
+            None => (None, None),
+        };
+        let mut m = crate::collect::served::ModelProber::new(reg, err);
+        if let Some(roots) = &self.roots {
+            m.proc_root.clone_from(&roots.proc_root);
+        }
+        m.log_dir = self.model_log_dir();
+        m
+    }
+
+    /// Where partop-launched models log: beside a simulated node's state, else the state dir.
+    pub fn model_log_dir(&self) -> PathBuf {
+        self.sim_state.as_ref().map_or_else(
+            || crate::config::paths::state_dir().join("models"),
+            |st| st.with_extension("logs"),
+        )
+    }
+
+    /// The registry itself (for planning and launching), or its error.
+    pub fn registry(&self) -> Result<Option<crate::domain::models::Registry>> {
+        self.models
+            .as_ref()
+            .map(|p| crate::collect::served::load_registry(p).map_err(anyhow::Error::msg))
+            .transpose()
+    }
+}
+
+/// A runner for the simulator's amd-smi on the node in `state`.
+fn sim_runner(state: &std::path::Path, timeout: Duration) -> Result<Runner> {
+    let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+    Ok(Runner {
+        program: exe,
+        prefix: vec![
+            "sim".into(),
+            "amd-smi".into(),
+            "--state".into(),
+            state.display().to_string(),
+        ],
+        timeout,
+    })
+}
+
+/// Opens the source the flags name.
+pub fn open(src: &SourceArgs) -> Result<Node> {
+    let timeout = Duration::from_secs_f64(src.timeout.max(0.1));
+    if let Some(name) = &src.sim {
+        let scenario = Scenario::load(name)?;
+        let state = session::ephemeral_state_path();
+        session::start(&scenario, &state, None)?;
+        let runner = sim_runner(&state, timeout)?;
+        return Ok(Node {
+            source: CommandSource::Live(runner),
+            roots: Some(crate::sim::session::roots(&state)),
+            models: Some(
+                src.models
+                    .clone()
+                    .unwrap_or_else(|| session::registry_path(&state)),
+            ),
+            sim_state: Some(state.clone()),
+            kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+            sim: Some(SimGuard { state }),
+            scenario: Some(scenario.name),
+        });
+    }
+    if let Some(state) = &src.sim_state {
+        let st = crate::sim::state::SimState::load(state)?;
+        let runner = sim_runner(state, timeout)?;
+        return Ok(Node {
+            source: CommandSource::Live(runner),
+            sim: None,
+            scenario: Some(st.scenario),
+            roots: Some(session::roots(state)),
+            kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+            models: Some(
+                src.models
+                    .clone()
+                    .unwrap_or_else(|| session::registry_path(state)),
+            ),
+            sim_state: Some(state.clone()),
+        });
+    }
+    if let Some(path) = &src.replay {
+        let rec = Recording::load(path)?;
+        return Ok(Node {
+            source: CommandSource::Replay(std::sync::Arc::new(rec)),
+            sim: None,
+            scenario: None,
+            roots: None,
+            sim_state: None,
+            models: src.models.clone(),
+            kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+        });
+    }
+    let kernel_roots = crate::collect::holders::Roots {
+        proc_root: src.proc_root.clone(),
+        sys_root: src.sysfs_root.clone(),
+        dev_root: "/dev".into(),
+    };
+    if src.source == crate::collect::sysfs::SourceMode::Sysfs {
+        // The kernel only: amd-smi is never run (and need not exist).
+        return Ok(Node {
+            source: CommandSource::Live(Runner {
+                timeout,
+                ..Runner::new(PathBuf::from("amd-smi"))
+            }),
+            sim: None,
+            scenario: None,
+            roots: Some(kernel_roots.clone()),
+            sim_state: None,
+            models: src.models.clone(),
+            kernel: Some((src.source, kernel_roots)),
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+        });
+    }
+    // NVIDIA: asked for, recorded, or found where amd-smi is not.
+    let nvidia = if let Some(f) = &src.nvidia_replay {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        Some(NvidiaAccess::Recorded(
+            serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "{} is not an NVIDIA recording made by `partop nvidia record`",
+                    f.display()
+                )
+            })?,
+        ))
+    } else if src.source == crate::collect::sysfs::SourceMode::Nvidia {
+        Some(if src.nvidia_smi.is_some() {
+            NvidiaAccess::Smi(nvidia_smi(src))
+        } else {
+            NvidiaAccess::Nvml
+        })
+    } else if src.source == crate::collect::sysfs::SourceMode::Auto
+        && src.amd_smi.is_none()
+        && locate(None).is_err()
+        && (crate::collect::nvidia::nvml::NvmlSource::open().is_ok() || on_path("nvidia-smi"))
+    {
+        Some(NvidiaAccess::Nvml)
+    } else {
+        None
+    };
+    if nvidia.is_some() {
+        return Ok(Node {
+            source: CommandSource::Live(Runner {
+                timeout,
+                ..Runner::new(PathBuf::from("amd-smi"))
+            }),
+            sim: None,
+            scenario: None,
+            roots: Some(crate::collect::holders::Roots::host()),
+            sim_state: None,
+            models: src.models.clone(),
+            kernel: None,
+            nvidia,
+            nvidia_smi: nvidia_smi(src),
+        });
+    }
+    let program = locate(src.amd_smi.as_deref())?;
+    Ok(Node {
+        source: CommandSource::Live(Runner {
+            timeout,
+            ..Runner::new(program)
+        }),
+        sim: None,
+        scenario: None,
+        roots: Some(crate::collect::holders::Roots::host()),
+        kernel: Some((src.source, kernel_roots)),
+        nvidia: None,
+        nvidia_smi: nvidia_smi(src),
+        sim_state: None,
+        models: src.models.clone().or_else(|| {
+            let p = crate::config::paths::config_dir().join("models.toml");
+            p.exists().then_some(p)
+        }),
+    })
+}
+
+/// The lock file of the node `node` is.
+pub fn lock_path(node: &Node) -> PathBuf {
+    node.sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path)
+}
