@@ -9,6 +9,8 @@ pub mod history;
 pub mod kill;
 pub mod layout;
 pub mod mig;
+pub mod mig_profiles;
+pub mod model_status;
 pub mod models;
 pub mod modes;
 pub mod placement;

@@ -149,3 +149,56 @@ fn the_top_of_src_holds_only_layer_roots() {
         "a new top-level file is a new layer: put commands under src/cli/"
     );
 }
+
+#[test]
+fn the_domain_modules_form_no_cycle() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (f, text) in sources("domain") {
+        let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "domain" {
+            continue;
+        }
+        // Only imports count, not the unit tests at the bottom.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let mut set = BTreeSet::new();
+        for part in code.split("super::").skip(1) {
+            let m: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !m.is_empty() && m != name {
+                set.insert(m);
+            }
+        }
+        deps.insert(name, set);
+    }
+    fn visit(
+        n: &str,
+        deps: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
+        if done.contains(n) {
+            return;
+        }
+        assert!(
+            !path.iter().any(|p| p == n),
+            "domain import cycle: {} -> {n}",
+            path.join(" -> ")
+        );
+        path.push(n.to_string());
+        for d in deps.get(n).into_iter().flatten() {
+            if deps.contains_key(d) {
+                visit(d, deps, path, done);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+    }
+    let mut done = BTreeSet::new();
+    for n in deps.keys() {
+        visit(n, &deps, &mut Vec::new(), &mut done);
+    }
+    assert!(deps.len() > 10, "{deps:?}");
+}

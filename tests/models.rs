@@ -5,7 +5,7 @@
 
 mod common;
 use common::{Node, partop, quick, run, wait_until};
-use partop::domain::models::{ModelState, ServedModel};
+use partop::domain::model_status::{ModelState, ServedModel};
 
 fn cmd(node: &Node) -> std::process::Command {
     let mut c = partop();

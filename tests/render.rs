@@ -186,7 +186,8 @@ fn staging_overlay() {
 /// The dpx-nps2 node with its two model servers as the prober would see them: one registered
 /// (healthy, busy) and one discovered.
 fn with_models(w: u16, h: u16) -> State {
-    use partop::domain::models::{ModelState, ServedModel, parse};
+    use partop::domain::model_status::{ModelState, ServedModel};
+    use partop::domain::models::parse;
     let mut snap = recorded("dpx-nps2-two-models");
     let reg = parse(
         "models.toml",

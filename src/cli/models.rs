@@ -4,8 +4,10 @@
 
 use crate::cli::out::say;
 use crate::cli::{ModelsCmd, SourceArgs, exit};
-use crate::domain::models::{ModelState, ServedModel, Want, entry_for_model};
+use crate::domain::model_status::{ModelState, ServedModel};
+use crate::domain::models::Want;
 use crate::domain::placement::{advise_node, place_now};
+use crate::domain::served::entry_for_model;
 use crate::domain::snapshot::Snapshot;
 use crate::exec::models::{Ops, launch, stop, wait_healthy};
 use crate::node::{Node, open};

@@ -216,7 +216,7 @@ impl Tracker {
         umc: Option<f64>,
         now: u64,
         seen: &mut Vec<String>,
-        models: &[super::models::ServedModel],
+        models: &[super::model_status::ServedModel],
     ) -> Option<Finding> {
         let t = self.thresholds;
         if g.partitions.len() < 2 || l.gfx_busy_percent? < t.hot_busy || umc? < t.hot_umc {
@@ -337,7 +337,7 @@ mod tests {
         let mut t = Tracker::default();
         let with_model = |at| {
             let mut n = node([30.0, 99.0], 88.0, [0, 0], 0, at);
-            n.models = vec![crate::domain::models::ServedModel {
+            n.models = vec![crate::domain::model_status::ServedModel {
                 name: "qwen-32b".into(),
                 model: "Qwen/Qwen2.5-32B-Instruct".into(),
                 server: Some("vllm".into()),
@@ -347,7 +347,7 @@ mod tests {
                 gpus: vec![0],
                 bdfs: vec![],
                 port: None,
-                state: crate::domain::models::ModelState::Healthy,
+                state: crate::domain::model_status::ModelState::Healthy,
                 reason: None,
                 running: Some(4.0),
                 waiting: Some(12.0),

@@ -3,6 +3,7 @@
 
 use super::modes::{ComputeMode, MemoryMode};
 use super::product::Product;
+use super::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
 
 /// The shape of one logical GPU inside its physical GPU.
@@ -78,6 +79,31 @@ pub fn checked_shapes(
             memory,
         })
     }
+}
+
+/// A logical GPU in a layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutRow {
+    /// amd-smi index.
+    pub gpu_id: u32,
+    /// BDF with partition function.
+    pub bdf: String,
+    /// CUs.
+    pub cus: u32,
+    /// Its HBM share, MiB.
+    pub vram_mb: u64,
+}
+
+/// The node's logical GPUs now, as layout rows.
+pub fn layout_rows(snap: &Snapshot) -> Vec<LayoutRow> {
+    snap.logical()
+        .map(|(_, l)| LayoutRow {
+            gpu_id: l.gpu_id,
+            bdf: l.bdf.clone(),
+            cus: l.cu_count.unwrap_or(0),
+            vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -157,3 +157,15 @@ mod tests {
         assert_eq!(ComputeMode::Dpx.partitions(8), 2);
     }
 }
+
+/// How the driver is reloaded after a memory-mode change (from the amd-smi version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reload {
+    /// ROCm 6.3/6.4: `set -M` reloads by itself.
+    InsideSetMemory,
+    /// ROCm 7.0-7.11: `amd-smi reset -r`.
+    ResetReload,
+    /// ROCm 7.12+: `modprobe -r amdgpu && modprobe amdgpu`.
+    Modprobe,
+}

@@ -3,10 +3,10 @@
 //! advisor (which compute x memory mode serves a set of models best on this node). Pure; used
 //! by the planner and the staging screen.
 
+use super::layout::LayoutRow;
 use super::layout::shapes;
 use super::models::Want;
 use super::modes::{ComputeMode, MemoryMode};
-use super::plan::LayoutRow;
 use super::product::{Product, Profile};
 use serde::{Deserialize, Serialize};
 
@@ -133,7 +133,7 @@ pub fn place_now(
     spec: &super::models::ModelSpec,
     want: Option<Want>,
 ) -> Placed {
-    let rows = super::plan::layout_rows(snap);
+    let rows = super::layout::layout_rows(snap);
     let taken: Vec<String> = snap
         .processes
         .iter()

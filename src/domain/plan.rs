@@ -10,17 +10,8 @@ use super::product::{self, Profile};
 use super::snapshot::{PhysicalGpu, Snapshot};
 use serde::{Deserialize, Serialize};
 
-/// How the driver is reloaded after a memory-mode change (from the amd-smi version).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reload {
-    /// ROCm 6.3/6.4: `set -M` reloads by itself.
-    InsideSetMemory,
-    /// ROCm 7.0-7.11: `amd-smi reset -r`.
-    ResetReload,
-    /// ROCm 7.12+: `modprobe -r amdgpu && modprobe amdgpu`.
-    Modprobe,
-}
+pub use super::layout::{LayoutRow, layout_rows};
+pub use super::modes::Reload;
 
 /// What the operator asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,19 +35,6 @@ pub struct GpuChange {
     pub to: (ComputeMode, MemoryMode),
     /// Included only because memory modes are hive-wide.
     pub hive_only: bool,
-}
-
-/// A logical GPU in a layout.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LayoutRow {
-    /// amd-smi index.
-    pub gpu_id: u32,
-    /// BDF with partition function.
-    pub bdf: String,
-    /// CUs.
-    pub cus: u32,
-    /// Its HBM share, MiB.
-    pub vram_mb: u64,
 }
 
 /// A process that must stop first.
@@ -268,18 +246,6 @@ fn layout(gpus: &[Target]) -> Vec<LayoutRow> {
         }
     }
     rows
-}
-
-/// The node's logical GPUs now, as layout rows.
-pub fn layout_rows(snap: &Snapshot) -> Vec<LayoutRow> {
-    snap.logical()
-        .map(|(_, l)| LayoutRow {
-            gpu_id: l.gpu_id,
-            bdf: l.bdf.clone(),
-            cus: l.cu_count.unwrap_or(0),
-            vram_mb: l.vram_capacity_bytes().unwrap_or(0) >> 20,
-        })
-        .collect()
 }
 
 /// Why the plan may not run (or go on running) on the node in `snap`, whose host is `here`:
@@ -739,7 +705,7 @@ fn model_moves(
         .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
         .map(|r| r.bdf.clone())
         .collect();
-    let movers: Vec<&super::models::ServedModel> = snap
+    let movers: Vec<&super::model_status::ServedModel> = snap
         .models
         .iter()
         .filter(|m| m.spec.is_some() && stopped(m.pid))

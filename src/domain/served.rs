@@ -143,6 +143,60 @@ pub fn model_of(command: &str) -> Option<(&'static str, String)> {
     None
 }
 
+/// The registry entry for discovered server `m` of `snap` (None if it is registered already or
+/// its process is gone).
+pub fn entry_for_model(snap: &Snapshot, m: &super::model_status::ServedModel) -> Option<String> {
+    if m.spec.is_some() {
+        return None;
+    }
+    let p = snap.processes.iter().find(|p| Some(p.pid) == m.pid)?;
+    let name = m
+        .model
+        .rsplit('/')
+        .next()
+        .unwrap_or(&m.model)
+        .to_lowercase();
+    Some(entry_for_discovered(
+        &name,
+        &m.model,
+        p.command.as_deref().unwrap_or(""),
+        m.port,
+        p.vram_total(),
+    ))
+}
+
+/// A registry entry for a server partop discovered: its command line with the port and the
+/// device turned into placeholders, its memory from what it holds now (rounded up to GB).
+pub fn entry_for_discovered(
+    name: &str,
+    model: &str,
+    command: &str,
+    port: Option<u16>,
+    vram_bytes: u64,
+) -> String {
+    let mut argv: Vec<String> = Vec::new();
+    let mut it = command.split_whitespace().peekable();
+    while let Some(a) = it.next() {
+        if a == "--port" && it.peek().is_some() {
+            it.next();
+            argv.push("--port".into());
+            argv.push("{port}".into());
+        } else if a.starts_with("--port=") {
+            argv.push("--port={port}".into());
+        } else {
+            argv.push(a.to_string());
+        }
+    }
+    #[expect(clippy::cast_precision_loss, reason = "GB of HBM")]
+    let gb = (vram_bytes as f64 / 1e9).ceil().max(1.0);
+    let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "\n[[model]]\nname = {name:?}\nmodel = {model:?}\nport = {}\nmemory_gb = {gb}  # what it holds now; set it to what it needs\nlaunch.command = [{}]\n",
+        port.unwrap_or(8000),
+        quoted.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +252,24 @@ mod tests {
                 "Qwen2.5-32B"
             ),
             "Qwen/Qwen2.5-32B"
+        );
+    }
+    #[test]
+    fn a_discovered_server_becomes_a_valid_entry() {
+        let e = entry_for_discovered(
+            "llama-8b",
+            "meta-llama/Llama-3.1-8B",
+            "/opt/venv/bin/python3 /opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B --port 8011 --max-model-len 8192",
+            Some(8011),
+            17_500_000_000,
+        );
+        let r = crate::domain::models::parse("m.toml", &e).unwrap();
+        let m = &r.models[0];
+        assert_eq!(m.port, 8011);
+        assert!((m.memory_gb - 18.0).abs() < f64::EPSILON);
+        assert_eq!(
+            m.launch_text(&[5], &[]),
+            "HIP_VISIBLE_DEVICES=5 /opt/venv/bin/python3 /opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B --port 8011 --max-model-len 8192"
         );
     }
 }

@@ -171,7 +171,7 @@ pub struct PhysicalGpu {
     pub mem_clock_mhz: Option<u32>,
     /// NVIDIA GPUs: MIG mode and the GPU-instance profiles offered (None on AMD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mig: Option<super::mig::MigInfo>,
+    pub mig: Option<super::mig_profiles::MigInfo>,
     /// Socket power, watts (device-wide).
     pub power_watts: Option<f64>,
     /// Power cap, watts.
@@ -300,10 +300,10 @@ pub struct Snapshot {
     pub processes: Vec<Process>,
     /// How this node's driver is reloaded after a memory-mode change (from the amd-smi version).
     #[serde(default)]
-    pub reload: Option<super::plan::Reload>,
+    pub reload: Option<super::modes::Reload>,
     /// Served models: registered and discovered, with health and load.
     #[serde(default)]
-    pub models: Vec<super::models::ServedModel>,
+    pub models: Vec<super::model_status::ServedModel>,
 }
 
 /// Current snapshot document version.

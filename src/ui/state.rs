@@ -665,7 +665,7 @@ fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
     let m = snap.models.get(sel)?;
     match (c, &m.spec) {
         (Command::ModelAddToRegistry, None) => {
-            let entry = crate::domain::models::entry_for_model(snap, m)?;
+            let entry = crate::domain::served::entry_for_model(snap, m)?;
             Some(ModelAsk {
                 lines: entry.lines().map(str::to_string).collect(),
                 title: format!("Add {} to the model registry?", m.name),

@@ -4,7 +4,8 @@
 //! had (a new pid is a restart; a vanished one a crash), and the log tail.
 
 use super::{http, metrics};
-use crate::domain::models::{ModelState, Registry, ServedModel};
+use crate::domain::model_status::{ModelState, ServedModel};
+use crate::domain::models::Registry;
 use crate::domain::served::{Discovered, discover};
 use crate::domain::snapshot::Snapshot;
 use std::collections::HashMap;

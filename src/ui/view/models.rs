@@ -3,7 +3,7 @@
 //! log tail. Also the confirmation overlay of a model action.
 
 use super::fmt::{cut, offset};
-use crate::domain::models::ModelState;
+use crate::domain::model_status::ModelState;
 use crate::ui::state::{ModelAsk, State};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
