@@ -210,10 +210,9 @@ impl Node {
 }
 
 /// A runner for the simulator's amd-smi on the node in `state`.
-fn sim_runner(state: &std::path::Path, timeout: Duration) -> Result<Runner> {
-    let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+fn sim_runner(exe: &std::path::Path, state: &std::path::Path, timeout: Duration) -> Result<Runner> {
     Ok(Runner {
-        program: exe,
+        program: exe.to_path_buf(),
         prefix: vec![
             "sim".into(),
             "amd-smi".into(),
@@ -226,12 +225,19 @@ fn sim_runner(state: &std::path::Path, timeout: Duration) -> Result<Runner> {
 
 /// Opens the source the flags name.
 pub fn open(src: &SourceArgs) -> Result<Node> {
+    let exe = std::env::current_exe().context("cannot find partop's own executable")?;
+    open_with(src, &exe)
+}
+
+/// Opens the source the flags name, with `exe` as the partop whose `sim amd-smi` stands in for
+/// amd-smi on a simulated node (the headless tests run inside another binary).
+pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
     let timeout = Duration::from_secs_f64(src.timeout.max(0.1));
     if let Some(name) = &src.sim {
         let scenario = Scenario::load(name)?;
         let state = session::ephemeral_state_path();
         session::start(&scenario, &state, None)?;
-        let runner = sim_runner(&state, timeout)?;
+        let runner = sim_runner(exe, &state, timeout)?;
         return Ok(Node {
             source: CommandSource::Live(runner),
             roots: Some(crate::sim::session::roots(&state)),
@@ -250,7 +256,7 @@ pub fn open(src: &SourceArgs) -> Result<Node> {
     }
     if let Some(state) = &src.sim_state {
         let st = crate::sim::state::SimState::load(state)?;
-        let runner = sim_runner(state, timeout)?;
+        let runner = sim_runner(exe, state, timeout)?;
         return Ok(Node {
             source: CommandSource::Live(runner),
             sim: None,

@@ -7,6 +7,7 @@ pub mod app;
 pub mod command;
 pub mod config;
 pub mod dialog;
+pub mod effect;
 pub mod keymap;
 pub mod mig_stage;
 pub mod stage;

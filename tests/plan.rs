@@ -305,3 +305,17 @@ fn partop_plan_on_the_simulator() {
     assert_eq!(o.code, 1);
     assert!(o.stderr.contains("does not offer CPX/NPS2"), "{}", o.stderr);
 }
+
+#[test]
+fn a_node_listing_no_gpu_is_not_nothing_to_change() {
+    let e = plan(
+        &partop::domain::Snapshot::default(),
+        &draft(&[], None, Some(MemoryMode::Nps2)),
+        Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap_err();
+    assert_eq!(e, vec![partop::domain::plan::PlanError::NoGpus]);
+    assert!(e[0].to_string().contains("driver reload in progress"));
+}

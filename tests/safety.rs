@@ -509,6 +509,16 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
     });
     child.kill().unwrap();
     child.wait().unwrap();
+    // The killed run's reload finishes by itself (the driver comes back); then plan.
+    wait_until("the driver to be back", || {
+        run(
+            e.cmd()
+                .args(["plan", "--memory", "NPS4", "--compute", "CPX"]),
+            "",
+        )
+        .code
+            == 0
+    });
     // A fresh apply of anything is refused while a run is unfinished, with the way on.
     let other = e.plan("--memory NPS4 --compute CPX", "other.json");
     let plan_out = run(

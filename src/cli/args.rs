@@ -25,6 +25,9 @@ pub struct Cli {
     /// Remove every mutating command (kill, repartition) and its hints.
     #[arg(long, global = true)]
     pub read_only: bool,
+    /// The audit journal (default: config.toml's `journal`, else the state directory's).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub journal: Option<std::path::PathBuf>,
     /// Refresh interval in seconds, 0.1 to 3600 (default: config.toml's refresh_secs, else 1).
     #[arg(long, value_name = "SECS", value_parser = crate::config::file::refresh_secs)]
     pub refresh: Option<f64>,

@@ -23,9 +23,9 @@ pub fn main(cli: Cli) -> Result<u8> {
         cli.command,
         Some(Cmd::CheckConfig | Cmd::Completions { .. } | Cmd::Man | Cmd::Sim { .. })
     ) {
-        Settings::flags_only(cli.read_only)
+        Settings::flags_only(cli.read_only, cli.journal.as_deref())
     } else {
-        crate::config::settings::resolve(cli.read_only)?
+        crate::config::settings::resolve(cli.read_only, cli.journal.as_deref())?
     };
     let settings = &settings;
     match cli.command {

@@ -74,7 +74,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     {
         state.grace_ms = (settings.config.grace_secs.max(0.0) * 1000.0) as u64;
     }
-    let exec = crate::ui::app::ExecSettings {
+    let exec = crate::ui::effect::ExecSettings {
         journal: settings.journal.clone(),
         proc_root: "/proc".into(),
         simulated: node.sim_state.is_some(),
@@ -83,6 +83,8 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         model_log_dir: node.model_log_dir(),
         nvidia_smi: cli.source.nvidia_smi.clone(),
         nvidia_replay: cli.source.nvidia_replay.is_some(),
+        exe: std::env::current_exe()?,
+        apply_dir: crate::ui::effect::default_apply_dir(),
     };
     state.nvidia_smi = cli
         .source
@@ -90,7 +92,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         .as_ref()
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string());
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
-    state.applying = crate::ui::app::running_apply();
+    state.applying = crate::ui::effect::running_apply(&crate::ui::effect::default_apply_dir());
     state.scenario.clone_from(&node.scenario);
     // The simulator knows how long its reload takes; a real node gets the planning figure.
     if let Some(st) = node
@@ -115,7 +117,9 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
         let handle = task::spawn(collector, refresh, tx, req_rx);
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
-        let r = crate::ui::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec).await;
+        let r = crate::ui::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec)
+            .await
+            .map(|_| ());
         drop(guard);
         handle.abort();
         r
@@ -123,7 +127,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     rt.shutdown_timeout(Duration::from_millis(500));
     // A repartition still running on the simulated node needs the node: leave it running
     // rather than pull it from under the apply, and say how to stop it.
-    if crate::ui::app::running_apply().is_some()
+    if crate::ui::effect::running_apply(&crate::ui::effect::default_apply_dir()).is_some()
         && let Some(state) = node.sim.take().map(crate::node::SimGuard::keep)
     {
         let _ = writeln!(

@@ -27,13 +27,15 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut open = true;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                r = requests.recv() => match r {
+                r = requests.recv(), if open => match r {
                     Some(Request::Rescan) => collector.invalidate_static(),
                     Some(Request::RefreshNow) => {}
-                    None => {}
+                    // No one asks any more: sample on the tick only (never spin).
+                    None => open = false,
                 },
             }
             let snap = collector.sample().await;

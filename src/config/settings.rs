@@ -12,10 +12,13 @@ pub struct Settings {
     pub config: super::Config,
 }
 
-/// Resolves the settings from the flag and `config.toml`. A config file that cannot be read
+/// Resolves the settings from the flags (`--read-only`, `--journal`) and `config.toml`. A config file that cannot be read
 /// or parsed, or holds an absurd value, is an error for every command: a broken file must
 /// never silently turn read-only off or move the journal.
-pub fn resolve(read_only_flag: bool) -> anyhow::Result<Settings> {
+pub fn resolve(
+    read_only_flag: bool,
+    journal_flag: Option<&std::path::Path>,
+) -> anyhow::Result<Settings> {
     let path = crate::config::paths::config_dir().join("config.toml");
     let config = match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -34,9 +37,9 @@ pub fn resolve(read_only_flag: bool) -> anyhow::Result<Settings> {
     };
     Ok(Settings {
         read_only: read_only_flag || config.read_only,
-        journal: config
-            .journal
-            .clone()
+        journal: journal_flag
+            .map(std::path::Path::to_path_buf)
+            .or_else(|| config.journal.clone())
             .unwrap_or_else(crate::exec::journal::default_path),
         config,
     })
@@ -45,11 +48,14 @@ pub fn resolve(read_only_flag: bool) -> anyhow::Result<Settings> {
 impl Settings {
     /// Only what the flags say (for commands that read no configuration: check-config, the
     /// simulator's own tools, completions).
-    pub fn flags_only(read_only: bool) -> Self {
+    pub fn flags_only(read_only: bool, journal: Option<&std::path::Path>) -> Self {
         let config = super::Config::default();
         Self {
             read_only,
-            journal: crate::exec::journal::default_path(),
+            journal: journal.map_or_else(
+                crate::exec::journal::default_path,
+                std::path::Path::to_path_buf,
+            ),
             config,
         }
     }

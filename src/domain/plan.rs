@@ -170,6 +170,11 @@ impl Plan {
 /// Why a draft cannot be planned.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// The node lists no GPU (the driver is away: a reload in progress, or not loaded).
+    #[error(
+        "the node lists no GPU right now (a driver reload in progress, or amdgpu not loaded); plan again once `amd-smi list` shows the GPUs"
+    )]
+    NoGpus,
     /// Nothing to change.
     #[error("nothing to change: the selected GPUs are already in the requested modes")]
     NoChange,
@@ -324,6 +329,9 @@ pub fn plan(
     reload_secs: u32,
     grace_secs: u32,
 ) -> Result<Plan, Vec<PlanError>> {
+    if snap.gpus.is_empty() {
+        return Err(vec![PlanError::NoGpus]);
+    }
     let mut errors = Vec::new();
     for b in &draft.gpus {
         if !snap.gpus.iter().any(|g| &g.bdf == b) {

@@ -2,14 +2,16 @@
 //! its effects, and draws when something changed. Input is read on its own thread, so a slow
 //! collector can never delay a key press.
 
+use super::effect::{EffectRunner, ExecSettings, Facts};
 use super::state::{Effect, Msg, State, update};
 use super::theme::Theme;
 use super::view;
 use crate::collect::clock;
 use crate::collect::task::Request;
 use crate::domain::Snapshot;
-use ratatui::DefaultTerminal;
+use ratatui::backend::Backend;
 use ratatui::crossterm::event::{self, Event};
+use ratatui::{DefaultTerminal, Terminal};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -37,293 +39,49 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
     });
 }
 
-/// What the executors need from the app.
-#[derive(Debug, Clone)]
-pub struct ExecSettings {
-    /// The journal file.
-    pub journal: std::path::PathBuf,
-    /// `/proc`.
-    pub proc_root: std::path::PathBuf,
-    /// The node is simulated (noted in the journal).
-    pub simulated: bool,
-    /// The simulated node's state file (passed to a detached apply).
-    pub sim_state: Option<std::path::PathBuf>,
-    /// The served-model registry file (passed to a detached apply; where "add" writes).
-    pub models: Option<std::path::PathBuf>,
-    /// Where partop-launched models log.
-    pub model_log_dir: std::path::PathBuf,
-    /// The nvidia-smi given with `--nvidia-smi` (passed to a detached MIG apply).
-    pub nvidia_smi: Option<std::path::PathBuf>,
-    /// The node is an NVIDIA recording (nothing can be applied).
-    pub nvidia_replay: bool,
-}
-
-/// Runs a confirmed model action (blocking: signals, launches, the health wait), reporting in
-/// the log view.
-fn model_action(
-    action: &super::state::ModelAction,
-    snap: Option<&crate::domain::Snapshot>,
-    exec: &ExecSettings,
-    grace_ms: u64,
-) {
-    use super::state::ModelAction;
-    use crate::exec::models::{Ops, launch, stop, wait_healthy};
-    let ops = Ops {
-        log_dir: exec.model_log_dir.clone(),
-        journal: exec.journal.clone(),
-        simulated: exec.simulated,
-        grace: Duration::from_millis(grace_ms),
-        kill_after: false,
-    };
-    // A model start or stop is a change to the node: one at a time, never during an apply.
-    let lock_path = exec
-        .sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
-    let _lock = match crate::exec::lock::acquire(
-        &lock_path,
-        &crate::exec::lock::Holder::me("model action (monitor)", "", &exec.journal),
-    ) {
-        Ok(l) => l,
-        Err(e) => {
-            log::error!("{e}");
-            return;
-        }
-    };
-    let find = |name: &str| {
-        snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
-            .and_then(|m| m.spec.clone().map(|spec| (m, spec)))
-    };
-    match action {
-        ModelAction::AddToRegistry { entry } => {
-            let path = exec
-                .models
-                .clone()
-                .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
-            match crate::exec::registry::append_entry(&path, entry, &exec.journal) {
-                Ok(()) => log::info!("added to {}", path.display()),
-                Err(e) => log::error!("{e}"),
-            }
-        }
-        ModelAction::Stop { name } => {
-            let Some((m, spec)) = find(name) else { return };
-            match stop(
-                &ops,
-                &spec,
-                &m.gpus,
-                &m.bdfs,
-                m.pid.map(|p| (p, m.start_ticks)),
-            ) {
-                Ok(d) => log::info!("{name}: {d}"),
-                Err(e) => log::error!("{name}: {e}"),
-            }
-        }
-        ModelAction::Restart { name } => {
-            let Some((m, spec)) = find(name) else { return };
-            if m.pid.is_some() {
-                match stop(
-                    &ops,
-                    &spec,
-                    &m.gpus,
-                    &m.bdfs,
-                    m.pid.map(|p| (p, m.start_ticks)),
-                ) {
-                    Ok(d) => log::info!("{name}: {d}"),
-                    Err(e) => {
-                        log::error!("{name}: {e}; not restarted");
-                        return;
-                    }
-                }
-            }
-            let (ids, bdfs) = if m.gpus.is_empty() {
-                let Some(s) = snap else { return };
-                let p = crate::domain::placement::place_now(s, &spec, None);
-                if p.to.is_empty() {
-                    log::error!("{name}: {}", p.reason.unwrap_or_default());
-                    return;
-                }
-                (
-                    p.to.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
-                    p.to.iter().map(|r| r.bdf.clone()).collect::<Vec<_>>(),
-                )
-            } else {
-                (m.gpus.clone(), m.bdfs.clone())
-            };
-            match launch(&ops, &spec, &ids, &bdfs) {
-                Ok(l) => {
-                    log::info!(
-                        "{name}: started ({}); waiting for {}",
-                        l.what,
-                        spec.health_url
-                    );
-                    match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| log::info!("{p}")) {
-                        Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
-                        Err(e) => log::error!("{e}"),
-                    }
-                }
-                Err(e) => log::error!("{name}: {e}"),
-            }
-        }
-    }
-}
-
-/// Where detached applies keep their plan, log and the pointer to the current one.
-pub fn apply_dir() -> std::path::PathBuf {
-    crate::config::paths::state_dir().join("apply")
-}
-
-/// Writes `plan` under the apply directory as `NAME.json` and starts partop with `args` and
-/// that file, detached (its own process group, so it survives the terminal or the SSH session
-/// going away), logging to `NAME.log`. Returns (pid, plan file, log).
-fn spawn_detached(
-    name: &str,
-    plan: &impl serde::Serialize,
-    args: &[std::ffi::OsString],
-) -> std::io::Result<(u32, std::path::PathBuf, std::path::PathBuf)> {
-    use std::os::unix::process::CommandExt;
-    let dir = apply_dir();
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("{name}.json"));
-    std::fs::write(
-        &file,
-        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
-    )?;
-    let log = dir.join(format!("{name}.log"));
-    let out = std::fs::File::create(&log)?;
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args(args)
-        .arg(&file)
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .process_group(0)
-        .spawn()?;
-    let pid = child.id();
-    // Its exit status, for a monitor that sees it end without finishing.
-    let exit_file = dir.join(format!("{name}.exit"));
-    std::thread::spawn(move || {
-        if let Ok(st) = child.wait() {
-            let _ = std::fs::write(exit_file, st.to_string());
-        }
-    });
-    Ok((pid, file, log))
-}
-
-/// Starts `partop apply` for a confirmed plan, detached, and returns what to follow.
-fn spawn_apply(
-    plan: &crate::domain::plan::Plan,
-    exec: &ExecSettings,
-    grace_ms: u64,
-) -> std::io::Result<super::stage::Progress> {
-    let mut args: Vec<std::ffi::OsString> = Vec::new();
-    if let Some(s) = &exec.sim_state {
-        args.extend(["--sim-state".into(), s.into()]);
-    }
-    if let Some(m) = &exec.models {
-        args.extend(["--models".into(), m.into()]);
-    }
-    args.extend(["apply", "--yes", "--grace"].map(Into::into));
-    args.push(format!("{}", grace_ms / 1000).into());
-    let _ = std::fs::remove_file(apply_dir().join(format!("{}.exit", plan.fingerprint)));
-    let (pid, file, log) = spawn_detached(&plan.fingerprint, plan, &args)?;
-    let pointer =
-        serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
-    std::fs::write(apply_dir().join("current.json"), pointer.to_string())?;
-    let mut p = super::stage::Progress::new(plan.clone(), log.display().to_string());
-    p.pid = Some(pid);
-    Ok(p)
-}
-
-/// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its log.
-fn spawn_mig_apply(
-    plan: &crate::domain::mig::MigPlan,
-    exec: &ExecSettings,
-    grace_ms: u64,
-) -> std::io::Result<String> {
-    if exec.nvidia_replay {
-        return Err(std::io::Error::other("a recording cannot be changed"));
-    }
-    let mut args: Vec<std::ffi::OsString> = vec!["--source".into(), "nvidia".into()];
-    if let Some(s) = &exec.nvidia_smi {
-        args.extend(["--nvidia-smi".into(), s.into()]);
-    }
-    args.extend(["mig", "apply", "--yes", "--grace"].map(Into::into));
-    args.push(format!("{}", grace_ms / 1000).into());
-    let (_, _, log) = spawn_detached(&format!("mig-{}", plan.fingerprint), plan, &args)?;
-    Ok(log.display().to_string())
-}
-
-/// Reads the journal for the views, with what only I/O can tell: whether the apply being
-/// followed still runs (else how it ended and its last log line), and an unfinished run that
-/// no partop is working on (no one holds the node lock).
-fn load_journal(exec: &ExecSettings, applying: Option<&super::stage::Progress>) -> Msg {
-    let (entries, bad) = match crate::exec::journal::read(&exec.journal) {
-        Ok(x) => x,
-        Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
-    };
-    let lock = exec
-        .sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
-    let holder = crate::exec::lock::holder(&lock);
-    let unfinished = crate::exec::journal::runs(&entries)
-        .into_iter()
-        .rev()
-        .find(|r| r.closed.is_none() && holder.as_ref().is_none_or(|h| h.id != r.run))
-        .map(|r| r.headline());
-    let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
-        let pid = p.pid?;
-        if crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid).is_some() {
-            return None;
-        }
-        let log = std::path::Path::new(&p.log);
-        let status = std::fs::read_to_string(log.with_extension("exit"))
-            .unwrap_or_else(|_| "exit status unknown".into());
-        let last = std::fs::read_to_string(log)
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .map(str::to_string)
-            })
-            .unwrap_or_default();
-        Some(format!(
-            "pid {pid} {status}; last line: {}",
-            crate::domain::text::escape_controls(&last)
-        ))
-    });
-    Msg::Journal(entries, bad, unfinished, exited)
-}
-
-/// A detached apply still running from an earlier partop, to attach to.
-pub fn running_apply() -> Option<super::stage::Progress> {
-    let dir = apply_dir();
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("current.json")).ok()?).ok()?;
-    let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
-    crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid)?;
-    let plan = serde_json::from_str(&std::fs::read_to_string(v["plan"].as_str()?).ok()?).ok()?;
-    let mut p = super::stage::Progress::new(plan, v["log"].as_str()?.to_string());
-    p.pid = Some(pid);
-    Some(p)
-}
-
-/// Runs until quit (a key, SIGTERM, SIGHUP or SIGINT).
+/// Runs the monitor in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT): keys
+/// from the input thread, SIGTSTP suspends like a shell job.
 pub async fn run(
     terminal: &mut DefaultTerminal,
+    state: State,
+    theme: &Theme,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    requests: mpsc::Sender<Request>,
+    exec: ExecSettings,
+) -> anyhow::Result<State> {
+    let (tx, rx) = mpsc::channel(64);
+    let stop = Arc::new(AtomicBool::new(false));
+    input_thread(tx.clone(), Arc::clone(&stop));
+    let runner = EffectRunner { exec, requests, tx };
+    let r = run_with(terminal, state, theme, snapshots, runner, rx, |t| {
+        super::terminal::suspend(t)
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    r
+}
+
+/// The app loop over any ratatui backend and any source of messages (keys, resizes, and what
+/// effects send back): the real terminal above, a `TestBackend` and scripted input in the
+/// headless tests. Owns the state, draws when something changed, and hands every effect to the
+/// runner, which never touches the state. Returns the final state.
+pub async fn run_with<B>(
+    terminal: &mut Terminal<B>,
     mut state: State,
     theme: &Theme,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
-    requests: mpsc::Sender<Request>,
-    exec: ExecSettings,
-) -> anyhow::Result<()> {
-    let (tx, mut rx) = mpsc::channel(64);
-    let stop = Arc::new(AtomicBool::new(false));
-    input_thread(tx.clone(), Arc::clone(&stop));
+    runner: EffectRunner,
+    mut rx: mpsc::Receiver<Msg>,
+    mut suspend: impl FnMut(&mut Terminal<B>) -> std::io::Result<()>,
+) -> anyhow::Result<State>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let size = terminal.size()?;
-    update(&mut state, Msg::Resize(size.width, size.height));
-    update(&mut state, Msg::Tick(clock::now_ms()));
+    let mut pending: std::collections::VecDeque<Effect> = std::collections::VecDeque::new();
+    pending.extend(update(&mut state, Msg::Resize(size.width, size.height)));
+    pending.extend(update(&mut state, Msg::Tick(clock::now_ms())));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -331,119 +89,53 @@ pub async fn run(
         nix::sys::signal::Signal::SIGTSTP as i32,
     ))?;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut dirty = true;
-    let mut tick_redraw: Option<bool> = None;
+    let mut redraw = true;
     let mut last_draw = std::time::Instant::now();
     loop {
-        if dirty {
+        // Every effect is run, whatever caused it and whether or not a frame is drawn.
+        let facts = Facts {
+            grace_ms: state.grace_ms,
+            snapshot: state.snapshot.clone(),
+            applying: state.applying.clone(),
+        };
+        let mut quit = false;
+        while let Some(e) = pending.pop_front() {
+            quit |= runner.run(e, &facts);
+        }
+        if quit {
+            break;
+        }
+        if redraw {
             terminal.draw(|f| view::render(f, &state, theme))?;
             last_draw = std::time::Instant::now();
         }
-        let effects = tokio::select! {
-            Some(m) = rx.recv() => update(&mut state, m),
+        let (effects, draw) = tokio::select! {
+            // A sample that is ready is taken before a key that is ready: what the operator acts
+            // on next is the newest view of the node (and scripted input is deterministic).
+            biased;
             r = snapshots.changed() => {
                 if r.is_err() {
                     break;
                 }
                 let s = Arc::clone(&snapshots.borrow_and_update());
-                update(&mut state, Msg::Snapshot(s))
+                (update(&mut state, Msg::Snapshot(s)), true)
             }
+            Some(m) = rx.recv() => (update(&mut state, m), true),
             _ = tick.tick() => {
-                // Ages on screen move once a second: a tick redraws only if nothing else has,
-                // but its effects (following an apply) always run.
-                tick_redraw = Some(last_draw.elapsed() >= Duration::from_millis(950));
-                update(&mut state, Msg::Tick(clock::now_ms()))
+                // Ages on screen move once a second: a tick redraws only if nothing else has.
+                let e = update(&mut state, Msg::Tick(clock::now_ms()));
+                (e, last_draw.elapsed() >= Duration::from_millis(950))
             }
-            _ = term.recv() => vec![Effect::Quit],
-            _ = hup.recv() => vec![Effect::Quit],
-            _ = int.recv() => vec![Effect::Quit],
+            _ = term.recv() => (vec![Effect::Quit], false),
+            _ = hup.recv() => (vec![Effect::Quit], false),
+            _ = int.recv() => (vec![Effect::Quit], false),
             _ = tstp.recv() => {
-                super::terminal::suspend(terminal)?;
-                Vec::new()
+                suspend(terminal)?;
+                (Vec::new(), true)
             }
         };
-        dirty = tick_redraw.take().unwrap_or(true);
-        let mut quit = false;
-        let mut pending: std::collections::VecDeque<Effect> = effects.into();
-        while let Some(e) = pending.pop_front() {
-            match e {
-                Effect::Quit => quit = true,
-                Effect::RefreshNow => {
-                    let _ = requests.try_send(Request::RefreshNow);
-                }
-                Effect::Kill(targets, sig) => {
-                    let job = crate::exec::kill::KillJob {
-                        targets,
-                        sig,
-                        grace: Duration::from_millis(state.grace_ms),
-                        proc_root: exec.proc_root.clone(),
-                        journal: exec.journal.clone(),
-                        simulated: exec.simulated,
-                    };
-                    log::info!(
-                        "{} to {:?}",
-                        sig.name(),
-                        job.targets.iter().map(|t| t.pid).collect::<Vec<_>>()
-                    );
-                    let tx = tx.clone();
-                    // Signals and the grace wait block: run them off the UI thread.
-                    tokio::task::spawn_blocking(move || {
-                        // A journal that cannot be written stops the kill before any signal;
-                        // the dialog hears it as a JournalError.
-                        let _ = crate::exec::kill::run(&job, |e| {
-                            let _ = tx.blocking_send(Msg::Kill(e));
-                        });
-                    });
-                }
-                Effect::Rescan => {
-                    let _ = requests.try_send(Request::Rescan);
-                }
-                Effect::MigApply(plan) => match spawn_mig_apply(&plan, &exec, state.grace_ms) {
-                    Ok(log) => log::info!(
-                        "applying MIG plan {} (detached; log {log}; the Journal view follows it)",
-                        plan.fingerprint
-                    ),
-                    Err(e) => log::error!(
-                        "could not start the apply of MIG plan {}: {e}",
-                        plan.fingerprint
-                    ),
-                },
-                Effect::Model(action) => {
-                    let snap = state.snapshot.clone();
-                    let exec = exec.clone();
-                    let grace = state.grace_ms;
-                    let requests = requests.clone();
-                    tokio::task::spawn_blocking(move || {
-                        model_action(&action, snap.as_deref(), &exec, grace);
-                        let _ = requests.try_send(Request::RefreshNow);
-                    });
-                }
-                Effect::Apply(plan) => match spawn_apply(&plan, &exec, state.grace_ms) {
-                    Ok(p) => {
-                        log::info!(
-                            "applying plan {} (detached; log {})",
-                            plan.fingerprint,
-                            p.log
-                        );
-                        state.applying = Some(p);
-                    }
-                    Err(e) => log::error!(
-                        "could not start the apply of plan {}: {e}",
-                        plan.fingerprint
-                    ),
-                },
-                Effect::LoadJournal => {
-                    let msg = load_journal(&exec, state.applying.as_ref());
-                    // What the reducer answers (a Rescan after an apply) is run like any
-                    // other effect: never dropped.
-                    pending.extend(update(&mut state, msg));
-                }
-            }
-        }
-        if quit {
-            break;
-        }
+        pending.extend(effects);
+        redraw = draw;
     }
-    stop.store(true, Ordering::Relaxed);
-    Ok(())
+    Ok(state)
 }

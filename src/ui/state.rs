@@ -248,6 +248,8 @@ pub enum Msg {
     /// Progress of a kill job.
     Kill(crate::exec::kill::KillEvent),
     /// The journal, read.
+    /// A detached apply was started (what to follow), or could not be.
+    ApplyStarted(Result<Box<crate::ui::stage::Progress>, String>),
     /// The journal, with an unfinished run nobody works on (its description), and how the
     /// followed apply ended when its process is gone without finishing.
     Journal(
@@ -1246,6 +1248,20 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             } else {
                 Vec::new()
             }
+        }
+        Msg::ApplyStarted(r) => {
+            match r {
+                Ok(p) => {
+                    log::info!(
+                        "applying plan {} (detached; log {})",
+                        p.plan.fingerprint,
+                        p.log
+                    );
+                    state.applying = Some(*p);
+                }
+                Err(e) => log::error!("{e}"),
+            }
+            Vec::new()
         }
         Msg::Journal(mut entries, bad, unfinished, exited) => {
             let mut effects = Vec::new();

@@ -1,0 +1,398 @@
+//! The effect runner: what the reducer asks for (signals, applies, model actions, journal
+//! reads, collector requests) done off the UI task, with every result coming back as a message.
+//! Sits between the pure reducer (`state`) and the executors (`exec`).
+
+use super::state::{Effect, Msg};
+use crate::collect::task::Request;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// What the executors need from the app.
+#[derive(Debug, Clone)]
+pub struct ExecSettings {
+    /// The journal file.
+    pub journal: std::path::PathBuf,
+    /// `/proc`.
+    pub proc_root: std::path::PathBuf,
+    /// The node is simulated (noted in the journal).
+    pub simulated: bool,
+    /// The simulated node's state file (passed to a detached apply).
+    pub sim_state: Option<std::path::PathBuf>,
+    /// The served-model registry file (passed to a detached apply; where "add" writes).
+    pub models: Option<std::path::PathBuf>,
+    /// Where partop-launched models log.
+    pub model_log_dir: std::path::PathBuf,
+    /// The nvidia-smi given with `--nvidia-smi` (passed to a detached MIG apply).
+    pub nvidia_smi: Option<std::path::PathBuf>,
+    /// The node is an NVIDIA recording (nothing can be applied).
+    pub nvidia_replay: bool,
+    /// The partop executable a detached apply runs.
+    pub exe: std::path::PathBuf,
+    /// Where detached applies keep their plan, log and exit status.
+    pub apply_dir: std::path::PathBuf,
+}
+
+/// Runs a confirmed model action (blocking: signals, launches, the health wait), reporting in
+/// the log view.
+fn model_action(
+    action: &crate::ui::state::ModelAction,
+    snap: Option<&crate::domain::Snapshot>,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) {
+    use crate::exec::models::{Ops, launch, stop, wait_healthy};
+    use crate::ui::state::ModelAction;
+    let ops = Ops {
+        log_dir: exec.model_log_dir.clone(),
+        journal: exec.journal.clone(),
+        simulated: exec.simulated,
+        grace: Duration::from_millis(grace_ms),
+        kill_after: false,
+    };
+    // A model start or stop is a change to the node: one at a time, never during an apply.
+    let lock_path = exec
+        .sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
+    let _lock = match crate::exec::lock::acquire(
+        &lock_path,
+        &crate::exec::lock::Holder::me("model action (monitor)", "", &exec.journal),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("{e}");
+            return;
+        }
+    };
+    let find = |name: &str| {
+        snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
+            .and_then(|m| m.spec.clone().map(|spec| (m, spec)))
+    };
+    match action {
+        ModelAction::AddToRegistry { entry } => {
+            let path = exec
+                .models
+                .clone()
+                .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
+            match crate::exec::registry::append_entry(&path, entry, &exec.journal) {
+                Ok(()) => log::info!("added to {}", path.display()),
+                Err(e) => log::error!("{e}"),
+            }
+        }
+        ModelAction::Stop { name } => {
+            let Some((m, spec)) = find(name) else { return };
+            match stop(
+                &ops,
+                &spec,
+                &m.gpus,
+                &m.bdfs,
+                m.pid.map(|p| (p, m.start_ticks)),
+            ) {
+                Ok(d) => log::info!("{name}: {d}"),
+                Err(e) => log::error!("{name}: {e}"),
+            }
+        }
+        ModelAction::Restart { name } => {
+            let Some((m, spec)) = find(name) else { return };
+            if m.pid.is_some() {
+                match stop(
+                    &ops,
+                    &spec,
+                    &m.gpus,
+                    &m.bdfs,
+                    m.pid.map(|p| (p, m.start_ticks)),
+                ) {
+                    Ok(d) => log::info!("{name}: {d}"),
+                    Err(e) => {
+                        log::error!("{name}: {e}; not restarted");
+                        return;
+                    }
+                }
+            }
+            let (ids, bdfs) = if m.gpus.is_empty() {
+                let Some(s) = snap else { return };
+                let p = crate::domain::placement::place_now(s, &spec, None);
+                if p.to.is_empty() {
+                    log::error!("{name}: {}", p.reason.unwrap_or_default());
+                    return;
+                }
+                (
+                    p.to.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
+                    p.to.iter().map(|r| r.bdf.clone()).collect::<Vec<_>>(),
+                )
+            } else {
+                (m.gpus.clone(), m.bdfs.clone())
+            };
+            match launch(&ops, &spec, &ids, &bdfs) {
+                Ok(l) => {
+                    log::info!(
+                        "{name}: started ({}); waiting for {}",
+                        l.what,
+                        spec.health_url
+                    );
+                    match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| log::info!("{p}")) {
+                        Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
+                        Err(e) => log::error!("{e}"),
+                    }
+                }
+                Err(e) => log::error!("{name}: {e}"),
+            }
+        }
+    }
+}
+
+/// Where detached applies keep their plan, log and the pointer to the current one, by default.
+pub fn default_apply_dir() -> std::path::PathBuf {
+    crate::config::paths::state_dir().join("apply")
+}
+
+/// Writes `plan` under the apply directory as `NAME.json` and starts partop with `args` and
+/// that file, detached (its own process group, so it survives the terminal or the SSH session
+/// going away), logging to `NAME.log`. Returns (pid, plan file, log).
+fn spawn_detached(
+    exec: &ExecSettings,
+    name: &str,
+    plan: &impl serde::Serialize,
+    args: &[std::ffi::OsString],
+) -> std::io::Result<(u32, std::path::PathBuf, std::path::PathBuf)> {
+    use std::os::unix::process::CommandExt;
+    let dir = exec.apply_dir.clone();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
+    )?;
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log)?;
+    let mut child = std::process::Command::new(&exec.exe)
+        .arg("--journal")
+        .arg(&exec.journal)
+        .args(args)
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()?;
+    let pid = child.id();
+    // Its exit status, for a monitor that sees it end without finishing.
+    let exit_file = dir.join(format!("{name}.exit"));
+    std::thread::spawn(move || {
+        if let Ok(st) = child.wait() {
+            let _ = std::fs::write(exit_file, st.to_string());
+        }
+    });
+    Ok((pid, file, log))
+}
+
+/// Starts `partop apply` for a confirmed plan, detached, and returns what to follow.
+fn spawn_apply(
+    plan: &crate::domain::plan::Plan,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) -> std::io::Result<crate::ui::stage::Progress> {
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(s) = &exec.sim_state {
+        args.extend(["--sim-state".into(), s.into()]);
+    }
+    if let Some(m) = &exec.models {
+        args.extend(["--models".into(), m.into()]);
+    }
+    args.extend(["apply", "--yes", "--grace"].map(Into::into));
+    args.push(format!("{}", grace_ms / 1000).into());
+    let _ = std::fs::remove_file(exec.apply_dir.join(format!("{}.exit", plan.fingerprint)));
+    let (pid, file, log) = spawn_detached(exec, &plan.fingerprint, plan, &args)?;
+    let pointer =
+        serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
+    std::fs::write(exec.apply_dir.join("current.json"), pointer.to_string())?;
+    let mut p = crate::ui::stage::Progress::new(plan.clone(), log.display().to_string());
+    p.pid = Some(pid);
+    Ok(p)
+}
+
+/// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its log.
+fn spawn_mig_apply(
+    plan: &crate::domain::mig::MigPlan,
+    exec: &ExecSettings,
+    grace_ms: u64,
+) -> std::io::Result<String> {
+    if exec.nvidia_replay {
+        return Err(std::io::Error::other("a recording cannot be changed"));
+    }
+    let mut args: Vec<std::ffi::OsString> = vec!["--source".into(), "nvidia".into()];
+    if let Some(s) = &exec.nvidia_smi {
+        args.extend(["--nvidia-smi".into(), s.into()]);
+    }
+    args.extend(["mig", "apply", "--yes", "--grace"].map(Into::into));
+    args.push(format!("{}", grace_ms / 1000).into());
+    let (_, _, log) = spawn_detached(exec, &format!("mig-{}", plan.fingerprint), plan, &args)?;
+    Ok(log.display().to_string())
+}
+
+/// Reads the journal for the views, with what only I/O can tell: whether the apply being
+/// followed still runs (else how it ended and its last log line), and an unfinished run that
+/// no partop is working on (no one holds the node lock).
+pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Progress>) -> Msg {
+    let (entries, bad) = match crate::exec::journal::read(&exec.journal) {
+        Ok(x) => x,
+        Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
+    };
+    let lock = exec
+        .sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
+    let holder = crate::exec::lock::holder(&lock);
+    let unfinished = crate::exec::journal::runs(&entries)
+        .into_iter()
+        .rev()
+        .find(|r| r.closed.is_none() && holder.as_ref().is_none_or(|h| h.id != r.run))
+        .map(|r| r.headline());
+    let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
+        let pid = p.pid?;
+        if crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid).is_some() {
+            return None;
+        }
+        let log = std::path::Path::new(&p.log);
+        let status = std::fs::read_to_string(log.with_extension("exit"))
+            .unwrap_or_else(|_| "exit status unknown".into());
+        let last = std::fs::read_to_string(log)
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        Some(format!(
+            "pid {pid} {status}; last line: {}",
+            crate::domain::text::escape_controls(&last)
+        ))
+    });
+    Msg::Journal(entries, bad, unfinished, exited)
+}
+
+/// A detached apply still running from an earlier partop, to attach to.
+pub fn running_apply(dir: &std::path::Path) -> Option<crate::ui::stage::Progress> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("current.json")).ok()?).ok()?;
+    let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
+    crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid)?;
+    let plan = serde_json::from_str(&std::fs::read_to_string(v["plan"].as_str()?).ok()?).ok()?;
+    let mut p = crate::ui::stage::Progress::new(plan, v["log"].as_str()?.to_string());
+    p.pid = Some(pid);
+    Some(p)
+}
+
+/// Performs the reducer's effects. It never touches the state: what an effect produces comes
+/// back as a message on `tx` (journal contents, an apply started, a kill's progress), and the
+/// reducer decides what it means. File I/O and blocking work run on blocking threads, never on
+/// the task that owns the state and draws.
+#[derive(Debug, Clone)]
+pub struct EffectRunner {
+    /// How executors are set up.
+    pub exec: ExecSettings,
+    /// Requests to the collector.
+    pub requests: mpsc::Sender<Request>,
+    /// Messages back to the app loop.
+    pub tx: mpsc::Sender<Msg>,
+}
+
+/// What an effect may read of the state when it is run (a copy; the state stays the loop's).
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// SIGTERM grace, ms.
+    pub grace_ms: u64,
+    /// The latest snapshot.
+    pub snapshot: Option<Arc<crate::domain::Snapshot>>,
+    /// The apply being followed.
+    pub applying: Option<crate::ui::stage::Progress>,
+}
+
+impl EffectRunner {
+    /// Runs one effect; true when it is Quit.
+    pub fn run(&self, e: Effect, facts: &Facts) -> bool {
+        let exec = &self.exec;
+        match e {
+            Effect::Quit => return true,
+            Effect::RefreshNow => {
+                let _ = self.requests.try_send(Request::RefreshNow);
+            }
+            Effect::Rescan => {
+                let _ = self.requests.try_send(Request::Rescan);
+            }
+            Effect::Kill(targets, sig) => {
+                let job = crate::exec::kill::KillJob {
+                    targets,
+                    sig,
+                    grace: Duration::from_millis(facts.grace_ms),
+                    proc_root: exec.proc_root.clone(),
+                    journal: exec.journal.clone(),
+                    simulated: exec.simulated,
+                };
+                log::info!(
+                    "{} to {:?}",
+                    sig.name(),
+                    job.targets.iter().map(|t| t.pid).collect::<Vec<_>>()
+                );
+                let tx = self.tx.clone();
+                // Signals and the grace wait block. A journal that cannot be written stops the
+                // kill before any signal; the dialog hears it as Refused.
+                tokio::task::spawn_blocking(move || {
+                    let _ = crate::exec::kill::run(&job, |e| {
+                        let _ = tx.blocking_send(Msg::Kill(e));
+                    });
+                });
+            }
+            Effect::MigApply(plan) => {
+                let exec = exec.clone();
+                let grace = facts.grace_ms;
+                tokio::task::spawn_blocking(move || match spawn_mig_apply(&plan, &exec, grace) {
+                    Ok(log) => log::info!(
+                        "applying MIG plan {} (detached; log {log}; the Journal view follows it)",
+                        plan.fingerprint
+                    ),
+                    Err(e) => log::error!(
+                        "could not start the apply of MIG plan {}: {e}",
+                        plan.fingerprint
+                    ),
+                });
+            }
+            Effect::Model(action) => {
+                let snap = facts.snapshot.clone();
+                let exec = exec.clone();
+                let grace = facts.grace_ms;
+                let requests = self.requests.clone();
+                tokio::task::spawn_blocking(move || {
+                    model_action(&action, snap.as_deref(), &exec, grace);
+                    let _ = requests.try_send(Request::RefreshNow);
+                });
+            }
+            Effect::Apply(plan) => {
+                let exec = exec.clone();
+                let grace = facts.grace_ms;
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let r = spawn_apply(&plan, &exec, grace).map(Box::new).map_err(|e| {
+                        format!(
+                            "could not start the apply of plan {}: {e}",
+                            plan.fingerprint
+                        )
+                    });
+                    let _ = tx.blocking_send(Msg::ApplyStarted(r));
+                });
+            }
+            Effect::LoadJournal => {
+                let exec = exec.clone();
+                let applying = facts.applying.clone();
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _ = tx.blocking_send(load_journal(&exec, applying.as_ref()));
+                });
+            }
+        }
+        false
+    }
+}
