@@ -10,6 +10,7 @@ pub mod dialog;
 pub mod effect;
 pub mod keymap;
 pub mod mig_stage;
+pub mod modal;
 pub mod stage;
 pub mod state;
 pub mod terminal;

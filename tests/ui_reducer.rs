@@ -177,7 +177,7 @@ fn vim_sequences() {
 }
 
 #[test]
-fn every_command_is_handled_without_panicking_in_every_view() {
+fn every_command_in_every_view_keeps_the_state_consistent() {
     for v in [
         Command::ViewOverview,
         Command::ViewGpus,
@@ -185,15 +185,71 @@ fn every_command_is_handled_without_panicking_in_every_view() {
         Command::ViewDetail,
         Command::ViewFindings,
         Command::ViewLog,
+        Command::ViewJournal,
+        Command::ViewModels,
     ] {
         let mut s = state("default", "cpx-nps4-small-models");
         update(&mut s, Msg::Command(v));
         for c in Command::ALL {
-            if *c != Command::Quit {
-                update(&mut s, Msg::Command(*c));
+            if *c == Command::Quit {
+                assert_eq!(update(&mut s, Msg::Command(*c)), vec![Effect::Quit]);
+                continue;
             }
+            update(&mut s, Msg::Command(*c));
+            // Whatever ran, the selection stays within what is listed, and at most one
+            // exclusive overlay takes the keys.
+            assert!(s.gpu_sel < 64, "{c:?} in {v:?}: gpu_sel {}", s.gpu_sel);
+            assert!(
+                s.proc_sel <= s.rows.len(),
+                "{c:?} in {v:?}: proc_sel {} of {}",
+                s.proc_sel,
+                s.rows.len()
+            );
+            assert_eq!(
+                s.sections().len(),
+                if s.modals().any(|m| m.section().is_some()) {
+                    1
+                } else {
+                    2
+                }
+            );
+            // Cancel always makes progress towards the plain view.
+            let before = s.modals().count();
+            update(&mut s, Msg::Command(Command::Cancel));
+            assert!(
+                s.modals().count() < before || before == 0 || s.dialog.is_some(),
+                "{c:?} in {v:?}: Cancel closed nothing of {before}"
+            );
         }
     }
+}
+
+#[test]
+fn overlays_agree_on_their_order_and_read_only_says_why() {
+    let mut s = state("default", "spx-nps1-one-model");
+    key(&mut s, 'p');
+    assert!(s.staging.is_some());
+    update(&mut s, Msg::Command(Command::ToggleHelp));
+    // Staging is above help: keys go to it, Cancel closes it first, it is drawn last.
+    assert_eq!(s.sections(), vec![partop::ui::keymap::Section::Stage]);
+    let order: Vec<_> = s.modals().collect();
+    assert_eq!(
+        order,
+        [
+            partop::ui::modal::Modal::Stage,
+            partop::ui::modal::Modal::Help
+        ]
+    );
+    update(&mut s, Msg::Command(Command::Cancel));
+    assert!(s.staging.is_none() && s.help);
+    update(&mut s, Msg::Command(Command::Cancel));
+    assert!(!s.help);
+    let mut r = state("default", "spx-nps1-one-model");
+    r.read_only = true;
+    assert!(update(&mut r, Msg::Command(Command::StageChange)).is_empty());
+    assert!(r.staging.is_none());
+    let notice = r.notice.as_ref().map(|n| n.0.clone()).unwrap_or_default();
+    assert!(notice.contains("read-only: stage_change"), "{notice}");
 }
 
 fn to_processes(s: &mut State) {

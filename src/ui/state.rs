@@ -427,29 +427,6 @@ impl State {
         usize::from(self.size.1.saturating_sub(8)).max(1)
     }
 
-    /// The keymap sections in force, most specific first.
-    pub fn sections(&self) -> Vec<Section> {
-        if self.dialog.is_some() || self.model_ask.is_some() {
-            vec![Section::Dialog]
-        } else if self
-            .staging
-            .as_ref()
-            .is_some_and(|s| s.confirming.is_none())
-            || self
-                .mig_staging
-                .as_ref()
-                .is_some_and(|s| s.confirming.is_none())
-        {
-            vec![Section::Stage]
-        } else if self.help {
-            vec![Section::Help]
-        } else if self.editing_filter {
-            vec![Section::Filter]
-        } else {
-            vec![self.view.section(), Section::Global]
-        }
-    }
-
     fn list_len(&self) -> usize {
         match self.view {
             View::Overview | View::Gpus => self.snapshot.as_ref().map_or(0, |s| s.logical_count()),
@@ -730,6 +707,16 @@ fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
 }
 
 fn command(state: &mut State, c: Command) -> Vec<Effect> {
+    // Read-only (and every replay) is checked here, once: no mutating command goes further.
+    // Their keys are not bound in a read-only keymap either; a command that still arrives
+    // (a user keymap, a script) is said, not silently dropped.
+    if state.read_only && c.danger() == super::command::Danger::Mutating {
+        state.notice = Some((
+            format!("read-only: {} is not available", c.name()),
+            state.now_ms,
+        ));
+        return Vec::new();
+    }
     let len = state.list_len();
     let page = state.page();
     match c {
@@ -746,7 +733,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         Command::ViewDetail => state.set_view(View::Detail),
         Command::ViewModels => state.set_view(View::Models),
         Command::ModelRestart | Command::ModelStop | Command::ModelAddToRegistry => {
-            if state.read_only || state.view != View::Models {
+            if state.view != View::Models {
                 return Vec::new();
             }
             let snap = state.snapshot.clone();
@@ -776,11 +763,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             }
         }
         Command::ModelAdvise => {
-            if state.read_only
-                || state
-                    .applying
-                    .as_ref()
-                    .is_some_and(|p| p.finished.is_none())
+            if state
+                .applying
+                .as_ref()
+                .is_some_and(|p| p.finished.is_none())
             {
                 return Vec::new();
             }
@@ -826,8 +812,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.proc_sel = (state.proc_sel + 1).min(last);
         }
         Command::KillProcess => {
-            // Belt and braces: read-only keymaps do not bind it at all.
-            if state.read_only || state.view != View::Processes {
+            if state.view != View::Processes {
                 return Vec::new();
             }
             let Some(snap) = state.snapshot.clone() else {
@@ -852,11 +837,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.dialog = Some(super::dialog::KillDialog::new(plan, state.grace_ms));
         }
         Command::StageChange => {
-            if state.read_only
-                || state
-                    .applying
-                    .as_ref()
-                    .is_some_and(|p| p.finished.is_none())
+            if state
+                .applying
+                .as_ref()
+                .is_some_and(|p| p.finished.is_none())
             {
                 return Vec::new();
             }
@@ -1032,27 +1016,13 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.editing_filter = true;
         }
         Command::Cancel => {
-            if state.model_ask.is_some() {
-                state.model_ask = None;
-            } else if state.mig_staging.is_some() {
-                state.mig_staging = None;
-            } else if state.staging.is_some() {
-                state.staging = None;
-            } else if state.applying.as_ref().is_some_and(|p| p.visible) {
-                if let Some(p) = state.applying.as_mut() {
-                    p.visible = false;
+            if !state.cancel_modal() {
+                if !state.filter.is_empty() && state.view == View::Processes {
+                    state.filter.clear();
+                    state.derive_rows();
+                } else if state.view == View::Detail {
+                    state.view = state.back;
                 }
-            } else if let Some(d) = &state.dialog {
-                if d.cancel() {
-                    state.dialog = None;
-                }
-            } else if state.help {
-                state.help = false;
-            } else if !state.filter.is_empty() && state.view == View::Processes {
-                state.filter.clear();
-                state.derive_rows();
-            } else if state.view == View::Detail {
-                state.view = state.back;
             }
         }
     }

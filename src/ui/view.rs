@@ -61,22 +61,37 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
         }
     }
     chrome::footer(frame, footer, state, theme);
-    if state.help {
-        help::render(frame, area, state, theme);
-    }
-    if let Some(p) = state.applying.as_ref().filter(|p| p.visible) {
-        stage::progress(frame, area, p, theme);
-    }
-    if let Some(st) = &state.staging {
-        stage::render(frame, area, st, state, theme);
-    }
-    if let Some(st) = &state.mig_staging {
-        stage::render_mig(frame, area, st, theme);
-    }
-    if let Some(d) = &state.dialog {
-        dialog::render(frame, area, d, state, theme);
-    }
-    if let Some(a) = &state.model_ask {
-        models::ask(frame, area, a, theme);
+    // Overlays bottom-up, in the one order of `ui::modal`.
+    for m in state.modals().rev() {
+        use crate::ui::modal::Modal;
+        match m {
+            Modal::Help => help::render(frame, area, state, theme),
+            Modal::Progress => {
+                if let Some(p) = &state.applying {
+                    stage::progress(frame, area, p, theme);
+                }
+            }
+            Modal::Stage => {
+                if let Some(st) = &state.staging {
+                    stage::render(frame, area, st, state, theme);
+                }
+            }
+            Modal::MigStage => {
+                if let Some(st) = &state.mig_staging {
+                    stage::render_mig(frame, area, st, theme);
+                }
+            }
+            Modal::Dialog => {
+                if let Some(d) = &state.dialog {
+                    dialog::render(frame, area, d, state, theme);
+                }
+            }
+            Modal::ModelAsk => {
+                if let Some(a) = &state.model_ask {
+                    models::ask(frame, area, a, theme);
+                }
+            }
+            Modal::Filter => {}
+        }
     }
 }
