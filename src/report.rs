@@ -4,12 +4,7 @@
 use crate::domain::snapshot::{Health, Snapshot};
 use std::fmt::Write as _;
 
-/// Formats bytes as GiB with one decimal.
-pub fn gib(b: u64) -> String {
-    #[expect(clippy::cast_precision_loss, reason = "display only")]
-    let g = b as f64 / f64::from(1u32 << 30);
-    format!("{g:.1}")
-}
+pub use crate::domain::text::gib;
 
 fn opt<T: std::fmt::Display>(v: Option<T>, suffix: &str) -> String {
     v.map_or_else(|| "N/A".to_string(), |v| format!("{v}{suffix}"))

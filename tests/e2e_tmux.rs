@@ -7,7 +7,6 @@
 )]
 
 mod common;
-use std::path::Path;
 
 struct Tmux {
     session: common::tmux::Session,
@@ -74,7 +73,7 @@ fn sim_views_filter_and_clean_quit() {
 fn a_hung_amd_smi_does_not_freeze_the_screen() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("amd-smi");
-    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 60;; esac\n").unwrap();
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6061;; esac\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let Some(t) = Tmux::start(
@@ -96,5 +95,8 @@ fn a_hung_amd_smi_does_not_freeze_the_screen() {
     t.wait_for("DOWN");
     t.keys(&["q"]);
     t.wait_for("EXITED 0");
-    assert!(Path::new(&script).exists());
+    // Every hung call was killed with its process group: none of the script's sleeps is left.
+    common::wait_until("the hung calls to be gone", || {
+        common::running("sleep 6061") == 0
+    });
 }

@@ -21,7 +21,7 @@ fn sleeper() -> Child {
 
 /// A shell that ignores SIGTERM (only SIGKILL ends it).
 fn stubborn() -> Child {
-    let c = Command::new("sh")
+    let mut c = Command::new("sh")
         .args([
             "-c",
             "trap '' TERM; echo ready; while :; do sleep 0.1; done",
@@ -29,7 +29,14 @@ fn stubborn() -> Child {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // It ignores SIGTERM once it has said so: wait for its "ready", never a fixed sleep.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
     c
 }
 

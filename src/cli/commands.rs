@@ -84,9 +84,7 @@ pub fn main(cli: Cli) -> Result<u8> {
 
 fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
     let node = open(src)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
     // A kernel read stuck on a blocking file is left behind, never waited for.
@@ -131,9 +129,7 @@ fn plan(
         );
     }
     let node = open(src)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let mut collector = node.collector();
     let snap = rt.block_on(collector.sample());
     rt.shutdown_background();
@@ -241,9 +237,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) ->
         &lock_path(&node),
         &crate::exec::lock::Holder::me("apply", &run_id, &journal_path),
     )?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let snap = rt.block_on(node.collector().sample());
     let (plan, from) = if resume {
         let Some(run) = journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
@@ -435,9 +429,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) ->
 
 fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     let node = open(src)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let mut collector = node.collector();
     collector.start_recording(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());

@@ -24,9 +24,7 @@ fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
             "this node has no NVIDIA GPU partop can read (use --source nvidia, --nvidia-smi PATH or --nvidia-replay FILE)"
         );
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let mut c = node.collector();
     let s = rt.block_on(c.sample());
     if s.gpus.is_empty() {

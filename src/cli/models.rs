@@ -16,9 +16,7 @@ use std::io::Write;
 use std::time::Duration;
 
 fn sample(node: &Node) -> Result<Snapshot> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let mut c = node.collector();
     Ok(rt.block_on(c.sample()))
 }

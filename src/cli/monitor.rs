@@ -32,9 +32,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     // Given on the command line wins (even `--refresh 1`); else config.toml (validated).
     let refresh = Duration::from_secs_f64(cli.refresh.unwrap_or(settings.config.refresh_secs));
     // One thread is plenty: collection mostly waits on amd-smi, and input has its own thread.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::cli::out::runtime()?;
     let collector = node.collector();
     let thresholds = Thresholds {
         #[expect(

@@ -24,3 +24,10 @@ pub fn confirm(prompt: &str, word: &str) -> Result<bool> {
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(answer.trim() == word)
 }
+
+/// The runtime of a one-shot command: one thread (collection mostly waits on subprocesses).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

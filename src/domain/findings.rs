@@ -103,9 +103,7 @@ pub fn duration(ms: u64) -> String {
 }
 
 fn gib(b: u64) -> String {
-    #[expect(clippy::cast_precision_loss, reason = "display")]
-    let g = b as f64 / f64::from(1u32 << 30);
-    format!("{g:.1} GiB")
+    format!("{} GiB", super::text::gib(b))
 }
 
 fn shares_domain(a: &LogicalGpu, b: &LogicalGpu) -> bool {

@@ -28,6 +28,18 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(o)
 }
 
+/// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
+/// decimal below 100 GiB, none above (`23.5`, `192`).
+pub fn gib(b: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "display")]
+    let g = b as f64 / f64::from(1u32 << 30);
+    if g >= 100.0 {
+        format!("{g:.0}")
+    } else {
+        format!("{g:.1}")
+    }
+}
+
 /// [`escape_controls`] on an optional owned string, in place.
 pub fn sanitize(s: &mut Option<String>) {
     if let Some(v) = s

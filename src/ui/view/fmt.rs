@@ -1,15 +1,6 @@
 //! Number and time formatting shared by the views.
 
-/// Bytes as GiB, one decimal.
-pub fn gib(b: u64) -> String {
-    #[expect(clippy::cast_precision_loss, reason = "display")]
-    let g = b as f64 / f64::from(1u32 << 30);
-    if g >= 100.0 {
-        format!("{g:.0}")
-    } else {
-        format!("{g:.1}")
-    }
-}
+pub use crate::domain::text::gib;
 
 /// Memory with its unit: "512M" below 1 GiB, "80.7G" above.
 pub fn mem(b: u64) -> String {
