@@ -4,78 +4,14 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::{Node, Out, partop, quick, run};
-use partop::sim::state::SimState;
-use std::path::Path;
-
-struct Env {
-    node: Node,
-}
-
-impl Env {
-    fn new(scenario: &str) -> Self {
-        Self {
-            node: Node::start(scenario),
-        }
-    }
-
-    fn cmd(&self) -> std::process::Command {
-        let mut c = partop();
-        c.env("XDG_STATE_HOME", self.node.dir.path().join("xdg"))
-            .env("XDG_CONFIG_HOME", self.node.dir.path().join("xdg"));
-        c.arg("--sim-state").arg(&self.node.state);
-        c
-    }
-
-    fn plan(&self, args: &str, name: &str) -> std::path::PathBuf {
-        let o = run(
-            self.cmd()
-                .arg("plan")
-                .args(args.split_whitespace())
-                .arg("--json"),
-            "",
-        );
-        assert_eq!(o.code, 0, "plan {args}: {}", o.stderr);
-        let p = self.node.dir.path().join(name);
-        std::fs::write(&p, o.stdout).unwrap();
-        p
-    }
-
-    fn apply(&self, plan: &Path, flags: &str, stdin: &str) -> Out {
-        run(
-            self.cmd()
-                .arg("apply")
-                .arg(plan)
-                .args(flags.split_whitespace()),
-            stdin,
-        )
-    }
-
-    fn state(&self) -> SimState {
-        SimState::load(&self.node.state).unwrap()
-    }
-
-    fn modes(&self) -> (String, String, usize) {
-        let s = self.state();
-        (
-            s.gpus[0].modes.compute.to_string(),
-            s.gpus[0].modes.memory.to_string(),
-            s.logical().len(),
-        )
-    }
-
-    fn journal(&self) -> Vec<partop::exec::journal::Entry> {
-        partop::exec::journal::read(&self.node.dir.path().join("xdg/partop/journal.jsonl"))
-            .unwrap()
-            .0
-    }
-}
+use common::env::SimEnv;
+use common::{quick, run};
 
 const MODEL: &str = "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 3\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\n[[workload]]\nname = \"b\"\nkind = \"batch\"\ngpu = 5\nvram_gb = 10\nbusy = 30\n";
 
 #[test]
 fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
-    let e = Env::new(&quick("cycle", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("cycle", "7.0.2", "SPX", "NPS1", MODEL));
     // The model server sits on physical GPU 3: logical GPU 3 in SPX, 6 in DPX, 24 in CPX. It
     // keeps its identity (0000:65:00.0) and is relaunched through the registry on the new index.
     for (args, want, index) in [
@@ -162,7 +98,7 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
 
 #[test]
 fn rocm64_reloads_inside_set_memory() {
-    let e = Env::new(&quick("r64", "6.4.1", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("r64", "6.4.1", "SPX", "NPS1", MODEL));
     let p = e.plan("--memory NPS4", "p.json");
     let plan: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
@@ -179,7 +115,7 @@ fn rocm64_reloads_inside_set_memory() {
 
 #[test]
 fn rocm713_reloads_with_modprobe() {
-    let e = Env::new(&quick("r713", "7.13.0", "DPX", "NPS2", ""));
+    let e = SimEnv::new(&quick("r713", "7.13.0", "DPX", "NPS2", ""));
     let p = e.plan("--memory NPS1 --compute SPX", "p.json");
     let o = e.apply(&p, "--yes", "");
     assert_eq!(o.code, 0, "{}", o.stdout);
@@ -193,7 +129,7 @@ fn rocm713_reloads_with_modprobe() {
 
 #[test]
 fn a_holder_ignoring_sigterm_stops_the_plan_until_sigkill_is_allowed() {
-    let e = Env::new(&quick(
+    let e = SimEnv::new(&quick(
         "stub",
         "7.0.2",
         "DPX",
@@ -232,7 +168,7 @@ fn a_holder_ignoring_sigterm_stops_the_plan_until_sigkill_is_allowed() {
 
 #[test]
 fn a_plan_is_refused_when_the_node_changed() {
-    let e = Env::new(&quick("changed", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("changed", "7.0.2", "SPX", "NPS1", MODEL));
     e.node.sim("stop");
     let p = e.plan("--memory NPS2", "p.json");
     e.node.sim("resume");
@@ -250,7 +186,7 @@ fn a_plan_is_refused_when_the_node_changed() {
 
 #[test]
 fn confirmation_dry_run_and_read_only() {
-    let e = Env::new(&quick("confirm", "7.0.2", "SPX", "NPS1", ""));
+    let e = SimEnv::new(&quick("confirm", "7.0.2", "SPX", "NPS1", ""));
     let p = e.plan("--memory NPS2", "p.json");
     let o = e.apply(&p, "--dry-run", "");
     assert_eq!(o.code, 0);
@@ -306,7 +242,7 @@ fn a_reload_failure_stops_the_plan_with_the_tools_text_then_retry_succeeds() {
     // The driver fails to come back once (fault injection), through the real fake-amd-smi path.
     let scenario = quick("restart-err", "7.0.2", "SPX", "NPS1", MODEL)
         .replace("reload_secs = 0.3", "reload_secs = 0.3\nfail_reloads = 1");
-    let e = Env::new(&scenario);
+    let e = SimEnv::new(&scenario);
     let p = e.plan("--memory NPS2", "p.json");
     let o = e.apply(&p, "--yes --grace 3", "");
     assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
@@ -337,7 +273,7 @@ fn a_reload_failure_stops_the_plan_with_the_tools_text_then_retry_succeeds() {
 fn partop_killed_mid_apply_then_resume() {
     let scenario =
         quick("killed", "7.0.2", "SPX", "NPS1", "").replace("reload_secs = 0.3", "reload_secs = 3");
-    let e = Env::new(&scenario);
+    let e = SimEnv::new(&scenario);
     let p = e.plan("--memory NPS2", "p.json");
     let mut child = e
         .cmd()

@@ -7,112 +7,16 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::{Node, Out, copy_tree, partop, quick, run, running, wait_until};
+use common::env::SimEnv;
+use common::{Out, copy_tree, partop, quick, run, running, wait_until};
 use partop::domain::kill::{Sig, Target};
 use partop::exec::signal::{Outcome, pin, send, start_ticks, target_from_proc};
-use partop::sim::state::SimState;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MODEL: &str = "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 3\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\n[[workload]]\nname = \"b\"\nkind = \"batch\"\ngpu = 5\nvram_gb = 10\nbusy = 30\n";
-
-/// A simulated node with its own state and config directories.
-struct Env {
-    node: Node,
-}
-
-impl Env {
-    fn new(scenario: &str) -> Self {
-        Self {
-            node: Node::start(scenario),
-        }
-    }
-
-    fn xdg(&self) -> PathBuf {
-        self.node.dir.path().join("xdg")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = partop();
-        c.env("XDG_STATE_HOME", self.xdg())
-            .env("XDG_CONFIG_HOME", self.xdg());
-        c.arg("--sim-state").arg(&self.node.state);
-        c
-    }
-
-    fn config(&self, text: &str) {
-        std::fs::create_dir_all(self.xdg().join("partop")).unwrap();
-        std::fs::write(self.xdg().join("partop/config.toml"), text).unwrap();
-    }
-
-    fn plan(&self, args: &str, name: &str) -> PathBuf {
-        let o = run(
-            self.cmd()
-                .arg("plan")
-                .args(args.split_whitespace())
-                .arg("--json"),
-            "",
-        );
-        assert_eq!(o.code, 0, "plan {args}: {}", o.stderr);
-        let p = self.node.dir.path().join(name);
-        std::fs::write(&p, o.stdout).unwrap();
-        p
-    }
-
-    fn apply(&self, plan: &Path, flags: &str) -> Out {
-        run(
-            self.cmd()
-                .arg("apply")
-                .arg(plan)
-                .args(flags.split_whitespace()),
-            "",
-        )
-    }
-
-    fn spawn_apply(&self, plan: &Path, flags: &str) -> Child {
-        self.cmd()
-            .arg("apply")
-            .arg(plan)
-            .args(flags.split_whitespace())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    fn journal_path(&self) -> PathBuf {
-        self.xdg().join("partop/journal.jsonl")
-    }
-
-    fn journal(&self) -> Vec<partop::exec::journal::Entry> {
-        partop::exec::journal::read(&self.journal_path()).unwrap().0
-    }
-
-    fn state(&self) -> SimState {
-        SimState::load(&self.node.state).unwrap()
-    }
-
-    fn modes(&self) -> (String, String, usize) {
-        let s = self.state();
-        (
-            s.gpus[0].modes.compute.to_string(),
-            s.gpus[0].modes.memory.to_string(),
-            s.logical().len(),
-        )
-    }
-
-    fn pid_of(&self, name: &str) -> u32 {
-        self.state()
-            .workloads
-            .iter()
-            .find(|w| w.spec.name == name)
-            .and_then(|w| w.pid)
-            .unwrap()
-    }
-}
 
 fn alive(pid: u32) -> bool {
     start_ticks(Path::new("/proc"), pid).is_some()
@@ -318,7 +222,7 @@ fn a_process_name_with_escape_sequences_is_printed_escaped() {
 
 #[test]
 fn an_edited_plan_is_refused_and_its_extra_stop_untouched() {
-    let e = Env::new(&quick("edited", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("edited", "7.0.2", "SPX", "NPS1", MODEL));
     let p = e.plan("--memory NPS2", "p.json");
     let victim = sleeper();
     let mut v: serde_json::Value =
@@ -328,7 +232,7 @@ fn an_edited_plan_is_refused_and_its_extra_stop_untouched() {
     extra["start_ticks"] = start_ticks(Path::new("/proc"), victim.id()).into();
     v["stops"].as_array_mut().unwrap().push(extra);
     std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    let o = e.apply(&p, "--yes");
+    let o = e.apply(&p, "--yes", "");
     assert_ne!(o.code, 0);
     assert!(
         o.stderr.contains("was changed after it was planned"),
@@ -342,14 +246,14 @@ fn an_edited_plan_is_refused_and_its_extra_stop_untouched() {
 
 #[test]
 fn a_plan_for_another_host_is_refused_even_with_a_recomputed_fingerprint() {
-    let e = Env::new(&quick("foreign", "7.0.2", "SPX", "NPS1", ""));
+    let e = SimEnv::new(&quick("foreign", "7.0.2", "SPX", "NPS1", ""));
     let p = e.plan("--memory NPS2", "p.json");
     let mut plan: partop::domain::plan::Plan =
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     plan.host = "gpu-node-17".into();
     plan.fingerprint = plan.content_fingerprint();
     std::fs::write(&p, serde_json::to_string(&plan).unwrap()).unwrap();
-    let o = e.apply(&p, "--yes");
+    let o = e.apply(&p, "--yes", "");
     assert_ne!(o.code, 0);
     assert!(
         o.stderr.contains("made for host gpu-node-17"),
@@ -363,15 +267,15 @@ fn a_plan_for_another_host_is_refused_even_with_a_recomputed_fingerprint() {
 fn two_applies_at_once_one_runs_the_other_is_told_who_holds_the_node() {
     let scenario =
         quick("twice", "7.0.2", "SPX", "NPS1", "").replace("reload_secs = 0.3", "reload_secs = 2");
-    let e = Env::new(&scenario);
+    let e = SimEnv::new(&scenario);
     let p = e.plan("--memory NPS2", "p.json");
     let q = e.plan("--memory NPS4 --compute CPX", "q.json");
     let first = e.spawn_apply(&p, "--yes");
     wait_until("the first apply to journal its start", || {
         e.journal().iter().any(|j| j.action == "repartition.start")
     });
-    let second = e.apply(&q, "--yes");
-    let same = e.apply(&p, "--yes");
+    let second = e.apply(&q, "--yes", "");
+    let same = e.apply(&p, "--yes", "");
     let first = output_of(first);
     assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
     for o in [&second, &same] {
@@ -395,11 +299,11 @@ fn two_applies_at_once_one_runs_the_other_is_told_who_holds_the_node() {
 
 #[test]
 fn no_journal_no_apply() {
-    let e = Env::new(&quick("nojournal", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("nojournal", "7.0.2", "SPX", "NPS1", MODEL));
     let p = e.plan("--memory NPS2", "p.json");
     e.config("journal = \"/dev/full\"\n");
     let m = e.pid_of("m");
-    let o = e.apply(&p, "--yes");
+    let o = e.apply(&p, "--yes", "");
     assert_ne!(o.code, 0);
     assert!(
         o.stderr.contains("cannot write the audit journal"),
@@ -412,15 +316,15 @@ fn no_journal_no_apply() {
 
 #[test]
 fn a_config_that_does_not_parse_stops_every_command() {
-    let e = Env::new(&quick("badcfg", "7.0.2", "SPX", "NPS1", ""));
+    let e = SimEnv::new(&quick("badcfg", "7.0.2", "SPX", "NPS1", ""));
     let p = e.plan("--memory NPS2", "p.json");
     e.config("read_only = tru\n");
-    let o = e.apply(&p, "--yes");
+    let o = e.apply(&p, "--yes", "");
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("config.toml:1:"), "{}", o.stderr);
     assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
     e.config("grace_secs = 1e30\n");
-    let o = e.apply(&p, "--yes");
+    let o = e.apply(&p, "--yes", "");
     assert!(
         o.stderr
             .contains("grace_secs = 1000000000000000000000000000000 is out of range"),
@@ -434,9 +338,9 @@ const STUCK: &str = "[[workload]]\nname = \"stuck\"\nkind = \"batch\"\ngpu = 1\n
 
 #[test]
 fn a_resume_re_checks_the_node_and_refuses_a_new_holder() {
-    let e = Env::new(&quick("stale", "7.0.2", "SPX", "NPS1", STUCK));
+    let e = SimEnv::new(&quick("stale", "7.0.2", "SPX", "NPS1", STUCK));
     let p = e.plan("--memory NPS2", "p.json");
-    let o = e.apply(&p, "--yes --grace 1");
+    let o = e.apply(&p, "--yes --grace 1", "");
     assert!(o.stdout.contains("step 1 (stop) failed"), "{}", o.stdout);
     // Someone starts using the GPUs meanwhile (holds /dev/kfd of the node).
     let kfd = e.node.state.with_extension("dev").join("kfd");
@@ -453,7 +357,7 @@ fn a_resume_re_checks_the_node_and_refuses_a_new_holder() {
             })
             .unwrap_or(false)
     });
-    let o = e.apply(&p, "--yes --grace 1 --resume --kill-after-grace");
+    let o = e.apply(&p, "--yes --grace 1 --resume --kill-after-grace", "");
     assert_ne!(o.code, 0);
     assert!(
         o.stderr.contains(&format!("pid {} ", newcomer.id()))
@@ -473,11 +377,11 @@ fn a_resume_re_checks_the_node_and_refuses_a_new_holder() {
 fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
     let scenario =
         quick("aba", "7.0.2", "SPX", "NPS1", "").replace("reload_secs = 0.3", "reload_secs = 2");
-    let e = Env::new(&scenario);
+    let e = SimEnv::new(&scenario);
     let a_to_b = e.plan("--memory NPS2", "ab.json");
-    assert_eq!(e.apply(&a_to_b, "--yes").code, 0);
+    assert_eq!(e.apply(&a_to_b, "--yes", "").code, 0);
     let b_to_a = e.plan("--memory NPS1 --compute SPX", "ba.json");
-    assert_eq!(e.apply(&b_to_a, "--yes").code, 0);
+    assert_eq!(e.apply(&b_to_a, "--yes", "").code, 0);
     // The same change again: same fingerprint as the first run.
     let again = e.plan("--memory NPS2", "ab2.json");
     let fp = |p: &Path| -> String {
@@ -531,7 +435,7 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
         "{}",
         plan_out.stderr
     );
-    let o = e.apply(&other, "--yes");
+    let o = e.apply(&other, "--yes", "");
     assert_ne!(o.code, 0);
     assert!(
         o.stderr.contains("unfinished repartition")
@@ -545,7 +449,7 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
     let j = run(e.cmd().arg("journal"), "");
     assert!(j.stdout.contains("unfinished repartition"), "{}", j.stdout);
     // The resume continues the third run, not the completed first one.
-    let o = e.apply(&again, "--yes --resume");
+    let o = e.apply(&again, "--yes --resume", "");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
         !o.stdout.contains("already applied completely"),
@@ -554,7 +458,7 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
     );
     assert!(o.stdout.contains("at step 3 (reload)"), "{}", o.stdout);
     assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
-    let o = e.apply(&again, "--yes --resume");
+    let o = e.apply(&again, "--yes --resume", "");
     assert!(
         o.stdout.contains("already applied completely"),
         "{}",
@@ -564,9 +468,9 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
 
 #[test]
 fn a_resume_during_relaunch_does_not_start_a_model_twice() {
-    let e = Env::new(&quick("relaunch", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("relaunch", "7.0.2", "SPX", "NPS1", MODEL));
     let p = e.plan("--memory NPS2", "p.json");
-    let o = e.apply(&p, "--yes --grace 3");
+    let o = e.apply(&p, "--yes --grace 3", "");
     assert_eq!(o.code, 0, "{}", o.stdout);
     // Cut the journal back to "killed during the relaunch step, after the model started".
     let path = e.journal_path();
@@ -595,7 +499,7 @@ fn a_resume_during_relaunch_does_not_start_a_model_twice() {
             .count()
     };
     let before = servers();
-    let o = e.apply(&p, "--yes --resume");
+    let o = e.apply(&p, "--yes --resume", "");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
         o.stdout.contains("already healthy on logical GPU"),
@@ -608,7 +512,7 @@ fn a_resume_during_relaunch_does_not_start_a_model_twice() {
 #[test]
 fn the_rehearsal_restarts_only_what_the_plan_stopped_and_never_on_a_partition_too_small() {
     let big = "[[workload]]\nname = \"big\"\nkind = \"batch\"\ngpu = 2\nvram_gb = 72\nbusy = 30\n";
-    let e = Env::new(&quick(
+    let e = SimEnv::new(&quick(
         "exact",
         "7.0.2",
         "SPX",
@@ -633,7 +537,7 @@ fn the_rehearsal_restarts_only_what_the_plan_stopped_and_never_on_a_partition_to
             .iter()
             .any(|s| s["pid"] == b)
     );
-    let o = e.apply(&p, "--yes --grace 3");
+    let o = e.apply(&p, "--yes --grace 3", "");
     assert_eq!(o.code, 0, "{}", o.stdout);
     let st = e.state();
     let idx = |n: &str| st.workloads.iter().position(|w| w.spec.name == n).unwrap();
@@ -655,7 +559,7 @@ fn the_rehearsal_restarts_only_what_the_plan_stopped_and_never_on_a_partition_to
 
 #[test]
 fn read_only_removes_the_simulators_mutations_too() {
-    let e = Env::new(&quick("ro", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("ro", "7.0.2", "SPX", "NPS1", MODEL));
     let m = e.pid_of("m");
     let o = run(
         partop()
@@ -784,7 +688,7 @@ fn a_blocking_kernel_file_makes_the_source_stale_never_a_hang() {
 
 #[test]
 fn nan_from_python_json_is_na_for_that_value_only() {
-    let e = Env::new(&quick("nan", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("nan", "7.0.2", "SPX", "NPS1", MODEL));
     let rec = e.node.dir.path().join("rec.json");
     let o = run(e.cmd().arg("record").arg("--out").arg(&rec), "");
     assert_eq!(o.code, 0, "{}", o.stderr);
@@ -826,7 +730,7 @@ fn nan_from_python_json_is_na_for_that_value_only() {
 
 #[test]
 fn gpu_count_disagreement_is_said_not_shown_as_zero_gpus() {
-    let e = Env::new(&quick("count", "7.0.2", "SPX", "NPS1", ""));
+    let e = SimEnv::new(&quick("count", "7.0.2", "SPX", "NPS1", ""));
     let rec = e.node.dir.path().join("rec.json");
     assert_eq!(
         run(e.cmd().arg("record").arg("--out").arg(&rec), "").code,
@@ -951,7 +855,7 @@ use common::tmux::Session as Tmux;
 
 #[test]
 fn a_replay_is_look_only_and_says_so() {
-    let e = Env::new(&quick("replay", "7.0.2", "SPX", "NPS1", MODEL));
+    let e = SimEnv::new(&quick("replay", "7.0.2", "SPX", "NPS1", MODEL));
     let rec = e.node.dir.path().join("rec.json");
     assert_eq!(
         run(e.cmd().arg("record").arg("--out").arg(&rec), "").code,
