@@ -79,19 +79,27 @@ impl Drop for SimGuard {
     }
 }
 
+/// A simulated node: its state file, its scenario, and, when partop started it (`--sim`), the
+/// guard that stops it.
+#[derive(Debug)]
+pub struct Simulated {
+    /// The state file.
+    pub state: PathBuf,
+    /// Its scenario.
+    pub scenario: String,
+    /// Set when this partop started it and stops it on exit.
+    pub guard: Option<SimGuard>,
+}
+
 /// Where snapshots come from.
 #[derive(Debug)]
 pub struct Node {
     /// Where amd-smi output comes from (the real tool, `partop sim amd-smi`, or a recording).
     pub source: CommandSource,
-    /// The simulated node, when `--sim`.
-    pub sim: Option<SimGuard>,
-    /// Scenario name, when simulated.
-    pub scenario: Option<String>,
+    /// The simulated node, when it is one (`--sim`, `--sim-state`).
+    pub sim: Option<Simulated>,
     /// Where GPU holders are looked for (None for a recording).
     pub roots: Option<crate::collect::holders::Roots>,
-    /// The simulated node's state file (started here or attached to).
-    pub sim_state: Option<PathBuf>,
     /// The served-model registry, when there is one.
     pub models: Option<PathBuf>,
     /// Where values come from, and the kernel collector's roots.
@@ -154,10 +162,47 @@ fn on_path(name: &str) -> bool {
 }
 
 impl Node {
+    /// A node read through `source`, with no holders, registry, kernel or NVIDIA access yet.
+    fn new(source: CommandSource, src: &SourceArgs) -> Self {
+        Self {
+            source,
+            sim: None,
+            roots: None,
+            models: src.models.clone(),
+            kernel: None,
+            nvidia: None,
+            nvidia_smi: nvidia_smi(src),
+        }
+    }
+
+    /// A simulated node read through the simulator's amd-smi.
+    fn simulated(runner: Runner, src: &SourceArgs, sim: Simulated) -> Self {
+        Self {
+            roots: Some(session::roots(&sim.state)),
+            models: Some(
+                src.models
+                    .clone()
+                    .unwrap_or_else(|| session::registry_path(&sim.state)),
+            ),
+            sim: Some(sim),
+            ..Self::new(CommandSource::Live(runner), src)
+        }
+    }
+
+    /// The simulated node's state file, when it is one.
+    pub fn sim_state(&self) -> Option<&std::path::Path> {
+        self.sim.as_ref().map(|s| s.state.as_path())
+    }
+
+    /// The simulated node's scenario, when it is one.
+    pub fn scenario(&self) -> Option<&str> {
+        self.sim.as_ref().map(|s| s.scenario.as_str())
+    }
+
     /// A collector for this node: its source, its holder scan, marked simulated when it is.
     pub fn collector(&self) -> AmdSmiCollector {
         let mut c = AmdSmiCollector::with_source(self.source.clone());
-        c.simulated = self.sim_state.is_some();
+        c.simulated = self.sim.is_some();
         c.holder_roots.clone_from(&self.roots);
         c.models = Some(self.prober());
         if let Some(n) = &self.nvidia {
@@ -194,7 +239,7 @@ impl Node {
 
     /// Where partop-launched models log: beside a simulated node's state, else the state dir.
     pub fn model_log_dir(&self) -> PathBuf {
-        self.sim_state.as_ref().map_or_else(
+        self.sim_state().map_or_else(
             || crate::config::paths::state_dir().join("models"),
             |st| st.with_extension("logs"),
         )
@@ -238,55 +283,43 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
         let state = session::ephemeral_state_path();
         session::start(&scenario, &state, None)?;
         let runner = sim_runner(exe, &state, timeout)?;
-        return Ok(Node {
-            source: CommandSource::Live(runner),
-            roots: Some(crate::sim::session::roots(&state)),
-            models: Some(
-                src.models
-                    .clone()
-                    .unwrap_or_else(|| session::registry_path(&state)),
-            ),
-            sim_state: Some(state.clone()),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-            sim: Some(SimGuard { state }),
-            scenario: Some(scenario.name),
-        });
+        return Ok(Node::simulated(
+            runner,
+            src,
+            Simulated {
+                guard: Some(SimGuard {
+                    state: state.clone(),
+                }),
+                state,
+                scenario: scenario.name,
+            },
+        ));
     }
     if let Some(state) = &src.sim_state {
         let st = crate::sim::state::SimState::load(state)?;
         let runner = sim_runner(exe, state, timeout)?;
-        return Ok(Node {
-            source: CommandSource::Live(runner),
-            sim: None,
-            scenario: Some(st.scenario),
-            roots: Some(session::roots(state)),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-            models: Some(
-                src.models
-                    .clone()
-                    .unwrap_or_else(|| session::registry_path(state)),
-            ),
-            sim_state: Some(state.clone()),
-        });
+        return Ok(Node::simulated(
+            runner,
+            src,
+            Simulated {
+                state: state.clone(),
+                scenario: st.scenario,
+                guard: None,
+            },
+        ));
     }
     if let Some(path) = &src.replay {
         let rec = Recording::load(path)?;
-        return Ok(Node {
-            source: CommandSource::Replay(std::sync::Arc::new(rec)),
-            sim: None,
-            scenario: None,
-            roots: None,
-            sim_state: None,
-            models: src.models.clone(),
-            kernel: None,
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
-        });
+        return Ok(Node::new(
+            CommandSource::Replay(std::sync::Arc::new(rec)),
+            src,
+        ));
     }
+    // Where amd-smi is never run (the kernel only, NVIDIA) the runner is a placeholder.
+    let unused_amd_smi = || Runner {
+        timeout,
+        ..Runner::new(PathBuf::from("amd-smi"))
+    };
     let kernel_roots = crate::collect::holders::Roots {
         proc_root: src.proc_root.clone(),
         sys_root: src.sysfs_root.clone(),
@@ -295,18 +328,9 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
     if src.source == crate::collect::sysfs::SourceMode::Sysfs {
         // The kernel only: amd-smi is never run (and need not exist).
         return Ok(Node {
-            source: CommandSource::Live(Runner {
-                timeout,
-                ..Runner::new(PathBuf::from("amd-smi"))
-            }),
-            sim: None,
-            scenario: None,
             roots: Some(kernel_roots.clone()),
-            sim_state: None,
-            models: src.models.clone(),
             kernel: Some((src.source, kernel_roots)),
-            nvidia: None,
-            nvidia_smi: nvidia_smi(src),
+            ..Node::new(CommandSource::Live(unused_amd_smi()), src)
         });
     }
     // NVIDIA: asked for, recorded, or found where amd-smi is not.
@@ -338,43 +362,31 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
     };
     if nvidia.is_some() {
         return Ok(Node {
-            source: CommandSource::Live(Runner {
-                timeout,
-                ..Runner::new(PathBuf::from("amd-smi"))
-            }),
-            sim: None,
-            scenario: None,
             roots: Some(crate::collect::holders::Roots::host()),
-            sim_state: None,
-            models: src.models.clone(),
-            kernel: None,
             nvidia,
-            nvidia_smi: nvidia_smi(src),
+            ..Node::new(CommandSource::Live(unused_amd_smi()), src)
         });
     }
     let program = locate(src.amd_smi.as_deref())?;
     Ok(Node {
-        source: CommandSource::Live(Runner {
-            timeout,
-            ..Runner::new(program)
-        }),
-        sim: None,
-        scenario: None,
         roots: Some(crate::collect::holders::Roots::host()),
         kernel: Some((src.source, kernel_roots)),
-        nvidia: None,
-        nvidia_smi: nvidia_smi(src),
-        sim_state: None,
         models: src.models.clone().or_else(|| {
             let p = crate::config::paths::config_dir().join("models.toml");
             p.exists().then_some(p)
         }),
+        ..Node::new(
+            CommandSource::Live(Runner {
+                timeout,
+                ..Runner::new(program)
+            }),
+            src,
+        )
     })
 }
 
 /// The lock file of the node `node` is.
 pub fn lock_path(node: &Node) -> PathBuf {
-    node.sim_state
-        .as_deref()
+    node.sim_state()
         .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path)
 }

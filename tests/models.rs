@@ -100,28 +100,15 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
     healthy(&node, 3);
     // In-process collector (it keeps what it saw between samples, as the monitor does), running
     // the partop binary's fake amd-smi.
-    let n = partop::node::Node {
-        source: partop::collect::amdsmi::recording::CommandSource::Live(
-            partop::collect::amdsmi::runner::Runner {
-                program: env!("CARGO_BIN_EXE_partop").into(),
-                prefix: vec![
-                    "sim".into(),
-                    "amd-smi".into(),
-                    "--state".into(),
-                    node.state.display().to_string(),
-                ],
-                timeout: std::time::Duration::from_secs(10),
-            },
-        ),
-        sim: None,
-        scenario: None,
-        roots: Some(partop::sim::session::roots(&node.state)),
-        sim_state: Some(node.state.clone()),
-        models: Some(partop::sim::session::registry_path(&node.state)),
-        kernel: None,
-        nvidia: None,
-        nvidia_smi: partop::node::nvidia_smi(&partop::cli::SourceArgs::default()),
-    };
+    let n = partop::node::open_with(
+        &partop::node::SourceArgs {
+            sim_state: Some(node.state.clone()),
+            timeout: 10.0,
+            ..partop::node::SourceArgs::default()
+        },
+        std::path::Path::new(env!("CARGO_BIN_EXE_partop")),
+    )
+    .unwrap();
     let mut c = n.collector();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -151,8 +151,7 @@ fn plan(
         reason = "seconds"
     )]
     let reload_secs = node
-        .sim_state
-        .as_ref()
+        .sim_state()
         .and_then(|s| crate::sim::state::SimState::load(s).ok())
         .map_or(120, |s| s.reload_secs.ceil() as u32);
     let draft = Draft {
@@ -355,7 +354,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) ->
         kind: "repartition",
         run: run_id,
         fingerprint: plan.fingerprint.clone(),
-        simulated: node.sim_state.is_some(),
+        simulated: node.sim.is_some(),
     };
     // Journal first: without the run's entry nothing is done.
     if resume {
@@ -364,7 +363,7 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) ->
         log.start(&serde_json::to_value(&plan)?, Some(path), plan.steps.len())?;
     }
     let exe = std::env::current_exe()?;
-    let reload_cmd = match &node.sim_state {
+    let reload_cmd = match node.sim_state() {
         Some(s) => vec![
             exe.display().to_string(),
             "sim".into(),
@@ -388,14 +387,17 @@ fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings) ->
         journal: journal_path,
         grace: Duration::from_secs_f64(grace),
         kill_after_grace,
-        sim_state: node.sim_state.clone(),
-        restart_owners: node.sim_state.clone().map(|st| {
-            crate::exec::apply::OwnersRestart(std::sync::Arc::new(move |only, skip| {
-                session::resume(&st, skip, Some(only))
-                    .map(|r| r.iter().map(ToString::to_string).collect())
-                    .map_err(|e| e.to_string())
-            }))
-        }),
+        sim_state: node.sim_state().map(std::path::Path::to_path_buf),
+        restart_owners: node
+            .sim_state()
+            .map(std::path::Path::to_path_buf)
+            .map(|st| {
+                crate::exec::apply::OwnersRestart(std::sync::Arc::new(move |only, skip| {
+                    session::resume(&st, skip, Some(only))
+                        .map(|r| r.iter().map(ToString::to_string).collect())
+                        .map_err(|e| e.to_string())
+                }))
+            }),
         wait_idle: Duration::from_secs(60),
         wait_gpus: Duration::from_secs(300),
         registry: node.registry().ok().flatten(),
@@ -434,10 +436,10 @@ fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     collector.start_recording(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());
     let mut rec = collector.take_recording().unwrap_or_default();
-    if node.sim_state.is_none() {
+    if node.sim.is_none() {
         rec.add_partition_files(std::path::Path::new("/sys"));
     }
-    if let Some(s) = &node.scenario {
+    if let Some(s) = node.scenario() {
         rec.host = format!("simulated:{s}");
     }
     std::fs::write(path, serde_json::to_string_pretty(&rec)? + "\n")

@@ -105,7 +105,7 @@ pub fn models(
     let ops = Ops {
         log_dir: node.model_log_dir(),
         journal: settings.journal.clone(),
-        simulated: node.sim_state.is_some(),
+        simulated: node.sim.is_some(),
         grace: Duration::from_secs(30),
         kill_after: false,
     };

@@ -75,8 +75,8 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     let exec = crate::ui::effect::ExecSettings {
         journal: settings.journal.clone(),
         proc_root: "/proc".into(),
-        simulated: node.sim_state.is_some(),
-        sim_state: node.sim_state.clone(),
+        simulated: node.sim.is_some(),
+        sim_state: node.sim_state().map(std::path::Path::to_path_buf),
         models: node.models.clone(),
         model_log_dir: node.model_log_dir(),
         nvidia_smi: cli.source.nvidia_smi.clone(),
@@ -91,11 +91,10 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string());
     // An apply started by an earlier partop (the SSH session dropped?) is still running: follow it.
     state.applying = crate::ui::effect::running_apply(&crate::ui::effect::default_apply_dir());
-    state.scenario.clone_from(&node.scenario);
+    state.scenario = node.scenario().map(str::to_string);
     // The simulator knows how long its reload takes; a real node gets the planning figure.
     if let Some(st) = node
-        .sim_state
-        .as_deref()
+        .sim_state()
         .and_then(|p| crate::sim::state::SimState::load(p).ok())
     {
         #[expect(
@@ -107,7 +106,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
             state.reload_secs = st.reload_secs.ceil() as u32;
         }
     }
-    if let Some(s) = &node.scenario {
+    if let Some(s) = node.scenario() {
         log::info!("simulated node: scenario {s}");
     }
     let result = rt.block_on(async {
@@ -126,7 +125,11 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     // A repartition still running on the simulated node needs the node: leave it running
     // rather than pull it from under the apply, and say how to stop it.
     if crate::ui::effect::running_apply(&crate::ui::effect::default_apply_dir()).is_some()
-        && let Some(state) = node.sim.take().map(crate::node::SimGuard::keep)
+        && let Some(state) = node
+            .sim
+            .as_mut()
+            .and_then(|s| s.guard.take())
+            .map(crate::node::SimGuard::keep)
     {
         let _ = writeln!(
             std::io::stderr(),
