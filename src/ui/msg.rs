@@ -1,0 +1,57 @@
+//! What the reducer receives (keys, commands, samples, ticks, what effects report) and what it
+//! asks for (effects, run by `ui::effect`).
+
+use super::command::Command;
+use super::model_ask::ModelAction;
+use crate::domain::snapshot::Snapshot;
+use ratatui::crossterm::event::KeyEvent;
+use std::sync::Arc;
+
+/// Everything the reducer can receive.
+#[derive(Debug, Clone)]
+pub enum Msg {
+    /// A key press.
+    Key(KeyEvent),
+    /// A bound command (from a key, or a test).
+    Command(Command),
+    /// The terminal's new size.
+    Resize(u16, u16),
+    /// A new snapshot from the collector.
+    Snapshot(Arc<Snapshot>),
+    /// The clock (ages on screen).
+    Tick(u64),
+    /// Progress of a kill job.
+    Kill(crate::exec::kill::KillEvent),
+    /// The journal, read.
+    /// A detached apply was started (what to follow), or could not be.
+    ApplyStarted(Result<Box<crate::ui::stage::Progress>, String>),
+    /// The journal, with an unfinished run nobody works on (its description), and how the
+    /// followed apply ended when its process is gone without finishing.
+    Journal(
+        Vec<crate::exec::journal::Entry>,
+        Vec<String>,
+        Option<String>,
+        Option<String>,
+    ),
+}
+
+/// Side effects, performed by the app loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Leave.
+    Quit,
+    /// Ask the collector for a sample now.
+    RefreshNow,
+    /// Signal these processes (only ever from a confirmed dialog).
+    Kill(Vec<crate::domain::kill::Target>, crate::domain::kill::Sig),
+    /// Read the journal.
+    LoadJournal,
+    /// Start applying a confirmed plan (detached, so it survives a dropped terminal).
+    Apply(Box<crate::domain::plan::Plan>),
+    /// Re-read the node's layout (after a repartition).
+    Rescan,
+    /// Run a confirmed model action (off the UI thread).
+    Model(ModelAction),
+    /// Start applying a confirmed MIG plan (detached).
+    MigApply(Box<crate::domain::mig::MigPlan>),
+}

@@ -1,0 +1,99 @@
+//! The view registry: every view in tab order, its title, key and keymap section.
+
+use super::command::Command;
+use super::keymap::Section;
+
+/// The views, in tab order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Partition map.
+    Overview,
+    /// Logical GPUs.
+    Gpus,
+    /// Processes.
+    Processes,
+    /// Served models.
+    Models,
+    /// Detail of the selection.
+    Detail,
+    /// Findings.
+    Findings,
+    /// Log.
+    Log,
+    /// The audit journal.
+    Journal,
+}
+
+impl View {
+    /// Tab order.
+    pub const ALL: [Self; 8] = [
+        Self::Overview,
+        Self::Gpus,
+        Self::Processes,
+        Self::Detail,
+        Self::Findings,
+        Self::Log,
+        Self::Journal,
+        Self::Models,
+    ];
+
+    /// The command that shows it (its tab shows that command's key).
+    pub const fn command(self) -> Command {
+        match self {
+            Self::Overview => Command::ViewOverview,
+            Self::Gpus => Command::ViewGpus,
+            Self::Processes => Command::ViewProcesses,
+            Self::Models => Command::ViewModels,
+            Self::Detail => Command::ViewDetail,
+            Self::Findings => Command::ViewFindings,
+            Self::Log => Command::ViewLog,
+            Self::Journal => Command::ViewJournal,
+        }
+    }
+
+    /// Tab title when the terminal is narrow.
+    pub const fn short_title(self) -> &'static str {
+        match self {
+            Self::Overview => "Map",
+            Self::Gpus => "GPUs",
+            Self::Processes => "Procs",
+            Self::Models => "Models",
+            Self::Detail => "Detail",
+            Self::Findings => "Finds",
+            Self::Log => "Log",
+            Self::Journal => "Journal",
+        }
+    }
+
+    /// Tab title.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Self::Overview => "Overview",
+            Self::Gpus => "GPUs",
+            Self::Processes => "Processes",
+            Self::Models => "Models",
+            Self::Detail => "Detail",
+            Self::Findings => "Findings",
+            Self::Log => "Log",
+            Self::Journal => "Journal",
+        }
+    }
+
+    /// Its keymap section.
+    pub const fn section(self) -> Section {
+        match self {
+            Self::Overview => Section::Overview,
+            Self::Gpus => Section::Gpus,
+            Self::Processes => Section::Processes,
+            Self::Models => Section::Models,
+            Self::Detail => Section::Detail,
+            Self::Findings => Section::Findings,
+            Self::Log => Section::Log,
+            Self::Journal => Section::Journal,
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Self::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+}
