@@ -1,12 +1,19 @@
-//! Keymaps: key notation, the embedded presets (`keymaps/*.toml`), the user's file merged over
-//! them key by key, validation, and resolution of key presses (with sequences) to commands.
+//! Keymaps: the embedded presets (`keymaps/*.toml`), the user's file merged over them key by
+//! key, validation, and resolution of key presses (with sequences) to commands. The key
+//! notation is in `notation`, the generated reference (docs/keymap.md, `partop keys`) in
+//! `reference`.
 
 use super::command::{Command, Danger};
 use super::config::ConfigError;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use toml::Spanned;
+
+mod notation;
+mod reference;
+
+pub use notation::{Key, KeyCodeOrd, parse_seq};
+pub use reference::{effective_text, reference_markdown};
 
 /// Built-in presets, embedded (a test checks every file in `keymaps/` is listed).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -86,141 +93,6 @@ impl Section {
     pub const fn exclusive(self) -> bool {
         matches!(self, Self::Help | Self::Filter | Self::Dialog | Self::Stage)
     }
-}
-
-/// A key: code plus ctrl/alt (shift is folded into the character or `backtab`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// Key code.
-    pub code: KeyCodeOrd,
-    /// Ctrl held.
-    pub ctrl: bool,
-    /// Alt held.
-    pub alt: bool,
-}
-
-/// An orderable key code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KeyCodeOrd {
-    /// A character.
-    Char(char),
-    /// A function key.
-    F(u8),
-    /// A named key.
-    Named(&'static str),
-}
-
-const NAMED: &[(&str, KeyCode)] = &[
-    ("enter", KeyCode::Enter),
-    ("esc", KeyCode::Esc),
-    ("tab", KeyCode::Tab),
-    ("backtab", KeyCode::BackTab),
-    ("backspace", KeyCode::Backspace),
-    ("up", KeyCode::Up),
-    ("down", KeyCode::Down),
-    ("left", KeyCode::Left),
-    ("right", KeyCode::Right),
-    ("pageup", KeyCode::PageUp),
-    ("pagedown", KeyCode::PageDown),
-    ("home", KeyCode::Home),
-    ("end", KeyCode::End),
-    ("delete", KeyCode::Delete),
-];
-
-impl Key {
-    /// From a terminal event.
-    pub fn from_event(e: &KeyEvent) -> Option<Self> {
-        let code = match e.code {
-            KeyCode::Char(' ') => KeyCodeOrd::Named("space"),
-            KeyCode::Char(c) => KeyCodeOrd::Char(c),
-            KeyCode::F(n) => KeyCodeOrd::F(n),
-            other => KeyCodeOrd::Named(NAMED.iter().find(|(_, k)| *k == other)?.0),
-        };
-        Some(Self {
-            code,
-            ctrl: e.modifiers.contains(KeyModifiers::CONTROL),
-            alt: e.modifiers.contains(KeyModifiers::ALT),
-        })
-    }
-
-    /// Parses `ctrl-c`, `G`, `f5`, `pagedown`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let (mut ctrl, mut alt) = (false, false);
-        let mut rest = s;
-        loop {
-            if let Some(r) = rest.strip_prefix("ctrl-") {
-                ctrl = true;
-                rest = r;
-            } else if let Some(r) = rest.strip_prefix("alt-") {
-                alt = true;
-                rest = r;
-            } else if let Some(r) = rest.strip_prefix("shift-") {
-                // shift-tab is backtab; shift-x is X.
-                rest = r;
-                if rest == "tab" {
-                    return Ok(Self {
-                        code: KeyCodeOrd::Named("backtab"),
-                        ctrl,
-                        alt,
-                    });
-                }
-                let mut c = rest.chars();
-                if let (Some(ch), None) = (c.next(), c.next()) {
-                    return Ok(Self {
-                        code: KeyCodeOrd::Char(ch.to_ascii_uppercase()),
-                        ctrl,
-                        alt,
-                    });
-                }
-            } else {
-                break;
-            }
-        }
-        let mut chars = rest.chars();
-        let code = match (chars.next(), chars.next()) {
-            (Some(c), None) => KeyCodeOrd::Char(c),
-            _ if rest == "space" => KeyCodeOrd::Named("space"),
-            _ if rest.starts_with('f')
-                && rest[1..].parse::<u8>().is_ok_and(|n| (1..=12).contains(&n)) =>
-            {
-                KeyCodeOrd::F(rest[1..].parse().unwrap_or(1))
-            }
-            _ => KeyCodeOrd::Named(
-                NAMED
-                    .iter()
-                    .find(|(n, _)| *n == rest)
-                    .map(|(n, _)| *n)
-                    .ok_or_else(|| format!("unknown key {s:?}"))?,
-            ),
-        };
-        Ok(Self { code, ctrl, alt })
-    }
-}
-
-impl std::fmt::Display for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.ctrl {
-            f.write_str("ctrl-")?;
-        }
-        if self.alt {
-            f.write_str("alt-")?;
-        }
-        match self.code {
-            KeyCodeOrd::Char(c) => write!(f, "{c}"),
-            KeyCodeOrd::F(n) => write!(f, "f{n}"),
-            KeyCodeOrd::Named(n) => f.write_str(n),
-        }
-    }
-}
-
-/// Parses a space-separated sequence.
-pub fn parse_seq(s: &str) -> Result<Vec<Key>, String> {
-    let seq: Result<Vec<Key>, String> = s.split_whitespace().map(Key::parse).collect();
-    let seq = seq?;
-    if seq.is_empty() {
-        return Err("empty key".into());
-    }
-    Ok(seq)
 }
 
 /// The result of resolving pending keys.
@@ -514,65 +386,6 @@ impl Keymap {
             })
             .unwrap_or_default()
     }
-}
-
-/// The keymap's bindings as plain text, one per line (`partop keys`).
-pub fn effective_text(km: &Keymap) -> String {
-    let mut o = format!("keymap preset: {}\n", km.preset);
-    for s in Section::ALL {
-        for (k, c) in km.bindings(s) {
-            o.push_str(&format!(
-                "{:<10} {:<12} {:<16} {}\n",
-                s.name(),
-                k,
-                c.name(),
-                c.doc()
-            ));
-        }
-    }
-    o
-}
-
-/// The keymap reference: every command with its default and vim keys (docs/keymap.md).
-pub fn reference_markdown() -> String {
-    let (d, _) = Keymap::load("default", None, false);
-    let (v, _) = Keymap::load("vim", None, false);
-    let keys = |km: &Keymap, c: Command| -> String {
-        let mut all = Vec::new();
-        for s in Section::ALL {
-            for k in km.keys_for(s, c) {
-                let entry = if s == Section::Global {
-                    format!("`{k}`")
-                } else {
-                    format!("`{k}` ({})", s.name())
-                };
-                if !all.contains(&entry) {
-                    all.push(entry);
-                }
-            }
-        }
-        all.join(", ")
-    };
-    let mut o = String::from(
-        "# Keymap reference\n\nGenerated by `partop keys --markdown` from the command list (`src/ui/command.rs`) and the\nbuilt-in keymaps (`keymaps/`); a test fails if this file and the code disagree.\n\nOverride any binding in `$XDG_CONFIG_HOME/partop/keymap.toml` (same format as `keymaps/default.toml`;\n`preset = \"vim\"` picks the base, `\"no_op\"` removes a binding). `partop check-config` validates it.\n\n| command | what it does | default keys | vim preset keys | class |\n|---|---|---|---|---|\n",
-    );
-    for c in Command::ALL {
-        let class = match c.danger() {
-            Danger::Safe => "view",
-            Danger::Mutating => "mutating (removed by --read-only)",
-        };
-        o.push_str(&format!(
-            "| `{}` | {} | {} | {} | {class} |\n",
-            c.name(),
-            c.doc(),
-            keys(&d, *c),
-            keys(&v, *c)
-        ));
-    }
-    o.push_str(
-        "\nThe process filter (`/`) takes text: Enter keeps it, Esc clears it, Backspace edits.\n",
-    );
-    o
 }
 
 #[cfg(test)]
