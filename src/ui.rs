@@ -6,6 +6,7 @@
 pub mod app;
 pub mod command;
 pub mod config;
+pub mod confirm;
 pub mod dialog;
 pub mod effect;
 pub mod keymap;

@@ -7,14 +7,7 @@ use crate::exec::kill::KillEvent;
 use crate::exec::signal::Outcome;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Which button has focus.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Focus {
-    /// Cancel (always the default).
-    Cancel,
-    /// The dangerous button.
-    Confirm,
-}
+pub use super::confirm::Focus;
 
 /// Where the dialog is.
 #[derive(Clone, Debug, PartialEq, Eq)]

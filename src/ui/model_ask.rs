@@ -34,7 +34,7 @@ pub struct ModelAsk {
     /// What will run, line by line.
     pub lines: Vec<String>,
     /// The dangerous button has focus.
-    pub confirm_focused: bool,
+    pub focus: super::confirm::Focus,
 }
 
 /// The confirmation for a model command on row `sel`, or nothing when it does not apply.
@@ -47,7 +47,7 @@ pub fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
                 lines: entry.lines().map(str::to_string).collect(),
                 title: format!("Add {} to the model registry?", m.name),
                 action: ModelAction::AddToRegistry { entry },
-                confirm_focused: false,
+                focus: super::confirm::Focus::Cancel,
             })
         }
         (Command::ModelRestart, Some(spec)) => {
@@ -89,7 +89,7 @@ pub fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
                 action: ModelAction::Restart {
                     name: m.name.clone(),
                 },
-                confirm_focused: false,
+                focus: super::confirm::Focus::Cancel,
             })
         }
         (Command::ModelStop, Some(spec)) if m.pid.is_some() => Some(ModelAsk {
@@ -98,7 +98,7 @@ pub fn model_ask(snap: &Snapshot, sel: usize, c: Command) -> Option<ModelAsk> {
             action: ModelAction::Stop {
                 name: m.name.clone(),
             },
-            confirm_focused: false,
+            focus: super::confirm::Focus::Cancel,
         }),
         _ => None,
     }

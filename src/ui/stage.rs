@@ -9,57 +9,7 @@ use crate::domain::snapshot::Snapshot;
 use crate::domain::{ComputeMode, MemoryMode};
 use crate::exec::journal::Entry;
 
-/// The confirmation being typed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Confirming {
-    /// What has been typed.
-    pub typed: String,
-    /// The plan's fingerprint when confirmation began.
-    pub fingerprint: String,
-    /// Why it must be confirmed again, if the plan changed.
-    pub notice: Option<String>,
-}
-
-/// What a key did to a confirmation being typed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Typed {
-    /// Esc: back to the plan.
-    Cancel,
-    /// Enter with the required word typed and the plan unchanged.
-    Confirmed,
-    /// Anything else (typing, or Enter with the wrong word: the notice says so).
-    Pending,
-}
-
-impl Confirming {
-    /// Applies a key: `word` must be typed exactly, and the plan must still be `fingerprint`
-    /// (AMD repartitions and MIG layouts confirm the same way).
-    pub fn key(
-        &mut self,
-        k: &ratatui::crossterm::event::KeyEvent,
-        word: &str,
-        fingerprint: &str,
-    ) -> Typed {
-        use ratatui::crossterm::event::{KeyCode, KeyModifiers};
-        match k.code {
-            KeyCode::Esc => return Typed::Cancel,
-            KeyCode::Backspace => {
-                self.typed.pop();
-            }
-            KeyCode::Char(ch) if !k.modifiers.contains(KeyModifiers::CONTROL) => {
-                self.typed.push(ch);
-            }
-            KeyCode::Enter => {
-                if self.typed == word && self.fingerprint == fingerprint {
-                    return Typed::Confirmed;
-                }
-                self.notice = Some(format!("type {word} exactly to apply"));
-            }
-            _ => {}
-        }
-        Typed::Pending
-    }
-}
+pub use super::confirm::{Confirming, Typed};
 
 /// A staged change.
 #[derive(Clone, Debug, PartialEq)]

@@ -603,7 +603,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         }
         Command::DialogFocusNext => {
             if let Some(a) = state.model_ask.as_mut() {
-                a.confirm_focused = !a.confirm_focused;
+                a.focus = a.focus.toggled();
             }
             if let Some(d) = state.dialog.as_mut() {
                 d.focus_next();
@@ -612,7 +612,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         Command::DialogActivate => {
             if let Some(a) = state.model_ask.take() {
                 // INVARIANT: the only place an Effect::Model is created, from a confirmed ask.
-                return if a.confirm_focused {
+                return if a.focus == super::confirm::Focus::Confirm {
                     vec![Effect::Model(a.action)]
                 } else {
                     Vec::new()

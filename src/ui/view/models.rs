@@ -148,9 +148,19 @@ pub fn ask(frame: &mut Frame<'_>, area: Rect, a: &ModelAsk, theme: &Theme) {
     lines.push(Line::raw(""));
     lines.push(Line::from(vec![
         Span::raw("  "),
-        super::fmt::button("Cancel", !a.confirm_focused, false, theme),
+        super::fmt::button(
+            "Cancel",
+            a.focus == crate::ui::confirm::Focus::Cancel,
+            false,
+            theme,
+        ),
         Span::raw("   "),
-        super::fmt::button("Confirm", a.confirm_focused, true, theme),
+        super::fmt::button(
+            "Confirm",
+            a.focus == crate::ui::confirm::Focus::Confirm,
+            true,
+            theme,
+        ),
     ]));
     lines.push(Line::styled(
         "tab switches · enter presses · esc cancels · journaled",
