@@ -2,6 +2,7 @@
 //! (`commands`), one file per group of subcommands, and the monitor's wiring. Nothing below
 //! imports this module (`tests/architecture.rs`).
 
+pub mod apply;
 pub mod args;
 pub mod check_config;
 pub mod commands;
@@ -10,5 +11,9 @@ pub mod mig;
 pub mod models;
 pub mod monitor;
 pub mod out;
+pub mod plan;
+pub mod record;
+pub mod sim;
+pub mod snapshot;
 
 pub use args::*;

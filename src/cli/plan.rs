@@ -1,0 +1,74 @@
+//! `partop plan`: what a repartition would do on this node, as text or JSON.
+
+use crate::cli::out::out;
+use crate::cli::{SourceArgs, exit};
+use crate::config::Settings;
+use crate::node::open;
+use anyhow::Result;
+use std::io::Write;
+
+pub fn plan(
+    src: &SourceArgs,
+    gpus: Vec<String>,
+    compute: Option<crate::domain::ComputeMode>,
+    memory: Option<crate::domain::MemoryMode>,
+    json: bool,
+    settings: &Settings,
+) -> Result<u8> {
+    use crate::domain::plan::{Draft, Reload, plan};
+    if compute.is_none() && memory.is_none() {
+        anyhow::bail!(
+            "say what to change: --compute SPX|DPX|QPX|CPX and/or --memory NPS1|NPS2|NPS4"
+        );
+    }
+    let node = open(src)?;
+    let rt = crate::cli::out::runtime()?;
+    let mut collector = node.collector();
+    let snap = rt.block_on(collector.sample());
+    rt.shutdown_background();
+    let reload = match collector
+        .version()
+        .map(crate::collect::amdsmi::AmdSmiVersion::reload_method)
+    {
+        Some(crate::collect::amdsmi::version::ReloadMethod::InsideSetMemory) => {
+            Reload::InsideSetMemory
+        }
+        Some(crate::collect::amdsmi::version::ReloadMethod::Modprobe) => Reload::Modprobe,
+        _ => Reload::ResetReload,
+    };
+    // A real reload of 8 MI300X is not documented anywhere; 120 s is the planning figure
+    // (amd-smi's own progress bar allows 140 s). The simulator knows its own.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "seconds"
+    )]
+    let reload_secs = node
+        .sim_state()
+        .and_then(|s| crate::sim::state::SimState::load(s).ok())
+        .map_or(120, |s| s.reload_secs.ceil() as u32);
+    let draft = Draft {
+        gpus: gpus.into_iter().filter(|g| g != "all").collect(),
+        compute,
+        memory,
+    };
+    // An apply that did not finish comes first: planning over a half-changed node misleads.
+    for u in crate::exec::journal::unfinished(&settings.journal) {
+        let mut e = std::io::stderr();
+        let _ = writeln!(e, "partop: warning: {}", u.describe());
+    }
+    match plan(&snap, &draft, reload, reload_secs, 10) {
+        Ok(p) => {
+            if json {
+                out(&(serde_json::to_string_pretty(&p)? + "\n"))?;
+            } else {
+                out(&crate::report::plan_text(&p))?;
+            }
+            Ok(exit::OK)
+        }
+        Err(errors) => {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            anyhow::bail!("cannot plan this change:\n  {}", text.join("\n  "))
+        }
+    }
+}

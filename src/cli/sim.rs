@@ -1,0 +1,154 @@
+//! `partop sim …`: the simulated node's lifecycle and its fake tools.
+
+use crate::cli::out::out;
+use crate::cli::{SimCmd, exit};
+use crate::sim::scenario::{BUILTIN, Scenario};
+use crate::sim::session;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::time::Duration;
+
+/// Whether a `partop sim` command changes a simulated node (what `--read-only` removes).
+fn sim_mutates(action: &SimCmd) -> bool {
+    match action {
+        SimCmd::Stop { .. }
+        | SimCmd::Resume { .. }
+        | SimCmd::Reload { .. }
+        | SimCmd::NvidiaAttach { .. } => true,
+        SimCmd::AmdSmi { args, .. } => args.first().is_some_and(|a| a == "set" || a == "reset"),
+        SimCmd::NvidiaSmi { args, .. } => args.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "-mig"
+                    | "--multi-instance-gpu"
+                    | "-cgi"
+                    | "-dgi"
+                    | "-cci"
+                    | "-dci"
+                    | "-r"
+                    | "--gpu-reset"
+            ) || a.starts_with("--create-gpu-instance")
+                || a.starts_with("--destroy-gpu-instance")
+        }),
+        _ => false,
+    }
+}
+
+pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
+    if read_only && sim_mutates(&action) {
+        let mut e = std::io::stderr();
+        let _ = writeln!(
+            e,
+            "partop: read-only (--read-only): this command would change the simulated node; nothing was done"
+        );
+        return Ok(exit::USAGE);
+    }
+    match action {
+        SimCmd::List => {
+            let mut s = String::new();
+            for (name, text) in BUILTIN {
+                let d = Scenario::parse(name, text)
+                    .map(|s| s.description)
+                    .unwrap_or_default();
+                s.push_str(&format!("{name:<24} {d}\n"));
+            }
+            out(&s)?;
+            Ok(exit::OK)
+        }
+        SimCmd::Start {
+            scenario,
+            state,
+            seed,
+        } => {
+            let sc = Scenario::load(&scenario)?;
+            let st = session::start(&sc, &state, seed)?;
+            out(&session::status(&st))?;
+            Ok(exit::OK)
+        }
+        SimCmd::Stop { state } => {
+            for s in session::stop(&state, Duration::from_secs(3))? {
+                let how = if s.killed {
+                    "did not exit on SIGTERM; sent SIGKILL"
+                } else {
+                    "stopped"
+                };
+                out(&format!("{}: {how}\n", s.name))?;
+            }
+            Ok(exit::OK)
+        }
+        SimCmd::Resume { state } => {
+            for r in session::resume(&state, &[], None)? {
+                out(&format!("{r}\n"))?;
+            }
+            Ok(exit::OK)
+        }
+        SimCmd::Status { state } => {
+            let st = crate::sim::state::SimState::load(&state)?;
+            out(&session::status(&st))?;
+            Ok(exit::OK)
+        }
+        SimCmd::AmdSmi { state, args } => {
+            let stdin = std::io::stdin();
+            let mut input = stdin.lock();
+            let mut o = std::io::stdout();
+            let mut e = std::io::stderr();
+            let code = crate::sim::amdsmi::main(&state, &args, &mut input, &mut o, &mut e);
+            Ok(u8::try_from(code.rem_euclid(256)).unwrap_or(1))
+        }
+        SimCmd::NvidiaInit {
+            state,
+            product,
+            gpus,
+        } => {
+            crate::sim::nvidia::NvSimState::new(&product, gpus)
+                .save(&state)
+                .map_err(anyhow::Error::msg)?;
+            out(&format!(
+                "{gpus} x {product} (MIG off) in {}\nuse it: partop --source nvidia --nvidia-smi SCRIPT, where SCRIPT runs `partop sim nvidia-smi --state {} \"$@\"`\n",
+                state.display(),
+                state.display()
+            ))?;
+            Ok(exit::OK)
+        }
+        SimCmd::NvidiaAttach {
+            state,
+            pid,
+            gpu,
+            gi,
+            mib,
+        } => {
+            let mut s = crate::sim::nvidia::NvSimState::load(&state).map_err(anyhow::Error::msg)?;
+            let g = s
+                .gpus
+                .get_mut(gpu)
+                .with_context(|| format!("no simulated NVIDIA GPU {gpu}"))?;
+            g.procs.push(crate::sim::nvidia::NvSimProc {
+                pid,
+                start_ticks: crate::sim::state::process_start(pid),
+                gi,
+                used_mib: mib,
+            });
+            s.save(&state).map_err(anyhow::Error::msg)?;
+            Ok(exit::OK)
+        }
+        SimCmd::NvidiaSmi { state, args } => {
+            let (code, o, e) = crate::sim::nvidia::main(&state, &args);
+            out(&o)?;
+            let _ = std::io::stderr().write_all(e.as_bytes());
+            Ok(u8::try_from(code).unwrap_or(1))
+        }
+        SimCmd::Serve { state, name, port } => {
+            // Returns only on failure (it becomes the server otherwise); the message goes to
+            // the model's log, where a real vLLM's traceback would be.
+            Err(session::serve(&state, &name, port).into())
+        }
+        SimCmd::Reload { state } => {
+            let code = crate::sim::amdsmi::changes::modprobe_reload(
+                &state,
+                &mut std::io::stderr(),
+                &mut std::io::stderr(),
+            );
+            Ok(u8::try_from(code).unwrap_or(1))
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! `partop snapshot`: one collection, as a table or the JSON document (docs/json.md).
+
+use crate::cli::out::out;
+use crate::cli::{SourceArgs, exit};
+use crate::domain::snapshot::Health;
+use crate::node::open;
+use anyhow::Result;
+
+pub fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
+    let node = open(src)?;
+    let rt = crate::cli::out::runtime()?;
+    let mut collector = node.collector();
+    let snap = rt.block_on(collector.sample());
+    // A kernel read stuck on a blocking file is left behind, never waited for.
+    rt.shutdown_background();
+    let failed: Vec<String> = snap
+        .sources
+        .iter()
+        .filter(|s| matches!(s.status, Health::Down | Health::Stale))
+        .map(|s| format!("{}: {}", s.name, s.error.clone().unwrap_or_default()))
+        .collect();
+    if snap.gpus.is_empty() && !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("\n"));
+    }
+    if json {
+        out(&(serde_json::to_string_pretty(&snap)? + "\n"))?;
+    } else {
+        out(&crate::report::table(&snap))?;
+    }
+    if failed.is_empty() {
+        Ok(exit::OK)
+    } else {
+        #[expect(clippy::print_stderr, reason = "one-shot command")]
+        for f in &failed {
+            eprintln!("partop: {f}");
+        }
+        Ok(exit::PARTIAL)
+    }
+}
