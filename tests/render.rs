@@ -416,3 +416,18 @@ fn banners_for_a_replay_an_unfinished_apply_and_an_apply_that_died() {
         "{screen}"
     );
 }
+
+#[test]
+fn read_only_models_view_offers_no_action() {
+    let mut s = state_for("dpx-nps2-two-models", 120, 30);
+    // As the monitor sets it up: the flag, and a keymap loaded without mutating commands.
+    s.read_only = true;
+    s.keymap = Keymap::load("default", None, true).0;
+    update(&mut s, Msg::Command(Command::ViewModels));
+    let screen = draw(&s, 120, 30);
+    assert!(
+        screen.contains("read-only: no restart, stop or add"),
+        "{screen}"
+    );
+    assert!(!screen.contains("R restart"), "{screen}");
+}

@@ -21,7 +21,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let [top, bottom] = Layout::vertical([Constraint::Min(4), Constraint::Length(9)]).areas(area);
     let block = Block::default()
         .borders(Borders::ALL)
-        .title(" Models (R restart · x stop · a add to registry · A advise a layout) ")
+        // Read-only (and replays) offer no action: the title lists only what the keys can do.
+        .title(if state.read_only {
+            " Models (read-only: no restart, stop or add) "
+        } else {
+            " Models (R restart · x stop · a add to registry · A advise a layout) "
+        })
         .border_style(theme.get("ui.border"));
     if models.is_empty() {
         frame.render_widget(
