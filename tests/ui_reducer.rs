@@ -598,3 +598,49 @@ mod invariants {
         }
     }
 }
+
+#[test]
+fn a_mig_apply_is_followed_to_its_end() {
+    use partop::exec::journal::Entry;
+    let mut s = state("default", "dpx-nps2-two-models");
+    s.mig_applying = Some("f00d".into());
+    assert!(update(&mut s, Msg::Tick(T + 20_000)).contains(&Effect::LoadJournal));
+    let start = Entry::new(
+        "mig.start",
+        false,
+        serde_json::json!({"run": "r1", "fingerprint": "f00d", "plan": {}}),
+        serde_json::json!({"steps": 4}),
+    );
+    let failed = Entry::new(
+        "mig.step",
+        false,
+        serde_json::json!({"run": "r1", "fingerprint": "f00d", "step": 2, "key": "mig_mode"}),
+        serde_json::json!({"ok": false, "detail": "pending"}),
+    );
+    let e = update(
+        &mut s,
+        Msg::Journal(vec![start.clone(), failed], vec![], None, None),
+    );
+    assert!(e.contains(&Effect::Rescan));
+    let notice = s.notice.clone().unwrap().0;
+    assert!(
+        notice.contains("failed at step 3 (mig_mode): pending"),
+        "{notice}"
+    );
+    assert!(s.mig_applying.is_none());
+    s.mig_applying = Some("f00d".into());
+    let done = Entry::new(
+        "mig.done",
+        false,
+        serde_json::json!({"run": "r1", "fingerprint": "f00d"}),
+        serde_json::json!({"ok": true}),
+    );
+    update(&mut s, Msg::Journal(vec![start, done], vec![], None, None));
+    assert!(
+        s.notice
+            .clone()
+            .unwrap()
+            .0
+            .contains("MIG plan f00d applied")
+    );
+}

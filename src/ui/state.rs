@@ -92,6 +92,8 @@ pub struct State {
     pub staging: Option<super::stage::Staging>,
     /// A repartition running (detached), followed from the journal.
     pub applying: Option<super::stage::Progress>,
+    /// A MIG apply running (detached): its plan's fingerprint, followed from the journal.
+    pub mig_applying: Option<String>,
     /// Tagged physical GPUs (BDF): staging starts with them.
     pub tagged_gpus: std::collections::BTreeSet<String>,
     /// Seconds a driver reload takes, for plans (120 unless the node says otherwise).
@@ -148,6 +150,7 @@ impl State {
             journal_sel: 0,
             staging: None,
             applying: None,
+            mig_applying: None,
             tagged_gpus: std::collections::BTreeSet::new(),
             reload_secs: 120,
             notice: None,
@@ -715,6 +718,14 @@ fn mig_confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
         // fingerprint unchanged since confirmation began, and the host name typed.
         super::stage::Typed::Confirmed => {
             state.mig_staging = None;
+            state.mig_applying = Some(plan.fingerprint.clone());
+            state.notice = Some((
+                format!(
+                    "applying MIG plan {} (detached); the footer says when it ends, the Journal view (7) shows each step",
+                    plan.fingerprint
+                ),
+                state.now_ms,
+            ));
             return vec![Effect::MigApply(Box::new(plan))];
         }
         super::stage::Typed::Pending => {}
@@ -860,7 +871,8 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             let following = state
                 .applying
                 .as_ref()
-                .is_some_and(|p| p.finished.is_none());
+                .is_some_and(|p| p.finished.is_none())
+                || state.mig_applying.is_some();
             if following || now.saturating_sub(state.journal_read_ms) >= 10_000 {
                 state.journal_read_ms = now;
                 vec![Effect::LoadJournal]
@@ -905,6 +917,26 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Journal(mut entries, bad, unfinished, exited) => {
             let mut effects = Vec::new();
             state.unfinished = unfinished;
+            // A MIG apply is followed through its run in the journal: done, or a failed step.
+            if let Some(fp) = state.mig_applying.clone() {
+                let run = crate::exec::journal::runs(&entries)
+                    .into_iter()
+                    .rev()
+                    .find(|r| r.kind == "mig" && r.fingerprint == fp);
+                let end = run.and_then(|r| match (&r.closed, &r.last) {
+                    (Some(_), _) => Some(format!("MIG plan {fp} applied")),
+                    (None, Some((i, key, Some(false), detail))) => Some(format!(
+                        "MIG plan {fp} failed at step {} ({key}): {detail}; partop mig apply … --resume continues it",
+                        i + 1
+                    )),
+                    _ => None,
+                });
+                if let Some(text) = end {
+                    state.notice = Some((text, state.now_ms));
+                    state.mig_applying = None;
+                    effects.extend([Effect::Rescan, Effect::RefreshNow]);
+                }
+            }
             if let Some(p) = state.applying.as_mut() {
                 let was = p.finished;
                 p.update(&entries);
