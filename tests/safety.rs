@@ -686,9 +686,9 @@ fn a_blocking_kernel_file_makes_the_source_stale_never_a_hang() {
     );
 }
 
-#[test]
-fn nan_from_python_json_is_na_for_that_value_only() {
-    let e = SimEnv::new(&quick("nan", "7.0.2", "SPX", "NPS1", MODEL));
+/// Records the simulated node, rewrites the stdout of the recorded command starting with
+/// `command` through `edit`, and runs `partop --replay` on it with `args`.
+fn replay_edited(e: &SimEnv, command: &str, edit: impl Fn(&str) -> String, args: &[&str]) -> Out {
     let rec = e.node.dir.path().join("rec.json");
     let o = run(e.cmd().arg("record").arg("--out").arg(&rec), "");
     assert_eq!(o.code, 0, "{}", o.stderr);
@@ -697,25 +697,33 @@ fn nan_from_python_json_is_na_for_that_value_only() {
     let outputs = v["outputs"].as_object_mut().unwrap();
     let key = outputs
         .keys()
-        .find(|k| k.starts_with("metric"))
+        .find(|k| k.starts_with(command))
         .unwrap()
         .clone();
-    let text = outputs[&key]["stdout"].as_str().unwrap().to_string();
-    // The first GFX activity value becomes Python's NaN.
-    let at = text.find("\"gfx_activity\"").unwrap();
-    let vstart = at + text[at..].find("\"value\": ").unwrap() + "\"value\": ".len();
-    let vend = vstart + text[vstart..].find([',', '\n']).unwrap();
-    let patched = format!("{}NaN{}", &text[..vstart], &text[vend..]);
-    outputs.get_mut(&key).unwrap()["stdout"] = patched.into();
+    let edited = edit(outputs[&key]["stdout"].as_str().unwrap());
+    outputs.get_mut(&key).unwrap()["stdout"] = edited.into();
     std::fs::write(&rec, serde_json::to_string(&v).unwrap()).unwrap();
-    let o = run(
+    run(
         partop()
             .env("XDG_CONFIG_HOME", e.xdg())
             .arg("--replay")
             .arg(&rec)
-            .args(["snapshot", "--json"]),
+            .args(args),
         "",
-    );
+    )
+}
+
+#[test]
+fn nan_from_python_json_is_na_for_that_value_only() {
+    let e = SimEnv::new(&quick("nan", "7.0.2", "SPX", "NPS1", MODEL));
+    // The first GFX activity value becomes Python's NaN.
+    let nan = |text: &str| {
+        let at = text.find("\"gfx_activity\"").unwrap();
+        let vstart = at + text[at..].find("\"value\": ").unwrap() + "\"value\": ".len();
+        let vend = vstart + text[vstart..].find([',', '\n']).unwrap();
+        format!("{}NaN{}", &text[..vstart], &text[vend..])
+    };
+    let o = replay_edited(&e, "metric", nan, &["snapshot", "--json"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let s: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     let busy: Vec<&serde_json::Value> = s["gpus"]
@@ -731,32 +739,12 @@ fn nan_from_python_json_is_na_for_that_value_only() {
 #[test]
 fn gpu_count_disagreement_is_said_not_shown_as_zero_gpus() {
     let e = SimEnv::new(&quick("count", "7.0.2", "SPX", "NPS1", ""));
-    let rec = e.node.dir.path().join("rec.json");
-    assert_eq!(
-        run(e.cmd().arg("record").arg("--out").arg(&rec), "").code,
-        0
-    );
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
-    let outputs = v["outputs"].as_object_mut().unwrap();
-    let key = outputs
-        .keys()
-        .find(|k| k.starts_with("list"))
-        .unwrap()
-        .clone();
-    let mut list: serde_json::Value =
-        serde_json::from_str(outputs[&key]["stdout"].as_str().unwrap()).unwrap();
-    list.as_array_mut().unwrap().pop();
-    outputs.get_mut(&key).unwrap()["stdout"] = serde_json::to_string(&list).unwrap().into();
-    std::fs::write(&rec, serde_json::to_string(&v).unwrap()).unwrap();
-    let o = run(
-        partop()
-            .env("XDG_CONFIG_HOME", e.xdg())
-            .arg("--replay")
-            .arg(&rec)
-            .arg("snapshot"),
-        "",
-    );
+    let one_less = |text: &str| {
+        let mut list: serde_json::Value = serde_json::from_str(text).unwrap();
+        list.as_array_mut().unwrap().pop();
+        serde_json::to_string(&list).unwrap()
+    };
+    let o = replay_edited(&e, "list", one_less, &["snapshot"]);
     assert!(
         o.stderr
             .contains("amd-smi list shows 7 GPUs and amd-smi metric 8"),

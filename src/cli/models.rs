@@ -42,15 +42,7 @@ pub fn table(models: &[ServedModel]) -> String {
         "MODEL / WHY"
     );
     for m in models {
-        let gpus = if m.gpus.is_empty() {
-            "-".into()
-        } else {
-            m.gpus
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let gpus = m.gpus_label();
         let why = m
             .reason
             .as_ref()

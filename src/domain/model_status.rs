@@ -79,6 +79,19 @@ pub struct ServedModel {
 }
 
 impl ServedModel {
+    /// Its logical GPUs as `3,4`, or `-` when it holds none.
+    pub fn gpus_label(&self) -> String {
+        if self.gpus.is_empty() {
+            "-".into()
+        } else {
+            self.gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    }
+
     /// HBM it needs per logical GPU (registry), GB.
     pub fn memory_gb(&self) -> Option<f64> {
         self.spec.as_ref().map(|s| s.memory_gb)

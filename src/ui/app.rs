@@ -92,15 +92,18 @@ where
     let mut redraw = true;
     let mut last_draw = std::time::Instant::now();
     loop {
-        // Every effect is run, whatever caused it and whether or not a frame is drawn.
-        let facts = Facts {
-            grace_ms: state.grace_ms,
-            snapshot: state.snapshot.clone(),
-            applying: state.applying.clone(),
-        };
+        // Every effect is run, whatever caused it and whether or not a frame is drawn. What
+        // the effects may read is copied only when there are effects (most messages have none).
         let mut quit = false;
-        while let Some(e) = pending.pop_front() {
-            quit |= runner.run(e, &facts);
+        if !pending.is_empty() {
+            let facts = Facts {
+                grace_ms: state.grace_ms,
+                snapshot: state.snapshot.clone(),
+                applying: state.applying.clone(),
+            };
+            while let Some(e) = pending.pop_front() {
+                quit |= runner.run(e, &facts);
+            }
         }
         if quit {
             break;

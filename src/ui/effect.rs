@@ -65,6 +65,16 @@ fn model_action(
             return;
         }
     };
+    let stop_model = |m: &crate::domain::model_status::ServedModel,
+                      spec: &crate::domain::models::ModelSpec| {
+        stop(
+            &ops,
+            spec,
+            &m.gpus,
+            &m.bdfs,
+            m.pid.map(|p| (p, m.start_ticks)),
+        )
+    };
     let find = |name: &str| {
         snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
             .and_then(|m| m.spec.clone().map(|spec| (m, spec)))
@@ -82,13 +92,7 @@ fn model_action(
         }
         ModelAction::Stop { name } => {
             let Some((m, spec)) = find(name) else { return };
-            match stop(
-                &ops,
-                &spec,
-                &m.gpus,
-                &m.bdfs,
-                m.pid.map(|p| (p, m.start_ticks)),
-            ) {
+            match stop_model(&m, &spec) {
                 Ok(d) => log::info!("{name}: {d}"),
                 Err(e) => log::error!("{name}: {e}"),
             }
@@ -96,13 +100,7 @@ fn model_action(
         ModelAction::Restart { name } => {
             let Some((m, spec)) = find(name) else { return };
             if m.pid.is_some() {
-                match stop(
-                    &ops,
-                    &spec,
-                    &m.gpus,
-                    &m.bdfs,
-                    m.pid.map(|p| (p, m.start_ticks)),
-                ) {
+                match stop_model(&m, &spec) {
                     Ok(d) => log::info!("{name}: {d}"),
                     Err(e) => {
                         log::error!("{name}: {e}; not restarted");

@@ -54,8 +54,8 @@ pub struct AmdSmiCollector {
     kernel_busy: Option<(KernelJob, std::time::Instant)>,
     /// The last kernel snapshot that completed (kept on screen while a read hangs).
     last_kernel: Option<Snapshot>,
-    /// The last amd-smi snapshot whose commands agreed on the GPU count.
-    last_consistent: Option<Snapshot>,
+    /// `list` and `metric` disagreed: re-read the layout at the next sample.
+    reread_static: bool,
     /// An NVIDIA node: NVML or nvidia-smi instead of amd-smi.
     pub nvidia: Option<Box<dyn crate::collect::nvidia::NvSource>>,
     last_nvidia: Option<Snapshot>,
@@ -108,7 +108,7 @@ impl AmdSmiCollector {
             sysfs_only: false,
             kernel_busy: None,
             last_kernel: None,
-            last_consistent: None,
+            reread_static: false,
             nvidia: None,
             last_nvidia: None,
         }
@@ -335,6 +335,9 @@ impl AmdSmiCollector {
             return snap;
         }
         self.read_version().await;
+        if std::mem::take(&mut self.reread_static) {
+            self.statics = None;
+        }
         if self.statics.is_none() {
             let t = std::time::Instant::now();
             match self.read_static().await {
@@ -351,27 +354,35 @@ impl AmdSmiCollector {
         let took = ms(t);
         self.keep(&ARGS_METRIC, &metric);
         self.keep(&ARGS_PROCESS, &process);
-        let mut counts = (0, 0);
+        let mut inconsistent = None;
         match metric.and_then(parse_per_gpu::<MetricEntry>) {
-            Ok(m) => {
-                counts = (self.statics.as_ref().map_or(0, |s| s.list.len()), m.len());
-                // A different number of GPUs than the static data knows: the node was
-                // repartitioned (by partop or anyone): re-read its layout next time.
-                if self
-                    .statics
-                    .as_ref()
-                    .is_some_and(|s| !s.list.is_empty() && s.list.len() != m.len())
-                {
-                    log::info!(
-                        "the node now has {} logical GPUs: re-reading its layout",
+            Ok(m) => match self.statics.as_ref().map(|s| s.list.len()) {
+                // `metric` lists another GPU count than the layout read with `list`: the node
+                // was repartitioned (by partop or anyone), or amd-smi is inconsistent. This
+                // sample keeps the last consistent layout and metrics and says so; the layout
+                // is re-read at the start of the next sample.
+                Some(n) if n > 0 && n != m.len() => {
+                    let why = format!(
+                        "amd-smi list shows {n} GPUs and amd-smi metric {}: the layout is changing or amd-smi is inconsistent; the last consistent layout is kept and re-read",
                         m.len()
                     );
-                    self.statics = None;
+                    log::warn!("{why}");
+                    self.reread_static = true;
+                    inconsistent = Some(why);
                 }
-                self.metric = Some((m, clock::now_ms()));
-                self.mark(SRC_METRIC, Ok(took));
-            }
+                _ => {
+                    self.metric = Some((m, clock::now_ms()));
+                    self.mark(SRC_METRIC, Ok(took));
+                }
+            },
             Err(e) => self.mark(SRC_METRIC, Err(&e)),
+        }
+        if let Some(why) = inconsistent {
+            let had = self.metric.is_some();
+            if let Some(src) = self.status.iter_mut().find(|s| s.name == SRC_METRIC) {
+                src.status = if had { Health::Stale } else { Health::Down };
+                src.error = Some(why);
+            }
         }
         match process.and_then(parse_per_gpu::<ProcessEntry>) {
             Ok(p) => {
@@ -379,34 +390,6 @@ impl AmdSmiCollector {
                 self.mark(SRC_PROCESS, Ok(took));
             }
             Err(e) => self.mark(SRC_PROCESS, Err(&e)),
-        }
-        // `list` and `metric` disagreeing on the GPU count: the layout is changing under us, or
-        // amd-smi is inconsistent. The last consistent layout is kept, and said to be.
-        if counts.0 > 0 && counts.1 > 0 && counts.0 != counts.1 {
-            let why = format!(
-                "amd-smi list shows {} GPUs and amd-smi metric {}: the layout is changing or amd-smi is inconsistent; the last consistent layout is kept",
-                counts.0, counts.1
-            );
-            log::warn!("{why}");
-            self.statics = None;
-            if let Some(last) = &self.last_consistent {
-                let mut s = last.clone();
-                for src in &mut s.sources {
-                    if src.name == SRC_METRIC {
-                        src.status = Health::Stale;
-                        src.error = Some(why.clone());
-                    }
-                }
-                return s;
-            }
-            let mut s = self.snapshot();
-            for src in &mut s.sources {
-                if src.name == SRC_METRIC {
-                    src.status = Health::Down;
-                    src.error = Some(why.clone());
-                }
-            }
-            return s;
         }
         let mut snap = self.snapshot();
         // PIDs of a recording belong to another host: only a live node is looked up in /proc;
@@ -480,9 +463,6 @@ impl AmdSmiCollector {
                     took_ms: None,
                 });
             }
-        }
-        if !snap.gpus.is_empty() {
-            self.last_consistent = Some(snap.clone());
         }
         snap
     }

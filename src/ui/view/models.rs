@@ -52,15 +52,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         theme.get("table.header"),
     )];
     for (i, m) in models.iter().enumerate().skip(first).take(visible) {
-        let gpus = if m.gpus.is_empty() {
-            "-".into()
-        } else {
-            m.gpus
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let gpus = m.gpus_label();
         let state_style = match m.state {
             ModelState::Healthy => theme.get("status.ok"),
             ModelState::Starting => theme.get("status.warn"),
