@@ -130,7 +130,9 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         ))?;
         (journaled, from)
     } else {
-        if let Some(u) = journal::unfinished(&journal_path).first() {
+        if let Some(u) =
+            journal::unfinished_on(&journal_path, &journal::node_id(node.sim_state())).first()
+        {
             anyhow::bail!("{}", u.describe());
         }
         let why = crate::domain::plan::still_valid(&file_plan, &snap, &here, false);
@@ -180,6 +182,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         }
     }
     let log = crate::exec::runlog::RunLog {
+        node: crate::exec::journal::node_id(node.sim_state()),
         path: journal_path.clone(),
         kind: "repartition",
         run: run_id,

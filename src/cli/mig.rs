@@ -175,7 +175,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 ))?;
                 (journaled, from)
             } else {
-                if let Some(u) = crate::exec::journal::unfinished(journal).first() {
+                if let Some(u) = crate::exec::journal::unfinished_on(journal, "host").first() {
                     bail!("{}", u.describe());
                 }
                 // The node must still be the node the plan was made for; the re-derived plan
@@ -202,6 +202,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 (now, 0)
             };
             let log = crate::exec::runlog::RunLog {
+                node: "host".into(),
                 path: journal.clone(),
                 kind: "mig",
                 run: run_id,

@@ -53,7 +53,10 @@ pub fn plan(
         memory,
     };
     // An apply that did not finish comes first: planning over a half-changed node misleads.
-    for u in crate::exec::journal::unfinished(&settings.journal) {
+    for u in crate::exec::journal::unfinished_on(
+        &settings.journal,
+        &crate::exec::journal::node_id(node.sim_state()),
+    ) {
         let mut e = std::io::stderr();
         let _ = writeln!(e, "partop: warning: {}", u.describe());
     }

@@ -255,6 +255,8 @@ pub struct Run {
     pub started_at: String,
     /// The pid of the partop that ran it.
     pub pid: Option<u32>,
+    /// The node it changes ([`node_id`]); None for runs journaled before partop recorded it.
+    pub node: Option<String>,
     /// Steps done (ok), by index.
     pub done: Vec<usize>,
     /// The last step entry: index, key, ok, detail.
@@ -349,6 +351,7 @@ pub fn runs(entries: &[Entry]) -> Vec<Run> {
                 pid: e.targets["pid"]
                     .as_u64()
                     .and_then(|p| u32::try_from(p).ok()),
+                node: e.targets["node"].as_str().map(str::to_string),
                 done: Vec::new(),
                 last: None,
                 closed: None,
@@ -386,17 +389,40 @@ pub fn runs(entries: &[Entry]) -> Vec<Run> {
     runs
 }
 
-/// The runs not finished nor abandoned, newest first.
+/// Which node a run changes: a simulated node by its state file, else this host. Several
+/// simulated nodes (and the host) share one journal; a run of one never blocks another.
+pub fn node_id(sim_state: Option<&Path>) -> String {
+    sim_state.map_or_else(
+        || "host".to_string(),
+        |p| format!("simulated:{}", p.display()),
+    )
+}
+
+/// The runs not finished nor abandoned, newest first (every node's).
 pub fn unfinished(path: &Path) -> Vec<Run> {
     let Ok((entries, _)) = read(path) else {
         return Vec::new();
     };
-    let mut v: Vec<Run> = runs(&entries)
+    unfinished_in(&entries, None)
+}
+
+/// The unfinished runs of `node` (or of every node), newest first.
+pub fn unfinished_in(entries: &[Entry], node: Option<&str>) -> Vec<Run> {
+    let mut v: Vec<Run> = runs(entries)
         .into_iter()
         .filter(|r| r.closed.is_none())
+        .filter(|r| node.is_none_or(|n| r.node.as_deref().is_none_or(|m| m == n)))
         .collect();
     v.reverse();
     v
+}
+
+/// The unfinished runs of `node`, newest first.
+pub fn unfinished_on(path: &Path, node: &str) -> Vec<Run> {
+    let Ok((entries, _)) = read(path) else {
+        return Vec::new();
+    };
+    unfinished_in(&entries, Some(node))
 }
 
 /// The newest run of `kind` for `fingerprint`.

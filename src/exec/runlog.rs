@@ -35,6 +35,8 @@ pub struct RunLog {
     pub fingerprint: String,
     /// The node is simulated.
     pub simulated: bool,
+    /// The node it changes (`journal::node_id`).
+    pub node: String,
 }
 
 impl RunLog {
@@ -72,7 +74,7 @@ impl RunLog {
         });
         self.append(
             "start",
-            json!({"plan": plan, "plan_file": file, "pid": std::process::id()}),
+            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node}),
             json!({"steps": steps}),
         )
     }

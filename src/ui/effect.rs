@@ -242,10 +242,10 @@ pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Pro
         .as_deref()
         .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
     let holder = crate::exec::lock::holder(&lock);
-    let unfinished = crate::exec::journal::runs(&entries)
+    let node = crate::exec::journal::node_id(exec.sim_state.as_deref());
+    let unfinished = crate::exec::journal::unfinished_in(&entries, Some(&node))
         .into_iter()
-        .rev()
-        .find(|r| r.closed.is_none() && holder.as_ref().is_none_or(|h| h.id != r.run))
+        .find(|r| holder.as_ref().is_none_or(|h| h.id != r.run))
         .map(|r| r.headline());
     let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
         let pid = p.pid?;

@@ -174,9 +174,16 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         Line::styled(format!(" {text}"), theme.get("status.warn"))
     } else if let (Some(u), false) = (&state.unfinished, state.editing_filter) {
         // An apply that did not finish outranks every hint: the node is half-changed. The
-        // whole line is its own, so the command that continues it is not cut.
+        // whole line is its own; where the command that continues it does not fit, the line
+        // says where to read it whole (never cut mid-command).
+        let full = format!(" UNFINISHED APPLY {u} ");
+        let text = if full.chars().count() <= usize::from(area.width) {
+            full
+        } else {
+            " UNFINISHED APPLY · 7 Journal shows the command that continues it ".to_string()
+        };
         Line::styled(
-            format!(" UNFINISHED APPLY {u} "),
+            text,
             theme
                 .get("status.crit")
                 .add_modifier(ratatui::style::Modifier::REVERSED),

@@ -15,7 +15,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
     let mut lines: Vec<Line<'_>> = Vec::new();
     let intro = match &d.stage {
         Stage::Confirm => format!(
-            "SIGTERM asks these processes to exit; partop then waits {}s. Each pid is re-checked (start time) before the signal.",
+            "SIGTERM asks these processes to exit; partop then waits {}s. Each process is held by a pidfd from the moment the signal goes out, its start time checked, so a reused pid is never hit.",
             d.grace_ms / 1000
         ),
         Stage::Running { sig, since_ms } => format!(

@@ -27,10 +27,21 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let w = usize::from(area.width.saturating_sub(2));
     let visible = usize::from(area.height.saturating_sub(2));
     let first = super::fmt::offset(state.journal_sel, visible);
-    let mut lines: Vec<Line<'_>> = bad
-        .iter()
-        .map(|b| Line::styled(cut(b, w), theme.get("status.warn")))
-        .collect();
+    // An unfinished apply first, whole (wrapped), with the command that continues it.
+    let mut lines: Vec<Line<'_>> = Vec::new();
+    if let Some(u) = &state.unfinished {
+        let text = format!("UNFINISHED APPLY {u}");
+        for chunk in text.chars().collect::<Vec<_>>().chunks(w.max(1)) {
+            lines.push(Line::styled(
+                chunk.iter().collect::<String>(),
+                theme.get("status.crit"),
+            ));
+        }
+    }
+    lines.extend(
+        bad.iter()
+            .map(|b| Line::styled(cut(b, w), theme.get("status.warn"))),
+    );
     for (i, e) in entries
         .iter()
         .enumerate()

@@ -271,10 +271,14 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) 
             None => "failed: see the step above and the Log; partop apply PLAN --resume continues after the fix · esc closes".into(),
         },
     };
-    lines.push(Line::styled(
-        cut(&status, usize::from(rect.width.saturating_sub(2))),
-        theme.get("ui.hint"),
-    ));
+    // The status is wrapped, never cut: it carries the command that continues a failed apply.
+    let w = usize::from(rect.width.saturating_sub(2)).max(1);
+    for chunk in status.chars().collect::<Vec<_>>().chunks(w) {
+        lines.push(Line::styled(
+            chunk.iter().collect::<String>(),
+            theme.get("ui.hint"),
+        ));
+    }
     let title = format!(" Repartition {} ", p.plan.fingerprint);
     frame.render_widget(
         Paragraph::new(lines).block(
