@@ -6,6 +6,9 @@ use partop::cli::{Cli, exit};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = partop::sim::kernel::from_env() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     if let Some(code) = partop::sim::workload::from_env() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }

@@ -47,6 +47,14 @@ pub struct SourceArgs {
     /// Read an NVIDIA node recorded with `partop nvidia record`.
     #[arg(long, value_name = "FILE", global = true)]
     pub nvidia_replay: Option<PathBuf>,
+    /// Beside the kernel, amd-smi (identity, firmware, profiles) is read no more often than
+    /// every this many seconds; less often when its measured cost needs it.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", global = true, value_parser = crate::config::file::timeout_secs)]
+    pub amd_smi_every: f64,
+    /// Share of one core (percent) amd-smi may use where it is the only source (no kernel
+    /// GPUs); beside the kernel it gets a fifth of it. partop widens its interval to stay within.
+    #[arg(long, default_value_t = 1.0, value_name = "PERCENT", global = true, value_parser = budget_percent)]
+    pub amd_smi_budget: f64,
     /// Per-call amd-smi time limit in seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", global = true, value_parser = crate::config::file::timeout_secs)]
     pub timeout: f64,
@@ -74,9 +82,24 @@ impl Drop for SimGuard {
         let _ = std::fs::remove_file(&self.state);
         let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
         let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
+        crate::sim::kernel::remove(&self.state);
+        let _ = std::fs::remove_file(self.state.with_extension("amdsmi-warm"));
         let _ = std::fs::remove_file(session::registry_path(&self.state));
         let _ = std::fs::remove_file(self.state.with_extension("lock"));
         let _ = std::fs::remove_file(crate::exec::lock::sim_path(&self.state));
+    }
+}
+
+fn budget_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of percent"))?;
+    if v.is_finite() && (0.01..=100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s} % is outside 0.01-100 % of one core (1 is the default)"
+        ))
     }
 }
 
@@ -112,6 +135,8 @@ pub struct Node {
     pub nvidia: Option<NvidiaAccess>,
     /// The nvidia-smi to run.
     pub nvidia_smi: crate::collect::nvidia::smi::NvidiaSmi,
+    /// How amd-smi may be used (`--amd-smi-every`, `--amd-smi-budget`).
+    pub policy: crate::collect::amdsmi::lane::Policy,
 }
 
 /// How an NVIDIA node is read.
@@ -173,13 +198,20 @@ impl Node {
             kernel: None,
             nvidia: None,
             nvidia_smi: nvidia_smi(src),
+            policy: crate::collect::amdsmi::lane::Policy {
+                every: Duration::from_secs_f64(src.amd_smi_every),
+                budget: src.amd_smi_budget / 100.0,
+            },
         }
     }
 
-    /// A simulated node read through the simulator's amd-smi.
+    /// A simulated node read through its kernel twin and the simulator's amd-smi, as a real
+    /// node is read through its kernel and amd-smi.
     fn simulated(runner: Runner, src: &SourceArgs, sim: Simulated) -> Self {
+        let roots = session::roots(&sim.state);
         Self {
-            roots: Some(session::roots(&sim.state)),
+            kernel: Some((src.source, roots.clone())),
+            roots: Some(roots),
             models: Some(
                 src.models
                     .clone()
@@ -204,6 +236,7 @@ impl Node {
     pub fn collector(&self) -> AmdSmiCollector {
         let mut c = AmdSmiCollector::with_source(self.source.clone());
         c.simulated = self.sim.is_some();
+        c.policy = self.policy;
         c.holder_roots.clone_from(&self.roots);
         c.models = Some(self.prober());
         if let Some(n) = &self.nvidia {

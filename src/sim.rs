@@ -2,10 +2,13 @@
 //! backbone of partop's tests. A scenario (TOML) describes GPUs, modes and workloads; `start`
 //! writes a state file and launches each workload as a real OS process; the fake `amd-smi`
 //! (`partop sim amd-smi`) answers from that state with output shaped like the real tool's, and
-//! enforces the hardware's rules (see `rules`).
+//! enforces the hardware's rules (see `rules`) at the real tool's cost (`cost`); the kernel
+//! twin (`kernel`) shows the same node through the kernel's files.
 
 pub mod amdsmi;
+pub mod cost;
 pub mod human;
+pub mod kernel;
 pub mod load;
 pub mod nvidia;
 pub mod pyjson;

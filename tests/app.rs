@@ -187,7 +187,11 @@ fn staging_applies_follows_the_journal_rescans_and_draws_the_new_layout() {
             }
         });
     }
-    wait_until("the first sample", || !watcher.borrow().gpus.is_empty());
+    // The kernel's sample comes first; staging waits for amd-smi's identity read.
+    wait_until("the first sample with amd-smi's identity", || {
+        let s = watcher.borrow();
+        !s.gpus.is_empty() && s.reload.is_some()
+    });
     let (tx, rx) = mpsc::channel(64);
     let settings = exec(&dir, Some(node.state.clone()));
     let journal = settings.journal.clone();

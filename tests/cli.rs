@@ -43,12 +43,16 @@ fn snapshot_json_on_the_simulator_has_the_documented_fields() {
     for k in ["host", "taken_at", "sources", "gpus", "processes"] {
         assert!(v.get(k).is_some(), "{k} missing");
     }
+    // Kernel first: the twin's files every sample, amd-smi for identity (with its version).
+    let sources = v["sources"].as_array().unwrap();
+    assert!(sources.iter().all(|s| s["status"] == "ok"), "{sources:?}");
+    assert!(sources.iter().any(|s| s["name"] == "sysfs"), "{sources:?}");
     assert!(
-        v["sources"]
-            .as_array()
-            .unwrap()
+        sources
             .iter()
-            .all(|s| s["status"] == "ok" && s["version"].as_str().unwrap().contains("ROCm 7.0.2"))
+            .filter(|s| s["name"].as_str().unwrap().starts_with("amd-smi"))
+            .all(|s| s["version"].as_str().unwrap().contains("ROCm 7.0.2")),
+        "{sources:?}"
     );
     let gpus = v["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 8);

@@ -33,7 +33,8 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     let refresh = Duration::from_secs_f64(cli.refresh.unwrap_or(settings.config.refresh_secs));
     // One thread is plenty: collection mostly waits on amd-smi, and input has its own thread.
     let rt = crate::cli::out::runtime()?;
-    let collector = node.collector();
+    let mut collector = node.collector();
+    collector.refresh = refresh;
     let thresholds = Thresholds {
         #[expect(
             clippy::cast_possible_truncation,

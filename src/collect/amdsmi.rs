@@ -6,6 +6,7 @@ pub mod assemble;
 pub mod collector;
 pub mod error;
 pub mod json;
+pub mod lane;
 pub mod recording;
 pub mod runner;
 pub mod schema;

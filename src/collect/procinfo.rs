@@ -266,3 +266,85 @@ mod tests {
         );
     }
 }
+
+/// The /proc facts of processes already looked at, so a steady sample reads nothing for them:
+/// a process's command, user, parent, start and container do not change while it lives. The
+/// cache is dropped on every full holder scan (which re-checks every process), so a pid reused
+/// by another process is corrected at the next full scan at the latest.
+#[derive(Debug, Default)]
+pub struct Cache {
+    by_pid: std::collections::HashMap<u32, crate::domain::Process>,
+}
+
+const FACTS: [&str; 8] = [
+    "command",
+    "container_id",
+    "name",
+    "ppid",
+    "started_at_ms",
+    "systemd_unit",
+    "user",
+    "k8s_pod_uid",
+];
+
+impl Cache {
+    /// Forgets everything (next sample reads every process again).
+    pub fn clear(&mut self) {
+        self.by_pid.clear();
+    }
+
+    /// Processes known.
+    pub fn len(&self) -> usize {
+        self.by_pid.len()
+    }
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        self.by_pid.is_empty()
+    }
+}
+
+/// [`enrich`] for the processes the cache does not know; the others get their cached facts.
+pub fn enrich_cached(snap: &mut Snapshot, proc_root: &Path, cache: &mut Cache) {
+    let mut fresh = Snapshot {
+        taken_at_ms: snap.taken_at_ms,
+        ..Snapshot::default()
+    };
+    let mut at = Vec::new();
+    for (i, p) in snap.processes.iter_mut().enumerate() {
+        if let Some(c) = cache.by_pid.get(&p.pid) {
+            p.command.clone_from(&c.command);
+            p.user.clone_from(&c.user);
+            p.ppid = c.ppid;
+            p.start_ticks = c.start_ticks;
+            p.started_at_ms = c.started_at_ms;
+            p.container_id.clone_from(&c.container_id);
+            p.systemd_unit.clone_from(&c.systemd_unit);
+            p.k8s_pod_uid.clone_from(&c.k8s_pod_uid);
+            if p.name.is_none() {
+                p.name.clone_from(&c.name);
+            }
+            for k in FACTS {
+                if let Some(o) = c.provenance.get(k) {
+                    p.provenance.insert(k.into(), o.clone());
+                }
+            }
+        } else {
+            at.push(i);
+            fresh.processes.push(p.clone());
+        }
+    }
+    if fresh.processes.is_empty() {
+        return;
+    }
+    enrich(&mut fresh, proc_root);
+    for (i, p) in at.into_iter().zip(fresh.processes) {
+        // A process that vanished mid-read is not cached: it is read again if it shows again.
+        if p.start_ticks.is_some() {
+            cache.by_pid.insert(p.pid, p.clone());
+        }
+        snap.processes[i] = p;
+    }
+    let live: std::collections::HashSet<u32> = snap.processes.iter().map(|p| p.pid).collect();
+    cache.by_pid.retain(|pid, _| live.contains(pid));
+}

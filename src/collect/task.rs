@@ -15,6 +15,8 @@ pub enum Request {
     RefreshNow,
     /// Re-read static data (after a repartition), then sample.
     Rescan,
+    /// Run the full /proc holder scan now (staging, the kill dialog), then sample.
+    ScanHolders,
 }
 
 /// Spawns the polling loop. It ends when every receiver is gone.
@@ -33,12 +35,13 @@ pub fn spawn(
                 _ = tick.tick() => {}
                 r = requests.recv(), if open => match r {
                     Some(Request::Rescan) => collector.invalidate_static(),
+                    Some(Request::ScanHolders) => collector.scan_holders_now(),
                     Some(Request::RefreshNow) => {}
                     // No one asks any more: sample on the tick only (never spin).
                     None => open = false,
                 },
             }
-            let snap = collector.sample().await;
+            let snap = collector.tick().await;
             if tx.send(Arc::new(snap)).is_err() {
                 break;
             }

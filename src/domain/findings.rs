@@ -388,6 +388,7 @@ mod tests {
             error: None,
             last_ok_ms: Some(1_000),
             took_ms: None,
+            cadence: None,
         }];
         let f = Tracker::default().observe(&n);
         assert_eq!(f.len(), 1);

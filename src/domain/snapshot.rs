@@ -40,6 +40,27 @@ pub struct SourceStatus {
     /// How long the last read took.
     #[serde(default)]
     pub took_ms: Option<u64>,
+    /// For a source read on its own cadence (amd-smi beside the kernel): how often and at what
+    /// cost, so the header can say what is polled and what it costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cadence: Option<Cadence>,
+}
+
+/// How often a source is read and what it costs (children included).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cadence {
+    /// Interval between reads now, ms.
+    pub every_ms: u64,
+    /// CPU of the last read, ms (the programs it ran included).
+    pub cpu_ms: u64,
+    /// Wall time of the last read, ms.
+    pub wall_ms: u64,
+    /// Program runs in the last minute.
+    pub calls_per_min: u32,
+    /// Share of one core at this interval, percent.
+    pub core_percent: f64,
+    /// Why the interval is what it is (`budget`, `minimum`, `fallback`).
+    pub why: String,
 }
 
 /// A logical GPU: one partition (XCP) of a physical GPU. Identity is (physical BDF,

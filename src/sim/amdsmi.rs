@@ -76,6 +76,15 @@ pub fn main(
             return 1;
         }
     };
+    // What the real tool costs: the first call after the node starts (cold caches) and every
+    // call after it, scaled by the node's logical GPU count.
+    let first = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(state_path.with_extension("amdsmi-warm"))
+        .is_ok();
+    let (cpu, wall) = state.amd_smi_cost.of(state.logical().len(), first);
+    crate::sim::cost::spend(cpu, wall, std::time::Instant::now());
     if state.settle(clock::now_ms())
         && let Err(e) = state.save(state_path)
     {

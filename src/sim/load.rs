@@ -79,6 +79,90 @@ pub fn neighbour_pressure(state: &SimState, i: usize, t: f64) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// What one physical GPU shows at a moment: the same figures for the fake amd-smi and the
+/// kernel twin, so both interfaces of the simulated node agree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceLoad {
+    /// Device GFX activity: the mean of its partitions, percent.
+    pub busy: f64,
+    /// Memory-controller activity, percent.
+    pub umc: f64,
+    /// Socket power, W.
+    pub power: f64,
+    /// Junction (hotspot) temperature, °C.
+    pub hotspot: f64,
+    /// HBM temperature, °C.
+    pub mem_temp: f64,
+}
+
+/// Per logical GPU busy and VRAM, and per physical GPU figures, at `t` seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeLoad {
+    /// GFX busy per logical GPU (amd-smi index), percent, rounded.
+    pub busy: Vec<f64>,
+    /// VRAM in use per logical GPU, bytes (283 MiB of driver reserve each).
+    pub vram: Vec<u64>,
+    /// Per physical GPU.
+    pub device: Vec<DeviceLoad>,
+}
+
+/// The node's load at `t` seconds under its current layout.
+pub fn node_load(state: &SimState, logical: &[super::rules::Logical], t: f64) -> NodeLoad {
+    let mut busy = vec![0.0; logical.len()];
+    let mut vram = vec![283u64 << 20; logical.len()];
+    for i in 0..state.workloads.len() {
+        if !state.alive(i) {
+            continue;
+        }
+        if let Some(ix) = state.placement_index(i) {
+            busy[ix as usize] += self::busy(state, i, t);
+            vram[ix as usize] += self::vram(state, i, t);
+        }
+    }
+    for b in &mut busy {
+        *b = b.min(100.0).round();
+    }
+    let prod = state.product();
+    let device = (0..state.gpus.len())
+        .map(|phys| {
+            let mine: Vec<f64> = logical
+                .iter()
+                .filter(|l| l.phys == phys)
+                .map(|l| busy[l.index as usize])
+                .collect();
+            #[expect(clippy::cast_precision_loss, reason = "small counts")]
+            let dev_busy = if mine.is_empty() {
+                0.0
+            } else {
+                mine.iter().sum::<f64>() / mine.len() as f64
+            };
+            let bandwidth_hog = state.workloads.iter().enumerate().any(|(i, w)| {
+                state.alive(i)
+                    && w.spec.gpu as usize == phys
+                    && w.spec.comm.as_deref() == Some("rocm_bandwidth_")
+            });
+            let umc = if bandwidth_hog {
+                88.0
+            } else {
+                (dev_busy * 0.4).round()
+            };
+            let power = (140.0
+                + (f64::from(prod.power_cap_w) - 140.0) * 0.85 * dev_busy / 100.0
+                + 4.0 * noise(state.seed, 5000 + phys as u64, t))
+            .round();
+            let frac = power / f64::from(prod.power_cap_w);
+            DeviceLoad {
+                busy: dev_busy,
+                umc,
+                power,
+                hotspot: (36.0 + 50.0 * frac).round(),
+                mem_temp: (33.0 + 32.0 * frac).round(),
+            }
+        })
+        .collect();
+    NodeLoad { busy, vram, device }
+}
+
 /// A model server's vLLM-style figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ModelFigures {

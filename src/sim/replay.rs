@@ -101,6 +101,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
         rocm,
         seed: 0,
         reload_secs: 6.0,
+        amd_smi_cost: crate::sim::cost::AmdSmiCost::default(),
         workloads,
     };
     Ok(s)

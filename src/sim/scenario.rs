@@ -135,6 +135,9 @@ pub struct Scenario {
     /// that does not come back would), to rehearse the failure path.
     #[serde(default)]
     pub fail_reloads: u32,
+    /// What each fake amd-smi call costs (default: the real tool's published cost).
+    #[serde(default)]
+    pub amd_smi_cost: super::cost::AmdSmiCost,
     /// Workloads.
     #[serde(default, rename = "workload")]
     pub workloads: Vec<WorkloadSpec>,

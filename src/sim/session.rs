@@ -100,7 +100,72 @@ pub fn start(
     }
     state.save(state_path)?;
     write_registry(&state, state_path)?;
+    start_twin(state_path)?;
     Ok(state)
+}
+
+/// Writes the kernel twin once (so the files exist when `start` returns) and starts the
+/// detached process that keeps them current; records it in the state file.
+pub fn start_twin(state_path: &Path) -> Result<(), SessionError> {
+    let state = SimState::load(state_path)?;
+    if let Some(t) = state.twin
+        && t.start_ticks.is_some()
+        && process_start(t.pid) == t.start_ticks
+    {
+        return Ok(());
+    }
+    let spawn_err = |e: std::io::Error| SessionError::Spawn {
+        name: "kernel twin".into(),
+        error: e.to_string(),
+    };
+    super::kernel::Twin::new(super::kernel::root(state_path))
+        .refresh(&state, clock::now_ms())
+        .map_err(|e| SessionError::Spawn {
+            name: "kernel twin".into(),
+            error: e,
+        })?;
+    let exe = std::env::current_exe().map_err(spawn_err)?;
+    let _ = std::fs::create_dir_all(&state.log_dir);
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.log_dir.join("kernel-twin.log"))
+        .map_err(spawn_err)?;
+    let errf = out.try_clone().map_err(spawn_err)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg0("partop-kernel-twin")
+        .env(super::kernel::ENV_STATE, state_path)
+        .env_remove(super::workload::ENV_NAME)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(errf)
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    let pid = child.id();
+    let start_ticks = process_start(pid);
+    SimState::update(state_path, |s| {
+        s.twin = Some(super::state::TwinProc { pid, start_ticks });
+        Ok(())
+    })?;
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}
+
+/// Stops the kernel twin's process and writes the tree one last time (the processes that
+/// ended leave KFD's process list, as on a real node).
+pub fn stop_twin(state_path: &Path) {
+    let Ok(state) = SimState::load(state_path) else {
+        return;
+    };
+    if let Some(t) = state.twin {
+        signal(t.pid, t.start_ticks, Signal::SIGKILL);
+    }
+    let _ = SimState::update(state_path, |s| {
+        s.twin = None;
+        Ok(())
+    });
+    let _ =
+        super::kernel::Twin::new(super::kernel::root(state_path)).refresh(&state, clock::now_ms());
 }
 
 /// The model registry of a simulated node (`STATE.models.toml`): one entry per model server,
@@ -363,6 +428,7 @@ pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionE
         w.start_ticks = None;
     }
     state.save(state_path)?;
+    stop_twin(state_path);
     Ok(report)
 }
 
@@ -444,6 +510,7 @@ pub fn resume(
         }
     }
     state.save(state_path)?;
+    start_twin(state_path)?;
     Ok(out)
 }
 

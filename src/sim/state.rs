@@ -94,6 +94,21 @@ pub struct SimState {
     /// Reloads still to fail (fault injection from the scenario).
     #[serde(default)]
     pub fail_reloads: u32,
+    /// What each fake amd-smi call costs.
+    #[serde(default)]
+    pub amd_smi_cost: super::cost::AmdSmiCost,
+    /// The kernel twin's process, while the node runs.
+    #[serde(default)]
+    pub twin: Option<TwinProc>,
+}
+
+/// The process keeping the kernel twin current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TwinProc {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (clock ticks since boot), against pid reuse.
+    pub start_ticks: Option<u64>,
 }
 
 const fn default_model_load() -> f64 {
@@ -180,6 +195,8 @@ impl SimState {
             log_dir,
             model_load_secs: default_model_load(),
             fail_reloads: s.fail_reloads,
+            amd_smi_cost: s.amd_smi_cost.from_env(),
+            twin: None,
         }
     }
 

@@ -85,7 +85,19 @@ impl Staging {
             ]);
             return;
         }
-        let reload = snap.reload.unwrap_or(Reload::ResetReload);
+        // The kernel is read first; amd-smi's identity read (how this driver reloads, the
+        // firmware's partition profiles) follows in the background. No plan is offered for
+        // confirmation before it: the plan `apply` re-derives would differ.
+        let Some(reload) = snap
+            .reload
+            .or_else(|| snap.gpus.is_empty().then_some(Reload::ResetReload))
+        else {
+            self.result = Err(vec![
+                "waiting for amd-smi's first read (the reload method and the firmware's partition profiles) before planning; the kernel's values are shown meanwhile".into(),
+            ]);
+            self.confirming = None;
+            return;
+        };
         self.result = plan(snap, &self.draft(), reload, self.reload_secs, grace_secs)
             .map_err(|e| e.iter().map(ToString::to_string).collect());
         if let Some(c) = self.confirming.as_mut() {

@@ -59,6 +59,14 @@ pub struct AmdSmiCollector {
     /// An NVIDIA node: NVML or nvidia-smi instead of amd-smi.
     pub nvidia: Option<Box<dyn crate::collect::nvidia::NvSource>>,
     last_nvidia: Option<Snapshot>,
+    /// How amd-smi may be used beside the kernel, or alone (`--source auto`).
+    pub policy: super::lane::Policy,
+    /// The monitor's refresh: the shortest interval amd-smi is read at where it is the only
+    /// source.
+    pub refresh: std::time::Duration,
+    lane: super::lane::Lane,
+    kernel_seen: bool,
+    kernel_gen: Option<String>,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -72,6 +80,7 @@ fn status(name: &str) -> SourceStatus {
         error: None,
         last_ok_ms: None,
         took_ms: None,
+        cadence: None,
     }
 }
 
@@ -111,6 +120,11 @@ impl AmdSmiCollector {
             reread_static: false,
             nvidia: None,
             last_nvidia: None,
+            policy: super::lane::Policy::default(),
+            refresh: std::time::Duration::from_secs(1),
+            lane: super::lane::Lane::default(),
+            kernel_seen: false,
+            kernel_gen: None,
         }
     }
 
@@ -147,10 +161,21 @@ impl AmdSmiCollector {
         }
     }
 
-    /// Forces a static re-read on the next sample (after a repartition).
+    /// Forces a static re-read on the next sample (after a repartition), and a full holder
+    /// scan.
     pub fn invalidate_static(&mut self) {
         self.statics = None;
         self.samples = 0;
+        self.lane.force = true;
+        self.scan_holders_now();
+    }
+
+    /// Runs the full /proc fd scan at the next sample (staging, the kill dialog, a drain).
+    pub fn scan_holders_now(&mut self) {
+        self.samples = 0;
+        if let Some(k) = self.sysfs.as_mut() {
+            k.scan_now = true;
+        }
     }
 
     /// One kernel sample, read on a blocking thread under [`KERNEL_LIMIT`]: a file that blocks
@@ -218,6 +243,7 @@ impl AmdSmiCollector {
             error: Some(e.to_string()),
             last_ok_ms: last_ok,
             took_ms: None,
+            cadence: None,
         });
         s
     }
@@ -308,14 +334,32 @@ impl AmdSmiCollector {
         parse_static(list, stat, part.map(|(_, p)| p), clock::now_ms())
     }
 
-    /// One collection. Never fails: errors become source health, and the last good values stay.
+    /// One complete collection, for commands that sample once (snapshot, plan, apply, verify):
+    /// amd-smi's identity read is awaited when there is none yet or a change asked for one.
+    /// Never fails: errors become source health, and the last good values stay.
     pub async fn sample(&mut self) -> Snapshot {
-        let mut snap = self.sample_sources().await;
+        let mut snap = self.sample_sources(true).await;
         crate::domain::sanity::check(&mut snap);
         snap
     }
 
-    async fn sample_sources(&mut self) -> Snapshot {
+    /// One tick of the monitor: never waits for amd-smi beside the kernel (its read runs in the
+    /// background and is merged when it is done), so the first screen comes from the kernel.
+    pub async fn tick(&mut self) -> Snapshot {
+        let mut snap = self.sample_sources(false).await;
+        crate::domain::sanity::check(&mut snap);
+        snap
+    }
+
+    /// Kernel first: a live node with a kernel collector, not recording.
+    fn kernel_first(&self) -> bool {
+        matches!(self.source, CommandSource::Live(_))
+            && self.recording.is_none()
+            && !self.sysfs_only
+            && (self.sysfs.is_some() || self.kernel_busy.is_some())
+    }
+
+    async fn sample_sources(&mut self, wait: bool) -> Snapshot {
         if self.nvidia.is_some() {
             return self.sample_nvidia().await;
         }
@@ -324,36 +368,228 @@ impl AmdSmiCollector {
                 Ok(s) => s,
                 Err(e) => self.kernel_stale(&e),
             };
-            let proc_root = self
-                .sysfs
-                .as_ref()
-                .map_or_else(|| "/proc".into(), |k| k.roots.proc_root.clone());
-            crate::collect::procinfo::enrich(&mut snap, &proc_root);
             if let Some(prober) = self.models.as_mut() {
                 snap.models = prober.observe(&snap).await;
             }
+            self.registry_status(&mut snap);
             return snap;
         }
-        self.read_version().await;
-        if std::mem::take(&mut self.reread_static) {
-            self.statics = None;
+        if self.kernel_first() {
+            return self.sample_kernel_first(wait).await;
         }
-        if self.statics.is_none() {
-            let t = std::time::Instant::now();
-            match self.read_static().await {
-                Ok((s, warnings)) => {
-                    self.statics = Some(s);
-                    self.mark(SRC_STATIC, Ok(ms(t)));
+        self.sample_amd_smi().await
+    }
+
+    /// Every tick from the kernel; amd-smi in the background for identity. Where the kernel
+    /// shows no AMD GPU (no KFD, a container without /sys), amd-smi is the source, read within
+    /// its budget.
+    async fn sample_kernel_first(&mut self, wait: bool) -> Snapshot {
+        let kernel = self.kernel_sample().await;
+        self.kernel_seen |= matches!(&kernel, Ok(k) if !k.gpus.is_empty());
+        if !self.kernel_seen {
+            return self.sample_budgeted(wait, kernel.err()).await;
+        }
+        if let Some(g) = self.sysfs.as_ref().and_then(|k| k.topology_generation())
+            && self.kernel_gen.as_deref() != Some(g)
+        {
+            if let Some(old) = &self.kernel_gen {
+                log::info!(
+                    "KFD topology generation {old} → {g}: the layout changed; amd-smi is asked again"
+                );
+            }
+            self.kernel_gen = Some(g.to_string());
+            self.lane.force = true;
+        }
+        let want = wait && (self.statics.is_none() || self.lane.force);
+        self.drive_lane(want, super::lane::Role::Identity).await;
+        let mut snap = match kernel {
+            Ok(s) => s,
+            Err(e) => self.kernel_stale(&e),
+        };
+        if self.statics.is_some() {
+            let amd = self.snapshot();
+            crate::collect::sysfs::identity(&mut snap, &amd);
+            snap.reload = amd.reload;
+        }
+        if let Some(mut st) = self.status.iter().find(|s| s.name == SRC_STATIC).cloned() {
+            st.cadence = self.lane.cadence();
+            if st.status == Health::Down && st.error.is_none() {
+                st.error = Some(if self.lane.running() {
+                    "the first amd-smi read is still running; identity and profiles follow".into()
+                } else {
+                    "not read yet".into()
+                });
+            }
+            snap.sources.push(st);
+        }
+        if let Some(prober) = self.models.as_mut() {
+            snap.models = prober.observe(&snap).await;
+        }
+        self.registry_status(&mut snap);
+        snap
+    }
+
+    /// The calls of one background read.
+    fn lane_calls(&self, role: super::lane::Role) -> Vec<Vec<&'static str>> {
+        let mut calls: Vec<Vec<&'static str>> = Vec::new();
+        if !self.version_tried {
+            calls.push(ARGS_VERSION.to_vec());
+        }
+        let statics = role == super::lane::Role::Identity
+            || self.statics.is_none()
+            || self.reread_static
+            || self.lane.force;
+        if statics {
+            calls.push(ARGS_LIST.to_vec());
+            calls.push(ARGS_STATIC.to_vec());
+            let family = self
+                .version
+                .as_ref()
+                .map_or(Family::Rocm7, AmdSmiVersion::family);
+            if family == Family::Rocm7 {
+                calls.push(if nix::unistd::geteuid().is_root() {
+                    ARGS_PARTITION_ROOT.to_vec()
+                } else {
+                    ARGS_PARTITION.to_vec()
+                });
+            }
+        }
+        if role == super::lane::Role::Only {
+            calls.push(ARGS_METRIC.to_vec());
+            calls.push(ARGS_PROCESS.to_vec());
+        }
+        calls
+    }
+
+    /// Takes a finished background read, starts one that is due, and waits for it if `wait`.
+    async fn drive_lane(&mut self, wait: bool, role: super::lane::Role) {
+        if let Some(out) = self.lane.poll().await {
+            self.apply_lane(out, role);
+        }
+        if self.lane.due(std::time::Instant::now()) {
+            let calls = self.lane_calls(role);
+            self.lane.start(self.source.clone(), calls);
+        }
+        if wait && let Some(out) = self.lane.wait().await {
+            self.apply_lane(out, role);
+        }
+    }
+
+    fn apply_lane(&mut self, out: super::lane::LaneOut, role: super::lane::Role) {
+        let (min, share) = match role {
+            super::lane::Role::Identity => (self.policy.every, self.policy.budget / 5.0),
+            super::lane::Role::Only => (self.refresh, self.policy.budget),
+        };
+        self.lane.schedule(&out, min, share, role);
+        let took = u64::try_from(out.wall.as_millis()).unwrap_or(u64::MAX);
+        let mut list = None;
+        let mut stat = None;
+        let mut part = None;
+        let mut metric = None;
+        let mut process = None;
+        for (args, o) in out.outputs {
+            match args.first().copied() {
+                Some("version") => {
+                    self.version_tried = true;
+                    match o {
+                        Ok(o) => self.version = AmdSmiVersion::parse(&o.stdout),
+                        Err(e) => log::warn!("amd-smi version: {e}"),
+                    }
+                }
+                Some("list") => list = Some(o),
+                Some("static") => stat = Some(o),
+                Some("partition") => part = Some(o),
+                Some("metric") => metric = Some(o),
+                Some("process") => process = Some(o),
+                _ => {}
+            }
+        }
+        if let (Some(list), Some(stat)) = (list, stat) {
+            self.reread_static = false;
+            match parse_static(list, stat, part, clock::now_ms()) {
+                Ok((st, warnings)) => {
+                    self.statics = Some(st);
+                    self.mark(SRC_STATIC, Ok(took));
                     self.warn(SRC_STATIC, &warnings);
                 }
                 Err(e) => self.mark(SRC_STATIC, Err(&e)),
             }
         }
-        let t = std::time::Instant::now();
-        let (metric, process) = tokio::join!(self.call(&ARGS_METRIC), self.call(&ARGS_PROCESS));
-        let took = ms(t);
-        self.keep(&ARGS_METRIC, &metric);
-        self.keep(&ARGS_PROCESS, &process);
+        if let (Some(m), Some(p)) = (metric, process) {
+            self.apply_dynamic(m, p, took);
+        }
+    }
+
+    /// amd-smi as the only source (the kernel shows no AMD GPU), read in the background no
+    /// more often than its budget allows; each sample shows the last values with their age.
+    async fn sample_budgeted(&mut self, wait: bool, kernel_err: Option<String>) -> Snapshot {
+        let want = wait && (self.statics.is_none() || self.metric.is_none() || self.lane.force);
+        self.drive_lane(want, super::lane::Role::Only).await;
+        let mut snap = self.snapshot();
+        let cadence = self.lane.cadence();
+        for s in &mut snap.sources {
+            if s.name == SRC_METRIC || s.name == SRC_PROCESS {
+                s.cadence.clone_from(&cadence);
+            }
+        }
+        self.live_holders(&mut snap);
+        snap.sources.push(SourceStatus {
+            name: crate::collect::sysfs::collector::SRC.into(),
+            version: None,
+            status: Health::Down,
+            error: Some(kernel_err.unwrap_or_else(|| {
+                "the kernel shows no AMD GPU (no KFD topology or partition files): amd-smi is read instead, within its CPU budget".into()
+            })),
+            last_ok_ms: None,
+            took_ms: None,
+            cadence: None,
+        });
+        if let Some(prober) = self.models.as_mut() {
+            snap.models = prober.observe(&snap).await;
+        }
+        self.registry_status(&mut snap);
+        snap
+    }
+
+    /// The registry's error, when it has one, as a source.
+    fn registry_status(&self, snap: &mut Snapshot) {
+        if let Some(e) = self.models.as_ref().and_then(|p| p.registry_error.as_ref()) {
+            snap.sources.push(SourceStatus {
+                name: "models registry".into(),
+                version: None,
+                status: Health::Down,
+                error: Some(e.clone()),
+                last_ok_ms: None,
+                took_ms: None,
+                cadence: None,
+            });
+        }
+    }
+
+    /// Holders from the /proc scan (every few samples) and /proc facts, for the amd-smi path.
+    fn live_holders(&mut self, snap: &mut Snapshot) {
+        if let Some(roots) = &self.holder_roots {
+            if self.samples.is_multiple_of(HOLDER_SCAN_EVERY) {
+                self.holders = crate::collect::holders::scan(roots);
+                self.kfd_nodes = crate::collect::kfd::topology(&roots.sys_root);
+            } else {
+                self.holders
+                    .retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
+            }
+            crate::collect::holders::merge(snap, &self.holders, &self.kfd_nodes, &roots.sys_root);
+        }
+        self.samples += 1;
+        crate::collect::procinfo::enrich(snap, std::path::Path::new("/proc"));
+    }
+
+    /// Takes a `metric` and a `process` read: a count that disagrees with the layout keeps the
+    /// last consistent values and asks for the layout again.
+    fn apply_dynamic(
+        &mut self,
+        metric: Result<RawOutput, AmdSmiError>,
+        process: Result<RawOutput, AmdSmiError>,
+        took: u64,
+    ) {
         let mut inconsistent = None;
         match metric.and_then(parse_per_gpu::<MetricEntry>) {
             Ok(m) => match self.statics.as_ref().map(|s| s.list.len()) {
@@ -391,6 +627,32 @@ impl AmdSmiCollector {
             }
             Err(e) => self.mark(SRC_PROCESS, Err(&e)),
         }
+    }
+
+    /// Every tick from amd-smi (`--source amd-smi`, recordings and replays): static data once,
+    /// `metric` and `process` each sample, the kernel's fresher values overlaid when it has them.
+    async fn sample_amd_smi(&mut self) -> Snapshot {
+        self.read_version().await;
+        if std::mem::take(&mut self.reread_static) {
+            self.statics = None;
+        }
+        if self.statics.is_none() {
+            let t = std::time::Instant::now();
+            match self.read_static().await {
+                Ok((s, warnings)) => {
+                    self.statics = Some(s);
+                    self.mark(SRC_STATIC, Ok(ms(t)));
+                    self.warn(SRC_STATIC, &warnings);
+                }
+                Err(e) => self.mark(SRC_STATIC, Err(&e)),
+            }
+        }
+        let t = std::time::Instant::now();
+        let (metric, process) = tokio::join!(self.call(&ARGS_METRIC), self.call(&ARGS_PROCESS));
+        let took = ms(t);
+        self.keep(&ARGS_METRIC, &metric);
+        self.keep(&ARGS_PROCESS, &process);
+        self.apply_dynamic(metric, process, took);
         let mut snap = self.snapshot();
         // PIDs of a recording belong to another host: only a live node is looked up in /proc;
         // a replay gets the facts its recording kept.
@@ -446,6 +708,7 @@ impl AmdSmiCollector {
                     error: Some(e),
                     last_ok_ms: self.last_kernel.as_ref().map(|k| k.taken_at_ms),
                     took_ms: None,
+                    cadence: None,
                 }),
             }
         }
@@ -461,6 +724,7 @@ impl AmdSmiCollector {
                     error: Some(e.clone()),
                     last_ok_ms: None,
                     took_ms: None,
+                    cadence: None,
                 });
             }
         }

@@ -51,7 +51,16 @@ pub struct SysfsCollector {
     host: String,
     /// Marks snapshots as simulated.
     pub simulated: bool,
+    /// /proc facts of the processes seen (read once per process, dropped on full scans).
+    pub procinfo: crate::collect::procinfo::Cache,
+    /// Run the full /proc fd scan at the next sample (the kill dialog, staging, a drain).
+    pub scan_now: bool,
 }
+
+/// Full /proc fd scans: one every this many samples (30 s at a 1 s refresh). In between,
+/// ROCm processes come and go through KFD's process directory every sample; a process holding
+/// only a render node (video decode, no KFD) appears at the next full scan.
+pub const FULL_SCAN_EVERY: u64 = 30;
 
 /// A device's files and what does not change until the next topology generation.
 #[derive(Debug, Clone)]
@@ -207,7 +216,7 @@ impl SysfsCollector {
     pub fn new(roots: Roots) -> Self {
         Self {
             roots,
-            full_scan_every: 5,
+            full_scan_every: FULL_SCAN_EVERY,
             external_holders: None,
             prev: HashMap::new(),
             layout: None,
@@ -218,10 +227,18 @@ impl SysfsCollector {
             generation: 0,
             host: host::hostname(),
             simulated: false,
+            procinfo: crate::collect::procinfo::Cache::default(),
+            scan_now: false,
         }
     }
 
-    /// Samples now.
+    /// The KFD topology generation of the layout last read (`generation_id`).
+    pub fn topology_generation(&self) -> Option<&str> {
+        self.layout.as_ref().map(|(g, _, _)| g.as_str())
+    }
+
+    /// Samples now, with each process's /proc facts (user, command, start, container): the
+    /// whole kernel read, done on the caller's (blocking) thread.
     pub fn sample(&mut self) -> Snapshot {
         let mono = u64::try_from(
             std::time::Instant::now()
@@ -229,7 +246,10 @@ impl SysfsCollector {
                 .as_nanos(),
         )
         .unwrap_or(u64::MAX);
-        self.sample_at(mono, clock::now_ms())
+        let mut snap = self.sample_at(mono, clock::now_ms());
+        let root = self.roots.proc_root.clone();
+        crate::collect::procinfo::enrich_cached(&mut snap, &root, &mut self.procinfo);
+        snap
     }
 
     /// Re-reads the layout when the topology generation changed; true when it did.
@@ -487,8 +507,12 @@ impl SysfsCollector {
             }
         }
         let full = relaid
+            || std::mem::take(&mut self.scan_now)
             || self.full_scan_every <= 1
             || self.samples.is_multiple_of(self.full_scan_every);
+        if full {
+            self.procinfo.clear();
+        }
         self.samples += 1;
         let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, full, &mut buf);
         // Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has
@@ -532,6 +556,7 @@ impl SysfsCollector {
             },
             last_ok_ms: (!gpus.is_empty()).then_some(now_ms),
             took_ms: u64::try_from(t0.elapsed().as_millis()).ok(),
+            cadence: None,
         };
         Snapshot {
             schema: SCHEMA,
@@ -841,6 +866,62 @@ pub enum SourceMode {
     Sysfs,
     /// NVIDIA: NVML, else nvidia-smi (`auto` picks it when there is no amd-smi).
     Nvidia,
+}
+
+/// Kernel first (`--source auto`): the kernel's snapshot is the sample; amd-smi's last read adds
+/// what only it knows, by physical and logical GPU identity (BDF): the product's market name,
+/// serial, OAM slot, hive, the partition profiles and memory modes it offers (from the firmware,
+/// not partop's table), each partition's UUID and profile. The kernel's values (modes, busy,
+/// power, memory, processes) stay: they are newer. Provenance follows the value.
+pub fn identity(k: &mut Snapshot, amd: &Snapshot) {
+    for g in &mut k.gpus {
+        let Some(ag) = amd.gpus.iter().find(|x| x.bdf == g.bdf) else {
+            continue;
+        };
+        let take = |f: &str, g: &mut PhysicalGpu| {
+            if let Some(o) = ag.provenance.get(f) {
+                g.provenance.insert(f.into(), o.clone());
+            }
+        };
+        if !ag.product.is_empty() {
+            g.product.clone_from(&ag.product);
+        }
+        if g.product_key.is_none() {
+            g.product_key.clone_from(&ag.product_key);
+        }
+        if ag.serial.is_some() {
+            g.serial.clone_from(&ag.serial);
+            take("serial", g);
+        }
+        if ag.oam_id.is_some() {
+            g.oam_id = ag.oam_id;
+        }
+        if ag.hive.is_some() {
+            g.hive.clone_from(&ag.hive);
+        }
+        if !ag.profiles.is_empty() {
+            g.profiles.clone_from(&ag.profiles);
+            take("profiles", g);
+        }
+        if !ag.memory_caps.is_empty() {
+            g.memory_caps.clone_from(&ag.memory_caps);
+            take("memory_caps", g);
+        }
+        if g.power_cap_watts.is_none() {
+            g.power_cap_watts = ag.power_cap_watts;
+        }
+        for l in &mut g.partitions {
+            let Some(al) = ag.partitions.iter().find(|x| x.bdf == l.bdf) else {
+                continue;
+            };
+            if al.uuid.is_some() {
+                l.uuid.clone_from(&al.uuid);
+            }
+            if al.profile.is_some() {
+                l.profile.clone_from(&al.profile);
+            }
+        }
+    }
 }
 
 /// Overlays the kernel's values on an amd-smi snapshot (`--source auto`), by logical GPU

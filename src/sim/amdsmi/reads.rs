@@ -44,30 +44,6 @@ pub fn version(state: &SimState, args: &Args, out: &mut dyn Write) -> i32 {
     0
 }
 
-/// Per-logical-GPU load at this moment.
-struct Load {
-    busy: Vec<f64>,
-    vram: Vec<u64>,
-}
-
-fn load_now(state: &SimState, logical: &[Logical], t: f64) -> Load {
-    let mut busy = vec![0.0; logical.len()];
-    let mut vram = vec![283u64 << 20; logical.len()];
-    for i in 0..state.workloads.len() {
-        if !state.alive(i) {
-            continue;
-        }
-        if let Some(ix) = state.placement_index(i) {
-            busy[ix as usize] += load::busy(state, i, t);
-            vram[ix as usize] += load::vram(state, i, t);
-        }
-    }
-    for b in &mut busy {
-        *b = b.min(100.0).round();
-    }
-    Load { busy, vram }
-}
-
 /// Selected logical GPUs, or the error object/line for an unknown one.
 fn select<'a>(logical: &'a [Logical], args: &Args) -> Result<Vec<&'a Logical>, String> {
     if args.gpus.is_empty() || args.gpus.iter().any(|g| g == "all") {
@@ -123,7 +99,7 @@ pub fn read(state: &SimState, flavor: Flavor, args: &Args, out: &mut dyn Write) 
         }
     };
     let t = load::elapsed(state, clock::now_ms());
-    let ld = load_now(state, &logical, t);
+    let ld = load::node_load(state, &logical, t);
     let cmd = args.command.as_deref().unwrap_or("");
     let items: Vec<Value> = match cmd {
         "list" => sel
@@ -136,7 +112,7 @@ pub fn read(state: &SimState, flavor: Flavor, args: &Args, out: &mut dyn Write) 
             .collect(),
         "metric" => sel
             .iter()
-            .map(|l| metric_entry(state, &logical, l, flavor, args, &ld, t))
+            .map(|l| metric_entry(state, &logical, l, flavor, args, &ld))
             .collect(),
         "process" => sel
             .iter()
@@ -337,8 +313,7 @@ fn metric_entry(
     l: &Logical,
     flavor: Flavor,
     args: &Args,
-    ld: &Load,
-    t: f64,
+    ld: &load::NodeLoad,
 ) -> Value {
     let prod = state.product();
     let primary = l.shape.partition_id == 0;
@@ -346,27 +321,8 @@ fn metric_entry(
         .iter()
         .any(|f| args.has(f));
     let want = |f: &str| !any || args.has(f);
-    let siblings: Vec<&Logical> = logical.iter().filter(|x| x.phys == l.phys).collect();
-    #[expect(clippy::cast_precision_loss, reason = "small counts")]
-    let dev_busy = siblings
-        .iter()
-        .map(|x| ld.busy[x.index as usize])
-        .sum::<f64>()
-        / siblings.len() as f64;
-    let bandwidth_hog = state.workloads.iter().enumerate().any(|(i, w)| {
-        state.alive(i)
-            && w.spec.gpu as usize == l.phys
-            && w.spec.comm.as_deref() == Some("rocm_bandwidth_")
-    });
-    let umc = if bandwidth_hog {
-        88.0
-    } else {
-        (dev_busy * 0.4).round()
-    };
-    let power = (140.0
-        + (f64::from(prod.power_cap_w) - 140.0) * 0.85 * dev_busy / 100.0
-        + 4.0 * load::noise(state.seed, 5000 + l.phys as u64, t))
-    .round();
+    let dev = ld.device[l.phys];
+    let (dev_busy, umc, power) = (dev.busy, dev.umc, dev.power);
     let mut m = Map::new();
     m.insert("gpu".into(), json!(l.index));
     if want("usage") {
@@ -402,17 +358,10 @@ fn metric_entry(
         );
     }
     if want("temperature") {
-        let frac = power / f64::from(prod.power_cap_w);
-        let c = |base: f64, span: f64| {
-            if primary {
-                vu((base + span * frac).round(), "C")
-            } else {
-                json!(NA)
-            }
-        };
+        let c = |v: f64| if primary { vu(v, "C") } else { json!(NA) };
         m.insert(
             "temperature".into(),
-            json!({"edge": NA, "hotspot": c(36.0, 50.0), "mem": c(33.0, 32.0)}),
+            json!({"edge": NA, "hotspot": c(dev.hotspot), "mem": c(dev.mem_temp)}),
         );
     }
     if want("ecc") {
@@ -490,7 +439,7 @@ fn monitor_row(
     logical: &[Logical],
     l: &Logical,
     flavor: Flavor,
-    ld: &Load,
+    ld: &load::NodeLoad,
 ) -> Value {
     let prod = state.product();
     let primary = l.shape.partition_id == 0;

@@ -1,0 +1,558 @@
+//! The simulated node's kernel twin: the files a real node's kernel shows (`STATE.sys/`), kept
+//! current by a small detached process while the node runs. PCI devices with their partition
+//! files, `gpu_metrics` v1.8 and hwmon; one `xcp_metrics` per partition behind its render
+//! node; the KFD topology (gpu_id, properties, mem_banks, a `generation_id` that moves when the
+//! layout is rebuilt); and KFD's per-process files for the workloads, which hold the twin's
+//! device files (`STATE.dev/`) open. A repartition or a reload rebuilds the layout as the driver
+//! does: during a reload the GPUs vanish, after it the nodes come back renumbered with new
+//! gpu_ids. Values come from the same load model as the fake amd-smi, so both interfaces agree.
+//!
+//! Data flow: state file (modes, workloads) + load model → twin files → partop's kernel reader.
+
+pub mod tables;
+
+use super::load::{self, NodeLoad};
+use super::rules::Logical;
+use super::scenario::Kind;
+use super::state::SimState;
+use crate::collect::clock;
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Environment variable that makes a partop process the twin of the node in this state file.
+pub const ENV_STATE: &str = "PARTOP_SIM_KERNEL_STATE";
+
+/// The twin's own note of the layout its tree shows (not a kernel file).
+const LAYOUT_FILE: &str = ".twin-layout";
+
+/// How often the twin rewrites the live files (the kernel's tables refresh faster; partop
+/// samples at 1 s or slower).
+pub const EVERY: Duration = Duration::from_millis(500);
+
+/// Where a node's twin lives.
+pub fn root(state_path: &Path) -> PathBuf {
+    state_path.with_extension("sys")
+}
+
+/// Where a twin keeps its generations (`STATE.sys.d/`).
+fn gens_dir(root: &Path) -> PathBuf {
+    root.with_extension("sys.d")
+}
+
+/// Removes a node's twin (the link and every generation).
+pub fn remove(state_path: &Path) {
+    let root = root(state_path);
+    let _ = std::fs::remove_file(&root);
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(gens_dir(&root));
+    let _ = std::fs::remove_file(root.with_extension("sys-link"));
+}
+
+/// The render minor of partition `p` of physical GPU `phys`: the driver steps by 8 per device
+/// (seen on a real 8x MI308X CPX node, `fixtures/kfd-real`).
+pub const fn render_minor(phys: usize, p: u32) -> u32 {
+    128 + 8 * phys as u32 + p
+}
+
+/// A KFD gpu_id: the driver derives it from the device and partition and it changes when the
+/// layout is rebuilt; here a hash of the serial, partition and layout generation.
+fn gpu_id(serial: &str, partition: u32, generation: u64) -> u64 {
+    let h = serial.bytes().fold(0u64, |a, b| load::mix(a, u64::from(b)));
+    (load::mix(h, u64::from(partition) ^ (generation << 8)) % 65_000) + 500
+}
+
+/// The twin's writer: what it wrote last, so only a layout change rebuilds the tree.
+#[derive(Debug)]
+pub struct Twin {
+    /// `STATE.sys`: a symbolic link to the current generation's tree, swapped atomically when
+    /// the layout is rebuilt, so a reader sees the old layout or the new one, never half.
+    root: PathBuf,
+    /// The current generation's directory (`STATE.sys.d/gen-N`).
+    dir: PathBuf,
+    layout: Option<String>,
+    generation: u64,
+    pids: BTreeSet<u32>,
+    /// KFD gpu_id of each logical GPU in the current layout (amd-smi index order).
+    gpu_ids: Vec<u64>,
+    /// Each logical GPU's `xcp_metrics` file (amd-smi index order).
+    xcp_files: Vec<PathBuf>,
+}
+
+fn io_err(p: &Path, e: &std::io::Error) -> String {
+    format!("{}: {e}", p.display())
+}
+
+/// Writes a file as the kernel presents it: whole, never half (temp file + rename).
+fn put(p: &Path, bytes: &[u8]) -> Result<(), String> {
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
+    }
+    let tmp = p.with_extension("twin-tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, &e))?;
+    f.write_all(bytes).map_err(|e| io_err(&tmp, &e))?;
+    std::fs::rename(&tmp, p).map_err(|e| io_err(p, &e))
+}
+
+fn put_text(p: &Path, s: &str) -> Result<(), String> {
+    put(p, format!("{s}\n").as_bytes())
+}
+
+fn link(target: &str, at: &Path) -> Result<(), String> {
+    if let Some(d) = at.parent() {
+        std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
+    }
+    let _ = std::fs::remove_file(at);
+    std::os::unix::fs::symlink(target, at).map_err(|e| io_err(at, &e))
+}
+
+impl Twin {
+    /// A writer for the tree under `root`, continuing the generation it finds there.
+    pub fn new(root: PathBuf) -> Self {
+        let dir = std::fs::read_link(&root)
+            .map(|t| root.parent().map_or_else(|| t.clone(), |p| p.join(&t)))
+            .unwrap_or_else(|_| root.clone());
+        let generation = std::fs::read_to_string(root.join("class/kfd/kfd/topology/generation_id"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        // The layout the tree was last built for: a twin taking over a current tree (the process
+        // `sim start` launches, after writing it once) does not tear it down and rebuild it
+        // under a reader's feet.
+        let layout = std::fs::read_to_string(dir.join(LAYOUT_FILE)).ok();
+        Self {
+            root,
+            dir,
+            layout,
+            generation,
+            pids: BTreeSet::new(),
+            gpu_ids: Vec::new(),
+            xcp_files: Vec::new(),
+        }
+    }
+
+    /// The topology generation last written.
+    pub const fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn pci_dir(&self, bdf: &str) -> PathBuf {
+        self.dir.join("devices/pci0000:00").join(bdf)
+    }
+
+    /// Brings the tree up to date with `state` at `now_ms`; true when the layout was rebuilt.
+    pub fn refresh(&mut self, state: &SimState, now_ms: u64) -> Result<bool, String> {
+        let logical = state.logical();
+        let key = format!(
+            "{:?}|{}",
+            state
+                .gpus
+                .iter()
+                .map(|g| (g.modes.compute, g.modes.memory))
+                .collect::<Vec<_>>(),
+            state.reloading.is_some()
+        );
+        let relaid = self.layout.as_deref() != Some(key.as_str());
+        if relaid {
+            self.rebuild(state, &logical)?;
+        } else if self.gpu_ids.is_empty() && state.reloading.is_none() {
+            // Taken over: the ids and files of the layout on disk.
+            self.adopt(state, &logical);
+        }
+        if state.reloading.is_none() {
+            let t = load::elapsed(state, now_ms);
+            let ld = load::node_load(state, &logical, t);
+            self.live(state, &logical, &ld, t)?;
+        }
+        self.processes(state, &logical, now_ms)?;
+        if relaid {
+            put(&self.dir.join(LAYOUT_FILE), key.as_bytes())?;
+            self.swap()?;
+            self.layout = Some(key);
+        }
+        Ok(relaid)
+    }
+
+    /// Points `STATE.sys` at the new generation (one rename: atomic for readers) and removes
+    /// generations older than the one just replaced (a reader may still be inside it).
+    fn swap(&self) -> Result<(), String> {
+        let name = self
+            .dir
+            .strip_prefix(self.root.parent().unwrap_or(Path::new("/")))
+            .map_or_else(|_| self.dir.clone(), Path::to_path_buf);
+        let tmp = self.root.with_extension("sys-link");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&name, &tmp).map_err(|e| io_err(&tmp, &e))?;
+        if std::fs::symlink_metadata(&self.root).is_ok_and(|m| m.is_dir()) {
+            // A tree from before generations were kept apart.
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+        std::fs::rename(&tmp, &self.root).map_err(|e| io_err(&self.root, &e))?;
+        let keep = self.generation.saturating_sub(1);
+        if let Some(gens) = self.dir.parent()
+            && let Ok(entries) = std::fs::read_dir(gens)
+        {
+            for e in entries.flatten() {
+                if e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("gen-"))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|g| g < keep)
+                {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Learns the gpu_ids and `xcp_metrics` paths of the tree on disk.
+    fn adopt(&mut self, state: &SimState, logical: &[Logical]) {
+        let mut xcp_dev = 0;
+        for l in logical {
+            let id = std::fs::read_to_string(self.dir.join(format!(
+                "class/kfd/kfd/topology/nodes/{}/gpu_id",
+                l.index + 1
+            )))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+            self.gpu_ids.push(id);
+            if l.shape.partition_id == 0 {
+                self.xcp_files.push(
+                    self.pci_dir(&state.gpus[l.phys].bdf(0))
+                        .join("xcp/xcp_metrics"),
+                );
+            } else {
+                self.xcp_files.push(
+                    self.dir
+                        .join(format!("devices/platform/amdgpu_xcp_{xcp_dev}"))
+                        .join("xcp/xcp_metrics"),
+                );
+                xcp_dev += 1;
+            }
+        }
+    }
+
+    /// Rewrites the layout: PCI partition files, partition devices, render nodes, KFD nodes.
+    fn rebuild(&mut self, state: &SimState, logical: &[Logical]) -> Result<(), String> {
+        let prod = state.product();
+        let reloading = state.reloading.is_some();
+        // Each layout is a new tree, as the driver builds one on load; it replaces the old one
+        // in one step (`swap`).
+        self.generation += 1;
+        self.dir = gens_dir(&self.root).join(format!("gen-{}", self.generation));
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.pids.clear();
+        let topo = self.dir.join("class/kfd/kfd/topology");
+        put_text(
+            &topo.join("system_properties"),
+            &format!("platform_oem 0\nplatform_id 0\nplatform_rev 0"),
+        )?;
+        put_text(&topo.join("nodes/0/gpu_id"), "0")?;
+        put_text(
+            &topo.join("nodes/0/properties"),
+            "cpu_cores_count 96\nsimd_count 0\nmem_banks_count 1\nlocation_id 0\ndrm_render_minor 0\ndomain 0",
+        )?;
+        std::fs::create_dir_all(self.dir.join("class/kfd/kfd/proc"))
+            .map_err(|e| io_err(&self.dir, &e))?;
+        self.gpu_ids.clear();
+        self.xcp_files.clear();
+        let mut xcp_dev = 0;
+        for (phys, g) in state.gpus.iter().enumerate() {
+            let bdf = g.bdf(0);
+            let dir = self.pci_dir(&bdf);
+            let _ = std::fs::create_dir_all(&dir);
+            link(
+                &format!("../../../devices/pci0000:00/{bdf}"),
+                &self.dir.join("bus/pci/devices").join(&bdf),
+            )?;
+            put_text(&dir.join("vendor"), "0x1002")?;
+            put_text(&dir.join("device"), prod.device_id)?;
+            put_text(&dir.join("class"), "0x120000")?;
+            let part_files = [
+                "current_compute_partition",
+                "current_memory_partition",
+                "available_compute_partition",
+                "available_memory_partition",
+                "mem_info_vram_total",
+                "mem_info_vram_used",
+                "gpu_metrics",
+                "unique_id",
+            ];
+            if reloading {
+                // The driver is unbound: its attributes are gone, the PCI device stays.
+                for f in part_files {
+                    let _ = std::fs::remove_file(dir.join(f));
+                }
+                let _ = std::fs::remove_dir_all(dir.join("xcp"));
+                let _ = std::fs::remove_dir_all(dir.join("hwmon"));
+                continue;
+            }
+            put_text(
+                &dir.join("current_compute_partition"),
+                &g.modes.compute.to_string(),
+            )?;
+            put_text(
+                &dir.join("current_memory_partition"),
+                &g.modes.memory.to_string(),
+            )?;
+            let compute: Vec<String> = prod
+                .profiles
+                .iter()
+                .filter(|p| p.memory.contains(&g.modes.memory))
+                .map(|p| p.compute.to_string())
+                .collect();
+            put_text(
+                &dir.join("available_compute_partition"),
+                &compute.join(", "),
+            )?;
+            let memory: Vec<String> = super::rules::memory_caps(&prod)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            put_text(&dir.join("available_memory_partition"), &memory.join(", "))?;
+            put_text(
+                &dir.join("mem_info_vram_total"),
+                &(prod.vram_mb << 20).to_string(),
+            )?;
+            put_text(
+                &dir.join("unique_id"),
+                &g.serial.trim_start_matches("0x").to_ascii_lowercase(),
+            )?;
+            let hw = dir.join(format!("hwmon/hwmon{phys}"));
+            put_text(&hw.join("name"), "amdgpu")?;
+            put_text(
+                &hw.join("power1_cap"),
+                &(u64::from(prod.power_cap_w) * 1_000_000).to_string(),
+            )?;
+            for l in logical.iter().filter(|l| l.phys == phys) {
+                let p = l.shape.partition_id;
+                let minor = render_minor(phys, p);
+                // Partition 0 is the PCI device itself; the others are platform devices
+                // `amdgpu_xcp_<n>`, numbered across the node (the fixture's off-by-one).
+                let dev_dir = if p == 0 {
+                    self.xcp_files.push(dir.join("xcp/xcp_metrics"));
+                    format!("../../../devices/pci0000:00/{bdf}")
+                } else {
+                    let name = format!("amdgpu_xcp_{xcp_dev}");
+                    xcp_dev += 1;
+                    let pd = self.dir.join("devices/platform").join(&name);
+                    let _ = std::fs::create_dir_all(&pd);
+                    self.xcp_files.push(pd.join("xcp/xcp_metrics"));
+                    format!("../../../devices/platform/{name}")
+                };
+                link(
+                    &dev_dir,
+                    &self.dir.join(format!("class/drm/renderD{minor}/device")),
+                )?;
+                let id = gpu_id(&g.serial, p, self.generation);
+                self.gpu_ids.push(id);
+                let node = topo.join(format!("nodes/{}", l.index + 1));
+                put_text(&node.join("gpu_id"), &id.to_string())?;
+                put_text(&node.join("name"), "ip discovery")?;
+                let bus = u32::from_str_radix(&g.bus, 16).unwrap_or(0);
+                let device_id =
+                    u32::from_str_radix(prod.device_id.trim_start_matches("0x"), 16).unwrap_or(0);
+                put_text(
+                    &node.join("properties"),
+                    &format!(
+                        "cpu_cores_count 0\nsimd_count {}\nmem_banks_count 1\ncaches_count 0\nio_links_count 1\ncpu_core_id_base 0\nsimd_id_base 2147487744\nmax_waves_per_simd 8\nlds_size_in_kb 64\ngds_size_in_kb 0\nnum_gws 64\nwave_front_size 64\narray_count {}\nsimd_arrays_per_engine 1\ncu_per_simd_array {}\nsimd_per_cu 4\nmax_slots_scratch_cu 32\ngfx_target_version 90402\nvendor_id 4098\ndevice_id {device_id}\nlocation_id {}\ndomain 0\ndrm_render_minor {minor}\nhive_id 0\nnum_sdma_engines 2\nnum_sdma_xgmi_engines 6\nnum_xcc {}\nunique_id {}",
+                        l.shape.cus * 4,
+                        l.shape.xcds.len() * 4,
+                        prod.cus_per_xcd,
+                        (bus << 8) | p,
+                        l.shape.xcds.len(),
+                        gpu_id(&g.serial, 100 + p, 0),
+                    ),
+                )?;
+                put_text(
+                    &node.join("mem_banks/0/properties"),
+                    &format!(
+                        "heap_type 1\nsize_in_bytes {}\nflags 0\nwidth 8192\nmem_clk_max 1300",
+                        l.shape.vram_share_mb << 20
+                    ),
+                )?;
+            }
+        }
+        put_text(&topo.join("generation_id"), &self.generation.to_string())?;
+        Ok(())
+    }
+
+    /// The live files: `gpu_metrics`, each `xcp_metrics`, hwmon, VRAM in use.
+    fn live(
+        &self,
+        state: &SimState,
+        logical: &[Logical],
+        ld: &NodeLoad,
+        t: f64,
+    ) -> Result<(), String> {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "percent and counters, non-negative and small"
+        )]
+        let part = |l: &Logical| {
+            let busy = ld.busy[l.index as usize];
+            tables::PartitionLoad {
+                gfx_busy: vec![busy as u32; l.shape.xcds.len().max(1)],
+                gfx_busy_acc: vec![(busy * t * 10.0) as u64; l.shape.xcds.len().max(1)],
+                gfxclk: if busy > 0.0 { 2100 } else { 145 },
+            }
+        };
+        for (phys, g) in state.gpus.iter().enumerate() {
+            let dir = self.pci_dir(&g.bdf(0));
+            let dev = ld.device[phys];
+            let mine: Vec<&Logical> = logical.iter().filter(|l| l.phys == phys).collect();
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "sensor values, non-negative and small"
+            )]
+            let table = tables::DeviceTable {
+                hotspot: dev.hotspot as u16,
+                mem_temp: dev.mem_temp as u16,
+                power: dev.power as u16,
+                gfx_activity: dev.busy.round() as u16,
+                umc_activity: dev.umc as u16,
+                uclk: 1300,
+                partitions: mine.iter().map(|l| part(l)).collect(),
+            };
+            put(&dir.join("gpu_metrics"), &tables::gpu_metrics_v1_8(&table))?;
+            for l in &mine {
+                if let Some(f) = self.xcp_files.get(l.index as usize) {
+                    put(f, &tables::xcp_metrics_v1_0(&part(l)))?;
+                }
+            }
+            let hw = dir.join(format!("hwmon/hwmon{phys}"));
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "sensor values in milli-units"
+            )]
+            let milli = |v: f64, scale: f64| format!("{}", (v * scale) as i64);
+            put_text(&hw.join("temp2_input"), &milli(dev.hotspot, 1000.0))?;
+            put_text(&hw.join("temp3_input"), &milli(dev.mem_temp, 1000.0))?;
+            put_text(&hw.join("power1_input"), &milli(dev.power, 1e6))?;
+            put_text(&hw.join("power1_average"), &milli(dev.power, 1e6))?;
+            let used: u64 = mine.iter().map(|l| ld.vram[l.index as usize]).sum();
+            put_text(&dir.join("mem_info_vram_used"), &used.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// KFD's per-process files: one directory per live workload (agents too: they opened
+    /// /dev/kfd), with VRAM, SDMA time and CU occupancy for the GPU it computes on.
+    fn processes(
+        &mut self,
+        state: &SimState,
+        logical: &[Logical],
+        now_ms: u64,
+    ) -> Result<(), String> {
+        let dir = self.dir.join("class/kfd/kfd/proc");
+        let t = load::elapsed(state, now_ms);
+        let mut now = BTreeSet::new();
+        if state.reloading.is_none() {
+            for (i, w) in state.workloads.iter().enumerate() {
+                let Some(pid) = w.pid.filter(|_| state.alive(i)) else {
+                    continue;
+                };
+                now.insert(pid);
+                let pdir = dir.join(pid.to_string());
+                put_text(&pdir.join("pasid"), "0")?;
+                if w.spec.kind == Kind::Agent {
+                    continue;
+                }
+                let Some(ix) = state.placement_index(i) else {
+                    continue;
+                };
+                let (Some(id), Some(l)) = (
+                    self.gpu_ids.get(ix as usize),
+                    logical.iter().find(|l| l.index == ix),
+                ) else {
+                    continue;
+                };
+                let busy = load::busy(state, i, t);
+                put_text(
+                    &pdir.join(format!("vram_{id}")),
+                    &load::vram(state, i, t).to_string(),
+                )?;
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "microseconds and CUs, non-negative"
+                )]
+                {
+                    put_text(
+                        &pdir.join(format!("sdma_{id}")),
+                        &((t * 1e6 * busy / 400.0) as u64).to_string(),
+                    )?;
+                    put_text(
+                        &pdir.join(format!("stats_{id}/cu_occupancy")),
+                        &((busy / 100.0 * f64::from(l.shape.cus)).round() as u32).to_string(),
+                    )?;
+                }
+            }
+        }
+        for gone in self.pids.difference(&now) {
+            let _ = std::fs::remove_dir_all(dir.join(gone.to_string()));
+        }
+        // A restarted twin does not know what the last one wrote: clear strangers once.
+        if self.pids.is_empty()
+            && let Ok(entries) = std::fs::read_dir(&dir)
+        {
+            for e in entries.flatten() {
+                if e.file_name()
+                    .to_str()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .is_some_and(|p| !now.contains(&p))
+                {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        self.pids = now;
+        Ok(())
+    }
+}
+
+/// If this process was started as a node's kernel twin, runs it and returns its exit status.
+pub fn from_env() -> Option<i32> {
+    let state = std::env::var_os(ENV_STATE)?;
+    run(Path::new(&state));
+    Some(0)
+}
+
+/// The twin's loop: settles a reload whose time has come (nobody else may be calling amd-smi
+/// now that partop reads the kernel), refreshes the files, and ends when the node is stopped
+/// (its state file gone, or another twin recorded in it).
+pub fn run(state_path: &Path) {
+    let mut twin = Twin::new(root(state_path));
+    let me = std::process::id();
+    loop {
+        let Ok(mut state) = SimState::load(state_path) else {
+            return;
+        };
+        if state.twin.as_ref().is_some_and(|t| t.pid != me) {
+            return;
+        }
+        let now = clock::now_ms();
+        if state.reloading.is_some_and(|r| now >= r.until_ms) {
+            match SimState::update(state_path, |s| {
+                s.settle(now);
+                Ok(s.clone())
+            }) {
+                Ok(s) => state = s,
+                Err(_) => return,
+            }
+        }
+        if let Err(e) = twin.refresh(&state, now) {
+            // Its log file is the twin's stderr (beside the workloads' logs).
+            #[expect(clippy::print_stderr, reason = "the twin's log")]
+            {
+                eprintln!("kernel twin: {e}");
+            }
+        }
+        std::thread::sleep(EVERY);
+    }
+}
