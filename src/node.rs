@@ -84,6 +84,7 @@ impl Drop for SimGuard {
         let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
         crate::sim::kernel::remove(&self.state);
         let _ = std::fs::remove_file(self.state.with_extension("amdsmi-warm"));
+        let _ = std::fs::remove_file(crate::sim::amdsmi::calls_log(&self.state));
         let _ = std::fs::remove_file(session::registry_path(&self.state));
         let _ = std::fs::remove_file(self.state.with_extension("lock"));
         let _ = std::fs::remove_file(crate::exec::lock::sim_path(&self.state));

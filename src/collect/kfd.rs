@@ -53,23 +53,49 @@ fn props(text: &str, key: &str) -> Option<u64> {
 
 /// The GPU nodes of the KFD topology (CPU nodes, gpu_id 0, are skipped), by node number.
 pub fn topology(sys_root: &Path) -> Vec<KfdNode> {
+    topology_checked(sys_root).0
+}
+
+/// The GPU nodes, and for each node directory that could not be read, why (a node is never
+/// dropped silently: its logical GPU would vanish from the screen without a word).
+pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
     let dir = sys_root.join("class/kfd/kfd/topology/nodes");
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
+    let mut errors = Vec::new();
     let mut nodes: Vec<KfdNode> = entries
         .flatten()
         .filter_map(|e| {
             let node: u32 = e.file_name().to_str()?.parse().ok()?;
-            let gpu_id: u64 = std::fs::read_to_string(e.path().join("gpu_id"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?;
+            let read = |f: &str| {
+                std::fs::read_to_string(e.path().join(f)).map_err(|err| {
+                    format!("KFD node {node}: {}: {err}", e.path().join(f).display())
+                })
+            };
+            let gpu_id = match read("gpu_id").map(|t| t.trim().parse::<u64>()) {
+                Ok(Ok(id)) => id,
+                Ok(Err(_)) => {
+                    errors.push(format!(
+                        "KFD node {node}: gpu_id is not a number; its logical GPU is not shown"
+                    ));
+                    return None;
+                }
+                Err(err) => {
+                    errors.push(format!("{err}; its logical GPU is not shown"));
+                    return None;
+                }
+            };
             if gpu_id == 0 {
                 return None;
             }
-            let p = std::fs::read_to_string(e.path().join("properties")).ok()?;
+            let p = match read("properties") {
+                Ok(p) => p,
+                Err(err) => {
+                    errors.push(format!("{err}; its logical GPU is not shown"));
+                    return None;
+                }
+            };
             let u32_of = |k: &str| props(&p, k).and_then(|v| u32::try_from(v).ok());
             Some(KfdNode {
                 node,
@@ -86,7 +112,8 @@ pub fn topology(sys_root: &Path) -> Vec<KfdNode> {
         })
         .collect();
     nodes.sort_by_key(|n| n.node);
-    nodes
+    errors.sort();
+    (nodes, errors)
 }
 
 /// A process's use of one GPU, as KFD reports it.

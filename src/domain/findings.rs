@@ -6,6 +6,8 @@
 //!   (UMC >= 80%) and a sibling in the same domain is doing work. Partitions in separate NPS
 //!   domains do not compete for bandwidth, so they are not flagged.
 //! - Idle partition: a logical GPU holding VRAM with GFX below 1% for the idle time.
+//! - Partition mismatch: a physical GPU whose logical GPU count differs from what its compute
+//!   mode gives (CPX on an 8-XCD device is 8), named with both counts.
 //! - Unlisted holder: a process holding a GPU's device files that amd-smi does not list
 //!   (needs the /proc holder scan; reported when the snapshot carries holder data).
 
@@ -33,6 +35,9 @@ pub enum Kind {
     IdlePartition,
     /// A process holds GPU device files but amd-smi does not list it (it still blocks reloads).
     UnlistedHolder,
+    /// A physical GPU shows another number of logical GPUs than its compute mode gives: a
+    /// partition that failed to come up, or a change applied halfway.
+    PartitionMismatch,
 }
 
 /// One finding.
@@ -90,6 +95,7 @@ pub struct Tracker {
     idle_since: HashMap<String, u64>,
     hot_since: HashMap<String, u64>,
     unlisted_since: HashMap<u32, u64>,
+    mismatch_since: HashMap<String, u64>,
 }
 
 /// "12m 5s", "40s".
@@ -128,7 +134,7 @@ impl Tracker {
     pub fn observe(&mut self, snap: &Snapshot) -> Vec<Finding> {
         let now = snap.taken_at_ms;
         let t = self.thresholds;
-        let mut out = Vec::new();
+        let mut out = self.mismatches(snap);
         let mut seen_idle = Vec::new();
         let mut seen_hot = Vec::new();
         for g in &snap.gpus {
@@ -204,6 +210,48 @@ impl Tracker {
             });
         }
         self.unlisted_since.retain(|k, _| seen_pids.contains(k));
+        out
+    }
+
+    /// Physical GPUs whose logical GPU count is not what their compute mode gives.
+    fn mismatches(&mut self, snap: &Snapshot) -> Vec<Finding> {
+        let now = snap.taken_at_ms;
+        let mut out = Vec::new();
+        for g in &snap.gpus {
+            let (Some(c), Some(xcds)) = (g.compute_partition, g.xcd_count) else {
+                continue;
+            };
+            let want = c.partitions(xcds) as usize;
+            let have = g.partitions.len();
+            if have == want {
+                continue;
+            }
+            let since = *self.mismatch_since.entry(g.bdf.clone()).or_insert(now);
+            let missing: Vec<String> = (0..u32::try_from(want).unwrap_or(0))
+                .filter(|p| !g.partitions.iter().any(|l| l.partition_id == *p))
+                .map(|p| p.to_string())
+                .collect();
+            out.push(Finding {
+                kind: Kind::PartitionMismatch,
+                severity: Severity::Warn,
+                subject: g.bdf.clone(),
+                gpu_id: g.partitions.first().map_or(0, |l| l.gpu_id),
+                saw: format!(
+                    "GPU {} is in {c} ({want} logical GPUs) but {have} {} present{}: a partition failed to come up or a change was applied halfway; re-apply the layout or reload the driver ({})",
+                    g.bdf,
+                    if have == 1 { "is" } else { "are" },
+                    if missing.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", missing partition {}", missing.join(", "))
+                    },
+                    duration(now.saturating_sub(since))
+                ),
+                since_ms: since,
+            });
+        }
+        self.mismatch_since
+            .retain(|k, _| out.iter().any(|f| &f.subject == k));
         out
     }
 
@@ -294,6 +342,32 @@ mod tests {
             }],
             ..Snapshot::default()
         }
+    }
+
+    #[test]
+    fn a_gpu_with_fewer_partitions_than_its_mode_gives_is_a_finding() {
+        let mut n = node([10.0, 10.0], 10.0, [0, 1], 0, 1000);
+        n.gpus[0].compute_partition = Some(crate::domain::ComputeMode::Cpx);
+        n.gpus[0].xcd_count = Some(8);
+        let f = Tracker::default().observe(&n);
+        let m: Vec<&Finding> = f
+            .iter()
+            .filter(|f| f.kind == Kind::PartitionMismatch)
+            .collect();
+        assert_eq!(m.len(), 1, "{f:?}");
+        assert!(
+            m[0].saw.contains("CPX (8 logical GPUs) but 2 are present")
+                && m[0].saw.contains("missing partition 2, 3, 4, 5, 6, 7"),
+            "{}",
+            m[0].saw
+        );
+        n.gpus[0].compute_partition = Some(crate::domain::ComputeMode::Dpx);
+        assert!(
+            Tracker::default()
+                .observe(&n)
+                .iter()
+                .all(|f| f.kind != Kind::PartitionMismatch)
+        );
     }
 
     #[test]

@@ -61,6 +61,11 @@ impl Flavor {
     }
 }
 
+/// Where a node's fake amd-smi logs its calls: one line each, `MS PPID ARGS`.
+pub fn calls_log(state_path: &Path) -> std::path::PathBuf {
+    state_path.with_extension("amdsmi-calls")
+}
+
 /// Runs one fake amd-smi invocation. Returns the exit status.
 pub fn main(
     state_path: &Path,
@@ -83,6 +88,21 @@ pub fn main(
         .create_new(true)
         .open(state_path.with_extension("amdsmi-warm"))
         .is_ok();
+    // Every call is logged beside the state (time, caller, arguments): the rehearsal and the
+    // benchmarks count what partop asks of amd-smi.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(calls_log(state_path))
+    {
+        let _ = writeln!(
+            f,
+            "{} {} {}",
+            clock::now_ms(),
+            nix::unistd::getppid(),
+            argv.join(" ")
+        );
+    }
     let (cpu, wall) = state.amd_smi_cost.of(state.logical().len(), first);
     crate::sim::cost::spend(cpu, wall, std::time::Instant::now());
     if state.settle(clock::now_ms())

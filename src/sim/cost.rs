@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-/// Environment variable read when a node starts: `off`, or `on` (the default).
+/// Environment variable read when a node starts: `off`, `hang`, or `on` (the default).
 pub const ENV: &str = "PARTOP_SIM_AMD_SMI_COST";
 
 /// The cost model: a fixed part (the interpreter starting, the library initialising) and a part
@@ -52,6 +52,13 @@ impl AmdSmiCost {
                 enabled: false,
                 ..self
             },
+            // An amd-smi that hangs (a wedged driver): every call waits an hour.
+            Ok("hang") => Self {
+                enabled: true,
+                wall_factor: 1e6,
+                first_call_secs: 3600.0,
+                ..self
+            },
             _ => self,
         }
     }
@@ -81,7 +88,7 @@ pub fn spend(cpu: f64, wall: f64, start: Instant) {
     let cpu = Duration::from_secs_f64(cpu.max(0.0));
     let used = || {
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
-            .map_or(Duration::MAX, |t| Duration::from(t))
+            .map_or(Duration::MAX, Duration::from)
     };
     let base = used();
     let mut x = 0u64;

@@ -248,7 +248,7 @@ impl Twin {
         let topo = self.dir.join("class/kfd/kfd/topology");
         put_text(
             &topo.join("system_properties"),
-            &format!("platform_oem 0\nplatform_id 0\nplatform_rev 0"),
+            "platform_oem 0\nplatform_id 0\nplatform_rev 0",
         )?;
         put_text(&topo.join("nodes/0/gpu_id"), "0")?;
         put_text(
@@ -417,7 +417,7 @@ impl Twin {
                 gfx_activity: dev.busy.round() as u16,
                 umc_activity: dev.umc as u16,
                 uclk: 1300,
-                partitions: mine.iter().map(|l| part(l)).collect(),
+                partitions: mine.iter().copied().map(part).collect(),
             };
             put(&dir.join("gpu_metrics"), &tables::gpu_metrics_v1_8(&table))?;
             for l in &mine {

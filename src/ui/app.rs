@@ -17,6 +17,55 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+/// Key-to-screen latency, for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`): the input thread
+/// notes when it read each key, the loop writes how long until the next frame was on the
+/// terminal (µs, one per line). Off (one relaxed load per key) unless the variable is set.
+mod latency {
+    use std::collections::VecDeque;
+    use std::io::Write as _;
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    /// The log file and the keys read since the last frame.
+    type Pending = Mutex<(std::fs::File, VecDeque<Instant>)>;
+
+    static LOG: OnceLock<Option<Pending>> = OnceLock::new();
+
+    fn log() -> Option<&'static Pending> {
+        LOG.get_or_init(|| {
+            let p = std::env::var_os("PARTOP_KEY_LATENCY_LOG")?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()?;
+            Some(Mutex::new((f, VecDeque::new())))
+        })
+        .as_ref()
+    }
+
+    /// A key was read now.
+    pub fn key() {
+        if let Some(m) = log()
+            && let Ok(mut g) = m.lock()
+        {
+            g.1.push_back(Instant::now());
+        }
+    }
+
+    /// A frame was drawn now.
+    pub fn drawn() {
+        if let Some(m) = log()
+            && let Ok(mut g) = m.lock()
+        {
+            let (f, q) = &mut *g;
+            while let Some(t) = q.pop_front() {
+                let _ = writeln!(f, "{}", t.elapsed().as_micros());
+            }
+        }
+    }
+}
+
 /// Spawns the input thread; it stops when `stop` is set or the channel closes.
 fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
     std::thread::spawn(move || {
@@ -27,7 +76,10 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
                 Err(_) => break,
             }
             let msg = match event::read() {
-                Ok(Event::Key(k)) => Msg::Key(k),
+                Ok(Event::Key(k)) => {
+                    latency::key();
+                    Msg::Key(k)
+                }
                 Ok(Event::Resize(w, h)) => Msg::Resize(w, h),
                 Ok(_) => continue,
                 Err(_) => break,
@@ -110,6 +162,7 @@ where
         }
         if redraw {
             terminal.draw(|f| view::render(f, &state, theme))?;
+            latency::drawn();
             last_draw = std::time::Instant::now();
         }
         let (effects, draw) = tokio::select! {

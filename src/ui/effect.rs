@@ -318,6 +318,9 @@ impl EffectRunner {
             Effect::RefreshNow => {
                 let _ = self.requests.try_send(Request::RefreshNow);
             }
+            Effect::ScanHolders => {
+                let _ = self.requests.try_send(Request::ScanHolders);
+            }
             Effect::Rescan => {
                 let _ = self.requests.try_send(Request::Rescan);
             }

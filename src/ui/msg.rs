@@ -50,6 +50,9 @@ pub enum Effect {
     Apply(Box<crate::domain::plan::Plan>),
     /// Re-read the node's layout (after a repartition).
     Rescan,
+    /// Run the full /proc holder scan at the next sample (staging, the kill dialog): between
+    /// full scans only ROCm processes are seen at once.
+    ScanHolders,
     /// Run a confirmed model action (off the UI thread).
     Model(ModelAction),
     /// Start applying a confirmed MIG plan (detached).

@@ -507,6 +507,9 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             }
             let plan = crate::domain::kill::plan(&snap, &pids, state.own_pid);
             state.dialog = Some(super::dialog::KillDialog::new(plan, state.grace_ms));
+            // The target is pinned and verified by the executor; a fresh full scan shows any
+            // other holder by the time the operator decides.
+            return vec![Effect::ScanHolders];
         }
         Command::StageChange => {
             if state
@@ -550,6 +553,8 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             st.reload_secs = state.reload_secs;
             st.replan(&snap, grace);
             state.staging = Some(st);
+            // Who must stop: every holder, not only ROCm ones; the plan updates with the scan.
+            return vec![Effect::ScanHolders];
         }
         Command::TagGpu => {
             if let Some((g, _)) = state

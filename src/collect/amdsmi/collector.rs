@@ -527,10 +527,9 @@ impl AmdSmiCollector {
         self.drive_lane(want, super::lane::Role::Only).await;
         let mut snap = self.snapshot();
         let cadence = self.lane.cadence();
-        for s in &mut snap.sources {
-            if s.name == SRC_METRIC || s.name == SRC_PROCESS {
-                s.cadence.clone_from(&cadence);
-            }
+        // One cadence for the pair (they are read together): said once, on `metric`.
+        if let Some(s) = snap.sources.iter_mut().find(|s| s.name == SRC_METRIC) {
+            s.cadence = cadence;
         }
         self.live_holders(&mut snap);
         snap.sources.push(SourceStatus {

@@ -43,6 +43,8 @@ pub struct SysfsCollector {
     /// Previous engine counters: (pdev, client id, engine) → (ns, monotonic ns of the read).
     prev: HashMap<(String, u64, String), (u64, u64)>,
     layout: Option<(String, Vec<KfdNode>, Vec<DeviceFiles>)>,
+    /// KFD nodes of this layout that could not be read, and why.
+    layout_errors: Vec<String>,
     holders: Vec<holders::Holder>,
     kfd_ids: HashMap<u32, Vec<u64>>,
     fdinfo_cache: HashMap<(u32, u32), fdinfo::Client>,
@@ -220,6 +222,7 @@ impl SysfsCollector {
             external_holders: None,
             prev: HashMap::new(),
             layout: None,
+            layout_errors: Vec::new(),
             holders: Vec::new(),
             kfd_ids: HashMap::new(),
             fdinfo_cache: HashMap::new(),
@@ -266,7 +269,11 @@ impl SysfsCollector {
         {
             return false;
         }
-        let nodes = kfd::topology(sys);
+        let (nodes, errors) = kfd::topology_checked(sys);
+        for e in &errors {
+            log::warn!("{e}");
+        }
+        self.layout_errors = errors;
         let devices = device_files(sys, &nodes);
         self.layout = Some((gen_id, nodes, devices));
         true
@@ -296,7 +303,7 @@ impl SysfsCollector {
             }
         }
         gpus.sort_by(|a, b| a.bdf.cmp(&b.bdf));
-        let mut warnings = Vec::new();
+        let mut warnings = self.layout_errors.clone();
         for g in &mut gpus {
             let Some(d) = devices.iter().find(|d| d.bdf == g.bdf) else {
                 continue;

@@ -76,12 +76,17 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             let mut errors = Vec::new();
             for src in &s.sources {
                 let short = src.name.trim_start_matches("amd-smi ");
-                // Static data is read at start and after a change, not every tick: never "late".
+                // Static data is read at start and after a change, not every tick: never "late";
+                // a source on its own cadence is late past twice its interval.
                 let polled = src.name != crate::collect::amdsmi::collector::SRC_STATIC;
+                let limit = src
+                    .cadence
+                    .as_ref()
+                    .map_or(state.refresh_ms * 3 + 2000, |c| c.every_ms * 2 + 5000);
                 let late = polled
-                    && src.last_ok_ms.is_some_and(|t| {
-                        state.now_ms.saturating_sub(t) > state.refresh_ms * 3 + 2000
-                    });
+                    && src
+                        .last_ok_ms
+                        .is_some_and(|t| state.now_ms.saturating_sub(t) > limit);
                 let (word, style) = match (src.status, late) {
                     (Health::Ok, false) => ("ok", "status.ok"),
                     (Health::Ok | Health::Degraded, true) | (Health::Stale, _) => {
@@ -94,13 +99,39 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .last_ok_ms
                     .map(|t| format!(" {}", age(state.now_ms, t)))
                     .unwrap_or_default();
-                sources.push(Span::styled(format!("{short} {word}{a}"), theme.get(style)));
+                // A source on its own cadence says how often and at what cost.
+                let every = src
+                    .cadence
+                    .as_ref()
+                    .map(|c| {
+                        format!(
+                            " /{} {:.2}%",
+                            crate::domain::findings::duration(c.every_ms),
+                            c.core_percent
+                        )
+                    })
+                    .unwrap_or_default();
+                sources.push(Span::styled(
+                    format!("{short} {word}{a}{every}"),
+                    theme.get(style),
+                ));
                 sources.push(Span::raw("  "));
                 if let Some(e) = &src.error {
                     errors.push(e.clone());
                 }
             }
-            if let Some(e) = errors.first() {
+            // A layout that is not what its modes say comes before any source error: it is
+            // the node itself that is wrong.
+            if let Some(f) = state
+                .findings
+                .iter()
+                .find(|f| f.kind == crate::domain::findings::Kind::PartitionMismatch)
+            {
+                sources.push(Span::styled(
+                    format!("! {}", f.saw),
+                    theme.get("status.crit"),
+                ));
+            } else if let Some(e) = errors.first() {
                 sources.push(Span::styled(format!("! {e}"), theme.get("status.warn")));
             }
         }

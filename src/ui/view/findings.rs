@@ -43,6 +43,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             Kind::NoisyNeighbour => "noisy neighbour",
             Kind::IdlePartition => "idle partition",
             Kind::UnlistedHolder => "holder amd-smi does not list",
+            Kind::PartitionMismatch => "partitions missing",
         };
         let sel = if i == state.finding_sel {
             theme.get("table.row.selected")
