@@ -23,8 +23,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         look_only,
     );
     // tui-logger keeps log lines for the Log view; nothing is printed while the screen is ours.
-    let _ = tui_logger::init_logger(log::LevelFilter::Info);
-    tui_logger::set_default_level(log::LevelFilter::Info);
+    crate::ui::logbuf::install(log::LevelFilter::Info);
     for e in &loaded.errors {
         log::warn!("config: {e} (using the default)");
     }

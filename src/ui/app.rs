@@ -161,6 +161,7 @@ where
             break;
         }
         if redraw {
+            super::logbuf::collect();
             terminal.draw(|f| view::render(f, &state, theme))?;
             latency::drawn();
             last_draw = std::time::Instant::now();

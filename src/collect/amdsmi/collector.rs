@@ -711,22 +711,12 @@ impl AmdSmiCollector {
                 }),
             }
         }
-        if let Some(prober) = self.models.as_mut() {
-            if matches!(self.source, CommandSource::Live(_)) {
-                snap.models = prober.observe(&snap).await;
-            }
-            if let Some(e) = &prober.registry_error {
-                snap.sources.push(SourceStatus {
-                    name: "models registry".into(),
-                    version: None,
-                    status: Health::Down,
-                    error: Some(e.clone()),
-                    last_ok_ms: None,
-                    took_ms: None,
-                    cadence: None,
-                });
-            }
+        if let Some(prober) = self.models.as_mut()
+            && matches!(self.source, CommandSource::Live(_))
+        {
+            snap.models = prober.observe(&snap).await;
         }
+        self.registry_status(&mut snap);
         snap
     }
 

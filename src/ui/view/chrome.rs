@@ -30,6 +30,17 @@ fn modes(state: &State) -> String {
         .join(" ")
 }
 
+/// An interval in its largest unit, rounded (`30s`, `22m`, `2h`): the header has no room for
+/// `21m 53s`.
+fn interval(ms: u64) -> String {
+    let s = (ms + 500) / 1000;
+    match s {
+        0..=89 => format!("{s}s"),
+        90..=5399 => format!("{}m", (s + 30) / 60),
+        _ => format!("{}h", (s + 1800) / 3600),
+    }
+}
+
 /// The top two lines: who and what, then each source's health, age and last error.
 pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let mut spans = vec![Span::styled(" partop ", theme.get("ui.title"))];
@@ -103,13 +114,7 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 let every = src
                     .cadence
                     .as_ref()
-                    .map(|c| {
-                        format!(
-                            " /{} {:.2}%",
-                            crate::domain::findings::duration(c.every_ms),
-                            c.core_percent
-                        )
-                    })
+                    .map(|c| format!(" /{} {:.2}%", interval(c.every_ms), c.core_percent))
                     .unwrap_or_default();
                 sources.push(Span::styled(
                     format!("{short} {word}{a}{every}"),
