@@ -10,5 +10,6 @@ pub mod kfd;
 pub mod nvidia;
 pub mod procinfo;
 pub mod served;
+pub mod small_file;
 pub mod sysfs;
 pub mod task;

@@ -75,7 +75,7 @@ pub struct Holder {
 fn target(p: &Path) -> Option<String> {
     match std::fs::read_link(p) {
         Ok(t) => Some(t.to_string_lossy().into_owned()),
-        Err(e) if e.raw_os_error() == Some(22) => std::fs::read_to_string(p)
+        Err(e) if e.raw_os_error() == Some(22) => crate::collect::small_file::text(p)
             .ok()
             .map(|s| s.trim().to_string()),
         Err(_) => None,
@@ -147,7 +147,7 @@ pub fn scan_pid(roots: &Roots, pid: u32) -> Option<Holder> {
     }
     h.render_minors.sort_unstable();
     h.drm_fds.sort_unstable();
-    h.comm = std::fs::read_to_string(dir.join("comm"))
+    h.comm = crate::collect::small_file::text(&dir.join("comm"))
         .ok()
         .map(|s| s.trim().to_string());
     let cmdline = std::fs::read(dir.join("cmdline"))

@@ -69,7 +69,7 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
         .filter_map(|e| {
             let node: u32 = e.file_name().to_str()?.parse().ok()?;
             let read = |f: &str| {
-                std::fs::read_to_string(e.path().join(f)).map_err(|err| {
+                crate::collect::small_file::text(&e.path().join(f)).map_err(|err| {
                     format!("KFD node {node}: {}: {err}", e.path().join(f).display())
                 })
             };
@@ -105,9 +105,11 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
                 location_id: u32_of("location_id").unwrap_or(0),
                 simd_count: u32_of("simd_count").unwrap_or(0),
                 num_xcc: u32_of("num_xcc").unwrap_or(1),
-                mem_bytes: std::fs::read_to_string(e.path().join("mem_banks/0/properties"))
-                    .ok()
-                    .and_then(|t| props(&t, "size_in_bytes")),
+                mem_bytes: crate::collect::small_file::text(
+                    &e.path().join("mem_banks/0/properties"),
+                )
+                .ok()
+                .and_then(|t| props(&t, "size_in_bytes")),
             })
         })
         .collect();
@@ -130,7 +132,11 @@ pub struct KfdUse {
 }
 
 fn num(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    crate::collect::small_file::text(path)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Per-GPU use of `pid` from `/sys/class/kfd/kfd/proc/PID/`; `None` if KFD has no entry for it.

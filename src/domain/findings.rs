@@ -177,13 +177,7 @@ impl Tracker {
         let mut seen_pids = Vec::new();
         // "amd-smi does not list it" means something only where amd-smi's process list was read
         // (not with --source sysfs).
-        let amdsmi_lists = snap.sources.iter().any(|s| {
-            s.name == "amd-smi process"
-                && matches!(
-                    s.status,
-                    super::snapshot::Health::Ok | super::snapshot::Health::Degraded
-                )
-        });
+        let amdsmi_lists = snap.amdsmi_lists_processes();
         for p in snap.processes.iter().filter(|_| amdsmi_lists) {
             let nodes = p.gpus.iter().filter(|u| u.render_open).count();
             if p.listed_by_amdsmi || (!p.holds_kfd && nodes == 0) {

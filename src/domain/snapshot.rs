@@ -338,6 +338,15 @@ impl Snapshot {
             .flat_map(|g| g.partitions.iter().map(move |p| (g, p)))
     }
 
+    /// Whether amd-smi's process list was read for this sample: only then does "amd-smi does
+    /// not list it" mean anything (kernel first and `--source sysfs` do not ask amd-smi for
+    /// processes).
+    pub fn amdsmi_lists_processes(&self) -> bool {
+        self.sources.iter().any(|s| {
+            s.name == "amd-smi process" && matches!(s.status, Health::Ok | Health::Degraded)
+        })
+    }
+
     /// Number of logical GPUs.
     pub fn logical_count(&self) -> usize {
         self.gpus.iter().map(|g| g.partitions.len()).sum()

@@ -68,14 +68,29 @@ impl AmdSmiCost {
         if !self.enabled {
             return (0.0, 0.0);
         }
+        // A scenario's figures are bounded (a call never burns more than a minute of CPU or
+        // waits more than an hour); a figure that is not a number counts as zero.
+        let sane = |v: f64, max: f64| {
+            if v.is_finite() {
+                v.clamp(0.0, max)
+            } else {
+                0.0
+            }
+        };
         #[expect(clippy::cast_precision_loss, reason = "GPU counts")]
-        let cpu = self
-            .cpu_per_gpu_secs
-            .mul_add(gpus as f64, self.cpu_fixed_secs);
-        let wall = cpu * self.wall_factor;
+        let cpu = sane(
+            sane(self.cpu_per_gpu_secs, 60.0).mul_add(gpus as f64, sane(self.cpu_fixed_secs, 60.0)),
+            60.0,
+        );
+        let wall = sane(cpu * self.wall_factor, 3600.0).max(cpu);
         if first {
-            let scale = cpu / self.cpu_per_gpu_secs.mul_add(16.0, self.cpu_fixed_secs);
-            (cpu, (self.first_call_secs * scale).max(wall))
+            let base = self.cpu_per_gpu_secs.mul_add(16.0, self.cpu_fixed_secs);
+            let scale = if base > 0.0 && base.is_finite() {
+                cpu / base
+            } else {
+                1.0
+            };
+            (cpu, sane(self.first_call_secs * scale, 3600.0).max(wall))
         } else {
             (cpu, wall)
         }
@@ -121,5 +136,15 @@ mod tests {
             ..c
         };
         assert_eq!(off.of(64, true), (0.0, 0.0));
+        let absurd = AmdSmiCost {
+            cpu_fixed_secs: f64::INFINITY,
+            cpu_per_gpu_secs: f64::NAN,
+            wall_factor: 1e300,
+            first_call_secs: -4.0,
+            ..c
+        };
+        let (cpu, wall) = absurd.of(64, true);
+        assert!(cpu == 0.0 && (0.0..=3600.0).contains(&wall), "{cpu} {wall}");
+        spend(cpu, 0.0, std::time::Instant::now());
     }
 }

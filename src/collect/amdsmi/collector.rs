@@ -415,7 +415,7 @@ impl AmdSmiCollector {
             st.cadence = self.lane.cadence();
             if st.status == Health::Down && st.error.is_none() {
                 st.error = Some(if self.lane.running() {
-                    "the first amd-smi read is still running; identity and profiles follow".into()
+                    "amd-smi's first read is running; identity and profiles follow".into()
                 } else {
                     "not read yet".into()
                 });

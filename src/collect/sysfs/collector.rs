@@ -80,20 +80,7 @@ struct DeviceFiles {
     xcp_files: Vec<(u32, PathBuf)>,
 }
 
-/// Reads a small sysfs/procfs file with open + read + close (no stat, no size hint).
-fn read_small(p: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    use std::io::Read as _;
-    buf.clear();
-    let mut f = std::fs::File::open(p)?;
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = f.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
+use crate::collect::small_file::read as read_small;
 
 fn small_num(p: &Path, buf: &mut Vec<u8>) -> Option<u64> {
     read_small(p, buf).ok()?;
@@ -109,7 +96,7 @@ pub fn follow(base: &Path, rel: &str) -> PathBuf {
         p.push(c);
         let target = match std::fs::read_link(&p) {
             Ok(t) => Some(t),
-            Err(_) if p.is_file() => std::fs::read_to_string(&p)
+            Err(_) if p.is_file() => crate::collect::small_file::text(&p)
                 .ok()
                 .map(|t| t.trim().to_string())
                 .filter(|t| t.starts_with("../") || t == "..")
@@ -143,7 +130,7 @@ fn normalize(p: &Path) -> PathBuf {
 }
 
 fn text(p: &Path) -> Result<String, String> {
-    std::fs::read_to_string(p)
+    crate::collect::small_file::text(p)
         .map(|s| s.trim().to_string())
         .map_err(|e| format!("{}: {e}", p.display()))
 }

@@ -359,8 +359,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 Some(
                     if p.listed_by_amdsmi {
                         "yes"
-                    } else {
+                    } else if snap.amdsmi_lists_processes() {
                         "no: found from /proc"
+                    } else {
+                        "not asked: processes come from the kernel (KFD, /proc)"
                     }
                     .into(),
                 ),

@@ -15,11 +15,12 @@ fn started(now: u64, p: &Process) -> String {
         .map_or_else(|| "N/A".into(), |t| super::fmt::age(now, t))
 }
 
-/// The name, marked `*` when amd-smi does not list the process and `@` for a node agent.
-fn name_cell(p: &Process) -> String {
+/// The name, marked `*` when amd-smi's list was read and does not list the process, and `@`
+/// for a node agent.
+fn name_cell(p: &Process, amdsmi_lists: bool) -> String {
     let mark = if p.agent.is_some() {
         "@"
-    } else if !p.listed_by_amdsmi {
+    } else if amdsmi_lists && !p.listed_by_amdsmi {
         "*"
     } else {
         ""
@@ -39,6 +40,7 @@ fn owner(p: &Process) -> String {
 /// Draws the process table.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let Some(snap) = &state.snapshot else { return };
+    let lists = snap.amdsmi_lists_processes();
     let wide = area.width >= 120;
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.proc_sel, visible);
@@ -105,7 +107,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         p.pid
                     )),
                     Cell::from(cut(p.user.as_deref().unwrap_or("N/A"), 10)),
-                    Cell::from(cut(&name_cell(p), 15)),
+                    Cell::from(cut(&name_cell(p, lists), 15)),
                     Cell::from(gpus),
                     Cell::from(if has_vram {
                         format!("{:>6}", mem(vram))
@@ -200,8 +202,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     } else {
         format!(" · filter {:?}", state.filter)
     };
+    let star = if snap.amdsmi_lists_processes() {
+        " · * not listed by amd-smi"
+    } else {
+        ""
+    };
     let title = format!(
-        " Processes: {shown} of {}{group}{filter} · * not listed by amd-smi · @ node agent ",
+        " Processes: {shown} of {}{group}{filter}{star} · @ node agent ",
         snap.processes.len()
     );
     let t = Table::new(rows, widths)
