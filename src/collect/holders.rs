@@ -103,37 +103,65 @@ pub fn scan(roots: &Roots) -> Vec<Holder> {
         return Vec::new();
     };
     let own = std::process::id();
+    let targets = Targets::of(roots);
     let mut out: Vec<Holder> = procs
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
         .filter(|pid| *pid != own)
-        .filter_map(|pid| scan_pid(roots, pid))
+        .filter_map(|pid| scan_with(roots, &targets, pid))
         .collect();
     out.sort_by_key(|h| h.pid);
     out
 }
 
+/// The device paths a holder's fds point at, built once per scan.
+struct Targets {
+    kfd: std::ffi::OsString,
+    dri: std::ffi::OsString,
+}
+
+impl Targets {
+    fn of(roots: &Roots) -> Self {
+        Self {
+            kfd: roots.dev_root.join("kfd").into_os_string(),
+            dri: roots.dev_root.join("dri/renderD").into_os_string(),
+        }
+    }
+}
+
 /// One process's GPU device files, or `None` when it holds none (or is gone).
 pub fn scan_pid(roots: &Roots, pid: u32) -> Option<Holder> {
-    let kfd_path = roots.dev_root.join("kfd").to_string_lossy().into_owned();
-    let dri = roots
-        .dev_root
-        .join("dri/renderD")
-        .to_string_lossy()
-        .into_owned();
+    scan_with(roots, &Targets::of(roots), pid)
+}
+
+/// [`scan_pid`] with the targets built once: the full scan calls it for every process, so an
+/// fd that is not a GPU file costs one `readlink` and a byte comparison, no allocation of text.
+fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Option<Holder> {
+    use std::os::unix::ffi::OsStrExt as _;
     let dir = roots.proc_root.join(pid.to_string());
     let fds = std::fs::read_dir(dir.join("fd")).ok()?;
     let mut h = Holder {
         pid,
         ..Holder::default()
     };
+    let dri = targets.dri.as_bytes();
     for fd in fds.flatten() {
-        let Some(t) = target(&fd.path()) else {
-            continue;
+        let t = match std::fs::read_link(fd.path()) {
+            Ok(t) => t.into_os_string(),
+            // A captured tree keeps the link's target as the file's text.
+            Err(_) => match target(&fd.path()) {
+                Some(t) => t.into(),
+                None => continue,
+            },
         };
-        if t == kfd_path {
+        let t = t.as_bytes();
+        if t == targets.kfd.as_bytes() {
             h.kfd = true;
-        } else if let Some(m) = t.strip_prefix(&dri).and_then(|m| m.parse::<u32>().ok()) {
+        } else if let Some(m) = t
+            .strip_prefix(dri)
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .and_then(|m| m.parse::<u32>().ok())
+        {
             if let Some(fd) = fd.file_name().to_str().and_then(|s| s.parse().ok()) {
                 h.drm_fds.push((fd, m));
             }

@@ -63,6 +63,21 @@ fn gpu_id(serial: &str, partition: u32, generation: u64) -> u64 {
     (load::mix(h, u64::from(partition) ^ (generation << 8)) % 65_000) + 500
 }
 
+/// Where a partition's device lives in the tree: partition 0 is the PCI device itself; the
+/// others are platform devices `amdgpu_xcp_<n>`, numbered across the node in logical GPU order
+/// (the captured tree's off-by-one: XCP 1 is `amdgpu_xcp_0`).
+fn device_rel(state: &SimState, logical: &[Logical], l: &Logical) -> String {
+    if l.shape.partition_id == 0 {
+        format!("devices/pci0000:00/{}", state.gpus[l.phys].bdf(0))
+    } else {
+        let n = logical
+            .iter()
+            .filter(|x| x.index < l.index && x.shape.partition_id > 0)
+            .count();
+        format!("devices/platform/amdgpu_xcp_{n}")
+    }
+}
+
 /// The twin's writer: what it wrote last, so only a layout change rebuilds the tree.
 #[derive(Debug)]
 pub struct Twin {
@@ -74,10 +89,6 @@ pub struct Twin {
     layout: Option<String>,
     generation: u64,
     pids: BTreeSet<u32>,
-    /// KFD gpu_id of each logical GPU in the current layout (amd-smi index order).
-    gpu_ids: Vec<u64>,
-    /// Each logical GPU's `xcp_metrics` file (amd-smi index order).
-    xcp_files: Vec<PathBuf>,
 }
 
 fn io_err(p: &Path, e: &std::io::Error) -> String {
@@ -127,8 +138,6 @@ impl Twin {
             layout,
             generation,
             pids: BTreeSet::new(),
-            gpu_ids: Vec::new(),
-            xcp_files: Vec::new(),
         }
     }
 
@@ -156,9 +165,6 @@ impl Twin {
         let relaid = self.layout.as_deref() != Some(key.as_str());
         if relaid {
             self.rebuild(state, &logical)?;
-        } else if self.gpu_ids.is_empty() && state.reloading.is_none() {
-            // Taken over: the ids and files of the layout on disk.
-            self.adopt(state, &logical);
         }
         if state.reloading.is_none() {
             let t = load::elapsed(state, now_ms);
@@ -207,34 +213,6 @@ impl Twin {
         Ok(())
     }
 
-    /// Learns the gpu_ids and `xcp_metrics` paths of the tree on disk.
-    fn adopt(&mut self, state: &SimState, logical: &[Logical]) {
-        let mut xcp_dev = 0;
-        for l in logical {
-            let id = std::fs::read_to_string(self.dir.join(format!(
-                "class/kfd/kfd/topology/nodes/{}/gpu_id",
-                l.index + 1
-            )))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-            self.gpu_ids.push(id);
-            if l.shape.partition_id == 0 {
-                self.xcp_files.push(
-                    self.pci_dir(&state.gpus[l.phys].bdf(0))
-                        .join("xcp/xcp_metrics"),
-                );
-            } else {
-                self.xcp_files.push(
-                    self.dir
-                        .join(format!("devices/platform/amdgpu_xcp_{xcp_dev}"))
-                        .join("xcp/xcp_metrics"),
-                );
-                xcp_dev += 1;
-            }
-        }
-    }
-
     /// Rewrites the layout: PCI partition files, partition devices, render nodes, KFD nodes.
     fn rebuild(&mut self, state: &SimState, logical: &[Logical]) -> Result<(), String> {
         let prod = state.product();
@@ -257,9 +235,6 @@ impl Twin {
         )?;
         std::fs::create_dir_all(self.dir.join("class/kfd/kfd/proc"))
             .map_err(|e| io_err(&self.dir, &e))?;
-        self.gpu_ids.clear();
-        self.xcp_files.clear();
-        let mut xcp_dev = 0;
         for (phys, g) in state.gpus.iter().enumerate() {
             let bdf = g.bdf(0);
             let dir = self.pci_dir(&bdf);
@@ -330,25 +305,14 @@ impl Twin {
             for l in logical.iter().filter(|l| l.phys == phys) {
                 let p = l.shape.partition_id;
                 let minor = render_minor(phys, p);
-                // Partition 0 is the PCI device itself; the others are platform devices
-                // `amdgpu_xcp_<n>`, numbered across the node (the fixture's off-by-one).
-                let dev_dir = if p == 0 {
-                    self.xcp_files.push(dir.join("xcp/xcp_metrics"));
-                    format!("../../../devices/pci0000:00/{bdf}")
-                } else {
-                    let name = format!("amdgpu_xcp_{xcp_dev}");
-                    xcp_dev += 1;
-                    let pd = self.dir.join("devices/platform").join(&name);
-                    let _ = std::fs::create_dir_all(&pd);
-                    self.xcp_files.push(pd.join("xcp/xcp_metrics"));
-                    format!("../../../devices/platform/{name}")
-                };
+                let rel = device_rel(state, logical, l);
+                let _ = std::fs::create_dir_all(self.dir.join(&rel));
+                let dev_dir = format!("../../../{rel}");
                 link(
                     &dev_dir,
                     &self.dir.join(format!("class/drm/renderD{minor}/device")),
                 )?;
                 let id = gpu_id(&g.serial, p, self.generation);
-                self.gpu_ids.push(id);
                 let node = topo.join(format!("nodes/{}", l.index + 1));
                 put_text(&node.join("gpu_id"), &id.to_string())?;
                 put_text(&node.join("name"), "ip discovery")?;
@@ -421,9 +385,13 @@ impl Twin {
             };
             put(&dir.join("gpu_metrics"), &tables::gpu_metrics_v1_8(&table))?;
             for l in &mine {
-                if let Some(f) = self.xcp_files.get(l.index as usize) {
-                    put(f, &tables::xcp_metrics_v1_0(&part(l)))?;
-                }
+                put(
+                    &self
+                        .dir
+                        .join(device_rel(state, logical, l))
+                        .join("xcp/xcp_metrics"),
+                    &tables::xcp_metrics_v1_0(&part(l)),
+                )?;
             }
             let hw = dir.join(format!("hwmon/hwmon{phys}"));
             #[expect(
@@ -466,12 +434,14 @@ impl Twin {
                 let Some(ix) = state.placement_index(i) else {
                     continue;
                 };
-                let (Some(id), Some(l)) = (
-                    self.gpu_ids.get(ix as usize),
-                    logical.iter().find(|l| l.index == ix),
-                ) else {
+                let Some(l) = logical.iter().find(|l| l.index == ix) else {
                     continue;
                 };
+                let id = gpu_id(
+                    &state.gpus[l.phys].serial,
+                    l.shape.partition_id,
+                    self.generation,
+                );
                 let busy = load::busy(state, i, t);
                 put_text(
                     &pdir.join(format!("vram_{id}")),

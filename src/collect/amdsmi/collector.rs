@@ -67,6 +67,10 @@ pub struct AmdSmiCollector {
     lane: super::lane::Lane,
     kernel_seen: bool,
     kernel_gen: Option<String>,
+    /// amd-smi's last identity read, assembled once per read (kernel first merges it each tick).
+    identity: Option<Snapshot>,
+    /// /proc facts of the NVIDIA path's processes.
+    proc_cache: crate::collect::procinfo::Cache,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -125,6 +129,8 @@ impl AmdSmiCollector {
             lane: super::lane::Lane::default(),
             kernel_seen: false,
             kernel_gen: None,
+            identity: None,
+            proc_cache: crate::collect::procinfo::Cache::default(),
         }
     }
 
@@ -406,9 +412,8 @@ impl AmdSmiCollector {
             Ok(s) => s,
             Err(e) => self.kernel_stale(&e),
         };
-        if self.statics.is_some() {
-            let amd = self.snapshot();
-            crate::collect::sysfs::identity(&mut snap, &amd);
+        if let Some(amd) = &self.identity {
+            crate::collect::sysfs::identity(&mut snap, amd);
             snap.reload = amd.reload;
         }
         if let Some(mut st) = self.status.iter().find(|s| s.name == SRC_STATIC).cloned() {
@@ -517,6 +522,9 @@ impl AmdSmiCollector {
         }
         if let (Some(m), Some(p)) = (metric, process) {
             self.apply_dynamic(m, p, took);
+        }
+        if role == super::lane::Role::Identity && self.statics.is_some() {
+            self.identity = Some(self.snapshot());
         }
     }
 
@@ -657,23 +665,7 @@ impl AmdSmiCollector {
         // a replay gets the facts its recording kept.
         match &self.source {
             CommandSource::Live(_) => {
-                if let Some(roots) = &self.holder_roots {
-                    if self.samples.is_multiple_of(HOLDER_SCAN_EVERY) {
-                        self.holders = crate::collect::holders::scan(roots);
-                        self.kfd_nodes = crate::collect::kfd::topology(&roots.sys_root);
-                    } else {
-                        self.holders
-                            .retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
-                    }
-                    crate::collect::holders::merge(
-                        &mut snap,
-                        &self.holders,
-                        &self.kfd_nodes,
-                        &roots.sys_root,
-                    );
-                }
-                self.samples += 1;
-                crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+                self.live_holders(&mut snap);
                 if let Some(rec) = self.recording.as_mut() {
                     for p in &snap.processes {
                         rec.processes
@@ -784,7 +776,19 @@ impl AmdSmiCollector {
             }
         }
         snap.sources.clone_from(&self.status);
-        crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+        // /proc facts once per process (re-read every FULL_SCAN_EVERY samples, against pid
+        // reuse): a steady NVIDIA tick reads nothing of /proc for processes it already knows.
+        if self
+            .generation
+            .is_multiple_of(crate::collect::sysfs::collector::FULL_SCAN_EVERY)
+        {
+            self.proc_cache.clear();
+        }
+        crate::collect::procinfo::enrich_cached(
+            &mut snap,
+            std::path::Path::new("/proc"),
+            &mut self.proc_cache,
+        );
         if let Some(prober) = self.models.as_mut() {
             snap.models = prober.observe(&snap).await;
         }
