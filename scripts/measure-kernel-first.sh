@@ -15,7 +15,7 @@ BIN=${BIN:-target/release/partop}
 SECS=${1:-60}
 EXTRA=${2:-2000}
 AMD_SECS=${3:-20}
-KEYS=${KEYS:-32}
+KEYS=${KEYS:-65}
 SCEN=cpx-64-busy
 hz=$(getconf CLK_TCK)
 
