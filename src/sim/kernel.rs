@@ -86,6 +86,10 @@ pub struct Twin {
     root: PathBuf,
     /// The current generation's directory (`STATE.sys.d/gen-N`).
     dir: PathBuf,
+    /// What each live file holds now: a file whose value did not change is not written again
+    /// (most partitions of a node are idle; the twin is the simulated kernel and should cost
+    /// next to nothing beside the monitor it is measured with).
+    written: std::collections::HashMap<PathBuf, Vec<u8>>,
     layout: Option<String>,
     generation: u64,
     pids: BTreeSet<u32>,
@@ -135,10 +139,25 @@ impl Twin {
         Self {
             root,
             dir,
+            written: std::collections::HashMap::new(),
             layout,
             generation,
             pids: BTreeSet::new(),
         }
+    }
+
+    /// Writes a live file unless it already holds `bytes`.
+    fn put_live(&mut self, p: PathBuf, bytes: Vec<u8>) -> Result<(), String> {
+        if self.written.get(&p) == Some(&bytes) {
+            return Ok(());
+        }
+        put(&p, &bytes)?;
+        self.written.insert(p, bytes);
+        Ok(())
+    }
+
+    fn put_live_text(&mut self, p: PathBuf, s: &str) -> Result<(), String> {
+        self.put_live(p, format!("{s}\n").into_bytes())
     }
 
     /// The topology generation last written.
@@ -220,6 +239,7 @@ impl Twin {
         // Each layout is a new tree, as the driver builds one on load; it replaces the old one
         // in one step (`swap`).
         self.generation += 1;
+        self.written.clear();
         self.dir = gens_dir(&self.root).join(format!("gen-{}", self.generation));
         let _ = std::fs::remove_dir_all(&self.dir);
         self.pids.clear();
@@ -346,7 +366,7 @@ impl Twin {
 
     /// The live files: `gpu_metrics`, each `xcp_metrics`, hwmon, VRAM in use.
     fn live(
-        &self,
+        &mut self,
         state: &SimState,
         logical: &[Logical],
         ld: &NodeLoad,
@@ -383,14 +403,13 @@ impl Twin {
                 uclk: 1300,
                 partitions: mine.iter().copied().map(part).collect(),
             };
-            put(&dir.join("gpu_metrics"), &tables::gpu_metrics_v1_8(&table))?;
+            self.put_live(dir.join("gpu_metrics"), tables::gpu_metrics_v1_8(&table))?;
             for l in &mine {
-                put(
-                    &self
-                        .dir
+                self.put_live(
+                    self.dir
                         .join(device_rel(state, logical, l))
                         .join("xcp/xcp_metrics"),
-                    &tables::xcp_metrics_v1_0(&part(l)),
+                    tables::xcp_metrics_v1_0(&part(l)),
                 )?;
             }
             let hw = dir.join(format!("hwmon/hwmon{phys}"));
@@ -399,12 +418,12 @@ impl Twin {
                 reason = "sensor values in milli-units"
             )]
             let milli = |v: f64, scale: f64| format!("{}", (v * scale) as i64);
-            put_text(&hw.join("temp2_input"), &milli(dev.hotspot, 1000.0))?;
-            put_text(&hw.join("temp3_input"), &milli(dev.mem_temp, 1000.0))?;
-            put_text(&hw.join("power1_input"), &milli(dev.power, 1e6))?;
-            put_text(&hw.join("power1_average"), &milli(dev.power, 1e6))?;
+            self.put_live_text(hw.join("temp2_input"), &milli(dev.hotspot, 1000.0))?;
+            self.put_live_text(hw.join("temp3_input"), &milli(dev.mem_temp, 1000.0))?;
+            self.put_live_text(hw.join("power1_input"), &milli(dev.power, 1e6))?;
+            self.put_live_text(hw.join("power1_average"), &milli(dev.power, 1e6))?;
             let used: u64 = mine.iter().map(|l| ld.vram[l.index as usize]).sum();
-            put_text(&dir.join("mem_info_vram_used"), &used.to_string())?;
+            self.put_live_text(dir.join("mem_info_vram_used"), &used.to_string())?;
         }
         Ok(())
     }
@@ -427,7 +446,7 @@ impl Twin {
                 };
                 now.insert(pid);
                 let pdir = dir.join(pid.to_string());
-                put_text(&pdir.join("pasid"), "0")?;
+                self.put_live_text(pdir.join("pasid"), "0")?;
                 if w.spec.kind == Kind::Agent {
                     continue;
                 }
@@ -443,8 +462,8 @@ impl Twin {
                     self.generation,
                 );
                 let busy = load::busy(state, i, t);
-                put_text(
-                    &pdir.join(format!("vram_{id}")),
+                self.put_live_text(
+                    pdir.join(format!("vram_{id}")),
                     &load::vram(state, i, t).to_string(),
                 )?;
                 #[expect(
@@ -453,19 +472,22 @@ impl Twin {
                     reason = "microseconds and CUs, non-negative"
                 )]
                 {
-                    put_text(
-                        &pdir.join(format!("sdma_{id}")),
+                    self.put_live_text(
+                        pdir.join(format!("sdma_{id}")),
                         &((t * 1e6 * busy / 400.0) as u64).to_string(),
                     )?;
-                    put_text(
-                        &pdir.join(format!("stats_{id}/cu_occupancy")),
+                    self.put_live_text(
+                        pdir.join(format!("stats_{id}/cu_occupancy")),
                         &((busy / 100.0 * f64::from(l.shape.cus)).round() as u32).to_string(),
                     )?;
                 }
             }
         }
         for gone in self.pids.difference(&now) {
-            let _ = std::fs::remove_dir_all(dir.join(gone.to_string()));
+            let d = dir.join(gone.to_string());
+            let _ = std::fs::remove_dir_all(&d);
+            // A pid can come back: what was written under it is gone from disk.
+            self.written.retain(|k, _| !k.starts_with(&d));
         }
         // A restarted twin does not know what the last one wrote: clear strangers once.
         if self.pids.is_empty()

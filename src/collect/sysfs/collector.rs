@@ -278,7 +278,8 @@ impl SysfsCollector {
         self.generation += 1;
         let mut buf = Vec::with_capacity(8192);
         let relaid = self.refresh_layout(&mut buf);
-        let (_, nodes, devices) = self.layout.clone().unwrap_or_default();
+        // Borrowed out for this sample and put back at its end (not cloned every tick).
+        let (gen_id, nodes, devices) = self.layout.take().unwrap_or_default();
         let mut gpus = kfd::gpus_from_topology(&nodes, now_ms);
         // Physical GPUs with no KFD node (KFD not loaded, or a driver reloading) still show.
         for d in &devices {
@@ -510,6 +511,7 @@ impl SysfsCollector {
         }
         self.samples += 1;
         let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, full, &mut buf);
+        self.layout = Some((gen_id, nodes, devices));
         // Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has
         // only the device-wide figure).
         for g in &mut gpus {
