@@ -119,6 +119,54 @@ fn the_twin_reads_like_the_captured_cpx_nps4_tree() {
     );
 }
 
+#[test]
+fn the_twin_reads_like_the_captured_spx_nps1_tree() {
+    let node = Node::start("spx-nps1-one-model");
+    let snap = SysfsCollector::new(partop::sim::session::roots(&node.state)).sample();
+    let fix = SysfsCollector::new(partop::collect::holders::Roots {
+        sys_root: "tests/fixtures/sysfs/mi300x-spx-nps1/sys".into(),
+        proc_root: "tests/fixtures/sysfs/mi300x-spx-nps1/proc".into(),
+        dev_root: "/dev".into(),
+    })
+    .sample_at(0, 0);
+    let want = &fix.gpus[0];
+    assert!(!snap.gpus.is_empty());
+    for g in &snap.gpus {
+        // One partition owning the whole device, as the captured SPX/NPS1 node shows it.
+        assert_eq!(
+            (g.compute_partition, g.memory_partition, g.partitions.len()),
+            (
+                want.compute_partition,
+                want.memory_partition,
+                want.partitions.len()
+            )
+        );
+        assert_eq!(g.product, want.product);
+        let (l, w) = (&g.partitions[0], &want.partitions[0]);
+        assert_eq!((l.partition_id, l.cu_count), (w.partition_id, w.cu_count));
+        assert_eq!(l.vram_total_bytes.is_some(), w.vram_total_bytes.is_some());
+        assert!(l.gfx_busy_percent.is_some() && w.gfx_busy_percent.is_some());
+        assert!(g.power_watts.is_some() && g.hotspot_celsius.is_some());
+    }
+    // The model server is seen through KFD with its VRAM, as amd-smi sees it.
+    let server = snap
+        .processes
+        .iter()
+        .find(|p| {
+            p.command
+                .as_deref()
+                .is_some_and(|c| c.contains("vllm serve"))
+        })
+        .expect("the model server");
+    assert!(server.holds_kfd);
+    assert!(
+        server
+            .gpus
+            .iter()
+            .any(|u| u.vram_bytes.unwrap_or(0) > 1 << 30)
+    );
+}
+
 fn tick(rt: &tokio::runtime::Runtime, c: &mut AmdSmiCollector) -> Snapshot {
     rt.block_on(c.tick())
 }

@@ -539,7 +539,7 @@ impl AmdSmiCollector {
         if let Some(s) = snap.sources.iter_mut().find(|s| s.name == SRC_METRIC) {
             s.cadence = cadence;
         }
-        self.live_holders(&mut snap);
+        let mut snap = self.live_holders(snap).await;
         snap.sources.push(SourceStatus {
             name: crate::collect::sysfs::collector::SRC.into(),
             version: None,
@@ -573,20 +573,40 @@ impl AmdSmiCollector {
         }
     }
 
-    /// Holders from the /proc scan (every few samples) and /proc facts, for the amd-smi path.
-    fn live_holders(&mut self, snap: &mut Snapshot) {
-        if let Some(roots) = &self.holder_roots {
-            if self.samples.is_multiple_of(HOLDER_SCAN_EVERY) {
-                self.holders = crate::collect::holders::scan(roots);
-                self.kfd_nodes = crate::collect::kfd::topology(&roots.sys_root);
-            } else {
-                self.holders
-                    .retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
-            }
-            crate::collect::holders::merge(snap, &self.holders, &self.kfd_nodes, &roots.sys_root);
-        }
+    /// Holders from the /proc scan (every few samples) and /proc facts, for the amd-smi path:
+    /// on a blocking thread, like the kernel sample, never on the runtime that serves keys.
+    async fn live_holders(&mut self, snap: Snapshot) -> Snapshot {
+        let roots = self.holder_roots.clone();
+        let full = self.samples.is_multiple_of(HOLDER_SCAN_EVERY);
         self.samples += 1;
-        crate::collect::procinfo::enrich(snap, std::path::Path::new("/proc"));
+        let mut holders = std::mem::take(&mut self.holders);
+        let mut nodes = std::mem::take(&mut self.kfd_nodes);
+        let job = tokio::task::spawn_blocking(move || {
+            let mut snap = snap;
+            if let Some(roots) = &roots {
+                if full {
+                    holders = crate::collect::holders::scan(roots);
+                    nodes = crate::collect::kfd::topology(&roots.sys_root);
+                } else {
+                    holders.retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
+                }
+                crate::collect::holders::merge(&mut snap, &holders, &nodes, &roots.sys_root);
+            }
+            crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+            (snap, holders, nodes)
+        });
+        match job.await {
+            Ok((snap, holders, nodes)) => {
+                self.holders = holders;
+                self.kfd_nodes = nodes;
+                snap
+            }
+            // The scan panicked (it does not; a bug): the sample goes on without holders.
+            Err(e) => {
+                log::warn!("the /proc holder scan failed: {e}");
+                self.snapshot()
+            }
+        }
     }
 
     /// Takes a `metric` and a `process` read: a count that disagrees with the layout keeps the
@@ -665,7 +685,7 @@ impl AmdSmiCollector {
         // a replay gets the facts its recording kept.
         match &self.source {
             CommandSource::Live(_) => {
-                self.live_holders(&mut snap);
+                snap = self.live_holders(snap).await;
                 if let Some(rec) = self.recording.as_mut() {
                     for p in &snap.processes {
                         rec.processes
