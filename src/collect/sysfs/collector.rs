@@ -588,20 +588,37 @@ impl SysfsCollector {
                     .collect()
             })
             .unwrap_or_default();
+        let own = std::process::id();
         if full {
             self.holders = holders::scan(&self.roots);
             self.kfd_ids.clear();
             self.fdinfo_cache.clear();
-            return;
+        } else {
+            self.holders.retain(|h| !h.kfd || kfd_pids.contains(&h.pid));
+            for &pid in &kfd_pids {
+                if pid != own
+                    && !self.holders.iter().any(|h| h.pid == pid)
+                    && let Some(h) = holders::scan_pid(&self.roots, pid)
+                {
+                    self.holders.push(h);
+                }
+            }
         }
-        self.holders.retain(|h| !h.kfd || kfd_pids.contains(&h.pid));
-        let own = std::process::id();
-        for pid in kfd_pids {
-            if pid != own
-                && !self.holders.iter().any(|h| h.pid == pid)
-                && let Some(h) = holders::scan_pid(&self.roots, pid)
-            {
-                self.holders.push(h);
+        // KFD lists every process that opened /dev/kfd. One whose fds do not name the device
+        // directory partop looks for (a kernel twin read with `--sysfs-root` alone, a device
+        // node elsewhere) is still a holder of every GPU, never dropped.
+        for &pid in &kfd_pids {
+            if pid != own && !self.holders.iter().any(|h| h.pid == pid) {
+                self.holders.push(holders::Holder {
+                    pid,
+                    kfd: true,
+                    comm: crate::collect::small_file::text(
+                        &self.roots.proc_root.join(format!("{pid}/comm")),
+                    )
+                    .ok()
+                    .map(|c| c.trim().to_string()),
+                    ..holders::Holder::default()
+                });
             }
         }
         self.holders.sort_by_key(|h| h.pid);
