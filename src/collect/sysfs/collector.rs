@@ -607,19 +607,33 @@ impl SysfsCollector {
         // KFD lists every process that opened /dev/kfd. One whose fds do not name the device
         // directory partop looks for (a kernel twin read with `--sysfs-root` alone, a device
         // node elsewhere) is still a holder of every GPU, never dropped.
+        // A pid KFD still lists but that has exited (gone from /proc, or a zombie whose files
+        // are closed) is not one.
         for &pid in &kfd_pids {
-            if pid != own && !self.holders.iter().any(|h| h.pid == pid) {
-                self.holders.push(holders::Holder {
-                    pid,
-                    kfd: true,
-                    comm: crate::collect::small_file::text(
-                        &self.roots.proc_root.join(format!("{pid}/comm")),
-                    )
-                    .ok()
-                    .map(|c| c.trim().to_string()),
-                    ..holders::Holder::default()
-                });
+            if pid == own || self.holders.iter().any(|h| h.pid == pid) {
+                continue;
             }
+            let Ok(stat) =
+                crate::collect::small_file::text(&self.roots.proc_root.join(format!("{pid}/stat")))
+            else {
+                continue;
+            };
+            // `pid (comm) S ...`: the state follows the last parenthesis.
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            if matches!(
+                stat[close + 1..].trim_start().chars().next(),
+                Some('Z' | 'X')
+            ) {
+                continue;
+            }
+            self.holders.push(holders::Holder {
+                pid,
+                kfd: true,
+                comm: Some(stat[open + 1..close].to_string()),
+                ..holders::Holder::default()
+            });
         }
         self.holders.sort_by_key(|h| h.pid);
     }
