@@ -24,6 +24,16 @@ pub const ENV_DEVICES: &str = "PARTOP_SIM_WORKLOAD_DEVICES";
 pub fn from_env() -> Option<i32> {
     let name = std::env::var(ENV_NAME).ok()?;
     let state = std::env::var_os(ENV_STATE)?;
+    // Hold the simulated device files open for the process's life, as a ROCm process holds
+    // /dev/kfd and its render node; opened first, so that by the time `sim start` sees the
+    // process ready (below) it holds them, as KFD lists a process only once it opened /dev/kfd.
+    let _held: Vec<std::fs::File> = std::env::var_os(ENV_DEVICES)
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter_map(|p| std::fs::File::open(p).ok())
+                .collect()
+        })
+        .unwrap_or_default();
     // Catch SIGTERM before anything else: `sim start` waits for this (see session::launch).
     let term = Arc::new(AtomicBool::new(false));
     if signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term)).is_err() {
@@ -91,15 +101,6 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
         log::error!("no workload {name} in {}", state_path.display());
         return 1;
     };
-    // Hold the simulated device files open for the process's life, as a ROCm process holds
-    // /dev/kfd and its render node.
-    let _held: Vec<std::fs::File> = std::env::var_os(ENV_DEVICES)
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter_map(|p| std::fs::File::open(p).ok())
-                .collect()
-        })
-        .unwrap_or_default();
     let spec = state.workloads[i].spec.clone();
     // comm (what amd-smi and top show) as the real process would have it.
     if let Ok(c) = std::ffi::CString::new(spec.comm.clone().unwrap_or_else(|| "python3".into())) {

@@ -595,6 +595,16 @@ impl SysfsCollector {
             self.fdinfo_cache.clear();
         } else {
             self.holders.retain(|h| !h.kfd || kfd_pids.contains(&h.pid));
+            // A KFD holder whose fds named no GPU file when last looked at (it had just opened
+            // /dev/kfd, or its devices live elsewhere) is looked at again: one process each.
+            for h in &mut self.holders {
+                if h.kfd
+                    && h.render_minors.is_empty()
+                    && let Some(again) = holders::scan_pid(&self.roots, h.pid)
+                {
+                    *h = again;
+                }
+            }
             for &pid in &kfd_pids {
                 if pid != own
                     && !self.holders.iter().any(|h| h.pid == pid)
