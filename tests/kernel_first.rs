@@ -371,32 +371,3 @@ fn a_partition_that_did_not_come_up_is_a_finding_and_its_node_is_named() {
         m[0].saw
     );
 }
-
-#[test]
-fn a_twin_started_by_hand_is_read_with_sysfs_root_alone() {
-    let node = Node::start("cpx-nps4-small-models");
-    let o = run(
-        partop()
-            .args(["--source", "sysfs", "--sysfs-root"])
-            .arg(partop::sim::kernel::root(&node.state))
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
-    // The workloads hold the twin's device files, not /dev/kfd: KFD's process list still
-    // makes them holders, with their VRAM from KFD's files.
-    let with_vram = v["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| {
-            p["gpus"].as_array().is_some_and(|g| {
-                g.iter()
-                    .any(|u| u["vram_bytes"].as_u64().unwrap_or(0) > 1 << 30)
-            })
-        })
-        .count();
-    assert!(with_vram >= 4, "{}", o.stdout);
-}

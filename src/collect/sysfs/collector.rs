@@ -595,16 +595,6 @@ impl SysfsCollector {
             self.fdinfo_cache.clear();
         } else {
             self.holders.retain(|h| !h.kfd || kfd_pids.contains(&h.pid));
-            // A KFD holder whose fds named no GPU file when last looked at (it had just opened
-            // /dev/kfd, or its devices live elsewhere) is looked at again: one process each.
-            for h in &mut self.holders {
-                if h.kfd
-                    && h.render_minors.is_empty()
-                    && let Some(again) = holders::scan_pid(&self.roots, h.pid)
-                {
-                    *h = again;
-                }
-            }
             for &pid in &kfd_pids {
                 if pid != own
                     && !self.holders.iter().any(|h| h.pid == pid)
@@ -613,37 +603,6 @@ impl SysfsCollector {
                     self.holders.push(h);
                 }
             }
-        }
-        // KFD lists every process that opened /dev/kfd. One whose fds do not name the device
-        // directory partop looks for (a kernel twin read with `--sysfs-root` alone, a device
-        // node elsewhere) is still a holder of every GPU, never dropped.
-        // A pid KFD still lists but that has exited (gone from /proc, or a zombie whose files
-        // are closed) is not one.
-        for &pid in &kfd_pids {
-            if pid == own || self.holders.iter().any(|h| h.pid == pid) {
-                continue;
-            }
-            let Ok(stat) =
-                crate::collect::small_file::text(&self.roots.proc_root.join(format!("{pid}/stat")))
-            else {
-                continue;
-            };
-            // `pid (comm) S ...`: the state follows the last parenthesis.
-            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-                continue;
-            };
-            if matches!(
-                stat[close + 1..].trim_start().chars().next(),
-                Some('Z' | 'X')
-            ) {
-                continue;
-            }
-            self.holders.push(holders::Holder {
-                pid,
-                kfd: true,
-                comm: Some(stat[open + 1..close].to_string()),
-                ..holders::Holder::default()
-            });
         }
         self.holders.sort_by_key(|h| h.pid);
     }
