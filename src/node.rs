@@ -317,6 +317,14 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
         let scenario = Scenario::load(name)?;
         let state = session::ephemeral_state_path();
         session::start(&scenario, &state, None)?;
+        let me = std::process::id();
+        crate::sim::state::SimState::update(&state, |s| {
+            s.owner = Some(crate::sim::state::TwinProc {
+                pid: me,
+                start_ticks: crate::sim::state::process_start(me),
+            });
+            Ok(())
+        })?;
         let runner = sim_runner(exe, &state, timeout)?;
         return Ok(Node::simulated(
             runner,

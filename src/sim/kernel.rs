@@ -528,6 +528,12 @@ pub fn run(state_path: &Path) {
         if state.twin.as_ref().is_some_and(|t| t.pid != me) {
             return;
         }
+        // A `--sim` node whose partop died without cleaning up: the twin does not outlive it.
+        if let Some(o) = state.owner
+            && super::state::process_start(o.pid) != o.start_ticks
+        {
+            return;
+        }
         let now = clock::now_ms();
         if state.reloading.is_some_and(|r| now >= r.until_ms) {
             match SimState::update(state_path, |s| {

@@ -100,6 +100,10 @@ pub struct SimState {
     /// The kernel twin's process, while the node runs.
     #[serde(default)]
     pub twin: Option<TwinProc>,
+    /// The partop that started this node for itself (`--sim`): when it is gone, so is the
+    /// node's twin.
+    #[serde(default)]
+    pub owner: Option<TwinProc>,
 }
 
 /// The process keeping the kernel twin current.
@@ -197,6 +201,7 @@ impl SimState {
             fail_reloads: s.fail_reloads,
             amd_smi_cost: s.amd_smi_cost.from_env(),
             twin: None,
+            owner: None,
         }
     }
 
