@@ -95,13 +95,15 @@ pub fn main(
         .append(true)
         .open(calls_log(state_path))
     {
-        let _ = writeln!(
-            f,
-            "{} {} {}",
+        // One write per line: calls run side by side, and O_APPEND keeps a single write whole
+        // where `writeln!` on a File would write the pieces separately and interleave them.
+        let line = format!(
+            "{} {} {}\n",
             clock::now_ms(),
             nix::unistd::getppid(),
             argv.join(" ")
         );
+        let _ = f.write_all(line.as_bytes());
     }
     let (cpu, wall) = state.amd_smi_cost.of(state.logical().len(), first);
     crate::sim::cost::spend(cpu, wall, std::time::Instant::now());
