@@ -13,3 +13,4 @@ pub mod served;
 pub mod small_file;
 pub mod sysfs;
 pub mod task;
+pub mod usage;

@@ -241,6 +241,9 @@ impl Node {
         c.holder_roots.clone_from(&self.roots);
         c.models = Some(self.prober());
         if let Some(n) = &self.nvidia {
+            if matches!(n, NvidiaAccess::Recorded(_)) {
+                c.without_host_usage();
+            }
             c.nvidia = Some(n.source(&self.nvidia_smi));
         }
         if let Some((mode, roots)) = &self.kernel

@@ -11,6 +11,7 @@ pub mod dialog;
 pub mod effect;
 pub mod keymap;
 pub mod logbuf;
+pub mod scroll;
 pub mod mig_stage;
 pub mod modal;
 pub mod model_ask;

@@ -22,7 +22,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         cli.keymap.as_deref(),
         look_only,
     );
-    // tui-logger keeps log lines for the Log view; nothing is printed while the screen is ours.
+    // Log records go to the Log view; nothing is printed while the screen is ours.
     crate::ui::logbuf::install(log::LevelFilter::Info);
     for e in &loaded.errors {
         log::warn!("config: {e} (using the default)");
@@ -49,6 +49,15 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         u64::try_from(refresh.as_millis()).unwrap_or(1000),
     );
     state.read_only = look_only;
+    // A theme or keymap that could not be used is said on screen, not only in the Log.
+    if let Some(first) = loaded.errors.first() {
+        let more = loaded.errors.len() - 1;
+        state.theme_notice = Some(if more == 0 {
+            format!("! {first}: defaults in use")
+        } else {
+            format!("! {first} (+{more} more in 6 Log): defaults in use")
+        });
+    }
     if let Some(p) = &cli.source.replay {
         state.replay = Some(
             match crate::collect::amdsmi::recording::Recording::load(p) {

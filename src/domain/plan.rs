@@ -56,6 +56,12 @@ pub struct Stop {
     /// The registered model it serves: stopped by its registry entry's way, relaunched after.
     #[serde(default)]
     pub model: Option<String>,
+    /// Its user (for the journal and the overlay).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The model it serves, from its command line (registered or not).
+    #[serde(default)]
+    pub serves: Option<String>,
 }
 
 /// A served model the plan stops and relaunches: where it is, where it goes, the exact
@@ -465,6 +471,12 @@ pub fn plan(
                 .iter()
                 .find(|m| m.pid == Some(p.pid) && m.spec.is_some())
                 .map(|m| m.name.clone()),
+            user: p.user.clone(),
+            serves: p
+                .command
+                .as_deref()
+                .and_then(super::served::model_of)
+                .map(|(_, m)| m),
         })
         .collect();
     let models = model_moves(snap, &stops, &before, &after, &mut warnings);

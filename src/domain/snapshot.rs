@@ -285,6 +285,16 @@ pub struct Process {
     pub visible_devices: std::collections::BTreeMap<String, String>,
     /// Per logical GPU.
     pub gpus: Vec<GpuUse>,
+    /// Host CPU it used since the previous sample, % of one core (a data loader pinning cores
+    /// shows here; above 100 on several cores).
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    /// Resident host memory (VmRSS), bytes.
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    /// Seconds since it started, at the sample.
+    #[serde(default)]
+    pub running_secs: Option<u64>,
     /// Origin of every field above.
     #[serde(default)]
     pub provenance: Provenance,
@@ -325,6 +335,26 @@ pub struct Snapshot {
     /// Served models: registered and discovered, with health and load.
     #[serde(default)]
     pub models: Vec<super::model_status::ServedModel>,
+    /// The host's CPU and memory beside the GPUs (absent in a replay of an older recording).
+    #[serde(default)]
+    pub host_usage: Option<HostUsage>,
+}
+
+/// The host's own load: what a data loader pinning cores or a host-memory hog shows as.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostUsage {
+    /// CPUs online.
+    pub cpus: u32,
+    /// Busy share of all CPUs since the previous sample, % (None on the first sample).
+    pub cpu_percent: Option<f64>,
+    /// Load averages over 1, 5 and 15 minutes.
+    pub load: [f64; 3],
+    /// Memory in use (MemTotal - MemAvailable), bytes.
+    pub mem_used_bytes: u64,
+    /// MemTotal, bytes.
+    pub mem_total_bytes: u64,
+    /// Where it was read, ms since epoch.
+    pub at_ms: u64,
 }
 
 /// Current snapshot document version.

@@ -277,7 +277,17 @@ async fn run_step(
     emit: &mut (dyn FnMut(ApplyEvent) + Send),
 ) -> StepResult {
     match step.key.as_str() {
-        "stop" => stop(plan, ctx, emit),
+        "stop" => {
+            // What each stopped process holds, for the journal (the plan keeps only identity:
+            // VRAM moves between planning and now).
+            let vram: std::collections::HashMap<u32, u64> = sample(ctx)
+                .await
+                .processes
+                .iter()
+                .map(|p| (p.pid, p.vram_total()))
+                .collect();
+            stop(plan, ctx, &vram, emit)
+        }
         "wait_idle" => wait_idle(plan, ctx).await,
         "set_memory" => {
             let m = plan.draft.memory.map(|m| m.name()).unwrap_or_default();
@@ -383,7 +393,12 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
     }
 }
 
-fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) -> StepResult {
+fn stop(
+    plan: &Plan,
+    ctx: &ApplyCtx,
+    vram: &std::collections::HashMap<u32, u64>,
+    emit: &mut (dyn FnMut(ApplyEvent) + Send),
+) -> StepResult {
     for unit in plan.stops.iter().filter_map(|s| s.unit.as_deref()) {
         let st = std::process::Command::new("systemctl")
             .args(["stop", unit])
@@ -427,7 +442,9 @@ fn stop(plan: &Plan, ctx: &ApplyCtx, emit: &mut (dyn FnMut(ApplyEvent) + Send)) 
             name: Some(s.name.clone()),
             gpus: s.gpus.clone(),
             agent: s.agent.clone(),
-            ..Target::default()
+            user: s.user.clone(),
+            vram_bytes: vram.get(&s.pid).copied().unwrap_or(0),
+            model: s.model.clone().or_else(|| s.serves.clone()),
         })
         .collect();
     let job = KillJob {

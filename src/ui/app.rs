@@ -161,7 +161,10 @@ where
             break;
         }
         if redraw {
-            super::logbuf::collect();
+            let lines = super::logbuf::take();
+            if !lines.is_empty() {
+                pending.extend(update(&mut state, Msg::Log(lines)));
+            }
             terminal.draw(|f| view::render(f, &state, theme))?;
             latency::drawn();
             last_draw = std::time::Instant::now();

@@ -112,6 +112,8 @@ pub struct Keymap {
     /// Preset it was built from.
     pub preset: String,
     map: HashMap<Section, BTreeMap<Vec<Key>, Command>>,
+    /// What `--read-only` took out, so a key that did something says why it does nothing now.
+    removed: HashMap<Section, BTreeMap<Vec<Key>, Command>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -254,8 +256,14 @@ impl Keymap {
         }
         km.preset = preset;
         if read_only {
-            for m in km.map.values_mut() {
+            for (section, m) in &mut km.map {
+                let gone: BTreeMap<Vec<Key>, Command> = m
+                    .iter()
+                    .filter(|(_, c)| c.danger() == Danger::Mutating)
+                    .map(|(k, c)| (k.clone(), *c))
+                    .collect();
                 m.retain(|_, c| c.danger() == Danger::Safe);
+                km.removed.insert(*section, gone);
             }
         }
         errors.extend(km.validate());
@@ -347,6 +355,13 @@ impl Keymap {
         } else {
             Resolve::Unbound
         }
+    }
+
+    /// The mutating command `--read-only` removed from `keys` in `stack`, if any.
+    pub fn removed(&self, stack: &[Section], keys: &[Key]) -> Option<Command> {
+        stack
+            .iter()
+            .find_map(|s| self.removed.get(s).and_then(|m| m.get(keys)).copied())
     }
 
     /// The keys bound to `cmd` in `section`, printed.

@@ -1,11 +1,28 @@
-//! Where log records go while the monitor owns the screen: tui-logger's buffer, which the Log
-//! view (6) draws. Records are handed to tui-logger's `Drain` as they are logged and moved into
-//! the view's buffer by the app loop before each frame, so no thread wakes up to move them:
-//! tui-logger's own `init_logger` starts one that wakes every 10 ms (100 times a second, measured
-//! as part of the monitor's idle CPU). Sits beside the app loop; the collector and executors only
-//! use `log`.
+//! Where log records go while the monitor owns the screen: a bounded buffer the app loop takes
+//! from before each frame and hands to the reducer (`Msg::Log`), so the Log view draws from the
+//! state like every other view (scrolls, wraps at words, snapshot-testable) and no thread wakes
+//! up to move records. Sits beside the app loop; the collector and executors only use `log`.
 
-use log::{LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter, Log, Metadata, Record};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// One logged record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// When, ms since epoch.
+    pub at_ms: u64,
+    /// Its level.
+    pub level: Level,
+    /// The message.
+    pub text: String,
+}
+
+/// Records not yet taken by the app loop (bounded: a flood drops the oldest, and says so).
+static PENDING: Mutex<(VecDeque<LogLine>, u64)> = Mutex::new((VecDeque::new(), 0));
+
+/// How many records wait at most between two frames.
+const PENDING_MAX: usize = 2_000;
 
 struct ToView(LevelFilter);
 
@@ -15,8 +32,20 @@ impl Log for ToView {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if self.enabled(record.metadata()) {
-            tui_logger::Drain::new().log(record);
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let line = LogLine {
+            at_ms: crate::collect::clock::now_ms(),
+            level: record.level(),
+            text: record.args().to_string(),
+        };
+        if let Ok(mut g) = PENDING.lock() {
+            if g.0.len() >= PENDING_MAX {
+                g.0.pop_front();
+                g.1 += 1;
+            }
+            g.0.push_back(line);
         }
     }
 
@@ -31,7 +60,22 @@ pub fn install(level: LevelFilter) {
     }
 }
 
-/// Moves the records logged since the last call into the Log view's buffer (before a frame).
-pub fn collect() {
-    tui_logger::move_events();
+/// The records logged since the last call (a note first when some were dropped).
+pub fn take() -> Vec<LogLine> {
+    let Ok(mut g) = PENDING.lock() else {
+        return Vec::new();
+    };
+    let dropped = std::mem::take(&mut g.1);
+    let mut v: Vec<LogLine> = g.0.drain(..).collect();
+    if dropped > 0 {
+        v.insert(
+            0,
+            LogLine {
+                at_ms: v.first().map_or(0, |l| l.at_ms),
+                level: Level::Warn,
+                text: format!("{dropped} log lines were dropped (more than {PENDING_MAX} between two frames)"),
+            },
+        );
+    }
+    v
 }

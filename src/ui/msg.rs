@@ -20,6 +20,8 @@ pub enum Msg {
     Snapshot(Arc<Snapshot>),
     /// The clock (ages on screen).
     Tick(u64),
+    /// Log records since the last frame.
+    Log(Vec<super::logbuf::LogLine>),
     /// Progress of a kill job.
     Kill(crate::exec::kill::KillEvent),
     /// The journal, read.

@@ -18,21 +18,110 @@ pub enum SortKey {
     User,
     /// Name.
     Name,
-    /// Start time.
+    /// Start time (shown as run time, UP).
     Start,
+    /// Host CPU %.
+    Cpu,
+    /// Resident host memory.
+    Rss,
+}
+
+/// A column of the process table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Col {
+    /// PID (tag mark in front).
+    Pid,
+    /// User.
+    User,
+    /// Name.
+    Name,
+    /// Logical GPU(s).
+    Gpu,
+    /// VRAM.
+    Vram,
+    /// GTT.
+    Gtt,
+    /// CU occupancy.
+    Cu,
+    /// Host CPU %.
+    Cpu,
+    /// Resident host memory.
+    Rss,
+    /// Run time.
+    Up,
+    /// Pod, container or unit.
+    Owner,
+    /// Command line.
+    Command,
+}
+
+impl Col {
+    /// The sort key of a sortable column.
+    pub const fn sort(self) -> Option<SortKey> {
+        Some(match self {
+            Self::Pid => SortKey::Pid,
+            Self::User => SortKey::User,
+            Self::Name => SortKey::Name,
+            Self::Gpu => SortKey::Gpu,
+            Self::Vram => SortKey::Vram,
+            Self::Gtt => SortKey::Gtt,
+            Self::Cu => SortKey::Cu,
+            Self::Cpu => SortKey::Cpu,
+            Self::Rss => SortKey::Rss,
+            Self::Up => SortKey::Start,
+            Self::Owner | Self::Command => return None,
+        })
+    }
+}
+
+/// The process table's columns at a terminal width: one place, so the view draws and `s`
+/// cycles through the same set (never a hidden column).
+pub fn columns(width: u16) -> &'static [Col] {
+    if width >= 120 {
+        &[
+            Col::Pid,
+            Col::User,
+            Col::Name,
+            Col::Gpu,
+            Col::Vram,
+            Col::Gtt,
+            Col::Cu,
+            Col::Cpu,
+            Col::Rss,
+            Col::Up,
+            Col::Owner,
+            Col::Command,
+        ]
+    } else {
+        &[
+            Col::Pid,
+            Col::User,
+            Col::Name,
+            Col::Gpu,
+            Col::Vram,
+            Col::Cu,
+            Col::Cpu,
+            Col::Rss,
+            Col::Command,
+        ]
+    }
 }
 
 impl SortKey {
-    pub(crate) const ORDER: [Self; 8] = [
-        Self::Vram,
-        Self::Cu,
-        Self::Gtt,
-        Self::Gpu,
-        Self::Pid,
-        Self::User,
-        Self::Name,
-        Self::Start,
-    ];
+    /// The next sort among the columns shown at `width` (in their order, wrapping).
+    pub fn next_at(self, width: u16) -> Self {
+        let keys: Vec<Self> = columns(width).iter().filter_map(|c| c.sort()).collect();
+        let i = keys.iter().position(|k| *k == self);
+        keys[i.map_or(0, |i| (i + 1) % keys.len())]
+    }
+
+    /// Whether it sorts biggest first by default.
+    pub const fn desc_by_default(self) -> bool {
+        matches!(
+            self,
+            Self::Vram | Self::Cu | Self::Gtt | Self::Start | Self::Cpu | Self::Rss
+        )
+    }
 
     /// Column label.
     pub const fn label(self) -> &'static str {
@@ -44,7 +133,9 @@ impl SortKey {
             Self::Pid => "PID",
             Self::User => "USER",
             Self::Name => "NAME",
-            Self::Start => "START",
+            Self::Start => "UP",
+            Self::Cpu => "CPU%",
+            Self::Rss => "RSS",
         }
     }
 }

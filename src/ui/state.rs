@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::model_ask::model_ask;
 pub use super::model_ask::{ModelAction, ModelAsk};
 pub use super::msg::{Effect, Msg};
-pub use super::rows::{DetailTarget, GpuUse, Group, ProcRow, SortKey};
+pub use super::rows::{Col, DetailTarget, GpuUse, Group, ProcRow, SortKey, columns};
 pub use super::views::View;
 
 /// The UI state.
@@ -108,7 +108,17 @@ pub struct State {
     pub model_sel: usize,
     /// A model action being confirmed.
     pub model_ask: Option<ModelAsk>,
+    /// A theme or keymap that could not be used: said on screen as long as it lasts (the
+    /// default is in use instead).
+    pub theme_notice: Option<String>,
+    /// The Log view's lines, oldest first (bounded).
+    pub log: std::collections::VecDeque<super::logbuf::LogLine>,
+    /// Offsets of the panes that scroll.
+    pub scroll: super::scroll::Scrolls,
 }
+
+/// Log lines kept for the Log view.
+pub const LOG_KEEP: usize = 5_000;
 
 impl State {
     /// A fresh state.
@@ -158,12 +168,15 @@ impl State {
             nvidia_smi: "nvidia-smi".into(),
             model_sel: 0,
             model_ask: None,
+            theme_notice: None,
+            log: std::collections::VecDeque::new(),
+            scroll: super::scroll::Scrolls::default(),
         }
     }
 
     /// Rows that fit a page of a list view.
     pub fn page(&self) -> usize {
-        usize::from(self.size.1.saturating_sub(8)).max(1)
+        usize::from(self.size.1.saturating_sub(9)).max(1)
     }
 
     fn list_len(&self) -> usize {
@@ -185,6 +198,23 @@ impl State {
             View::Journal => Some(&mut self.journal_sel),
             View::Models => Some(&mut self.model_sel),
             View::Detail | View::Log => None,
+        }
+    }
+
+    /// The pane movement keys scroll now, if any: the topmost overlay that scrolls, else a
+    /// text view.
+    pub fn scroll_pane(&self) -> Option<super::scroll::Pane> {
+        use super::modal::Modal;
+        use super::scroll::Pane;
+        match self.modals().next() {
+            Some(Modal::Stage | Modal::MigStage) => Some(Pane::Stage),
+            Some(Modal::Help) => Some(Pane::Help),
+            Some(_) => None,
+            None => match self.view {
+                View::Detail => Some(Pane::Detail),
+                View::Log => Some(Pane::Log),
+                _ => None,
+            },
         }
     }
 
@@ -314,7 +344,13 @@ impl State {
                 SortKey::Pid => p.pid.cmp(&q.pid),
                 SortKey::User => p.user.cmp(&q.user),
                 SortKey::Name => p.name.cmp(&q.name),
-                SortKey::Start => p.started_at_ms.cmp(&q.started_at_ms),
+                // Longest running first when descending.
+                SortKey::Start => q.started_at_ms.cmp(&p.started_at_ms),
+                SortKey::Cpu => p
+                    .cpu_percent
+                    .unwrap_or(-1.0)
+                    .total_cmp(&q.cpu_percent.unwrap_or(-1.0)),
+                SortKey::Rss => p.rss_bytes.cmp(&q.rss_bytes),
             };
             o.then(p.pid.cmp(&q.pid))
         });
@@ -645,6 +681,12 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         | Command::PageUp
         | Command::Top
         | Command::Bottom => {
+            // An overlay or a text pane that scrolls takes the movement keys.
+            if let Some(p) = state.scroll_pane() {
+                let page = u16::try_from(page).unwrap_or(u16::MAX);
+                state.scroll.step(p, c, page);
+                return Vec::new();
+            }
             if let Some(sel) = state.sel_mut() {
                 let last = len.saturating_sub(1);
                 *sel = match c {
@@ -664,15 +706,8 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             }
         }
         Command::CycleSort => {
-            let i = SortKey::ORDER
-                .iter()
-                .position(|k| *k == state.sort)
-                .unwrap_or(0);
-            state.sort = SortKey::ORDER[(i + 1) % SortKey::ORDER.len()];
-            state.sort_desc = matches!(
-                state.sort,
-                SortKey::Vram | SortKey::Cu | SortKey::Gtt | SortKey::Start
-            );
+            state.sort = state.sort.next_at(state.size.0);
+            state.sort_desc = state.sort.desc_by_default();
             state.derive_rows();
         }
         Command::ReverseSort => {
@@ -828,12 +863,25 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
                 }
                 Resolve::Pending => Vec::new(),
                 Resolve::Unbound => {
+                    // A key `--read-only` unbound says so instead of doing nothing.
+                    if let Some(c) = state.keymap.removed(&state.sections(), &state.pending) {
+                        state.notice = Some((
+                            format!("read-only: {} is not available", c.name()),
+                            state.now_ms,
+                        ));
+                    }
                     state.pending.clear();
                     Vec::new()
                 }
             }
         }
         Msg::Command(c) => command(state, c),
+        Msg::Log(lines) => {
+            state.log.extend(lines);
+            let over = state.log.len().saturating_sub(LOG_KEEP);
+            state.log.drain(..over);
+            Vec::new()
+        }
         Msg::Resize(w, h) => {
             state.size = (w, h);
             Vec::new()

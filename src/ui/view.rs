@@ -9,6 +9,7 @@ pub mod fmt;
 pub mod gpus;
 pub mod help;
 pub mod journal;
+pub mod log;
 pub mod models;
 pub mod overview;
 pub mod partition_map;
@@ -19,14 +20,14 @@ use super::state::{State, View};
 use super::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout};
-use ratatui::widgets::{Block, Borders};
+use ratatui::widgets::Block;
 
 /// Draws one frame.
 pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     let area = frame.area();
     frame.render_widget(Block::default().style(theme.get("ui")), area);
     let [header, tabs, body, footer] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(3),
         Constraint::Length(1),
         Constraint::Min(3),
         Constraint::Length(1),
@@ -42,23 +43,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
         View::Journal => journal::render(frame, body, state, theme),
         View::Models => models::render(frame, body, state, theme),
         View::Findings => findings::render(frame, body, state, theme),
-        View::Log => {
-            let w = tui_logger::TuiLoggerWidget::default()
-                .block(
-                    Block::default()
-                        .borders(Borders::ALL)
-                        .title(" Log ")
-                        .border_style(theme.get("ui.border")),
-                )
-                .style_error(theme.get("status.crit"))
-                .style_warn(theme.get("status.warn"))
-                .style_info(theme.get("ui"))
-                .output_target(false)
-                .output_file(false)
-                .output_line(false)
-                .output_timestamp(Some("%H:%M:%S".into()));
-            frame.render_widget(w, body);
-        }
+        View::Log => log::render(frame, body, state, theme),
     }
     chrome::footer(frame, footer, state, theme);
     // Overlays bottom-up, in the one order of `ui::modal`.

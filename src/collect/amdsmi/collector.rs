@@ -71,6 +71,8 @@ pub struct AmdSmiCollector {
     identity: Option<Snapshot>,
     /// /proc facts of the NVIDIA path's processes.
     proc_cache: crate::collect::procinfo::Cache,
+    /// Host and per-process CPU and memory (live nodes; a replay shows what was recorded).
+    usage: Option<crate::collect::usage::Usage>,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -99,6 +101,10 @@ impl AmdSmiCollector {
         let host = match &source {
             CommandSource::Replay(r) => r.host.clone(),
             CommandSource::Live(_) => host::hostname(),
+        };
+        let usage = match &source {
+            CommandSource::Live(_) => Some(crate::collect::usage::Usage::new("/proc")),
+            CommandSource::Replay(_) => None,
         };
         Self {
             source,
@@ -131,7 +137,13 @@ impl AmdSmiCollector {
             kernel_gen: None,
             identity: None,
             proc_cache: crate::collect::procinfo::Cache::default(),
+            usage,
         }
+    }
+
+    /// A replayed source: this host's CPU and memory would be a lie beside it.
+    pub fn without_host_usage(&mut self) {
+        self.usage = None;
     }
 
     /// The detected version.
@@ -345,14 +357,37 @@ impl AmdSmiCollector {
     /// Never fails: errors become source health, and the last good values stay.
     pub async fn sample(&mut self) -> Snapshot {
         let mut snap = self.sample_sources(true).await;
+        self.observe_usage(&mut snap).await;
         crate::domain::sanity::check(&mut snap);
         snap
+    }
+
+    /// Host and per-process CPU and memory, on a blocking thread (a few small /proc files per
+    /// GPU holder).
+    async fn observe_usage(&mut self, snap: &mut Snapshot) {
+        let Some(mut usage) = self.usage.take() else {
+            return;
+        };
+        let mut s = std::mem::take(snap);
+        match tokio::task::spawn_blocking(move || {
+            usage.observe(&mut s);
+            (usage, s)
+        })
+        .await
+        {
+            Ok((u, s)) => {
+                self.usage = Some(u);
+                *snap = s;
+            }
+            Err(e) => log::warn!("host usage: {e}"),
+        }
     }
 
     /// One tick of the monitor: never waits for amd-smi beside the kernel (its read runs in the
     /// background and is merged when it is done), so the first screen comes from the kernel.
     pub async fn tick(&mut self) -> Snapshot {
         let mut snap = self.sample_sources(false).await;
+        self.observe_usage(&mut snap).await;
         crate::domain::sanity::check(&mut snap);
         snap
     }
@@ -846,6 +881,7 @@ impl AmdSmiCollector {
             gpus,
             processes,
             models: Vec::new(),
+            host_usage: None,
         }
     }
 }

@@ -567,6 +567,7 @@ impl SysfsCollector {
             processes,
             reload: None,
             models: Vec::new(),
+            host_usage: None,
         }
     }
 

@@ -41,7 +41,35 @@ fn interval(ms: u64) -> String {
     }
 }
 
-/// The top two lines: who and what, then each source's health, age and last error.
+/// The host line: its CPU, load and memory beside the GPUs (a data loader pinning cores or a
+/// host-memory hog is a noisy neighbour too).
+fn host_usage(state: &State, theme: &Theme) -> Vec<Span<'static>> {
+    let Some(h) = state.snapshot.as_ref().and_then(|s| s.host_usage.as_ref()) else {
+        return Vec::new();
+    };
+    let cpu = h
+        .cpu_percent
+        .map_or_else(|| "N/A".to_string(), |c| format!("{c:.0}%"));
+    #[expect(clippy::cast_precision_loss, reason = "CPU count")]
+    let busy = h.load[0] >= f64::from(h.cpus).max(1.0);
+    vec![
+        Span::styled("host ", theme.get("ui.muted")),
+        Span::raw(format!("cpu {cpu} of {} ", h.cpus)),
+        Span::styled(
+            format!("load {:.2} ", h.load[0]),
+            theme.get(if busy { "status.warn" } else { "ui" }),
+        ),
+        Span::raw(format!(
+            "mem {}/{} GiB",
+            super::fmt::gib(h.mem_used_bytes),
+            super::fmt::gib(h.mem_total_bytes)
+        )),
+    ]
+}
+
+/// The top three lines: who and what; modes, host load and tags; each source's health, age
+/// and last error. Each is cut with an ellipsis where it does not fit (all of it is in the
+/// Map and Detail views).
 pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let mut spans = vec![Span::styled(" partop ", theme.get("ui.title"))];
     // A recording is looked at, never acted on: said first, in the danger style (reversed in
@@ -79,10 +107,9 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 format!(" · {}", s.host)
             };
             spans.push(Span::raw(format!(
-                "{} GPUs · {} logical · {}{host}",
+                "{} GPUs · {} logical{host}",
                 s.gpus.len(),
                 s.logical_count(),
-                modes(state)
             )));
             let mut errors = Vec::new();
             for src in &s.sources {
@@ -141,7 +168,31 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             }
         }
     }
-    let lines = vec![Line::from(spans), Line::from(sources)];
+    let mut second = vec![Span::raw(" ")];
+    let m = modes(state);
+    if !m.is_empty() {
+        second.push(Span::styled(m, theme.get("ui.title")));
+        second.push(Span::raw("  "));
+    }
+    second.extend(host_usage(state, theme));
+    if !state.tagged_gpus.is_empty() {
+        second.push(Span::styled(
+            format!("  tagged {} GPU(s)", state.tagged_gpus.len()),
+            theme.get("status.warn"),
+        ));
+    }
+    if state.read_only {
+        second.push(Span::styled("  read-only", theme.get("ui.muted")));
+    }
+    if let Some(t) = &state.theme_notice {
+        second.push(Span::styled(format!("  {t}"), theme.get("status.warn")));
+    }
+    let w = usize::from(area.width);
+    let lines = vec![
+        super::fmt::fit(spans, w),
+        super::fmt::fit(second, w),
+        super::fmt::fit(sources, w),
+    ];
     frame.render_widget(Paragraph::new(lines), area);
 }
 
@@ -174,15 +225,6 @@ pub fn tabs(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui.tab")
         };
         spans.push(Span::styled(title, style));
-    }
-    if state.read_only {
-        spans.push(Span::styled("  read-only", theme.get("ui.muted")));
-    }
-    if !state.tagged_gpus.is_empty() {
-        spans.push(Span::styled(
-            format!("  tagged: {} GPU(s)", state.tagged_gpus.len()),
-            theme.get("status.warn"),
-        ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }

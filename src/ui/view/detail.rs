@@ -8,7 +8,7 @@ use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Paragraph};
 
 fn source(o: &Origin) -> &'static str {
     match o.source {
@@ -305,9 +305,27 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 state,
                 theme,
                 "running for",
-                p.started_at_ms.map(|t| age(state.now_ms, t)),
+                p.running_secs
+                    .map(super::processes::uptime)
+                    .or_else(|| p.started_at_ms.map(|t| age(state.now_ms, t))),
                 pv,
                 "started_at_ms",
+            ));
+            lines.push(row(
+                state,
+                theme,
+                "host cpu",
+                p.cpu_percent.map(|c| format!("{c:.1}% of one core")),
+                pv,
+                "cpu_percent",
+            ));
+            lines.push(row(
+                state,
+                theme,
+                "host memory (rss)",
+                p.rss_bytes.map(|b| format!("{} GiB", gib(b))),
+                pv,
+                "rss_bytes",
             ));
             lines.push(row(
                 state,
@@ -436,10 +454,39 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             return;
         }
     }
-    frame.render_widget(
-        Paragraph::new(lines)
-            .block(block.title(title))
-            .wrap(Wrap { trim: false }),
-        area,
-    );
+    scrolled(frame, area, state, theme, block.title(title), lines, 22);
+}
+
+/// Draws `lines` in `block`, each word-wrapped with continuation lines `indent` columns in,
+/// scrolled by the Detail pane's offset; the bottom border says when more is below or above.
+fn scrolled(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    state: &State,
+    theme: &Theme,
+    block: Block<'_>,
+    lines: Vec<Line<'_>>,
+    indent: usize,
+) {
+    use crate::ui::scroll::Pane;
+    let inner = block.inner(area);
+    let wrapped: Vec<Line<'static>> = lines
+        .into_iter()
+        .flat_map(|l| super::fmt::hang(l, usize::from(inner.width), indent))
+        .collect();
+    let n = wrapped.len();
+    let top = state.scroll.drawn(Pane::Detail, n, inner.height);
+    let below = n > usize::from(top) + usize::from(inner.height);
+    let hint = match (top > 0, below) {
+        (false, false) => String::new(),
+        (true, false) => " ↑ more above (Up, Home) ".into(),
+        (false, true) => " ↓ more below (Down, PgDn) ".into(),
+        (true, true) => " ↑↓ more (Up/Down, PgUp/PgDn) ".into(),
+    };
+    let block = if hint.is_empty() {
+        block
+    } else {
+        block.title_bottom(Line::styled(hint, theme.get("ui.hint")).right_aligned())
+    };
+    frame.render_widget(Paragraph::new(wrapped).block(block).scroll((top, 0)), area);
 }

@@ -68,6 +68,126 @@ pub fn cut(s: &str, w: usize) -> String {
     }
 }
 
+/// A line of `spans` cut to `w` columns, ending in `…` where something was cut.
+pub fn fit(spans: Vec<ratatui::text::Span<'_>>, w: usize) -> ratatui::text::Line<'_> {
+    use unicode_width::UnicodeWidthStr as _;
+    let total: usize = spans.iter().map(|s| s.content.width()).sum();
+    if total <= w {
+        return ratatui::text::Line::from(spans);
+    }
+    let mut out = Vec::new();
+    let mut used = 0;
+    for s in spans {
+        let sw = s.content.width();
+        if used + sw < w {
+            used += sw;
+            out.push(s);
+            continue;
+        }
+        let room = w.saturating_sub(used + 1);
+        let mut t = String::new();
+        let mut tw = 0;
+        for ch in s.content.chars() {
+            let cw = unicode_width::UnicodeWidthChar::width(ch).unwrap_or(0);
+            if tw + cw > room {
+                break;
+            }
+            tw += cw;
+            t.push(ch);
+        }
+        t.push('…');
+        out.push(ratatui::text::Span::styled(t, s.style));
+        break;
+    }
+    ratatui::text::Line::from(out)
+}
+
+/// Word-wraps a styled line to `w` columns; continuation lines start `indent` columns in (so a
+/// wrapped value stays in its column). A word longer than a line is broken where it must be.
+pub fn hang(line: ratatui::text::Line<'_>, w: usize, indent: usize) -> Vec<ratatui::text::Line<'static>> {
+    use ratatui::text::{Line, Span};
+    use unicode_width::UnicodeWidthChar as _;
+    let w = w.max(indent + 8);
+    let mut out: Vec<Line<'static>> = Vec::new();
+    let mut cur: Vec<Span<'static>> = Vec::new();
+    let mut used = 0usize;
+    // Pieces: runs of spaces and runs of other characters, each with its span's style.
+    let mut pieces: Vec<(String, ratatui::style::Style)> = Vec::new();
+    for sp in &line.spans {
+        let mut run = String::new();
+        let mut space = None;
+        for ch in sp.content.chars() {
+            let is = ch == ' ';
+            if space.is_some_and(|s| s != is) {
+                pieces.push((std::mem::take(&mut run), sp.style));
+            }
+            space = Some(is);
+            run.push(ch);
+        }
+        if !run.is_empty() {
+            pieces.push((run, sp.style));
+        }
+    }
+    let line_style = line.style;
+    let push_line = |cur: &mut Vec<Span<'static>>, out: &mut Vec<Line<'static>>| {
+        // Trailing spaces of a wrapped line are dropped.
+        if let Some(last) = cur.last_mut() {
+            let t = last.content.trim_end().to_string();
+            last.content = t.into();
+        }
+        out.push(Line::from(std::mem::take(cur)).style(line_style));
+    };
+    for (text, style) in pieces {
+        let tw: usize = text.chars().map(|c| c.width().unwrap_or(0)).sum();
+        let is_space = text.starts_with(' ');
+        if used + tw <= w {
+            used += tw;
+            cur.push(Span::styled(text, style));
+            continue;
+        }
+        if is_space {
+            // A break: the spaces go.
+            push_line(&mut cur, &mut out);
+            cur.push(Span::raw(" ".repeat(indent)));
+            used = indent;
+            continue;
+        }
+        if tw <= w - indent && used > indent {
+            push_line(&mut cur, &mut out);
+            cur.push(Span::raw(" ".repeat(indent)));
+            cur.push(Span::styled(text, style));
+            used = indent + tw;
+            continue;
+        }
+        // Longer than a line: break it.
+        let mut piece = String::new();
+        for ch in text.chars() {
+            let cw = ch.width().unwrap_or(0);
+            if used + cw > w {
+                cur.push(Span::styled(std::mem::take(&mut piece), style));
+                push_line(&mut cur, &mut out);
+                cur.push(Span::raw(" ".repeat(indent)));
+                used = indent;
+            }
+            used += cw;
+            piece.push(ch);
+        }
+        cur.push(Span::styled(piece, style));
+    }
+    if !cur.is_empty() || out.is_empty() {
+        push_line(&mut cur, &mut out);
+    }
+    // A continuation line holding only its indent (the text ended in spaces) is dropped.
+    while out.len() > 1
+        && out
+            .last()
+            .is_some_and(|l| l.spans.iter().all(|s| s.content.trim().is_empty()))
+    {
+        out.pop();
+    }
+    out
+}
+
 /// A `w` x `h` rectangle centred in `area` (clamped to it), for overlays.
 pub fn centered(area: ratatui::layout::Rect, w: u16, h: u16) -> ratatui::layout::Rect {
     let w = area.width.min(w);
@@ -157,5 +277,31 @@ mod tests {
         assert_eq!(cut("abcdef", 4), "abc…");
         assert_eq!(offset(12, 10), 3);
         assert_eq!(age(10_000, 7_000), "3s");
+    }
+
+    fn text(l: &[ratatui::text::Line<'_>]) -> Vec<String> {
+        l.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn hang_wraps_at_words_and_keeps_the_value_column() {
+        let l = ratatui::text::Line::from("name      the value that is long enough to wrap twice");
+        let w = text(&hang(l, 30, 10));
+        assert_eq!(
+            w,
+            [
+                "name      the value that is",
+                "          long enough to wrap",
+                "          twice"
+            ]
+        );
+        for x in &w {
+            assert!(x.chars().count() <= 30);
+        }
+        let long = ratatui::text::Line::from("k ".to_string() + &"x".repeat(25));
+        let w = text(&hang(long, 12, 2));
+        assert!(w.iter().all(|x| x.chars().count() <= 12), "{w:?}");
+        assert_eq!(w.concat().replace(' ', "").len(), 26);
+        assert_eq!(text(&hang(ratatui::text::Line::from(""), 20, 4)), [""]);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::fmt::{cut, mem, offset};
 use crate::domain::snapshot::Process;
-use crate::ui::state::{Group, ProcRow, SortKey, State};
+use crate::ui::state::{Col, Group, ProcRow, State, columns};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -37,14 +37,71 @@ fn owner(p: &Process) -> String {
         .unwrap_or_default()
 }
 
+/// Run time: "45s", "12m", "3h05", "4d02".
+pub fn uptime(secs: u64) -> String {
+    match secs {
+        0..=119 => format!("{secs}s"),
+        120..=7199 => format!("{}m", secs / 60),
+        7200..=172_799 => format!("{}h{:02}", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{:02}", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+fn width(c: Col, pid_w: u16) -> Constraint {
+    Constraint::Length(match c {
+        Col::Pid => pid_w,
+        Col::User => 8,
+        Col::Name => 14,
+        Col::Gpu => 6,
+        Col::Vram | Col::Gtt | Col::Rss => 7,
+        Col::Cu => 4,
+        Col::Cpu => 5,
+        Col::Up => 5,
+        Col::Owner => 18,
+        Col::Command => return Constraint::Min(8),
+    })
+}
+
+fn title(c: Col) -> &'static str {
+    match c {
+        Col::Pid => "PID",
+        Col::User => "USER",
+        Col::Name => "NAME",
+        Col::Gpu => "GPU",
+        Col::Vram => "VRAM",
+        Col::Gtt => "GTT",
+        Col::Cu => "CU%",
+        Col::Cpu => "CPU%",
+        Col::Rss => "RSS",
+        Col::Up => "UP",
+        Col::Owner => "CONTAINER/UNIT",
+        Col::Command => "COMMAND",
+    }
+}
+
 /// Draws the process table.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let Some(snap) = &state.snapshot else { return };
     let lists = snap.amdsmi_lists_processes();
-    let wide = area.width >= 120;
+    let cols = columns(area.width);
+    // The PID column fits the longest pid shown, plus the tag mark: never cut.
+    let pid_w = snap
+        .processes
+        .iter()
+        .map(|p| p.pid.to_string().len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let pid_w = u16::try_from(pid_w + 1).unwrap_or(8);
+    let widths: Vec<Constraint> = cols.iter().map(|c| width(*c, pid_w)).collect();
+    let cell_w = |c: Col| match width(c, pid_w) {
+        Constraint::Length(n) => usize::from(n),
+        _ => usize::MAX,
+    };
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.proc_sel, visible);
     let mut rows = Vec::new();
+    let mut headings = Vec::new();
     for (i, r) in state.rows.iter().enumerate().skip(first).take(visible) {
         let style = if i == state.proc_sel {
             theme.get("table.row.selected")
@@ -52,13 +109,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui")
         };
         match r {
-            ProcRow::Heading(h) => rows.push(
-                Row::new(vec![Cell::from(Span::styled(
-                    format!("▸ {h}"),
-                    theme.get("ui.title"),
-                ))])
-                .style(style),
-            ),
+            ProcRow::Heading(h) => {
+                // A heading spans the whole row (a table cell would cut it to its column):
+                // drawn over the empty row after the table.
+                headings.push((i - first, format!("▸ {h}"), style));
+                rows.push(Row::new(Vec::<Cell<'_>>::new()).style(style));
+            }
             ProcRow::Process { index, gpu } => {
                 let Some(p) = snap.processes.get(*index) else {
                     continue;
@@ -96,97 +152,63 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .filter_map(|g| g.cu_percent)
                     .fold(None, |a: Option<f64>, c| Some(a.unwrap_or(0.0).max(c)));
                 let has_vram = uses.iter().any(|g| g.vram_bytes.is_some());
-                let mut cells = vec![
-                    Cell::from(format!(
-                        "{}{:>6}",
-                        if state.tagged.contains(&p.pid) {
-                            "+"
-                        } else {
-                            " "
-                        },
-                        p.pid
-                    )),
-                    Cell::from(cut(p.user.as_deref().unwrap_or("N/A"), 10)),
-                    Cell::from(cut(&name_cell(p, lists), 15)),
-                    Cell::from(gpus),
-                    Cell::from(if has_vram {
-                        format!("{:>6}", mem(vram))
-                    } else {
-                        "   N/A".into()
-                    }),
-                ];
-                if wide {
-                    cells.push(Cell::from(format!("{:>6}", mem(gtt))));
-                }
-                cells.push(Cell::from(
-                    cu.map_or_else(|| "N/A".into(), |c| format!("{c:.0}%")),
-                ));
-                if wide {
-                    cells.push(Cell::from(started(state.now_ms, p)));
-                    cells.push(Cell::from(cut(&owner(p), 18)));
-                }
-                cells.push(Cell::from(p.command.clone().unwrap_or_default()));
+                let cells: Vec<Cell<'_>> = cols
+                    .iter()
+                    .map(|c| {
+                        let w = cell_w(*c);
+                        Cell::from(match c {
+                            Col::Pid => format!(
+                                "{}{:>w$}",
+                                if state.tagged.contains(&p.pid) {
+                                    "+"
+                                } else {
+                                    " "
+                                },
+                                p.pid,
+                                w = w - 1
+                            ),
+                            Col::User => cut(p.user.as_deref().unwrap_or("N/A"), w),
+                            Col::Name => cut(&name_cell(p, lists), w),
+                            Col::Gpu => cut(&gpus, w),
+                            Col::Vram => {
+                                if has_vram {
+                                    format!("{:>6}", mem(vram))
+                                } else {
+                                    "   N/A".into()
+                                }
+                            }
+                            Col::Gtt => format!("{:>6}", mem(gtt)),
+                            Col::Cu => cu.map_or_else(|| "N/A".into(), |c| format!("{c:>3.0}%")),
+                            Col::Cpu => p
+                                .cpu_percent
+                                .map_or_else(|| "  N/A".into(), |c| format!("{c:>4.0}%")),
+                            Col::Rss => p
+                                .rss_bytes
+                                .map_or_else(|| "   N/A".into(), |b| format!("{:>6}", mem(b))),
+                            Col::Up => p.running_secs.map_or_else(
+                                || started(state.now_ms, p),
+                                uptime,
+                            ),
+                            Col::Owner => cut(&owner(p), w),
+                            Col::Command => p.command.clone().unwrap_or_default(),
+                        })
+                    })
+                    .collect();
                 rows.push(Row::new(cells).style(style));
             }
         }
     }
     let arrow = if state.sort_desc { "▼" } else { "▲" };
-    let h = |k: SortKey, name: &str| {
-        if state.sort == k {
-            format!("{name}{arrow}")
-        } else {
-            name.to_string()
-        }
-    };
-    let (header, widths) = if wide {
-        (
-            vec![
-                h(SortKey::Pid, "PID"),
-                h(SortKey::User, "USER"),
-                h(SortKey::Name, "NAME"),
-                h(SortKey::Gpu, "GPU"),
-                h(SortKey::Vram, "VRAM"),
-                h(SortKey::Gtt, "GTT"),
-                h(SortKey::Cu, "CU%"),
-                h(SortKey::Start, "UP"),
-                "CONTAINER/UNIT".into(),
-                "COMMAND".into(),
-            ],
-            vec![
-                Constraint::Length(7),
-                Constraint::Length(10),
-                Constraint::Length(15),
-                Constraint::Length(8),
-                Constraint::Length(7),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Length(5),
-                Constraint::Length(18),
-                Constraint::Min(10),
-            ],
-        )
-    } else {
-        (
-            vec![
-                h(SortKey::Pid, "PID"),
-                h(SortKey::User, "USER"),
-                h(SortKey::Name, "NAME"),
-                h(SortKey::Gpu, "GPU"),
-                h(SortKey::Vram, "VRAM"),
-                h(SortKey::Cu, "CU%"),
-                "COMMAND".into(),
-            ],
-            vec![
-                Constraint::Length(7),
-                Constraint::Length(8),
-                Constraint::Length(12),
-                Constraint::Length(6),
-                Constraint::Length(7),
-                Constraint::Length(5),
-                Constraint::Min(8),
-            ],
-        )
-    };
+    let header: Vec<String> = cols
+        .iter()
+        .map(|c| {
+            if c.sort() == Some(state.sort) {
+                format!("{}{arrow}", title(*c))
+            } else {
+                title(*c).to_string()
+            }
+        })
+        .collect();
     let group = match state.group {
         Group::None => "",
         Group::Gpu => " · by GPU",
@@ -207,21 +229,40 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     } else {
         ""
     };
+    // The sort is always said, even when its column is not shown at this width.
     let title = format!(
-        " Processes: {shown} of {}{group}{filter}{star} · @ node agent ",
-        snap.processes.len()
+        " Processes: {shown} of {} · sort {}{arrow}{group}{filter}{star} · @ agent ",
+        snap.processes.len(),
+        state.sort.label(),
     );
     let t = Table::new(rows, widths)
         .header(Row::new(header).style(theme.get("table.header")))
         .block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(title)
+                .title(cut(&title, usize::from(area.width.saturating_sub(2))))
                 .border_style(theme.get("ui.border")),
         );
     frame.render_widget(t, area);
+    for (row, text, style) in headings {
+        let y = area.y + 2 + u16::try_from(row).unwrap_or(0);
+        let w = area.width.saturating_sub(2);
+        frame.render_widget(
+            ratatui::widgets::Paragraph::new(Span::styled(
+                cut(&text, usize::from(w)),
+                theme.get("ui.title"),
+            ))
+            .style(style),
+            Rect {
+                x: area.x + 1,
+                y,
+                width: w,
+                height: 1,
+            },
+        );
+    }
     if snap.processes.is_empty() {
-        let msg = "No process holds a GPU (as amd-smi sees it).";
+        let msg = "No process holds a GPU.";
         frame.render_widget(
             ratatui::widgets::Paragraph::new(msg).style(theme.get("ui.muted")),
             Rect {
