@@ -136,13 +136,13 @@ fn monochrome_keeps_partitions_and_staleness_apart_without_colour() {
     let buf = t.backend().buffer();
     let mut stale_reversed = false;
     for x in 0..80 {
-        let c = &buf[(x, 1)];
+        let c = &buf[(x, 2)];
         if c.symbol() == "S" && c.modifier.contains(ratatui::style::Modifier::REVERSED) {
             stale_reversed = true;
         }
         assert!(
             matches!(c.fg, ratatui::style::Color::Reset),
-            "colour used at ({x},1)"
+            "colour used at ({x},2)"
         );
     }
     assert!(stale_reversed, "STALE must stand out in monochrome");

@@ -292,7 +292,11 @@ pub fn advice_text(ranked: &[crate::domain::placement::Proposal], snap: &Snapsho
                 "  {:<16} -> {}\n",
                 p.name,
                 p.to.iter()
-                    .map(|r| format!("{} ({} GB)", r.bdf, r.vram_mb >> 10))
+                    .map(|r| format!(
+                        "{} ({})",
+                        r.bdf,
+                        crate::domain::placement::gib_mb(r.vram_mb)
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             )),

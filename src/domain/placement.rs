@@ -48,6 +48,13 @@ pub fn gb_to_mb(gb: f64) -> u64 {
     mb
 }
 
+/// MiB as GiB with one decimal, the unit every table shows (`23.9 GiB`, never a floored `23 GB`).
+pub fn gib_mb(mb: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "display")]
+    let g = mb as f64 / 1024.0;
+    format!("{g:.1} GiB")
+}
+
 /// Places `needs` on `layout`, skipping logical GPUs in `taken` (BDFs held by what keeps
 /// running). Fixed placements first, then the largest models, each on the partitions it had
 /// if they still exist, else the smallest free ones that fit (best fit keeps big partitions
@@ -72,9 +79,9 @@ pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Plac
             Want::Gpu(bdf) => match layout.iter().find(|r| &r.bdf == bdf) {
                 None => Err(format!("{bdf} does not exist in this layout")),
                 Some(r) if r.vram_mb < min => Err(format!(
-                    "{bdf} has {} GB, it needs {} GB",
-                    r.vram_mb >> 10,
-                    min.div_ceil(1024)
+                    "{bdf} has {}, it needs {}",
+                    gib_mb(r.vram_mb),
+                    gib_mb(min)
                 )),
                 Some(r) if !free.iter().any(|f| f.bdf == r.bdf) => Err(format!("{bdf} is taken")),
                 Some(r) => Ok(vec![r.clone()]),
@@ -93,15 +100,15 @@ pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Plac
                     let largest = free.iter().map(|r| r.vram_mb).max().unwrap_or(0);
                     Err(if k > 1 {
                         format!(
-                            "needs {k} free logical GPUs of {} GB, {} available",
-                            min.div_ceil(1024),
+                            "needs {k} free logical GPUs of {}, {} available",
+                            gib_mb(min),
                             fits.len()
                         )
                     } else {
                         format!(
-                            "needs {} GB, the largest free logical GPU has {} GB",
-                            min.div_ceil(1024),
-                            largest >> 10
+                            "needs {}, the largest free logical GPU has {}",
+                            gib_mb(min),
+                            gib_mb(largest)
                         )
                     })
                 }
@@ -246,10 +253,11 @@ pub fn advise(
             let fitted = placed.iter().filter(|x| !x.to.is_empty()).count();
             let used: usize = placed.iter().map(|x| x.to.len()).sum();
             let summary = format!(
-                "{}/{}: {} logical GPUs of {partition_gb} GB; serves {fitted} of {} model(s), {} logical GPU(s) left free",
+                "{}/{}: {} logical GPUs of {}; serves {fitted} of {} model(s), {} logical GPU(s) left free",
                 p.compute,
                 m,
                 rows.len(),
+                gib_mb(rows.first().map_or(0, |r| r.vram_mb)),
                 needs.len(),
                 rows.len() - used
             );
@@ -313,7 +321,7 @@ mod tests {
         assert_eq!(p[1].to[0].bdf, "0000:01:00.0");
         assert_eq!(
             p[0].to[0].bdf, "0000:01:00.1",
-            "48 GB partition is the best fit"
+            "48.0 GiB partition is the best fit"
         );
     }
 
@@ -323,7 +331,7 @@ mod tests {
         assert!(p[0].to.is_empty());
         assert_eq!(
             p[0].reason.as_deref(),
-            Some("needs 150 GB, the largest free logical GPU has 24 GB")
+            Some("needs 150.0 GiB, the largest free logical GPU has 24.0 GiB")
         );
         let fixed = Need {
             want: Want::Gpu("0000:00:00.1".into()),

@@ -73,7 +73,9 @@ pub fn take() -> Vec<LogLine> {
             LogLine {
                 at_ms: v.first().map_or(0, |l| l.at_ms),
                 level: Level::Warn,
-                text: format!("{dropped} log lines were dropped (more than {PENDING_MAX} between two frames)"),
+                text: format!(
+                    "{dropped} log lines were dropped (more than {PENDING_MAX} between two frames)"
+                ),
             },
         );
     }

@@ -88,6 +88,8 @@ pub struct State {
     pub journal: (Vec<crate::exec::journal::Entry>, Vec<String>),
     /// Selected journal entry.
     pub journal_sel: usize,
+    /// The selected journal entry has the whole view (Enter; Esc goes back).
+    pub journal_open: bool,
     /// A partition change being staged.
     pub staging: Option<super::stage::Staging>,
     /// A repartition running (detached), followed from the journal.
@@ -158,6 +160,7 @@ impl State {
             own_pid: 0,
             journal: (Vec::new(), Vec::new()),
             journal_sel: 0,
+            journal_open: false,
             staging: None,
             applying: None,
             mig_applying: None,
@@ -213,6 +216,7 @@ impl State {
             None => match self.view {
                 View::Detail => Some(Pane::Detail),
                 View::Log => Some(Pane::Log),
+                View::Journal if self.journal_open => Some(Pane::Journal),
                 _ => None,
             },
         }
@@ -245,6 +249,7 @@ impl State {
                     None => m.bdfs.first().cloned().map(DetailTarget::Gpu),
                 }
             }
+            View::Journal | View::Log | View::Detail => None,
             View::Findings => self.findings.get(self.finding_sel).map(|f| {
                 match f.subject.strip_prefix("pid ").and_then(|p| p.parse().ok()) {
                     Some(pid) => DetailTarget::Process(pid),
@@ -430,7 +435,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
     match c {
         Command::Quit => return vec![Effect::Quit],
         Command::RefreshNow => return vec![Effect::RefreshNow],
-        Command::ToggleHelp => state.help = !state.help,
+        Command::ToggleHelp => {
+            state.help = !state.help;
+            state.scroll.reset(super::scroll::Pane::Help);
+        }
         Command::NextView => state.set_view(View::ALL[(state.view.index() + 1) % View::ALL.len()]),
         Command::PrevView => {
             state.set_view(View::ALL[(state.view.index() + View::ALL.len() - 1) % View::ALL.len()])
@@ -494,6 +502,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                         st.reload_secs = state.reload_secs;
                         st.replan(&snap, grace);
                         state.staging = Some(st);
+                        state.scroll.reset(super::scroll::Pane::Stage);
                     }
                 }
                 Err(e) => {
@@ -574,6 +583,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                     &snap,
                     state.nvidia_smi.clone(),
                 ));
+                state.scroll.reset(super::scroll::Pane::Stage);
                 return Vec::new();
             }
             let grace = u32::try_from(state.grace_ms / 1000).unwrap_or(10);
@@ -589,6 +599,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             st.reload_secs = state.reload_secs;
             st.replan(&snap, grace);
             state.staging = Some(st);
+            state.scroll.reset(super::scroll::Pane::Stage);
             // Who must stop: every holder, not only ROCm ones; the plan updates with the scan.
             return vec![Effect::ScanHolders];
         }
@@ -698,10 +709,21 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                     _ => last,
                 };
             }
+            if state.view == View::Journal {
+                state.scroll.reset(super::scroll::Pane::Journal);
+            }
+        }
+        Command::OpenDetail if state.view == View::Journal => {
+            // A journal entry opens in place (it is not a GPU or a process).
+            if !state.journal.0.is_empty() {
+                state.journal_open = true;
+                state.scroll.reset(super::scroll::Pane::Journal);
+            }
         }
         Command::OpenDetail => {
             if let Some(t) = state.selection_target() {
                 state.detail = Some(t);
+                state.scroll.reset(super::scroll::Pane::Detail);
                 state.set_view(View::Detail);
             }
         }
@@ -734,6 +756,8 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                     state.derive_rows();
                 } else if state.view == View::Detail {
                     state.view = state.back;
+                } else if state.view == View::Journal {
+                    state.journal_open = false;
                 }
             }
         }

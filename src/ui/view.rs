@@ -63,7 +63,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
             }
             Modal::MigStage => {
                 if let Some(st) = &state.mig_staging {
-                    stage::render_mig(frame, area, st, theme);
+                    stage::render_mig(frame, area, st, state, theme);
                 }
             }
             Modal::Dialog => {

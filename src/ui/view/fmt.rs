@@ -104,7 +104,11 @@ pub fn fit(spans: Vec<ratatui::text::Span<'_>>, w: usize) -> ratatui::text::Line
 
 /// Word-wraps a styled line to `w` columns; continuation lines start `indent` columns in (so a
 /// wrapped value stays in its column). A word longer than a line is broken where it must be.
-pub fn hang(line: ratatui::text::Line<'_>, w: usize, indent: usize) -> Vec<ratatui::text::Line<'static>> {
+pub fn hang(
+    line: ratatui::text::Line<'_>,
+    w: usize,
+    indent: usize,
+) -> Vec<ratatui::text::Line<'static>> {
     use ratatui::text::{Line, Span};
     use unicode_width::UnicodeWidthChar as _;
     let w = w.max(indent + 8);

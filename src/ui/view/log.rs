@@ -51,11 +51,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let top = state.scroll.drawn(Pane::Log, lines.len(), inner.height);
     let block = if state.scroll.more_below(Pane::Log) {
         block.title_bottom(
-            Line::styled(" ↓ newer lines below (End follows) ", theme.get("status.warn"))
-                .right_aligned(),
+            Line::styled(
+                " ↓ newer lines below (End follows) ",
+                theme.get("status.warn"),
+            )
+            .right_aligned(),
         )
     } else if top > 0 {
-        block.title_bottom(Line::styled(" ↑ older lines (Up, PgUp, Home) ", theme.get("ui.hint")).right_aligned())
+        block.title_bottom(
+            Line::styled(" ↑ older lines (Up, PgUp, Home) ", theme.get("ui.hint")).right_aligned(),
+        )
     } else {
         block
     };

@@ -94,7 +94,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let mut info = Vec::new();
     let how = m.spec.as_ref().map_or_else(
         || "not in the registry: `a` adds it".to_string(),
-        |s| format!("registry {} · needs {} GB", s.defined_at, s.memory_gb),
+        |s| format!("registry {} · needs {:.1} GiB", s.defined_at, s.memory_gb),
     );
     info.push(Line::raw(cut(
         &format!(

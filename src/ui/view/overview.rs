@@ -84,7 +84,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         let focused = Some(&g.bdf) == selected_bdf.as_ref();
         let block = Block::default()
             .borders(Borders::ALL)
-            .title(format!(" {} ", title(i, g)))
+            .title(format!(
+                " {}{}{} ",
+                if focused { "▶ " } else { "" },
+                if state.tagged_gpus.contains(&g.bdf) {
+                    "+tagged "
+                } else {
+                    ""
+                },
+                title(i, g)
+            ))
             .border_style(if focused {
                 theme.get("ui.border.focused")
             } else {
@@ -92,7 +101,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             });
         let inner = block.inner(rect);
         frame.render_widget(block, rect);
-        let map = PartitionMap::from_gpu(g, theme);
+        let mut map = PartitionMap::from_gpu(g, theme);
+        map.selected = sel_id;
         frame.render_widget(
             &map,
             Rect {
@@ -151,6 +161,7 @@ fn render_compact(
     selected: Option<&str>,
 ) {
     let Some(snap) = &state.snapshot else { return };
+    let sel_id = snap.logical().nth(state.gpu_sel).map(|(_, l)| l.gpu_id);
     // Three lines per GPU (title, XCDs, HBM) when they fit, else two (HBM summarised).
     let per: u16 = if usize::from(area.height) >= snap.gpus.len() * 3 {
         3
@@ -174,30 +185,50 @@ fn render_compact(
     {
         let y = area.y + per * u16::try_from(row).unwrap_or(0);
         let focused = Some(g.bdf.as_str()) == selected;
-        let mut spans = vec![Span::styled(
-            title(i, g),
-            if focused {
-                theme.get("ui.border.focused")
+        let tagged = state.tagged_gpus.contains(&g.bdf);
+        // The selection and tags are marked in characters, not only colour: `▶` the GPU
+        // holding the selected logical GPU, `+` a tagged one.
+        let mut spans = vec![
+            Span::styled(
+                format!(
+                    "{}{}",
+                    if focused { "▶" } else { " " },
+                    if tagged { "+" } else { " " }
+                ),
+                theme.get(if tagged { "status.warn" } else { "ui.title" }),
+            ),
+            Span::styled(
+                title(i, g),
+                if focused {
+                    theme
+                        .get("ui.border.focused")
+                        .add_modifier(ratatui::style::Modifier::REVERSED)
+                } else {
+                    theme.get("ui.title")
+                },
+            ),
+        ];
+        for l in &g.partitions {
+            let label = state.gpu_labels.get(&l.gpu_id).map(|u| u.label.clone());
+            let is_sel = Some(l.gpu_id) == sel_id;
+            if label.is_none() && !is_sel {
+                continue;
+            }
+            spans.push(Span::raw(" "));
+            let text = format!(
+                "{}:{} {}",
+                l.gpu_id,
+                label.unwrap_or_else(|| "idle".into()),
+                pct(l.gfx_busy_percent)
+            );
+            spans.push(if is_sel {
+                Span::styled(format!("[{text}]"), theme.get("table.row.selected"))
             } else {
-                theme.get("ui.title")
-            },
-        )];
-        let labels: Vec<String> = g
-            .partitions
-            .iter()
-            .filter_map(|l| {
-                state
-                    .gpu_labels
-                    .get(&l.gpu_id)
-                    .map(|u| format!("{}:{} {}", l.gpu_id, u.label, pct(l.gfx_busy_percent)))
-            })
-            .collect();
-        if !labels.is_empty() {
-            spans.push(Span::raw("  "));
-            spans.push(Span::styled(labels.join(" "), theme.get("ui")));
+                Span::styled(text, theme.get("ui"))
+            });
         }
         frame.render_widget(
-            Paragraph::new(Line::from(spans)),
+            Paragraph::new(super::fmt::fit(spans, usize::from(area.width))),
             Rect {
                 x: area.x,
                 y,
@@ -205,7 +236,8 @@ fn render_compact(
                 height: 1,
             },
         );
-        let map = PartitionMap::from_gpu(g, theme);
+        let mut map = PartitionMap::from_gpu(g, theme);
+        map.selected = sel_id;
         // Two-line layout: leave room for the HBM summary after the map.
         let map_w = if per == 2 {
             area.width.saturating_sub(15).min(76)

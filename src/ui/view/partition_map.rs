@@ -21,6 +21,9 @@ pub struct PartitionMap<'a> {
     pub theme: &'a Theme,
     /// What to say instead of an XCD map (an NVIDIA GPU: its MIG layout).
     pub note: Option<String>,
+    /// The selected logical GPU: its XCDs are drawn in brackets and reversed (visible without
+    /// colour).
+    pub selected: Option<u32>,
 }
 
 /// One line for an NVIDIA GPU: its GPU instances, or what it offers with MIG off.
@@ -75,6 +78,7 @@ impl<'a> PartitionMap<'a> {
             domains,
             theme,
             note: mig_note(g),
+            selected: None,
         }
     }
 
@@ -106,6 +110,7 @@ impl<'a> PartitionMap<'a> {
             domains: doms,
             theme,
             note: None,
+            selected: None,
         }
     }
 
@@ -151,10 +156,21 @@ impl Widget for &PartitionMap<'_> {
         for (i, owner) in self.xcds.iter().enumerate() {
             // A gap where the owner changes keeps partitions apart in a colourless theme.
             let gap = usize::from(i + 1 < n && self.xcds[i + 1] != *owner && cell > 2);
-            let label = owner.map_or_else(|| "·".to_string(), |o| o.to_string());
+            let sel = owner.is_some() && *owner == self.selected;
+            let label = owner.map_or_else(
+                || "·".to_string(),
+                |o| if sel { format!("[{o}]") } else { o.to_string() },
+            );
+            let style = if sel {
+                self.style(*owner).add_modifier(
+                    ratatui::style::Modifier::REVERSED | ratatui::style::Modifier::BOLD,
+                )
+            } else {
+                self.style(*owner)
+            };
             #[expect(clippy::cast_possible_truncation, reason = "fits the area")]
             let x = area.x + 4 + (i * cell) as u16;
-            buf.set_string(x, area.y, centered(&label, cell - gap), self.style(*owner));
+            buf.set_string(x, area.y, centered(&label, cell - gap), style);
         }
         if area.height < 2 {
             return;

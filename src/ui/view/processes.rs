@@ -98,6 +98,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         Constraint::Length(n) => usize::from(n),
         _ => usize::MAX,
     };
+    // What is left for the command line, which is cut with an ellipsis (Enter shows it whole).
+    let fixed: usize = cols
+        .iter()
+        .map(|c| match width(*c, pid_w) {
+            Constraint::Length(n) => usize::from(n) + 1,
+            _ => 0,
+        })
+        .sum();
+    let cmd_w = usize::from(area.width.saturating_sub(2)).saturating_sub(fixed);
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.proc_sel, visible);
     let mut rows = Vec::new();
@@ -185,12 +194,11 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                             Col::Rss => p
                                 .rss_bytes
                                 .map_or_else(|| "   N/A".into(), |b| format!("{:>6}", mem(b))),
-                            Col::Up => p.running_secs.map_or_else(
-                                || started(state.now_ms, p),
-                                uptime,
-                            ),
+                            Col::Up => p
+                                .running_secs
+                                .map_or_else(|| started(state.now_ms, p), uptime),
                             Col::Owner => cut(&owner(p), w),
-                            Col::Command => p.command.clone().unwrap_or_default(),
+                            Col::Command => cut(p.command.as_deref().unwrap_or_default(), cmd_w),
                         })
                     })
                     .collect();

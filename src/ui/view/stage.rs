@@ -13,228 +13,339 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
+/// The overlay's rectangle: the width and height it is given, less a margin.
+fn overlay(area: Rect) -> Rect {
+    centered(
+        area,
+        area.width.saturating_sub(2).max(area.width.min(40)),
+        area.height.saturating_sub(2).max(area.height.min(12)),
+    )
+}
+
+/// The plan's text, wrapped to `w`: summary, warnings, what stops, where every served model
+/// goes (or that it is NOT relaunched), and each step with its exact commands.
+fn plan_lines(st: &Staging, theme: &Theme, w: usize) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    let mut push = |l: Line<'static>, indent: usize| lines.extend(super::fmt::hang(l, w, indent));
+    match &st.result {
+        Ok(p) => {
+            push(
+                Line::styled(
+                    format!(
+                        "plan {} · logical GPUs {} -> {} · {} to stop · about {} s of downtime",
+                        p.fingerprint,
+                        p.before.len(),
+                        p.after.len(),
+                        p.stops.len(),
+                        p.downtime_secs
+                    ),
+                    theme.get("ui.title"),
+                ),
+                2,
+            );
+            for x in &p.warnings {
+                push(Line::styled(format!("! {x}"), theme.get("status.warn")), 2);
+            }
+            if !p.models.is_empty() {
+                push(Line::styled("served models:", theme.get("table.header")), 0);
+                for m in &p.models {
+                    let l = if m.to.is_empty() {
+                        Line::from(vec![
+                            Span::raw(format!("  {}  {} -> ", m.name, m.from.join(","))),
+                            Span::styled(
+                                format!(
+                                    "NOT relaunched: {}",
+                                    m.reason.as_deref().unwrap_or("no free logical GPU")
+                                ),
+                                theme.get("danger"),
+                            ),
+                        ])
+                    } else {
+                        Line::raw(format!(
+                            "  {}  {} -> relaunched on {}",
+                            m.name,
+                            m.from.join(","),
+                            m.to.iter()
+                                .map(|r| format!("logical GPU {} ({})", r.gpu_id, r.bdf))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    };
+                    push(l, 4);
+                }
+            }
+            if !p.stops.is_empty() {
+                push(Line::styled("stops:", theme.get("table.header")), 0);
+                for s in &p.stops {
+                    let gpus = s
+                        .gpus
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    let what = s
+                        .model
+                        .as_deref()
+                        .or(s.serves.as_deref())
+                        .map(|m| format!(" serving {m}"))
+                        .or_else(|| s.agent.as_ref().map(|a| format!(" ({a})")))
+                        .unwrap_or_default();
+                    push(
+                        Line::styled(
+                            format!(
+                                "  pid {} {} · {} · GPU {}{what}",
+                                s.pid,
+                                s.name,
+                                s.user.as_deref().unwrap_or("user N/A"),
+                                if gpus.is_empty() { "kfd" } else { &gpus }
+                            ),
+                            theme.get("status.warn"),
+                        ),
+                        4,
+                    );
+                }
+            }
+            push(Line::styled("steps:", theme.get("table.header")), 0);
+            for (i, s) in p.steps.iter().enumerate() {
+                push(Line::raw(format!("  {}. {}", i + 1, s.title)), 5);
+                for c in &s.commands {
+                    push(
+                        Line::styled(format!("       $ {c}"), theme.get("ui.hint")),
+                        9,
+                    );
+                }
+            }
+        }
+        Err(e) => {
+            push(
+                Line::styled(
+                    "no plan: this combination cannot be applied",
+                    theme.get("status.crit"),
+                ),
+                2,
+            );
+            for m in e {
+                push(Line::styled(format!("  {m}"), theme.get("status.crit")), 4);
+            }
+        }
+    }
+    lines
+}
+
 /// Draws the staging overlay.
 pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, theme: &Theme) {
-    let rect = centered(area, 110, 40);
+    let rect = overlay(area);
     frame.render_widget(Clear, rect);
     let block = Block::default()
         .borders(Borders::ALL)
         .title(" Stage a partition change (nothing changes until you confirm) ")
         .border_style(theme.get("danger"));
     let inner = block.inner(rect);
-    frame.render_widget(block, rect);
-    let Some(snap) = &state.snapshot else { return };
+    let Some(snap) = &state.snapshot else {
+        frame.render_widget(block, rect);
+        return;
+    };
+    let w = usize::from(inner.width);
     let keep = |s: Option<String>| s.unwrap_or_else(|| "keep".into());
     let scope = if st.all {
         format!("all {} GPUs", snap.gpus.len())
+    } else if st.also.is_empty() {
+        format!("GPU {}", st.gpu)
     } else {
-        if st.also.is_empty() {
-            format!("GPU {}", st.gpu)
-        } else {
-            format!(
-                "{} GPUs ({}, {})",
-                st.also.len() + 1,
-                st.gpu,
-                st.also.join(", ")
-            )
-        }
+        format!(
+            "{} GPUs ({}, {})",
+            st.also.len() + 1,
+            st.gpu,
+            st.also.join(", ")
+        )
     };
-    let mut lines = vec![Line::from(vec![
-        Span::styled("scope ", theme.get("table.header")),
-        Span::raw(format!("{scope} (a)   ")),
-        Span::styled("compute ", theme.get("table.header")),
-        Span::raw(format!(
-            "{} (c)   ",
-            keep(st.compute.map(|m| m.to_string()))
-        )),
-        Span::styled("memory ", theme.get("table.header")),
-        Span::raw(format!("{} (m)", keep(st.memory.map(|m| m.to_string())))),
-    ])];
-    // Proposed by the placement advisor: say why (one line, the map starts under it).
-    lines.push(st.advice.as_ref().map_or_else(
-        || Line::raw(""),
-        |a| {
-            Line::styled(
-                cut(&format!("advice: {a}"), usize::from(inner.width)),
-                theme.get("ui.hint"),
-            )
-        },
-    ));
-    let map_y = inner.y + 2;
+    let mut head: Vec<Line<'static>> = super::fmt::hang(
+        Line::from(vec![
+            Span::styled("scope ", theme.get("table.header")),
+            Span::raw(format!("{scope} (a)   ")),
+            Span::styled("compute ", theme.get("table.header")),
+            Span::raw(format!(
+                "{} (c)   ",
+                keep(st.compute.map(|m| m.to_string()))
+            )),
+            Span::styled("memory ", theme.get("table.header")),
+            Span::raw(format!("{} (m)", keep(st.memory.map(|m| m.to_string())))),
+        ]),
+        w,
+        2,
+    );
+    if let Some(a) = &st.advice {
+        head.extend(super::fmt::hang(
+            Line::styled(format!("advice: {a}"), theme.get("ui.hint")),
+            w,
+            8,
+        ));
+    }
+    // The maps: now and staged, numbered by logical GPU as the Map view numbers them. Drawn
+    // where there is room for them and a plan under them.
     let g = snap.gpus.iter().find(|g| g.bdf == st.gpu);
-
+    let mut maps: Option<(PartitionMap<'_>, Option<PartitionMap<'_>>, String, String)> = None;
     if let Some(g) = g {
-        let target = st
+        let now = format!(
+            "now     {}/{}",
+            g.compute_partition.map_or("?", |c| c.name()),
+            g.memory_partition.map_or("?", |m| m.name())
+        );
+        let planned = st
             .result
             .as_ref()
             .ok()
             .and_then(|p| p.changes.iter().find(|c| c.bdf == g.bdf).map(|c| c.to));
-        let prod = g.product_key.as_deref().and_then(product::by_key);
-        if inner.height > 8 {
-            lines.push(Line::styled(
+        let (label, staged) = match (&st.result, planned) {
+            (Ok(p), Some((c, m))) => {
+                let first = p
+                    .after
+                    .iter()
+                    .filter(|r| r.bdf.starts_with(&g.bdf))
+                    .map(|r| r.gpu_id)
+                    .min()
+                    .unwrap_or_else(|| g.partitions.first().map_or(0, |l| l.gpu_id));
+                let map = g
+                    .product_key
+                    .as_deref()
+                    .and_then(product::by_key)
+                    .map(|pr| {
+                        PartitionMap::from_shapes(
+                            &shapes(&pr, c, m),
+                            pr.xcds,
+                            m.domains(),
+                            first,
+                            theme,
+                        )
+                    });
+                (format!("staged  {c}/{m}"), map)
+            }
+            (Ok(_), None) => (
+                "staged  unchanged on this GPU".to_string(),
+                Some(PartitionMap::from_gpu(g, theme)),
+            ),
+            (Err(_), _) => (
                 format!(
-                    "now     {}/{}",
-                    g.compute_partition.map_or("?", |c| c.name()),
-                    g.memory_partition.map_or("?", |m| m.name())
+                    "staged  {}/{}: not possible (see below)",
+                    st.compute.map_or_else(|| "keep".into(), |m| m.to_string()),
+                    st.memory.map_or_else(|| "keep".into(), |m| m.to_string())
                 ),
-                theme.get("ui.muted"),
-            ));
-            lines.push(Line::raw(""));
-            lines.push(Line::raw(""));
-            let (c, m) = target.unwrap_or((
-                g.compute_partition
-                    .unwrap_or(crate::domain::ComputeMode::Spx),
-                g.memory_partition
-                    .unwrap_or(crate::domain::MemoryMode::Nps1),
-            ));
-            lines.push(Line::styled(
-                format!(
-                    "staged  {c}/{m}{}",
-                    if target.is_none() { " (unchanged)" } else { "" }
-                ),
-                theme.get("ui.muted"),
-            ));
-            lines.push(Line::raw(""));
-            lines.push(Line::raw(""));
-            let w = inner.width.min(80);
-            frame.render_widget(
-                &PartitionMap::from_gpu(g, theme),
-                Rect {
-                    x: inner.x,
-                    y: map_y + 1,
-                    width: w,
-                    height: 2,
-                },
-            );
-            if let Some(p) = prod {
-                let first = st
-                    .result
-                    .as_ref()
-                    .ok()
-                    .and_then(|pl| {
-                        pl.after
-                            .iter()
-                            .find(|r| r.bdf == format!("{}.0", g.bdf))
-                            .map(|r| r.gpu_id)
-                    })
-                    .unwrap_or(0);
-                let map =
-                    PartitionMap::from_shapes(&shapes(&p, c, m), p.xcds, m.domains(), first, theme);
-                frame.render_widget(
-                    &map,
-                    Rect {
-                        x: inner.x,
-                        y: map_y + 4,
-                        width: w,
-                        height: 2,
-                    },
-                );
-            }
-        }
-    }
-
-    match &st.result {
-        Ok(p) => {
-            lines.push(Line::styled(
-                format!(
-                    "plan {} · logical GPUs {} -> {} · {} to stop · about {} s of downtime",
-                    p.fingerprint,
-                    p.before.len(),
-                    p.after.len(),
-                    p.stops.len(),
-                    p.downtime_secs
-                ),
-                theme.get("ui.title"),
-            ));
-            for w in &p.warnings {
-                lines.push(Line::styled(
-                    cut(&format!("  ! {w}"), usize::from(inner.width)),
-                    theme.get("status.warn"),
-                ));
-            }
-            for (i, s) in p.steps.iter().enumerate() {
-                let cmds = if s.commands.is_empty() {
-                    String::new()
-                } else {
-                    format!("   $ {}", s.commands.join("; "))
-                };
-                lines.push(Line::raw(cut(
-                    &format!("  {}. {}{cmds}", i + 1, s.title),
-                    usize::from(inner.width),
-                )));
-            }
-            for s in p.stops.iter().take(6) {
-                lines.push(Line::styled(
-                    cut(
-                        &format!(
-                            "  stops: pid {} {} {}",
-                            s.pid,
-                            s.name,
-                            s.agent.clone().unwrap_or_default()
-                        ),
-                        usize::from(inner.width),
-                    ),
-                    theme.get("status.warn"),
-                ));
-            }
-        }
-        Err(e) => {
-            for m in e {
-                lines.push(Line::styled(
-                    cut(m, usize::from(inner.width)),
-                    theme.get("status.crit"),
-                ));
-            }
-        }
+                None,
+            ),
+        };
+        maps = Some((PartitionMap::from_gpu(g, theme), staged, now, label));
     }
     // The prompt and keys are anchored at the bottom so they are never pushed off screen.
-    let mut bottom: Vec<Line<'_>> = Vec::new();
+    let mut bottom: Vec<Line<'static>> = Vec::new();
     match (&st.confirming, st.required_word()) {
         (Some(c), Some(word)) => {
             if let Some(n) = &c.notice {
-                bottom.push(Line::styled(
-                    cut(n, usize::from(inner.width)),
-                    theme.get("status.crit"),
+                bottom.extend(super::fmt::hang(
+                    Line::styled(n.clone(), theme.get("status.crit")),
+                    w,
+                    2,
                 ));
             }
-            bottom.push(Line::from(vec![
-                Span::styled(
-                    format!("Type {word} to apply plan {}: ", c.fingerprint),
-                    theme.get("danger"),
-                ),
-                Span::raw(format!("{}▏", c.typed)),
-            ]));
+            bottom.extend(super::fmt::hang(
+                Line::from(vec![
+                    Span::styled(
+                        format!("Type {word} to apply plan {}: ", c.fingerprint),
+                        theme.get("danger"),
+                    ),
+                    Span::raw(format!("{}▏", c.typed)),
+                ]),
+                w,
+                2,
+            ));
             bottom.push(Line::styled(
                 "enter applies · esc goes back",
                 theme.get("ui.hint"),
             ));
         }
-        _ => bottom.push(Line::styled(
-            "c compute · m memory · a scope · enter confirm · esc cancel",
-            theme.get("ui.hint"),
+        _ => bottom.extend(super::fmt::hang(
+            Line::styled(
+                "c compute · m memory · a scope · ↑↓ PgUp PgDn scroll · enter confirm · esc cancel",
+                theme.get("ui.hint"),
+            ),
+            w,
+            2,
         )),
     }
+    let body = plan_lines(st, theme, w);
     let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
-    let top = Rect {
-        height: inner.height - b,
-        ..inner
+    let hh = u16::try_from(head.len()).unwrap_or(0);
+    // Maps take 6 rows (label, 2 map rows, twice); only with 8 rows left for the plan.
+    let map_h: u16 = if maps.is_some() && inner.height >= hh + b + 6 + 8 {
+        6
+    } else if maps.is_some() {
+        2
+    } else {
+        0
     };
-    let tail = Rect {
-        y: inner.y + inner.height - b,
-        height: b,
-        ..inner
+    let [head_r, map_r, body_r, tail_r] = ratatui::layout::Layout::vertical([
+        ratatui::layout::Constraint::Length(hh),
+        ratatui::layout::Constraint::Length(map_h),
+        ratatui::layout::Constraint::Min(1),
+        ratatui::layout::Constraint::Length(b),
+    ])
+    .areas(inner);
+    let top = state
+        .scroll
+        .drawn(crate::ui::scroll::Pane::Stage, body.len(), body_r.height);
+    let more = body.len() > usize::from(top) + usize::from(body_r.height);
+    let block = match (top > 0, more) {
+        (_, true) => block.title_bottom(
+            Line::styled(
+                " ↓ more of the plan below (Down, PgDn) ",
+                theme.get("status.warn"),
+            )
+            .right_aligned(),
+        ),
+        (true, false) => block.title_bottom(
+            Line::styled(" ↑ plan scrolled (Up, Home) ", theme.get("ui.hint")).right_aligned(),
+        ),
+        _ => block,
     };
-    let shown = usize::from(top.height);
-    if lines.len() > shown && shown > 0 {
-        let hidden = lines.len() - shown + 1;
-        lines.truncate(shown - 1);
-        lines.push(Line::styled(
-            format!("… {hidden} more line(s): `partop plan` prints the whole plan"),
-            theme.get("ui.hint"),
-        ));
+    frame.render_widget(block, rect);
+    frame.render_widget(Paragraph::new(head), head_r);
+    if let Some((now_map, staged_map, now, label)) = maps {
+        if map_h == 6 {
+            let mw = map_r.width.min(80);
+            let row = |y: u16, h: u16| Rect {
+                x: map_r.x,
+                y: map_r.y + y,
+                width: mw,
+                height: h,
+            };
+            frame.render_widget(
+                Paragraph::new(Line::styled(now, theme.get("ui.muted"))),
+                Rect {
+                    width: map_r.width,
+                    ..row(0, 1)
+                },
+            );
+            frame.render_widget(&now_map, row(1, 2));
+            // The staged map sits one row lower than its label; its label row is the map's top.
+            frame.render_widget(
+                Paragraph::new(Line::styled(label, theme.get("ui.muted"))),
+                Rect {
+                    width: map_r.width,
+                    ..row(3, 1)
+                },
+            );
+            if let Some(m) = &staged_map {
+                frame.render_widget(m, row(4, 2));
+            }
+        } else if map_h == 2 {
+            let l = vec![
+                Line::styled(cut(&now, w), theme.get("ui.muted")),
+                Line::styled(cut(&label, w), theme.get("ui.muted")),
+            ];
+            frame.render_widget(Paragraph::new(l), map_r);
+        }
     }
-    frame.render_widget(Paragraph::new(lines), top);
-    frame.render_widget(Paragraph::new(bottom), tail);
+    frame.render_widget(Paragraph::new(body).scroll((top, 0)), body_r);
+    frame.render_widget(Paragraph::new(bottom), tail_r);
 }
 
 /// Draws the progress of a repartition.
@@ -297,16 +408,16 @@ pub fn render_mig(
     frame: &mut Frame<'_>,
     area: Rect,
     st: &crate::ui::mig_stage::MigStaging,
+    state: &State,
     theme: &Theme,
 ) {
-    let rect = centered(area, 110, 34);
+    let rect = overlay(area);
     frame.render_widget(Clear, rect);
     let block = Block::default()
         .borders(Borders::ALL)
         .title(" Stage a MIG layout (nothing changes until you confirm) ")
         .border_style(theme.get("danger"));
     let inner = block.inner(rect);
-    frame.render_widget(block, rect);
     let w = usize::from(inner.width);
     let layout = st.layout();
     let shown = if layout.is_empty() {
@@ -357,11 +468,11 @@ pub fn render_mig(
             )
         })),
     }
-    lines.push(Line::raw(""));
+    let mut bottom: Vec<Line<'_>> = Vec::new();
     let prompt = match (&st.confirming, &st.result) {
         (Some(c), Ok(p)) => {
             if let Some(n) = &c.notice {
-                lines.push(Line::styled(cut(n, w), theme.get("status.warn")));
+                bottom.extend(super::fmt::hang(Line::styled(n.clone(), theme.get("status.warn")), w, 2));
             }
             format!(
                 "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
@@ -369,14 +480,37 @@ pub fn render_mig(
             )
         }
         (_, Ok(_)) => {
-            "Enter: confirm (you will type the host name) · c: next layout · Esc: cancel".into()
+            "Enter: confirm (you will type the host name) · c: next layout · ↑↓ scroll · Esc: cancel".into()
         }
         (_, Err(_)) => "c: next layout · Esc: cancel".into(),
     };
-    lines.push(Line::styled(cut(&prompt, w), theme.get("danger")));
-    // Plans' long warnings wrap rather than lose their end.
-    frame.render_widget(
-        Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
-        inner,
-    );
+    bottom.extend(super::fmt::hang(
+        Line::styled(prompt, theme.get("danger")),
+        w,
+        2,
+    ));
+    // Plans' long lines wrap rather than lose their end; the plan scrolls above the prompt.
+    let body: Vec<Line<'static>> = lines
+        .into_iter()
+        .flat_map(|l| super::fmt::hang(l, w, 4))
+        .collect();
+    let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
+    let [body_r, tail_r] = ratatui::layout::Layout::vertical([
+        ratatui::layout::Constraint::Min(1),
+        ratatui::layout::Constraint::Length(b),
+    ])
+    .areas(inner);
+    let top = state
+        .scroll
+        .drawn(crate::ui::scroll::Pane::Stage, body.len(), body_r.height);
+    let block = if body.len() > usize::from(top) + usize::from(body_r.height) {
+        block.title_bottom(
+            Line::styled(" ↓ more below (Down, PgDn) ", theme.get("status.warn")).right_aligned(),
+        )
+    } else {
+        block
+    };
+    frame.render_widget(block, rect);
+    frame.render_widget(Paragraph::new(body).scroll((top, 0)), body_r);
+    frame.render_widget(Paragraph::new(bottom), tail_r);
 }
