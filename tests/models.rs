@@ -212,7 +212,7 @@ fn a_model_that_does_not_fit_the_staged_layout_is_said_before_confirmation() {
     assert!(
         plan.warnings
             .iter()
-            .any(|w| w.starts_with("model big does not fit the staged layout (needs 100 GB")),
+            .any(|w| w.starts_with("model big does not fit the staged layout (needs 100.0 GiB")),
         "{:?}",
         plan.warnings
     );

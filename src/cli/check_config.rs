@@ -30,14 +30,13 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     if let Some(p) = &registry {
         match std::fs::read_to_string(p) {
             Ok(text) => {
-                if let Err(e) = crate::domain::models::parse(&p.display().to_string(), &text) {
-                    errors.push(ConfigError {
-                        origin: e.origin,
-                        line: Some(e.line),
-                        column: Some(e.column),
-                        message: e.message,
-                    });
-                }
+                let (_, bad) = crate::domain::models::check(&p.display().to_string(), &text);
+                errors.extend(bad.into_iter().map(|e| ConfigError {
+                    origin: e.origin,
+                    line: Some(e.line),
+                    column: Some(e.column),
+                    message: e.message,
+                }));
             }
             Err(e) => errors.push(ConfigError {
                 origin: p.display().to_string(),
@@ -70,7 +69,19 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
         if let Some(p) = &registry {
             files.push(p.display().to_string());
         }
-        writeln!(o, "configuration OK ({})", files.join(", "))?;
+        if files.is_empty() {
+            writeln!(
+                o,
+                "configuration OK: the built-ins (no user files in {})",
+                dir.display()
+            )?;
+        } else {
+            writeln!(
+                o,
+                "configuration OK: {} and the built-ins",
+                files.join(", ")
+            )?;
+        }
         Ok(exit::OK)
     } else {
         writeln!(
@@ -82,6 +93,7 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     }
 }
 
+/// The user's files that were checked (config, keymap, themes), for the closing line.
 fn config_files(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = ["config.toml", "keymap.toml"]
         .iter()
@@ -89,8 +101,15 @@ fn config_files(dir: &Path) -> Vec<String> {
         .filter(|p| p.exists())
         .map(|p: PathBuf| p.display().to_string())
         .collect();
-    if v.is_empty() {
-        v.push(format!("built-ins only; no files in {}", dir.display()));
+    if let Ok(entries) = std::fs::read_dir(dir.join("themes")) {
+        let mut themes: Vec<String> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .map(|p| p.display().to_string())
+            .collect();
+        themes.sort();
+        v.extend(themes);
     }
     v
 }

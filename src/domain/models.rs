@@ -195,7 +195,7 @@ pub struct RegistryError {
 #[serde(deny_unknown_fields)]
 struct FileDoc {
     #[serde(default)]
-    model: Vec<toml::Spanned<Entry>>,
+    model: Vec<toml::Spanned<toml::Table>>,
 }
 
 #[derive(Deserialize)]
@@ -219,7 +219,7 @@ struct Entry {
     name: String,
     model: String,
     port: u16,
-    launch: toml::Spanned<LaunchDoc>,
+    launch: LaunchDoc,
     #[serde(default)]
     gpu: Option<String>,
     #[serde(default)]
@@ -267,8 +267,51 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// Where `key = ` starts inside `span` of `text` (an entry), for errors that point at the
+/// offending line; the entry's start when it is not written there (a default).
+fn key_at(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
+    let body = &text[span.start.min(text.len())..span.end.min(text.len())];
+    let mut off = 0;
+    for line in body.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix(key)
+            && (rest.trim_start().starts_with('=') || rest.starts_with('.'))
+        {
+            return span.start + off + (line.len() - t.len());
+        }
+        off += line.len();
+    }
+    span.start
+}
+
+/// A logical GPU's identity as partop writes it: `0000:05:00.1` (hex digits, the partition
+/// function 0-7).
+pub fn valid_bdf(g: &str) -> bool {
+    let b = g.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && hex(0..4)
+        && hex(5..7)
+        && hex(8..10)
+        && (b'0'..=b'7').contains(&b[11])
+}
+
 /// Parses and validates a registry. Every error names the file, line and column of the entry.
 pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
+    let (reg, mut errors) = check(origin, text);
+    if errors.is_empty() {
+        Ok(reg)
+    } else {
+        Err(errors.remove(0))
+    }
+}
+
+/// Parses a registry and reports every problem in it (not only the first), each with the
+/// file, line and column of the line at fault; the entries without problems are returned.
+pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
     let err = |offset: usize, message: String| {
         let (line, column) = line_col(text, offset);
         RegistryError {
@@ -278,121 +321,213 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
             message,
         }
     };
-    let doc: FileDoc = toml::from_str(text).map_err(|e| {
-        err(
-            e.span().map_or(0, |s| s.start),
-            e.message().trim().to_string(),
-        )
-    })?;
+    let mut errors = Vec::new();
     let mut models: Vec<ModelSpec> = Vec::new();
+    let doc: FileDoc = match toml::from_str(text) {
+        Ok(d) => d,
+        Err(e) => {
+            errors.push(err(
+                e.span().map_or(0, |s| s.start),
+                e.message().trim().to_string(),
+            ));
+            return (
+                Registry {
+                    origin: origin.to_string(),
+                    models,
+                },
+                errors,
+            );
+        }
+    };
     for spanned in doc.model {
-        let at = spanned.span().start;
-        let e = spanned.into_inner();
-        let launch_at = e.launch.span().start;
-        let l = e.launch.into_inner();
+        let span = spanned.span();
+        let at = span.start;
+        let table = spanned.into_inner();
+        let named = table
+            .get("name")
+            .and_then(toml::Value::as_str)
+            .map_or_else(|| "?".to_string(), str::to_string);
+        // Each entry on its own: one bad entry does not hide the others' problems.
+        let e: Entry = match toml::Value::Table(table).try_into() {
+            Ok(e) => e,
+            Err(x) => {
+                let msg = x.message().trim().to_string();
+                // The field the message names (`unknown field `gpuu``, `missing field `port``,
+                // `... for key `memory_gb``), located in the entry when it is written there.
+                let field = msg.split('`').nth(1).map_or(at, |f| {
+                    let k = key_at(text, &span, f);
+                    if k != span.start {
+                        return k;
+                    }
+                    // A value the message names (an unknown variant): where it is written.
+                    text.get(span.start..span.end.min(text.len()))
+                        .and_then(|body| body.find(f))
+                        .map_or(at, |i| span.start + i)
+                });
+                errors.push(err(field, format!("model {named:?}: {msg}")));
+                continue;
+            }
+        };
+        let n0 = errors.len();
+        let launch_at = key_at(text, &span, "launch");
+        let l = e.launch;
         if models.iter().any(|m| m.name == e.name) {
-            return Err(err(at, format!("model name {:?} is used twice", e.name)));
+            errors.push(err(
+                key_at(text, &span, "name"),
+                format!("model name {:?} is used twice", e.name),
+            ));
         }
         if let Some(m) = models.iter().find(|m| m.port == e.port) {
-            return Err(err(
-                at,
+            errors.push(err(
+                key_at(text, &span, "port"),
                 format!("port {} is already used by model {:?}", e.port, m.name),
             ));
         }
+        if e.port == 0 {
+            errors.push(err(
+                key_at(text, &span, "port"),
+                format!(
+                    "model {:?}: port 0 is not a port a server listens on",
+                    e.name
+                ),
+            ));
+        }
         if e.name.is_empty() || e.name.contains(char::is_whitespace) {
-            return Err(err(at, format!("model name {:?} must be one word", e.name)));
+            errors.push(err(
+                key_at(text, &span, "name"),
+                format!("model name {:?} must be one word", e.name),
+            ));
         }
         let launch = match (l.command, l.systemd, l.docker) {
             (Some(command), None, None) => {
                 if command.is_empty() {
-                    return Err(err(launch_at, "launch.command is empty".into()));
+                    errors.push(err(launch_at, "launch.command is empty".into()));
                 }
-                Launch::Command {
+                Some(Launch::Command {
                     command,
                     env: l.env,
                     stop: l.stop,
-                }
+                })
             }
-            (None, Some(unit), None) => Launch::Systemd { unit },
-            (None, None, Some(container)) => Launch::Docker { container },
+            (None, Some(unit), None) => Some(Launch::Systemd { unit }),
+            (None, None, Some(container)) => Some(Launch::Docker { container }),
             _ => {
-                return Err(err(
+                errors.push(err(
                     launch_at,
                     format!(
                         "model {:?}: give exactly one of launch.command, launch.systemd, launch.docker",
                         e.name
                     ),
                 ));
+                None
             }
         };
-        let texts: Vec<&String> = match &launch {
-            Launch::Command {
-                command, env, stop, ..
-            } => command
-                .iter()
-                .chain(env.values())
-                .chain(stop.iter().flatten())
-                .collect(),
-            Launch::Systemd { unit } => vec![unit],
-            Launch::Docker { container } => vec![container],
-        };
-        for t in texts {
-            let mut rest = t.as_str();
-            while let Some(i) = rest.find('{') {
-                let end = rest[i..].find('}').map_or(rest.len(), |j| i + j + 1);
-                let ph = &rest[i..end];
-                if !PLACEHOLDERS.contains(&ph) {
-                    return Err(err(
-                        launch_at,
-                        format!(
-                            "model {:?}: unknown placeholder {ph} (known: {})",
-                            e.name,
-                            PLACEHOLDERS.join(" ")
-                        ),
-                    ));
+        if let Some(launch) = &launch {
+            let texts: Vec<&String> = match launch {
+                Launch::Command {
+                    command, env, stop, ..
+                } => command
+                    .iter()
+                    .chain(env.values())
+                    .chain(stop.iter().flatten())
+                    .collect(),
+                Launch::Systemd { unit } => vec![unit],
+                Launch::Docker { container } => vec![container],
+            };
+            for t in texts {
+                let mut rest = t.as_str();
+                while let Some(i) = rest.find('{') {
+                    let end = rest[i..].find('}').map_or(rest.len(), |j| i + j + 1);
+                    let ph = &rest[i..end];
+                    if !PLACEHOLDERS.contains(&ph) {
+                        errors.push(err(
+                            launch_at,
+                            format!(
+                                "model {:?}: unknown placeholder {ph} (known: {})",
+                                e.name,
+                                PLACEHOLDERS.join(" ")
+                            ),
+                        ));
+                    }
+                    rest = &rest[end..];
                 }
-                rest = &rest[end..];
             }
         }
         if e.tensor_parallel == 0 {
-            return Err(err(at, "tensor_parallel must be at least 1".into()));
+            errors.push(err(
+                key_at(text, &span, "tensor_parallel"),
+                "tensor_parallel must be at least 1".into(),
+            ));
         }
-        let memory_gb = match (e.memory_gb, e.params_b) {
-            (Some(m), _) if m > 0.0 => m,
-            (None, Some(p)) if p > 0.0 => memory_need_gb(p, e.precision, e.tensor_parallel),
-            _ => {
-                return Err(err(
-                    at,
-                    format!(
-                        "model {:?}: say how much HBM it needs: memory_gb = N (per logical GPU), or params_b = N with precision",
-                        e.name
-                    ),
-                ));
+        let mut memory_gb = 0.0;
+        match (e.memory_gb, e.params_b) {
+            (Some(m), _) if m.is_finite() && m > 0.0 && m <= 4096.0 => memory_gb = m,
+            (Some(m), _) => errors.push(err(
+                key_at(text, &span, "memory_gb"),
+                format!(
+                    "model {:?}: memory_gb = {m} is not a size: give the HBM it needs per logical GPU in GiB, more than 0 (e.g. memory_gb = 80)",
+                    e.name
+                ),
+            )),
+            (None, Some(p)) if p.is_finite() && p > 0.0 => {
+                memory_gb = memory_need_gb(p, e.precision, e.tensor_parallel);
             }
-        };
+            (None, Some(p)) => errors.push(err(
+                key_at(text, &span, "params_b"),
+                format!(
+                    "model {:?}: params_b = {p} is not a model size: give billions of parameters, more than 0 (e.g. params_b = 70)",
+                    e.name
+                ),
+            )),
+            (None, None) => errors.push(err(
+                at,
+                format!(
+                    "model {:?}: say how much HBM it needs: memory_gb = N (per logical GPU), or params_b = N with precision",
+                    e.name
+                ),
+            )),
+        }
+        if let Some(m) = e.min_free_gb
+            && !(m.is_finite() && m >= 0.0)
+        {
+            errors.push(err(
+                key_at(text, &span, "min_free_gb"),
+                format!(
+                    "model {:?}: min_free_gb = {m} must be 0 or more GiB",
+                    e.name
+                ),
+            ));
+        }
         let want = match (e.gpu, e.min_free_gb) {
             (Some(_), Some(_)) => {
-                return Err(err(
-                    at,
+                errors.push(err(
+                    key_at(text, &span, "min_free_gb"),
                     format!("model {:?}: give gpu or min_free_gb, not both", e.name),
                 ));
+                None
             }
             (Some(g), None) => {
-                let b = g.as_bytes();
-                let ok = b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.';
-                if !ok {
-                    return Err(err(
-                        at,
+                if valid_bdf(&g) {
+                    Some(Want::Gpu(g))
+                } else {
+                    errors.push(err(
+                        key_at(text, &span, "gpu"),
                         format!(
-                            "model {:?}: gpu = {g:?} is not a logical GPU's identity; write its BDF with the partition function, like \"0000:05:00.1\" (see `partop snapshot`)",
+                            "model {:?}: gpu = {g:?} is not a logical GPU's identity; write its BDF with the partition function in hex, like \"0000:05:00.1\" (see `partop snapshot`)",
                             e.name
                         ),
                     ));
+                    None
                 }
-                Want::Gpu(g)
             }
-            (None, m) => Want::AnyFree(m.unwrap_or(0.0)),
+            (None, m) => Some(Want::AnyFree(m.unwrap_or(0.0))),
         };
+        let (Some(launch), Some(want)) = (launch, want) else {
+            continue;
+        };
+        if errors.len() > n0 {
+            continue;
+        }
         let base = format!("http://127.0.0.1:{}", e.port);
         let (line, _) = line_col(text, at);
         models.push(ModelSpec {
@@ -411,10 +546,13 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
             defined_at: format!("{origin}:{line}"),
         });
     }
-    Ok(Registry {
-        origin: origin.to_string(),
-        models,
-    })
+    (
+        Registry {
+            origin: origin.to_string(),
+            models,
+        },
+        errors,
+    )
 }
 
 #[cfg(test)]

@@ -100,6 +100,11 @@ impl Command {
     }
 }
 
+/// Edit distance between two names (for "did you mean").
+pub fn distance(a: &str, b: &str) -> usize {
+    strsim(a, b)
+}
+
 /// Levenshtein distance (names are short).
 fn strsim(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

@@ -70,7 +70,12 @@ impl Section {
         Self::Stage,
     ];
 
-    /// Name in files.
+    /// The section a file names, if it is one.
+    pub fn from_name(n: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|s| s.name() == n)
+    }
+
+    /// Its name in keymap files.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Global => "global",
@@ -159,6 +164,92 @@ impl File {
     }
 }
 
+/// The top-level names a keymap file may hold.
+fn known_top(name: &str) -> bool {
+    matches!(name, "preset" | "clear_defaults") || Section::from_name(name).is_some()
+}
+
+/// `text` with every unknown top-level section blanked out (its lines kept as empty comments,
+/// so positions in the rest stay true), each reported at its header.
+fn without_unknown_sections(
+    origin: &str,
+    text: &str,
+    errors: &mut Vec<ConfigError>,
+) -> Result<String, ConfigError> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::from_toml(origin, text, &e))?;
+    let unknown: Vec<&String> = table.keys().filter(|k| !known_top(k)).collect();
+    if unknown.is_empty() {
+        return Ok(text.to_string());
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut skipping = false;
+    let mut off = 0;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim();
+        if t.starts_with('[') {
+            let name = t
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .trim_matches('"');
+            let head = name.split('.').next().unwrap_or(name);
+            skipping = unknown.iter().any(|u| *u == head);
+            if skipping && !name.contains('.') {
+                let col = line.len() - line.trim_start().len();
+                let near = Section::ALL
+                    .iter()
+                    .map(|s| s.name())
+                    .min_by_key(|n| crate::ui::command::distance(head, n))
+                    .unwrap_or("global");
+                errors.push(ConfigError::at(
+                    origin,
+                    text,
+                    off + col,
+                    format!(
+                        "unknown section [{head}] (did you mean [{near}]?); its bindings are ignored, the rest of the file is used"
+                    ),
+                ));
+            }
+        } else if !skipping {
+            // A top-level `key = value` that is not known: reported and dropped too.
+            if let Some((k, _)) = t.split_once('=')
+                && !t.starts_with('#')
+                && !out.contains('[')
+                && unknown.iter().any(|u| *u == k.trim().trim_matches('"'))
+            {
+                errors.push(ConfigError::at(
+                    origin,
+                    text,
+                    off + (line.len() - line.trim_start().len()),
+                    format!("unknown setting {:?}; a keymap file has preset, clear_defaults and sections", k.trim()),
+                ));
+                out.push_str(&" ".repeat(line.len() - usize::from(line.ends_with('\n'))));
+                if line.ends_with('\n') {
+                    out.push('\n');
+                }
+                off += line.len();
+                continue;
+            }
+        }
+        if skipping {
+            out.push('#');
+            out.push_str(
+                &" ".repeat(
+                    line.len()
+                        .saturating_sub(1 + usize::from(line.ends_with('\n'))),
+                ),
+            );
+            if line.ends_with('\n') {
+                out.push('\n');
+            }
+        } else {
+            out.push_str(line);
+        }
+        off += line.len();
+    }
+    Ok(out)
+}
+
 impl Keymap {
     /// Applies one file's bindings over `self`, collecting errors with their location.
     fn apply(
@@ -167,7 +258,16 @@ impl Keymap {
         text: &str,
         errors: &mut Vec<ConfigError>,
     ) -> Option<(Option<String>, bool)> {
-        let file: File = match toml::from_str(text) {
+        // An unknown section is reported where it is and left out; the rest of the file is
+        // still used (one typo must not drop every binding).
+        let cleaned = match without_unknown_sections(origin, text, errors) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        };
+        let file: File = match toml::from_str(&cleaned) {
             Ok(f) => f,
             Err(e) => {
                 errors.push(ConfigError::from_toml(origin, text, &e));
@@ -473,7 +573,7 @@ mod tests {
             Resolve::Command(Command::CycleGroup)
         );
         assert_eq!(
-            km.resolve(&[Section::Help], &k("j")),
+            km.resolve(&[Section::Help], &k("o")),
             Resolve::Unbound,
             "help is exclusive"
         );

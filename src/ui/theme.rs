@@ -55,31 +55,59 @@ pub const SCOPES: &[&str] = &[
     "danger",
 ];
 
-#[derive(Deserialize, Clone, Debug)]
-#[serde(untagged)]
-enum StyleSpec {
-    Color(String),
-    Full {
-        #[serde(default)]
-        fg: Option<String>,
-        #[serde(default)]
-        bg: Option<String>,
-        #[serde(default)]
-        modifiers: Vec<String>,
-    },
-}
-
 #[derive(Deserialize, Default, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 struct File {
     #[serde(default)]
+    #[expect(
+        dead_code,
+        reason = "allowed in the file for people; the theme is named by its file"
+    )]
     name: Option<String>,
     #[serde(default)]
     inherits: Option<String>,
     #[serde(default)]
-    palette: BTreeMap<String, String>,
+    palette: BTreeMap<String, toml::Spanned<String>>,
     #[serde(default)]
-    styles: BTreeMap<String, StyleSpec>,
+    styles: BTreeMap<String, toml::Spanned<toml::Value>>,
+}
+
+/// Where a value was written: its file, that file's text and the byte offset.
+#[derive(Clone, Debug)]
+struct Loc {
+    origin: std::sync::Arc<str>,
+    text: std::sync::Arc<str>,
+    at: usize,
+}
+
+impl Loc {
+    fn err(&self, m: String) -> ConfigError {
+        ConfigError::at(&self.origin, &self.text, self.at, m)
+    }
+}
+
+/// Whether `scope` is one the views use, or a parent of one (styles fall back to parents).
+fn known_scope(scope: &str) -> bool {
+    SCOPES
+        .iter()
+        .any(|s| *s == scope || s.starts_with(&format!("{scope}.")))
+}
+
+/// A colour, checked the same way wherever it is written.
+fn parse_color(v: &str) -> Result<Color, String> {
+    // ratatui also reads bare words it does not know as errors; hex must be 6 hex digits.
+    if let Some(h) = v.strip_prefix('#')
+        && !(h.len() == 6 && h.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        return Err(format!(
+            "{v:?} is not a colour: write #rrggbb with six hex digits"
+        ));
+    }
+    Color::from_str(v).map_err(|_| {
+        format!(
+            "{v:?} is not a colour: use a name (red, lightblue, gray, reset…), #rrggbb, or 0-255"
+        )
+    })
 }
 
 /// A resolved theme.
@@ -90,9 +118,12 @@ pub struct Theme {
     styles: HashMap<String, Style>,
 }
 
-fn color(palette: &BTreeMap<String, String>, s: &str) -> Result<Color, String> {
-    let v = palette.get(s).map_or(s, String::as_str);
-    Color::from_str(v).map_err(|_| format!("unknown colour {s:?}"))
+fn color(palette: &BTreeMap<String, (String, Loc)>, s: &str) -> Result<Color, String> {
+    match palette.get(s) {
+        Some((v, _)) => parse_color(v)
+            .map_err(|_| format!("palette colour {s:?} is not valid (see its own error)")),
+        None => parse_color(s).map_err(|e| format!("{e}; nor is it a name in [palette]")),
+    }
 }
 
 fn modifier(s: &str) -> Result<Modifier, String> {
@@ -104,7 +135,11 @@ fn modifier(s: &str) -> Result<Modifier, String> {
         "reversed" => Modifier::REVERSED,
         "crossed_out" => Modifier::CROSSED_OUT,
         "slow_blink" => Modifier::SLOW_BLINK,
-        other => return Err(format!("unknown modifier {other:?}")),
+        other => {
+            return Err(format!(
+                "unknown modifier {other:?}: bold, dim, italic, underlined, reversed, crossed_out, slow_blink"
+            ));
+        }
     })
 }
 
@@ -130,7 +165,7 @@ impl Theme {
     pub fn load(name: &str, user_dir: &Path) -> (Self, Vec<ConfigError>) {
         let mut errors = Vec::new();
         let mut chain: Vec<String> = Vec::new();
-        let mut layers: Vec<File> = Vec::new();
+        let mut layers: Vec<Vec<(File, Loc)>> = Vec::new();
         let mut next = Some(name.to_string());
         while let Some(n) = next.take() {
             if chain.contains(&n) || chain.len() > 8 {
@@ -156,58 +191,113 @@ impl Theme {
                 ));
                 break;
             }
-            let mut merged = File::default();
+            let mut files = Vec::new();
             for (origin, text) in srcs {
                 match parse_file(&origin, &text) {
                     Ok(f) => {
-                        merged.inherits = f.inherits.or(merged.inherits);
-                        merged.name = f.name.or(merged.name);
-                        merged.palette.extend(f.palette);
-                        merged.styles.extend(f.styles);
+                        if f.inherits.is_some() {
+                            next.clone_from(&f.inherits);
+                        }
+                        let loc = Loc {
+                            origin: origin.into(),
+                            text: text.into(),
+                            at: 0,
+                        };
+                        files.push((f, loc));
                     }
                     Err(e) => errors.push(e),
                 }
             }
-            next.clone_from(&merged.inherits);
-            layers.push(merged);
+            layers.push(files);
         }
-        if !errors.is_empty() && layers.is_empty() {
+        if !errors.is_empty() && layers.iter().all(Vec::is_empty) {
             let (t, _) = Self::load("default", Path::new("/nonexistent"));
             return (t, errors);
         }
-        let mut palette = BTreeMap::new();
-        let mut specs = BTreeMap::new();
-        for f in layers.into_iter().rev() {
-            palette.extend(f.palette);
-            specs.extend(f.styles);
+        // The farthest ancestor first, each file of a theme over the one before.
+        let mut palette: BTreeMap<String, (String, Loc)> = BTreeMap::new();
+        let mut specs: BTreeMap<String, (toml::Value, Loc)> = BTreeMap::new();
+        for files in layers.into_iter().rev() {
+            for (f, loc) in files {
+                for (k, v) in f.palette {
+                    let l = Loc {
+                        at: v.span().start,
+                        ..loc.clone()
+                    };
+                    palette.insert(k, (v.into_inner(), l));
+                }
+                for (k, v) in f.styles {
+                    let l = Loc {
+                        at: v.span().start,
+                        ..loc.clone()
+                    };
+                    specs.insert(k, (v.into_inner(), l));
+                }
+            }
+        }
+        // Every palette entry is checked, used or not.
+        for (k, (v, loc)) in &palette {
+            if let Err(m) = parse_color(v) {
+                errors.push(loc.err(format!("palette {k:?}: {m}")));
+            }
         }
         let mut styles = HashMap::new();
-        for (scope, spec) in specs {
-            let r = match spec {
-                StyleSpec::Color(c) if c == "reset" => Ok(Style::reset()),
-                StyleSpec::Color(c) => color(&palette, &c).map(|c| Style::default().fg(c)),
-                StyleSpec::Full { fg, bg, modifiers } => (|| {
-                    let mut s = Style::default();
-                    if let Some(f) = fg {
-                        s = s.fg(color(&palette, &f)?);
+        for (scope, (spec, loc)) in specs {
+            if !known_scope(&scope) {
+                let near = SCOPES
+                    .iter()
+                    .min_by_key(|s| crate::ui::command::distance(&scope, s))
+                    .copied()
+                    .unwrap_or("ui");
+                errors.push(loc.err(format!(
+                    "unknown style {scope:?}; did you mean {near:?}? (docs/user-guide.md lists the styles)"
+                )));
+                continue;
+            }
+            let mut problems = Vec::new();
+            let mut st = Style::default();
+            match &spec {
+                toml::Value::String(c) if c == "reset" => st = Style::reset(),
+                toml::Value::String(c) => match color(&palette, c) {
+                    Ok(c) => st = st.fg(c),
+                    Err(m) => problems.push(m),
+                },
+                toml::Value::Table(t) => {
+                    for (k, v) in t {
+                        match (k.as_str(), v) {
+                            ("fg" | "bg", toml::Value::String(c)) => match color(&palette, c) {
+                                Ok(c) if k == "fg" => st = st.fg(c),
+                                Ok(c) => st = st.bg(c),
+                                Err(m) => problems.push(format!("{k}: {m}")),
+                            },
+                            ("modifiers", toml::Value::Array(a)) => {
+                                for m in a {
+                                    match m.as_str().map(modifier) {
+                                        Some(Ok(x)) => st = st.add_modifier(x),
+                                        Some(Err(e)) => problems.push(e),
+                                        None => problems.push(format!("modifier {m} is not a name")),
+                                    }
+                                }
+                            }
+                            ("fg" | "bg" | "modifiers", other) => problems.push(format!(
+                                "{k} = {other} has the wrong type (fg and bg are colours, modifiers a list of names)"
+                            )),
+                            (other, _) => problems.push(format!(
+                                "unknown style key {other:?}: a style has fg, bg and modifiers"
+                            )),
+                        }
                     }
-                    if let Some(b) = bg {
-                        s = s.bg(color(&palette, &b)?);
-                    }
-                    for m in modifiers {
-                        s = s.add_modifier(modifier(&m)?);
-                    }
-                    Ok(s)
-                })(),
-            };
-            match r {
-                Ok(s) => {
-                    styles.insert(scope, s);
                 }
-                Err(m) => errors.push(ConfigError::plain(
-                    &format!("theme {name}"),
-                    format!("style {scope:?}: {m}"),
+                other => problems.push(format!(
+                    "{other} is not a style: write a colour, or {{ fg = …, bg = …, modifiers = [\"bold\"] }}"
                 )),
+            }
+            if problems.is_empty() {
+                styles.insert(scope, st);
+            } else {
+                for m in problems {
+                    errors.push(loc.err(format!("style {scope:?}: {m}")));
+                }
             }
         }
         (
@@ -331,5 +421,43 @@ mod tests {
         std::fs::write(dir.path().join("b.toml"), "inherits = \"a\"\n").unwrap();
         let (_, e) = Theme::load("a", dir.path());
         assert!(e[0].to_string().contains("inherits loop"), "{e:?}");
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+
+    #[test]
+    fn every_mistake_in_a_theme_is_reported_with_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("bad.toml"),
+            "inherits = \"default\"\n\
+             [palette]\n\
+             oops = \"#zzzzzz\"\n\
+             [styles]\n\
+             \"ui.title\" = \"purplish\"\n\
+             \"table.header\" = { fg = \"red\", modifiers = [\"blinky\"] }\n\
+             \"table.hedaer\" = \"red\"\n\
+             \"status.ok\" = { fg = \"green\", colour = \"red\" }\n",
+        )
+        .unwrap();
+        let (t, e) = Theme::load("bad", dir.path());
+        let text: Vec<String> = e.iter().map(ToString::to_string).collect();
+        let has = |pos: &str, what: &str| {
+            assert!(
+                text.iter().any(|x| x.contains(pos) && x.contains(what)),
+                "{pos} {what} not in {text:#?}"
+            );
+        };
+        has("bad.toml:3:8", "#zzzzzz");
+        has("bad.toml:5:14", "purplish");
+        has("bad.toml:6:18", "blinky");
+        has("bad.toml:7:18", "did you mean \"table.header\"");
+        has("bad.toml:8:15", "unknown style key \"colour\"");
+        assert_eq!(e.len(), 5, "{text:#?}");
+        // The rest of the theme is still used.
+        assert!(t.defines("status.warn"));
     }
 }
