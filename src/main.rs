@@ -20,7 +20,15 @@ fn main() -> ExitCode {
             {
                 eprintln!("partop: {e:#}");
             }
-            ExitCode::from(exit::FAILED)
+            // Asking for something that does not exist (a scenario name) is a usage error,
+            // as the docs say: exit 2, not 1.
+            let usage = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<partop::sim::scenario::ScenarioError>(),
+                    Some(partop::sim::scenario::ScenarioError::Unknown { .. })
+                )
+            });
+            ExitCode::from(if usage { exit::USAGE } else { exit::FAILED })
         }
     }
 }

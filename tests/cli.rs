@@ -216,10 +216,91 @@ fn check_config_reports_locations_and_fails() {
         o.stdout
     );
     assert!(
-        o.stdout.contains("unknown colour \"nocolour\""),
+        o.stdout.contains("mine.toml:3:8") && o.stdout.contains("\"nocolour\" is not a colour"),
         "{}",
         o.stdout
     );
+}
+
+/// Every mistake of every file in one run, each at its file:line:col, and nothing else.
+#[test]
+fn check_config_reports_every_mistake_of_every_file_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("partop");
+    std::fs::create_dir_all(cfg.join("themes")).unwrap();
+    std::fs::write(
+        cfg.join("themes/mine.toml"),
+        "inherits = \"default\"\n\
+         [palette]\n\
+         accent = \"#zzzzzz\"\n\
+         [styles]\n\
+         \"ui.title\" = \"purplish\"\n\
+         \"table.header\" = { fg = \"red\", modifiers = [\"blinky\"] }\n\
+         \"table.hedaer\" = \"red\"\n\
+         \"status.ok\" = { fg = \"green\", colour = \"red\" }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        cfg.join("keymap.toml"),
+        "[global]\n\"x\" = \"qiut\"\n\n[procesess]\n\"k\" = \"kill_process\"\n\n[processes]\n\"y\" = \"cycle_sortt\"\n",
+    )
+    .unwrap();
+    let models = cfg.join("models.toml");
+    std::fs::write(
+        &models,
+        "[[model]]\nname = \"a\"\nmodel = \"x\"\nport = 8000\nmemory_gb = -5\nlaunch.command = [\"vllm\"]\n\n\
+         [[model]]\nname = \"b\"\nmodel = \"y\"\nport = 8001\ngpu = \"0000:zz:00.9\"\nmemory_gb = 10\nlaunch.command = [\"vllm\", \"{modle}\"]\n\n\
+         [[model]]\nname = \"c\"\nmodel = \"z\"\nport = 8002\nmemory_gb = 10\nlaunch.command = [\"vllm\"]\ntensor_paralel = 2\n",
+    )
+    .unwrap();
+    let o = run(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .arg("check-config"),
+        "",
+    );
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    let t = cfg.join("themes/mine.toml").display().to_string();
+    let k = cfg.join("keymap.toml").display().to_string();
+    let m = models.display().to_string();
+    let expect = [
+        (format!("{t}:3:10:"), "#zzzzzz"),
+        (format!("{t}:5:14:"), "purplish"),
+        (format!("{t}:6:18:"), "blinky"),
+        (format!("{t}:7:18:"), "did you mean \"table.header\""),
+        (format!("{t}:8:15:"), "unknown style key \"colour\""),
+        (format!("{k}:2:7:"), "did you mean \"quit\""),
+        (
+            format!("{k}:4:1:"),
+            "unknown section [procesess] (did you mean [processes]?)",
+        ),
+        (format!("{k}:8:7:"), "did you mean \"cycle_sort\""),
+        (format!("{m}:5:1:"), "memory_gb = -5 is not a size"),
+        (
+            format!("{m}:12:1:"),
+            "gpu = \"0000:zz:00.9\" is not a logical GPU's identity",
+        ),
+        (format!("{m}:14:1:"), "unknown placeholder {modle}"),
+        (format!("{m}:22:1:"), "unknown field `tensor_paralel`"),
+    ];
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    for (pos, what) in &expect {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(pos.as_str()) && l.contains(what)),
+            "missing {pos} {what} in:\n{}",
+            o.stdout
+        );
+    }
+    assert!(
+        o.stdout.contains(&format!("{} problem(s)", expect.len())),
+        "exactly these problems:\n{}",
+        o.stdout
+    );
+    // The valid rest of the keymap is still used: `[processes]`'s other bindings load.
+    let km = run(partop().env("XDG_CONFIG_HOME", dir.path()).arg("keys"), "");
+    assert!(km.stdout.contains("cycle_sort"), "{}", km.stdout);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! End to end in a real terminal (tmux): the whole application against the simulated node, and
-//! against an amd-smi that hangs. CI installs tmux; elsewhere the tests say they were skipped.
+//! against an amd-smi that hangs. `scripts/test` installs tmux (the README's test command).
 #![allow(
     clippy::unwrap_used,
     clippy::print_stderr,
@@ -106,4 +106,55 @@ fn a_hung_amd_smi_does_not_freeze_the_screen() {
     common::wait_until("the hung calls to be gone", || {
         common::running("sleep 6061") == 0
     });
+}
+
+/// Staging at 80x24: the plan scrolls under the maps, and where each registered model will be
+/// relaunched is read on screen, whole (wrapped, never cut), before anything is confirmed.
+#[test]
+fn staging_at_80x24_shows_where_each_model_is_relaunched() {
+    let Some(t) = Tmux::start("--sim cpx-nps4-small-models", 80, 24) else {
+        return;
+    };
+    t.wait_for("64 logical");
+    // Staging waits for amd-smi's identity read; then SPX/NPS1 on GPU 0 (NPS is hive-wide).
+    t.keys(&["p"]);
+    t.wait_for("Stage a partition change");
+    t.wait_for("scope GPU 0000:05:00");
+    t.keys(&["c", "m"]);
+    t.wait_for("staged  SPX/NPS1");
+    t.wait_for("more of the plan below");
+    // Scroll the plan until the served models show, then read their mapping.
+    let mut seen = String::new();
+    for _ in 0..40 {
+        seen = t.screen();
+        if seen.contains("served models:") && seen.contains("mistral-7b") {
+            break;
+        }
+        t.keys(&["Down"]);
+    }
+    // The plan's lines are inside the overlay's border; join wrapped lines to read one entry.
+    let body: Vec<String> = seen
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_end();
+            let inner = l.split('│').nth(1)?;
+            Some(inner.trim_end().to_string())
+        })
+        .collect();
+    let text = body.join("\n");
+    for m in ["llama-8b-a", "llama-8b-b", "mistral-7b"] {
+        let at = text
+            .find(&format!("  {m}  "))
+            .unwrap_or_else(|| panic!("{m} not on screen:\n{seen}"));
+        let entry: String = text[at..].lines().take(3).collect::<Vec<_>>().join(" ");
+        assert!(
+            entry.contains("-> relaunched on logical GPU") && entry.contains("(0000:"),
+            "{m}: {entry}\n{seen}"
+        );
+    }
+    // Nothing was changed: Esc leaves the node as it was.
+    t.keys(&["Escape"]);
+    t.wait_for("CPX/NPS4×8");
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
 }

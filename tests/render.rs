@@ -431,3 +431,147 @@ fn read_only_models_view_offers_no_action() {
     );
     assert!(!screen.contains("R restart"), "{screen}");
 }
+
+/// Draws, as the app loop does before a key is read (a pane learns how far it can scroll when
+/// it is drawn), then runs `cmds`, and returns the frame after them.
+fn after(s: &mut State, w: u16, h: u16, cmds: &[Command]) -> String {
+    draw(s, w, h);
+    for c in cmds {
+        update(s, Msg::Command(*c));
+        draw(s, w, h);
+    }
+    draw(s, w, h)
+}
+
+/// The overlay's lines joined (wrapped lines read as one), for assertions on whole sentences.
+fn joined(text: &str) -> String {
+    text.lines()
+        // The overlay's own segment: the longest between vertical borders (a card drawn
+        // behind it adds borders of its own at the edges).
+        .filter_map(|l| l.split('│').max_by_key(|x| x.chars().count()))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn staging_with_a_model_that_will_not_be_relaunched() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = with_models(w, h);
+        update(&mut s, Msg::Command(Command::StageChange));
+        for _ in 0..4 {
+            update(&mut s, Msg::Command(Command::StageCycleCompute));
+        }
+        for _ in 0..3 {
+            update(&mut s, Msg::Command(Command::StageCycleMemory));
+        }
+        let first = draw(&s, w, h);
+        assert!(first.contains("staged  CPX/NPS4"), "{first}");
+        // Scrolled to the models: the consequence is read whole, not cut.
+        let want = "llama-70b  0000:05:00.0 -> NOT relaunched: needs 80.0 GiB, the largest free logical GPU has 24.0 GiB";
+        let mut text = first;
+        for _ in 0..30 {
+            if joined(&text).contains(want) {
+                break;
+            }
+            text = after(&mut s, w, h, &[Command::SelectNext]);
+        }
+        let j = joined(&text);
+        assert!(j.contains(want), "{text}");
+        insta::assert_snapshot!(
+            format!("staging_model_not_relaunched__{w}x{h}"),
+            text.replace(&partop::collect::host::hostname(), "HOST")
+        );
+    }
+}
+
+#[test]
+fn log_scrolled_back() {
+    use partop::ui::logbuf::LogLine;
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        let lines: Vec<LogLine> = (0..70u64)
+            .map(|i| LogLine {
+                at_ms: T + i * 1000,
+                level: if i % 7 == 0 { log::Level::Warn } else { log::Level::Info },
+                text: if i == 3 {
+                    "applying plan 93f422974a479eb1 (detached; log /root/.local/state/partop/apply/93f422974a479eb1.log): it continues if you quit or the connection drops".into()
+                } else {
+                    format!("collector note {i}: reload warning on 0000:{:02x}:00.0", i % 8)
+                },
+            })
+            .collect();
+        update(&mut s, Msg::Log(lines));
+        update(&mut s, Msg::Command(Command::ViewLog));
+        let newest = draw(&s, w, h);
+        assert!(
+            newest.contains("collector note 69"),
+            "follows the newest: {newest}"
+        );
+        let text = after(&mut s, w, h, &[Command::Top]);
+        assert!(
+            joined(&text).contains("it continues if you quit or the connection drops"),
+            "the line that names the apply is reachable, whole: {text}"
+        );
+        assert!(text.contains("newer lines below"), "{text}");
+        insta::assert_snapshot!(format!("log_scrolled__{w}x{h}"), text);
+    }
+}
+
+#[test]
+fn detail_scrolled_to_its_end() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("cpx-nps4-small-models", w, h);
+        update(&mut s, Msg::Command(Command::SelectNext));
+        update(&mut s, Msg::Command(Command::OpenDetail));
+        let text = after(&mut s, w, h, &[Command::Bottom]);
+        assert!(
+            text.contains("Holders") || text.contains("hotspot"),
+            "{text}"
+        );
+        assert!(!text.contains("more below"), "at the end: {text}");
+        insta::assert_snapshot!(format!("detail_scrolled__{w}x{h}"), text);
+    }
+}
+
+#[test]
+fn overview_marks_the_selected_and_tagged_gpus() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("cpx-nps4-small-models", w, h);
+        for _ in 0..9 {
+            update(&mut s, Msg::Command(Command::SelectNext));
+        }
+        update(&mut s, Msg::Command(Command::TagGpu));
+        for _ in 0..8 {
+            update(&mut s, Msg::Command(Command::SelectNext));
+        }
+        update(&mut s, Msg::Command(Command::TagGpu));
+        let text = draw(&s, w, h);
+        assert!(text.contains("tagged 2 GPU(s)"), "{text}");
+        assert!(
+            text.contains("[17"),
+            "the selected logical GPU is marked: {text}"
+        );
+        insta::assert_snapshot!(format!("overview_selected_tagged__{w}x{h}"), text);
+    }
+}
+
+#[test]
+fn processes_grouped_by_gpu_and_by_model() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("cpx-nps4-small-models", w, h);
+        update(&mut s, Msg::Command(Command::ViewProcesses));
+        update(&mut s, Msg::Command(Command::CycleGroup));
+        let by_gpu = draw(&s, w, h);
+        assert!(by_gpu.contains("▸ GPU 13 (0000:26:00.5)"), "{by_gpu}");
+        insta::assert_snapshot!(format!("processes_by_gpu__{w}x{h}"), by_gpu);
+        update(&mut s, Msg::Command(Command::CycleGroup));
+        let by_model = draw(&s, w, h);
+        assert!(
+            by_model.contains("▸ Llama-3.1-8B-Instruct (vllm)")
+                && by_model.contains("▸ (not a model server)"),
+            "{by_model}"
+        );
+        insta::assert_snapshot!(format!("processes_by_model__{w}x{h}"), by_model);
+    }
+}

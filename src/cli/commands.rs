@@ -47,7 +47,7 @@ pub fn main(cli: Cli) -> Result<u8> {
             grace,
             yes,
             dry_run,
-        }) => crate::cli::kill::kill(&pids, signal, grace, yes, dry_run, settings),
+        }) => crate::cli::kill::kill(&cli.source, &pids, signal, grace, yes, dry_run, settings),
         Some(Cmd::Mig { action }) => crate::cli::mig::mig(&cli.source, action, settings),
         Some(Cmd::Nvidia { action }) => crate::cli::mig::nvidia(&cli.source, action),
         Some(Cmd::Models { action }) => crate::cli::models::models(&cli.source, action, settings),

@@ -11,17 +11,60 @@ use anyhow::Result;
 use std::path::Path;
 use std::time::Duration;
 
-fn describe(t: &Target) -> String {
+fn describe(t: &Target, seen: bool) -> String {
+    let gpus = if t.gpus.is_empty() {
+        if seen {
+            "no GPU".to_string()
+        } else {
+            "GPUs not read".to_string()
+        }
+    } else {
+        format!(
+            "logical GPU {}",
+            t.gpus
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    let vram = if t.vram_bytes > 0 {
+        format!(" · {} GiB VRAM", crate::domain::text::gib(t.vram_bytes))
+    } else {
+        String::new()
+    };
+    let model = t
+        .model
+        .as_deref()
+        .map(|m| format!(" · serves {m}"))
+        .unwrap_or_default();
+    let agent = t
+        .agent
+        .as_deref()
+        .map(|a| format!(" · node agent: {a}"))
+        .unwrap_or_default();
     format!(
-        "  pid {:>7}  user {:<10}  {}",
+        "  pid {:>7}  user {:<10}  {}  {gpus}{vram}{model}{agent}",
         t.pid,
         t.user.as_deref().unwrap_or("?"),
         t.name.as_deref().unwrap_or("?")
     )
 }
 
+/// What the node's sources say about `pids` (GPUs, VRAM, model), as the monitor's kill dialog
+/// shows it; None when the node cannot be read (the kill still works from /proc alone).
+fn seen(src: &crate::cli::SourceArgs, pids: &[u32]) -> Option<Vec<Target>> {
+    let node = crate::node::open(src).ok()?;
+    let rt = crate::cli::out::runtime().ok()?;
+    let mut c = node.collector();
+    let snap = rt.block_on(c.sample());
+    rt.shutdown_background();
+    Some(crate::domain::kill::plan(&snap, pids, std::process::id()).targets)
+}
+
 /// `partop kill`.
 pub fn kill(
+    src: &crate::cli::SourceArgs,
     pids: &[u32],
     signal: SignalArg,
     grace: f64,
@@ -43,12 +86,24 @@ pub fn kill(
     let mut targets = Vec::new();
     let mut pins = Vec::new();
     let mut problems = 0;
+    let known = seen(src, pids);
     for pid in pids {
-        let Some(t) = target_from_proc(proc_root, *pid) else {
+        let Some(mut t) = target_from_proc(proc_root, *pid) else {
             say(&format!("  pid {pid}: no such process\n"))?;
             problems += 1;
             continue;
         };
+        // The GPU side as the node's sources see it, for the same process (its start time).
+        if let Some(k) = known
+            .iter()
+            .flatten()
+            .find(|k| k.pid == t.pid && (k.start_ticks.is_none() || k.start_ticks == t.start_ticks))
+        {
+            t.gpus.clone_from(&k.gpus);
+            t.vram_bytes = k.vram_bytes;
+            t.model.clone_from(&k.model);
+            t.agent = t.agent.take().or_else(|| k.agent.clone());
+        }
         // Pinned now, while it is the process described below: the signal after the
         // confirmation goes to this process or to none.
         match crate::exec::signal::pin(proc_root, &t) {
@@ -67,7 +122,7 @@ pub fn kill(
     }
     say(&format!("{} will be sent to:\n", sig.name()))?;
     for t in &targets {
-        say(&format!("{}\n", describe(t)))?;
+        say(&format!("{}\n", describe(t, known.is_some())))?;
     }
     say(&format!(
         "then partop waits up to {grace}s for them to exit. Each process is held by a pidfd from now on, so a pid reused meanwhile is never signalled.\n"
@@ -95,7 +150,7 @@ pub fn kill(
         grace: Duration::from_secs_f64(grace),
         proc_root: proc_root.into(),
         journal: settings.journal.clone(),
-        simulated: false,
+        simulated: src.sim.is_some() || src.sim_state.is_some(),
     };
     let mut lines = Vec::new();
     let mut alive = Vec::new();

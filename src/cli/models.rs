@@ -231,7 +231,16 @@ pub fn models(
                 say(&(serde_json::to_string_pretty(&ranked)? + "\n"))?;
                 return Ok(exit::OK);
             }
-            say(&advice_text(&ranked, &snap))?;
+            // The command it prints must work as printed: the same node (a simulated one by its
+            // state file) and the same registry.
+            let mut node_args = String::new();
+            if let Some(st) = &src.sim_state {
+                node_args.push_str(&format!(" --sim-state {}", st.display()));
+            }
+            if let Some(m) = &src.models {
+                node_args.push_str(&format!(" --models {}", m.display()));
+            }
+            say(&advice_text(&ranked, &snap, &node_args))?;
             Ok(exit::OK)
         }
         ModelsCmd::Add { pid, write } => {
@@ -276,7 +285,11 @@ fn find<'a>(snap: &'a Snapshot, name: &str) -> Result<&'a ServedModel> {
 }
 
 /// The advisor's answer as text: the best layout, where each model goes, the runners-up.
-pub fn advice_text(ranked: &[crate::domain::placement::Proposal], snap: &Snapshot) -> String {
+pub fn advice_text(
+    ranked: &[crate::domain::placement::Proposal],
+    snap: &Snapshot,
+    node_args: &str,
+) -> String {
     let mut o = String::new();
     let Some(best) = ranked.first() else {
         return "no layout offered\n".into();
@@ -307,7 +320,7 @@ pub fn advice_text(ranked: &[crate::domain::placement::Proposal], snap: &Snapsho
         o.push_str("the node is already in this layout\n");
     } else {
         o.push_str(&format!(
-            "stage it: partop plan --compute {} --memory {}   (or `A` in the Models view)\n",
+            "stage it: partop{node_args} plan --compute {} --memory {}   (or `A` in the Models view)\n",
             best.compute, best.memory
         ));
     }

@@ -66,6 +66,31 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             Ok(exit::OK)
         }
         SimCmd::Stop { state } => {
+            // A node `partop --sim` started and left running (it quit during a repartition)
+            // is discarded whole: the apply on it is ended, then every file of it removed.
+            let ephemeral = state.parent() == crate::sim::session::ephemeral_state_path().parent()
+                && state
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("node-"));
+            if ephemeral
+                && let Some(h) = crate::exec::lock::holder(&crate::exec::lock::sim_path(&state))
+            {
+                let pid = nix::unistd::Pid::from_raw(i32::try_from(h.pid).unwrap_or(0));
+                if h.pid != 0
+                    && nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok()
+                {
+                    out(&format!(
+                        "the repartition on it (pid {}) is ended: the node is discarded\n",
+                        h.pid
+                    ))?;
+                    let end = std::time::Instant::now() + Duration::from_secs(5);
+                    while std::time::Instant::now() < end
+                        && nix::sys::signal::kill(pid, None).is_ok()
+                    {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
             for s in session::stop(&state, Duration::from_secs(3))? {
                 let how = if s.killed {
                     "did not exit on SIGTERM; sent SIGKILL"
@@ -73,6 +98,12 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
                     "stopped"
                 };
                 out(&format!("{}: {how}\n", s.name))?;
+            }
+            if ephemeral {
+                drop(crate::node::SimGuard {
+                    state: state.clone(),
+                });
+                out(&format!("{} and its files are removed\n", state.display()))?;
             }
             Ok(exit::OK)
         }

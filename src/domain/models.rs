@@ -270,7 +270,15 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Where `key = ` starts inside `span` of `text` (an entry), for errors that point at the
 /// offending line; the entry's start when it is not written there (a default).
 fn key_at(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
-    let body = &text[span.start.min(text.len())..span.end.min(text.len())];
+    // The entry runs from its header to the next table header (a table's span may cover only
+    // its header).
+    let start = span.start.min(text.len());
+    let after = text[start..]
+        .char_indices()
+        .skip(1)
+        .find(|(i, c)| *c == '[' && text[..start + i].ends_with('\n'))
+        .map_or(text.len(), |(i, _)| start + i);
+    let body = &text[start..after.max(span.end.min(text.len()))];
     let mut off = 0;
     for line in body.split_inclusive('\n') {
         let t = line.trim_start();

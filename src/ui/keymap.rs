@@ -232,13 +232,11 @@ fn without_unknown_sections(
             }
         }
         if skipping {
-            out.push('#');
-            out.push_str(
-                &" ".repeat(
-                    line.len()
-                        .saturating_sub(1 + usize::from(line.ends_with('\n'))),
-                ),
-            );
+            let body = line.len() - usize::from(line.ends_with('\n'));
+            if body > 0 {
+                out.push('#');
+                out.push_str(&" ".repeat(body - 1));
+            }
             if line.ends_with('\n') {
                 out.push('\n');
             }

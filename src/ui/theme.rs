@@ -120,8 +120,9 @@ pub struct Theme {
 
 fn color(palette: &BTreeMap<String, (String, Loc)>, s: &str) -> Result<Color, String> {
     match palette.get(s) {
-        Some((v, _)) => parse_color(v)
-            .map_err(|_| format!("palette colour {s:?} is not valid (see its own error)")),
+        // A bad palette colour is reported once, where it is written; styles using it fall
+        // back to their parent without a second message (empty: not reported).
+        Some((v, _)) => parse_color(v).map_err(|_| String::new()),
         None => parse_color(s).map_err(|e| format!("{e}; nor is it a name in [palette]")),
     }
 }
@@ -268,6 +269,7 @@ impl Theme {
                             ("fg" | "bg", toml::Value::String(c)) => match color(&palette, c) {
                                 Ok(c) if k == "fg" => st = st.fg(c),
                                 Ok(c) => st = st.bg(c),
+                                Err(m) if m.is_empty() => problems.push(m),
                                 Err(m) => problems.push(format!("{k}: {m}")),
                             },
                             ("modifiers", toml::Value::Array(a)) => {
@@ -295,7 +297,7 @@ impl Theme {
             if problems.is_empty() {
                 styles.insert(scope, st);
             } else {
-                for m in problems {
+                for m in problems.into_iter().filter(|m| !m.is_empty()) {
                     errors.push(loc.err(format!("style {scope:?}: {m}")));
                 }
             }

@@ -50,7 +50,6 @@ fn host_usage(state: &State, theme: &Theme) -> Vec<Span<'static>> {
     let cpu = h
         .cpu_percent
         .map_or_else(|| "N/A".to_string(), |c| format!("{c:.0}%"));
-    #[expect(clippy::cast_precision_loss, reason = "CPU count")]
     let busy = h.load[0] >= f64::from(h.cpus).max(1.0);
     vec![
         Span::styled("host ", theme.get("ui.muted")),

@@ -37,6 +37,7 @@ pub fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
                 flatten(&key, x, out);
             }
         }
+        Value::Array(a) if a.is_empty() => out.push((prefix.to_string(), "none".into())),
         Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => {
             out.push((
                 prefix.to_string(),
@@ -73,11 +74,11 @@ pub fn targets_summary(v: &Value) -> String {
         }
     };
     match v {
-        Value::Array(a) if a.len() == 1 => one(&a[0]),
-        Value::Array(a) if a.iter().all(Value::is_u64) => format!(
+        Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_u64) => format!(
             "pid {}",
             a.iter().map(scalar).collect::<Vec<_>>().join(", ")
         ),
+        Value::Array(a) if a.len() == 1 => one(&a[0]),
         Value::Array(a) => format!("{} targets", a.len()),
         Value::Object(_) => one(v),
         other => scalar(other),
@@ -104,6 +105,17 @@ pub fn outcome_summary(v: &Value) -> String {
         } else {
             format!("{} still running", still.len())
         };
+    }
+    // Per pid (`{"4242": {"outcome": "sent"}}`).
+    if !m.is_empty() && m.keys().all(|k| k.parse::<u32>().is_ok()) {
+        return m
+            .iter()
+            .map(|(pid, o)| {
+                let what = o.get("outcome").map_or_else(|| scalar(o), scalar);
+                format!("pid {pid}: {what}")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
     }
     if let Some(ok) = m.get("ok").and_then(Value::as_bool) {
         return if ok { "ok".into() } else { "failed".into() };

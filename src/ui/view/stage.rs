@@ -226,7 +226,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             ),
             (Err(_), _) => (
                 format!(
-                    "staged  {}/{}: not possible (see below)",
+                    "staged  {}/{}: no plan (see below)",
                     st.compute.map_or_else(|| "keep".into(), |m| m.to_string()),
                     st.memory.map_or_else(|| "keep".into(), |m| m.to_string())
                 ),
