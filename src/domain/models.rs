@@ -267,18 +267,22 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Where `key = ` starts inside `span` of `text` (an entry), for errors that point at the
-/// offending line; the entry's start when it is not written there (a default).
-fn key_at(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
-    // The entry runs from its header to the next table header (a table's span may cover only
-    // its header).
+/// Where an entry ends: at the next table header (a table's span may cover only its header).
+fn entry_end(text: &str, span: &std::ops::Range<usize>) -> usize {
     let start = span.start.min(text.len());
     let after = text[start..]
         .char_indices()
         .skip(1)
         .find(|(i, c)| *c == '[' && text[..start + i].ends_with('\n'))
         .map_or(text.len(), |(i, _)| start + i);
-    let body = &text[start..after.max(span.end.min(text.len()))];
+    after.max(span.end.min(text.len()))
+}
+
+/// Where `key = ` starts inside `span` of `text` (an entry), for errors that point at the
+/// offending line; the entry's start when it is not written there (a default).
+fn key_at(text: &str, span: &std::ops::Range<usize>, key: &str) -> usize {
+    let start = span.start.min(text.len());
+    let body = &text[start..entry_end(text, span)];
     let mut off = 0;
     for line in body.split_inclusive('\n') {
         let t = line.trim_start();
@@ -368,7 +372,7 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
                         return k;
                     }
                     // A value the message names (an unknown variant): where it is written.
-                    text.get(span.start..span.end.min(text.len()))
+                    text.get(span.start..entry_end(text, &span))
                         .and_then(|body| body.find(f))
                         .map_or(at, |i| span.start + i)
                 });
@@ -612,7 +616,7 @@ launch.systemd = "vllm@{device}.service"
     fn errors_are_located() {
         let bad = GOOD.replace("port = 8002", "port = 8001");
         let e = parse("m.toml", &bad).unwrap_err();
-        assert_eq!((e.line, e.column), (11, 1), "{e}");
+        assert_eq!((e.line, e.column), (14, 1), "{e}");
         assert!(e.message.contains("8001"), "{e}");
         let bad = GOOD.replace("\"{port}\"]", "\"{prot}\"]");
         let e = parse("m.toml", &bad).unwrap_err();
