@@ -243,3 +243,24 @@ pub fn figure(v: Option<f64>, pct: bool) -> String {
         Some(x) => format!("{x:.0}"),
     }
 }
+
+/// The snapshot document of docs/json.md with the findings and the sample's age at `now_ms`:
+/// what `partop snapshot --json`, `/snapshot` and `/events` carry.
+pub fn snapshot_document(
+    snap: &crate::domain::Snapshot,
+    findings: &[crate::domain::findings::Finding],
+    now_ms: u64,
+) -> serde_json::Value {
+    let mut v = serde_json::to_value(snap).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "findings".into(),
+            serde_json::to_value(findings).unwrap_or_default(),
+        );
+        o.insert(
+            "age_ms".into(),
+            serde_json::Value::from(now_ms.saturating_sub(snap.taken_at_ms)),
+        );
+    }
+    v
+}

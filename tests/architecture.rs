@@ -96,7 +96,9 @@ fn forbid(layer: &str, imports: &[&str], why: &str) {
 
 #[test]
 fn nothing_below_the_command_layer_imports_it() {
-    for layer in ["ui", "exec", "collect", "sim", "config", "node", "report"] {
+    for layer in [
+        "ui", "exec", "collect", "sim", "config", "node", "report", "serve",
+    ] {
         forbid(
             layer,
             &["crate::cli"],
@@ -124,6 +126,24 @@ fn the_ui_reaches_the_node_only_through_effects() {
 }
 
 #[test]
+fn the_service_reads_and_never_acts() {
+    forbid(
+        "serve",
+        &[
+            "crate::ui",
+            "crate::sim",
+            "crate::node",
+            "exec::kill",
+            "exec::apply",
+            "exec::models",
+            "exec::mig",
+            "exec::signal",
+        ],
+        "partop serve is read only: it samples and publishes; nothing in it may change the node",
+    );
+}
+
+#[test]
 fn the_top_of_src_holds_only_layer_roots() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut top: Vec<String> = std::fs::read_dir(&root)
@@ -143,6 +163,7 @@ fn the_top_of_src_holds_only_layer_roots() {
             "main.rs",
             "node.rs",
             "report.rs",
+            "serve.rs",
             "sim.rs",
             "ui.rs"
         ],

@@ -29,7 +29,7 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", global = true)]
     pub journal: Option<std::path::PathBuf>,
     /// Refresh interval in seconds, 0.1 to 3600 (default: config.toml's refresh_secs, else 1).
-    #[arg(long, value_name = "SECS", value_parser = crate::config::file::refresh_secs)]
+    #[arg(long, value_name = "SECS", global = true, value_parser = crate::config::file::refresh_secs)]
     pub refresh: Option<f64>,
     /// Theme name (built-in: default, light, high-contrast, monochrome) or a user theme.
     #[arg(long)]
@@ -44,9 +44,31 @@ pub struct Cli {
 
 pub use crate::node::SourceArgs;
 
+/// `partop serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on. A non-loopback address is said in the log at start.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9477")]
+    pub listen: std::net::SocketAddr,
+    /// A file holding the bearer token every data endpoint then requires
+    /// (`Authorization: Bearer TOKEN`; the health endpoints stay open).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Connections served at once; more are answered 503 at once.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub max_connections: u16,
+    /// Print the systemd unit for this service and exit.
+    #[arg(long)]
+    pub print_unit: bool,
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
+    /// Run headless as a service: what partop sees as Prometheus metrics (`/metrics`), JSON
+    /// (`/snapshot`) and server-sent events (`/events`), on loopback unless told otherwise.
+    /// Read only: nothing it serves changes the node.
+    Serve(ServeArgs),
     /// Take one snapshot and print it (a table, or the JSON of docs/json.md).
     Snapshot {
         /// Print JSON.

@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod out;
 pub mod plan;
 pub mod record;
+pub mod serve;
 pub mod sim;
 pub mod snapshot;
 

@@ -23,7 +23,13 @@ pub fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
         anyhow::bail!("{}", failed.join("\n"));
     }
     if json {
-        out(&(serde_json::to_string_pretty(&snap)? + "\n"))?;
+        // With the findings one sample shows (a partition count mismatch, a holder amd-smi
+        // does not list); those that need time (idle, noisy) need the monitor or serve.
+        let findings =
+            crate::domain::findings::Tracker::new(crate::domain::findings::Thresholds::default())
+                .observe(&snap);
+        let doc = crate::report::snapshot_document(&snap, &findings, snap.taken_at_ms);
+        out(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
     } else {
         out(&crate::report::table(&snap))?;
     }

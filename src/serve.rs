@@ -1,0 +1,96 @@
+//! `partop serve`: the collector run headless as a long-lived service, its samples published to
+//! HTTP (`serve::http`) as Prometheus series (`serve::metrics`), JSON and server-sent events.
+//! Sits beside the UI: it takes a collector (built by the command layer) and a listener, runs
+//! the same findings tracker as the monitor, follows unfinished applies through the journal,
+//! and never changes the node.
+
+pub mod http;
+pub mod log;
+pub mod metrics;
+
+use crate::collect::amdsmi::AmdSmiCollector;
+use crate::domain::findings::{Thresholds, Tracker};
+use http::{Limits, Published, Stats};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What the service needs besides the collector and the listener.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    /// Sampling interval.
+    pub refresh: Duration,
+    /// The journal (unfinished applies are exported).
+    pub journal: PathBuf,
+    /// This node's id in the journal.
+    pub node_id: String,
+    /// Findings thresholds.
+    pub thresholds: Thresholds,
+    /// HTTP bounds and token.
+    pub limits: Limits,
+}
+
+/// Samples every `refresh`, publishes each sample with its findings, and serves HTTP until
+/// `stop` resolves.
+pub async fn run(
+    collector: AmdSmiCollector,
+    listener: tokio::net::TcpListener,
+    settings: ServeSettings,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let (snap_tx, mut snap_rx) = watch::channel(Arc::new(crate::domain::Snapshot::default()));
+    let (_req_tx, req_rx) = tokio::sync::mpsc::channel(4);
+    let sampler = crate::collect::task::spawn(collector, settings.refresh, snap_tx, req_rx);
+    let (pub_tx, pub_rx) = watch::channel(Arc::new(Published::default()));
+    let journal = settings.journal.clone();
+    let node = settings.node_id.clone();
+    let thresholds = settings.thresholds;
+    let publisher = tokio::spawn(async move {
+        let mut tracker = Tracker::new(thresholds);
+        let mut apply = None;
+        let mut journal_read: Option<std::time::Instant> = None;
+        while snap_rx.changed().await.is_ok() {
+            let s = Arc::clone(&snap_rx.borrow_and_update());
+            let findings = tracker.observe(&s);
+            // The journal is read every 10 s, off the runtime thread.
+            if journal_read.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                journal_read = Some(std::time::Instant::now());
+                let (j, n) = (journal.clone(), node.clone());
+                apply = tokio::task::spawn_blocking(move || {
+                    crate::exec::journal::unfinished_on(&j, &n)
+                        .into_iter()
+                        .last()
+                        .map(|r| {
+                            let key = r.last.as_ref().map(|l| l.1.clone()).unwrap_or_default();
+                            (r.fingerprint.clone(), r.resume_point(), key)
+                        })
+                })
+                .await
+                .unwrap_or(None);
+            }
+            let p = Published {
+                snap: Some(s),
+                findings,
+                apply: apply.clone(),
+            };
+            if pub_tx.send(Arc::new(p)).is_err() {
+                break;
+            }
+        }
+    });
+    http::serve(
+        listener,
+        pub_rx,
+        settings.limits,
+        Arc::new(Stats::default()),
+        env!("CARGO_PKG_VERSION"),
+        stop,
+    )
+    .await;
+    publisher.abort();
+    sampler.abort();
+}
+
+/// The systemd unit `partop serve --print-unit` prints (also `docs/partop-serve.service`).
+pub const UNIT: &str = include_str!("../docs/partop-serve.service");

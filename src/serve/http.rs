@@ -1,0 +1,402 @@
+//! The HTTP side of `partop serve`: `/metrics`, `/snapshot`, `/events` (server-sent events),
+//! `/-/healthy`, `/-/ready`. Every request is answered from the last published sample (a
+//! watch channel the sampling loop fills), so a slow or hung source never blocks a scrape.
+//! Read only: no endpoint changes anything; only GET and HEAD are accepted.
+//!
+//! Bounds, because an exporter is reachable by whatever can reach its port: a fixed number of
+//! connections (the rest get 503 at once), 16 KiB of request head, no request body, 5 s to send
+//! the head, 10 s for a whole exchange (event streams excepted; a stream whose reader stops
+//! reading for 30 s is closed), one request per connection. hyper (HTTP/1.1 on tokio, the
+//! runtime partop already uses) does the protocol.
+
+use super::metrics::{Exported, render, to_prometheus_text};
+use crate::domain::findings::Finding;
+use crate::domain::snapshot::Snapshot;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+/// One published sample and what was derived from it.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// The sample (None until the first).
+    pub snap: Option<Arc<Snapshot>>,
+    /// The findings tracker's view after it.
+    pub findings: Vec<Finding>,
+    /// A repartition unfinished on this node: fingerprint, step index, step key.
+    pub apply: Option<(String, usize, String)>,
+}
+
+/// How the server is bounded and guarded.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Bytes of request head.
+    pub max_head: usize,
+    /// Time to receive the request head.
+    pub head_timeout: Duration,
+    /// Time for a whole exchange (not event streams).
+    pub exchange_timeout: Duration,
+    /// An event stream whose reader takes longer than this for one event is closed.
+    pub stream_stall: Duration,
+    /// Bearer token every data endpoint requires (the health endpoints do not).
+    pub token: Option<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 64,
+            max_head: 16 * 1024,
+            head_timeout: Duration::from_secs(5),
+            exchange_timeout: Duration::from_secs(10),
+            stream_stall: Duration::from_secs(30),
+            token: None,
+        }
+    }
+}
+
+/// Counters of the server itself, exported with the scrape.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// CPU time of the last `/metrics` render, ns (the thread's own).
+    pub last_render_cpu_ns: AtomicU64,
+    /// The most a render took, ns.
+    pub max_render_cpu_ns: AtomicU64,
+    /// Series in the last scrape.
+    pub last_series: AtomicU64,
+    /// Connections refused for the limit.
+    pub refused: AtomicU64,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body.into())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The thread's own CPU time, ns (a render runs without awaiting, on one thread).
+fn thread_cpu_ns() -> u64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).map_or(0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| {
+            u64::try_from(tv.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(tv.tv_usec()).unwrap_or(0) * 1000
+        };
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+/// Constant-time comparison (the token is a secret).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The snapshot document of docs/json.md with the findings and the sample's age.
+pub fn snapshot_json(p: &Published, now_ms: u64) -> Option<String> {
+    let snap = p.snap.as_ref()?;
+    serde_json::to_string(&crate::report::snapshot_document(snap, &p.findings, now_ms)).ok()
+}
+
+struct Ctx {
+    rx: watch::Receiver<Arc<Published>>,
+    limits: Limits,
+    stats: Arc<Stats>,
+    version: &'static str,
+}
+
+fn metrics(ctx: &Ctx, req: &Request<Incoming>) -> Response<Body> {
+    let p = Arc::clone(&ctx.rx.borrow());
+    let now = crate::collect::clock::now_ms();
+    let t0 = thread_cpu_ns();
+    let (om, n) = render(&Exported {
+        snap: p.snap.as_deref(),
+        findings: &p.findings,
+        apply: p.apply.clone(),
+        now_ms: now,
+        version: ctx.version,
+    });
+    let open_metrics = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    let mut body = if open_metrics {
+        om
+    } else {
+        to_prometheus_text(&om)
+    };
+    let took = thread_cpu_ns().saturating_sub(t0);
+    ctx.stats.last_render_cpu_ns.store(took, Ordering::Relaxed);
+    ctx.stats
+        .max_render_cpu_ns
+        .fetch_max(took, Ordering::Relaxed);
+    ctx.stats.last_series.store(n as u64, Ordering::Relaxed);
+    // The server's own figures (from the previous render: this one is being measured).
+    let own = format!(
+        "# HELP partop_scrape_render_cpu_seconds CPU time the last /metrics render took.\n# TYPE partop_scrape_render_cpu_seconds gauge\npartop_scrape_render_cpu_seconds {}\n# HELP partop_scrape_series Series in the last scrape.\n# TYPE partop_scrape_series gauge\npartop_scrape_series {n}\n# HELP partop_serve_refused_connections Connections refused at the connection limit since start.\n# TYPE partop_serve_refused_connections gauge\npartop_serve_refused_connections {}\n",
+        took as f64 / 1e9,
+        ctx.stats.refused.load(Ordering::Relaxed)
+    );
+    if open_metrics {
+        // Before the closing `# EOF`.
+        let at = body.rfind("# EOF").unwrap_or(body.len());
+        body.insert_str(at, &own);
+    } else {
+        body.push_str(&own);
+    }
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if open_metrics {
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        } else {
+            "text/plain; version=0.0.4; charset=utf-8"
+        }),
+    );
+    r
+}
+
+fn snapshot(ctx: &Ctx) -> Response<Body> {
+    let p = Arc::clone(&ctx.rx.borrow());
+    match snapshot_json(&p, crate::collect::clock::now_ms()) {
+        Some(j) => {
+            let mut r = Response::new(Full::new(Bytes::from(j)).boxed());
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        None => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no sample yet: the first one is on its way\n",
+        ),
+    }
+}
+
+/// `/events`: the current sample at once, then one `snapshot` event per new sample. A reader
+/// that does not take an event within the stall limit is dropped (it cannot hold the server).
+fn events(ctx: &Ctx) -> Response<Body> {
+    let mut rx = ctx.rx.clone();
+    let stall = ctx.limits.stream_stall;
+    let (tx, out) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            if !first && rx.changed().await.is_err() {
+                return;
+            }
+            first = false;
+            let p = Arc::clone(&rx.borrow_and_update());
+            let Some(j) = snapshot_json(&p, crate::collect::clock::now_ms()) else {
+                continue;
+            };
+            let id = p.snap.as_ref().map_or(0, |s| s.generation);
+            let frame = Frame::data(Bytes::from(format!(
+                "event: snapshot\nid: {id}\ndata: {j}\n\n"
+            )));
+            match tokio::time::timeout(stall, tx.send(Ok(frame))).await {
+                Ok(Ok(())) => {}
+                // The reader went away, or stopped reading: end the stream.
+                _ => return,
+            }
+        }
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(Recv(out))));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// An mpsc receiver as a stream (one adapter; not worth another crate).
+struct Recv<T>(tokio::sync::mpsc::Receiver<T>);
+
+impl<T> futures_core::Stream for Recv<T> {
+    type Item = T;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool) -> Response<Body> {
+    let path = req.uri().path();
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "partop serve is read only: GET or HEAD\n",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    // No request body is read, ever: a request that announces one is refused unread.
+    let has_body = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || req.headers().contains_key(header::TRANSFER_ENCODING);
+    if has_body {
+        return text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "partop serve takes no request body\n",
+        );
+    }
+    match path {
+        "/-/healthy" => return text(StatusCode::OK, "partop serve is healthy\n"),
+        "/-/ready" => {
+            return if ctx.rx.borrow().snap.is_some() {
+                text(StatusCode::OK, "partop serve is ready\n")
+            } else {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: waiting for the first sample\n",
+                )
+            };
+        }
+        _ => {}
+    }
+    if let Some(tok) = &ctx.limits.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !same(given.trim().as_bytes(), tok.as_bytes()) {
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "a bearer token is required (Authorization: Bearer …)\n",
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"partop\""),
+            );
+            return r;
+        }
+    }
+    match path {
+        "/metrics" => metrics(ctx, req),
+        "/snapshot" => snapshot(ctx),
+        "/events" => {
+            streaming.store(true, Ordering::Relaxed);
+            events(ctx)
+        }
+        "/" => text(
+            StatusCode::OK,
+            "partop serve: /metrics (Prometheus; OpenMetrics when asked), /snapshot (JSON with findings), /events (server-sent events), /-/healthy, /-/ready\n",
+        ),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// Serves on `listener` until `stop` resolves; in-flight exchanges get a moment to finish.
+pub async fn serve(
+    listener: TcpListener,
+    rx: watch::Receiver<Arc<Published>>,
+    limits: Limits,
+    stats: Arc<Stats>,
+    version: &'static str,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let ctx = Arc::new(Ctx {
+        rx,
+        limits,
+        stats,
+        version,
+    });
+    tokio::pin!(stop);
+    loop {
+        let (mut stream, peer) = tokio::select! {
+            () = &mut stop => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: say so, wait, go on.
+                    log::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            ctx.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 44\r\nConnection: close\r\n\r\ntoo many connections to partop serve; retry\n"),
+                )
+                .await;
+            });
+            continue;
+        };
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(connection(stream, peer, ctx, permit));
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let streaming = Arc::new(AtomicBool::new(false));
+    let svc_ctx = Arc::clone(&ctx);
+    let flag = Arc::clone(&streaming);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let r = route(&svc_ctx, &req, &flag);
+        async move { Ok::<_, Infallible>(r) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(ctx.limits.head_timeout)
+        .max_buf_size(ctx.limits.max_head.max(8192))
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let limit = tokio::time::sleep(ctx.limits.exchange_timeout);
+    tokio::pin!(limit);
+    tokio::select! {
+        r = &mut conn => {
+            if let Err(e) = r {
+                log::debug!("{peer}: {e}");
+            }
+        }
+        () = &mut limit => {
+            // An event stream is exempt: its reader's pace is bounded per event instead.
+            if streaming.load(Ordering::Relaxed) {
+                if let Err(e) = conn.await {
+                    log::debug!("{peer}: {e}");
+                }
+            } else {
+                log::debug!("{peer}: exchange over its time limit, closed");
+            }
+        }
+    }
+}

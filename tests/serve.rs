@@ -1,0 +1,640 @@
+//! `partop serve` for real: the binary on a loopback port against the simulated node, scraped
+//! by a real Prometheus (the distribution's, which `scripts/test` installs), its output checked
+//! by `promtool`, and its HTTP bounds pushed with raw sockets: bad methods, huge heads, bodies,
+//! slow clients, a wrong token, a hung amd-smi, SIGTERM.
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stderr,
+    reason = "tests panic on failure"
+)]
+
+mod common;
+use common::{partop, wait_until};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound and released; the server binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One raw HTTP/1.1 exchange: status code and body (the server closes after one response).
+fn raw(port: u16, request: &[u8]) -> (u16, String) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = s.write_all(request);
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (code, body)
+}
+
+fn get(port: u16, path: &str, extra: &str) -> (u16, String) {
+    raw(
+        port,
+        // HTTP/1.0: a whole body, never chunked (Prometheus chunks HTTP/1.1 answers).
+        format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{extra}\r\n").as_bytes(),
+    )
+}
+
+/// `partop serve` as a child, stopped (SIGTERM) on drop.
+struct Serve {
+    child: Child,
+    port: u16,
+    home: tempfile::TempDir,
+}
+
+impl Serve {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut cmd = partop();
+        cmd.env("XDG_STATE_HOME", home.path().join("state"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .args(args)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let s = Self { child, port, home };
+        wait_until("partop serve to listen", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        s
+    }
+
+    fn ready(&self) {
+        wait_until("partop serve to be ready", || {
+            get(self.port, "/-/ready", "").0 == 200
+        });
+    }
+
+    /// The simulated node `--sim` started (its state file is named after the pid).
+    fn sim_state(&self) -> PathBuf {
+        self.home
+            .path()
+            .join(format!("state/partop/sim/node-{}.json", self.child.id()))
+    }
+
+    fn term(&mut self) -> (std::process::ExitStatus, String) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let t = Instant::now();
+        let st = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "SIGTERM not obeyed");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (st, err)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.term();
+        }
+    }
+}
+
+/// A real Prometheus on loopback scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(targets: &[u16]) -> Self {
+        let bin = which("prometheus");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let t: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+        let cfg = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: partop\n    static_configs:\n      - targets: [{}]\n",
+                t.join(", ")
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let p = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        wait_until("prometheus to answer", || {
+            get(port, "/-/ready", "").0 == 200
+        });
+        p
+    }
+
+    /// An instant query: the result vector.
+    fn query(&self, q: &str, at: Option<f64>) -> Vec<serde_json::Value> {
+        let mut url = format!(
+            "/api/v1/query?query={}",
+            q.bytes()
+                .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                })
+                .collect::<String>()
+        );
+        if let Some(t) = at {
+            url.push_str(&format!("&time={t:.3}"));
+        }
+        let (code, body) = get(self.port, &url, "");
+        assert_eq!(code, 200, "{q}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A program the tests drive for real: found, or the test fails saying what to install.
+fn which(name: &str) -> PathBuf {
+    for d in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(d).join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "{name} is not installed: the serve tests drive the real one (scripts/test installs the distribution's prometheus package; or: apt-get install prometheus)"
+    );
+}
+
+fn label<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
+    v["metric"][k].as_str().unwrap_or("")
+}
+
+fn value(v: &serde_json::Value) -> f64 {
+    v["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn prometheus_scrapes_every_partition_and_old_partitions_vanish_after_a_repartition() {
+    let serve = Serve::start(&["--sim", "cpx-nps4-small-models", "--refresh", "1"], &[]);
+    serve.ready();
+    // Keep every /snapshot by its sample generation, to compare with what Prometheus stored.
+    let snapshots = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        u64,
+        serde_json::Value,
+    >::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (snaps, stop, port) = (snapshots.clone(), stop.clone(), serve.port);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (code, body) = get(port, "/snapshot", "");
+                if code == 200 {
+                    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                    let g = v["generation"].as_u64().unwrap();
+                    snaps.lock().unwrap().insert(g, v);
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    let prom = Prometheus::start(&[serve.port]);
+    wait_until("two scrapes", || {
+        prom.query("count_over_time(partop_up[1m])", None)
+            .first()
+            .is_some_and(|v| value(v) >= 2.0)
+    });
+    // The generation Prometheus stored last, at its scrape's own timestamp.
+    let last = prom.query("partop_sample_generation", None);
+    let (at, g) = (
+        last[0]["value"][0].as_f64().unwrap(),
+        value(&last[0]) as u64,
+    );
+    let busy = prom.query("gpu_gfx_activity", Some(at));
+    assert_eq!(busy.len(), 64, "every partition has its own series");
+    wait_until("the poller to hold that sample", || {
+        snapshots.lock().unwrap().contains_key(&g)
+    });
+    let snap = snapshots.lock().unwrap()[&g].clone();
+    let mut compared = 0;
+    for gpu in snap["gpus"].as_array().unwrap() {
+        for p in gpu["partitions"].as_array().unwrap() {
+            let id = p["gpu_id"].as_u64().unwrap().to_string();
+            let part = p["partition_id"].as_u64().unwrap().to_string();
+            let s = busy
+                .iter()
+                .find(|v| label(v, "gpu_id") == id)
+                .unwrap_or_else(|| panic!("no series for logical GPU {id}"));
+            assert_eq!(label(s, "gpu_partition_id"), part);
+            assert_eq!(label(s, "gpu_compute_partition_type"), "cpx");
+            assert_eq!(label(s, "gpu_memory_partition_type"), "nps4");
+            let want = p["gfx_busy_percent"].as_f64().unwrap();
+            assert!(
+                (value(s) - want).abs() < 1e-6,
+                "logical GPU {id}: Prometheus {} vs /snapshot {want}",
+                value(s)
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 64);
+    // Partitions other than 0 are not left at 0 (what DME does): the model servers run on 1, 2.
+    assert!(
+        busy.iter()
+            .any(|v| label(v, "gpu_partition_id") != "0" && value(v) > 0.0)
+    );
+    // A partop finding series: a finding from the same /snapshot is in Prometheus too.
+    let found = prom.query("partop_partition_holders", Some(at));
+    assert!(!found.is_empty());
+
+    // Another operator repartitions the node: CPX/NPS4 -> DPX/NPS2 on every GPU.
+    let state = serve.sim_state();
+    let o = common::run(
+        partop()
+            .env("XDG_STATE_HOME", serve.home.path().join("state"))
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .arg("--sim-state")
+            .arg(&state)
+            .args([
+                "plan",
+                "--gpu",
+                "all",
+                "--compute",
+                "DPX",
+                "--memory",
+                "NPS2",
+                "--json",
+            ]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let pf = serve.home.path().join("plan.json");
+    std::fs::write(&pf, &o.stdout).unwrap();
+    let o = common::run(
+        partop()
+            .env("XDG_STATE_HOME", serve.home.path().join("state"))
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .arg("--sim-state")
+            .arg(&state)
+            .arg("apply")
+            .arg(&pf)
+            .arg("--yes"),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // The next scrapes hold 16 partitions; the 48 that are gone have no series left.
+    wait_until("Prometheus to see the new layout", || {
+        let now = prom.query("gpu_gfx_activity", None);
+        now.len() == 16
+            && now
+                .iter()
+                .all(|v| label(v, "gpu_compute_partition_type") == "dpx")
+    });
+    let gone = prom.query("gpu_gfx_activity{gpu_id=\"40\"}", None);
+    assert!(
+        gone.is_empty(),
+        "a series of a partition that is gone: {gone:?}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+}
+
+#[test]
+fn a_finding_reaches_prometheus_as_a_series() {
+    // Idle after 3 s instead of 10 minutes: the idle-partition scenario's server holds 70 GiB.
+    let serve = {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(home.path().join("partop")).unwrap();
+        std::fs::write(
+            home.path().join("partop/config.toml"),
+            "idle_minutes = 0.05\n",
+        )
+        .unwrap();
+        let s = Serve::start(
+            &["--sim", "idle-partition", "--refresh", "1"],
+            &[("XDG_CONFIG_HOME", home.path().to_str().unwrap())],
+        );
+        (s, home)
+    };
+    let s = &serve.0;
+    s.ready();
+    let prom = Prometheus::start(&[s.port]);
+    wait_until("the idle finding in Prometheus", || {
+        !prom
+            .query("partop_finding{kind=\"idle_partition\"}", None)
+            .is_empty()
+    });
+    let f = prom.query("partop_finding{kind=\"idle_partition\"}", None);
+    let (_, body) = get(s.port, "/snapshot", "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().any(|x| x["kind"] == "idle_partition"
+            && x["subject"].as_str() == Some(label(&f[0], "subject"))),
+        "{findings:?} vs {f:?}"
+    );
+}
+
+#[test]
+fn promtool_accepts_the_output_in_both_formats_and_the_dashboard_queries_exist() {
+    // The idle-partition node, idle after 3 s, so a finding and a served model are exported.
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cfg.path().join("partop")).unwrap();
+    std::fs::write(
+        cfg.path().join("partop/config.toml"),
+        "idle_minutes = 0.05\n",
+    )
+    .unwrap();
+    let serve = Serve::start(
+        &["--sim", "idle-partition", "--refresh", "1"],
+        &[("XDG_CONFIG_HOME", cfg.path().to_str().unwrap())],
+    );
+    serve.ready();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/grafana-partop.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut names = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let e = t["expr"].as_str().unwrap();
+            for w in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if (w.starts_with("partop_") || w.starts_with("gpu_"))
+                    && !names.contains(&w.to_string())
+                {
+                    names.push(w.to_string());
+                }
+            }
+        }
+    }
+    assert!(names.len() >= 8, "{names:?}");
+    let serves = |body: &str, n: &str| {
+        body.contains(&format!("\n{n}{{")) || body.contains(&format!("\n{n} "))
+    };
+    // amd-smi's identity (power), the model's probe and the finding come within seconds.
+    wait_until("every series the dashboard queries", || {
+        let body = get(serve.port, "/metrics", "").1;
+        names.iter().all(|n| serves(&body, n)) && body.contains("gpu_package_power")
+    });
+    for accept in [
+        "",
+        "Accept: application/openmetrics-text; version=1.0.0\r\n",
+    ] {
+        let (code, body) = get(serve.port, "/metrics", accept);
+        assert_eq!(code, 200);
+        let mut check = Command::new(which("promtool"))
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let o = check.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "promtool ({accept:?}): {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // The unit printed is the one in docs/.
+    let o = common::run(partop().args(["serve", "--print-unit"]), "");
+    assert_eq!(
+        o.stdout,
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/partop-serve.service"
+        ))
+        .unwrap()
+    );
+}
+
+#[test]
+fn hostile_requests_are_bounded_and_a_token_is_required_when_set() {
+    let home = tempfile::tempdir().unwrap();
+    let tok = home.path().join("token");
+    std::fs::write(&tok, "s3cret-token\n").unwrap();
+    let mut serve = Serve::start(&["--sim", "spx-nps1-one-model"], &[]);
+    serve.ready();
+    let p = serve.port;
+    // Methods: read only.
+    let (code, _) = raw(
+        p,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(code, 405);
+    let (code, _) = raw(p, b"DELETE /snapshot HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(code, 405);
+    // A body is refused unread.
+    let (code, _) = raw(
+        p,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+    );
+    assert_eq!(code, 413);
+    // A huge head is refused (or the connection closed), never buffered without end.
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    let (code, _) = raw(p, big.as_bytes());
+    assert!(code == 431 || code == 0 || code == 400, "{code}");
+    assert_eq!(get(p, "/nope", "").0, 404);
+    // A slow client (half a head, then nothing) is cut off, and others are served meanwhile.
+    let mut slow = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
+    let t = Instant::now();
+    assert_eq!(get(p, "/-/healthy", "").0, 200);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = slow.read_to_end(&mut buf);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(15),
+        "the slow client was closed after {waited:?}"
+    );
+    // Many connections at once: past the limit they are refused at once, not queued.
+    let held: Vec<TcpStream> = (0..70)
+        .map(|_| TcpStream::connect(("127.0.0.1", p)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(held);
+    wait_until("the server to recover", || {
+        get(p, "/-/healthy", "").0 == 200
+    });
+    let (_, body) = get(p, "/metrics", "");
+    let refused = body
+        .lines()
+        .find(|l| l.starts_with("partop_serve_refused_connections "))
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap();
+    assert!(refused >= 6.0, "{refused}");
+    let (st, err) = serve.term();
+    assert!(st.success(), "SIGTERM ends it cleanly: {st:?} {err}");
+    assert!(
+        err.contains("<6>partop serve listening on http://127.0.0.1:"),
+        "{err}"
+    );
+    assert!(err.contains("<6>SIGTERM: stopping"), "{err}");
+
+    // With a token: data endpoints need it, health endpoints do not.
+    let mut cmd = partop();
+    let port = free_port();
+    cmd.env("XDG_STATE_HOME", home.path().join("state"))
+        .env("PARTOP_SIM_AMD_SMI_COST", "off")
+        .args(["--sim", "spx-nps1-one-model", "serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--token-file")
+        .arg(&tok)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    wait_until("the guarded server", || get(port, "/-/ready", "").0 == 200);
+    assert_eq!(get(port, "/metrics", "").0, 401);
+    assert_eq!(
+        get(port, "/metrics", "Authorization: Bearer wrong\r\n").0,
+        401
+    );
+    assert_eq!(
+        get(port, "/snapshot", "Authorization: Bearer s3cret-token\r\n").0,
+        200
+    );
+    assert_eq!(get(port, "/-/healthy", "").0, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_hung_amd_smi_never_blocks_a_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("amd-smi");
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6062;; esac\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = Serve::start(
+        &[
+            "--amd-smi",
+            script.to_str().unwrap(),
+            "--timeout",
+            "2",
+            "--sysfs-root",
+            dir.path().join("nosys").to_str().unwrap(),
+        ],
+        &[],
+    );
+    serve.ready();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (code, body) = get(serve.port, "/metrics", "");
+        assert_eq!(code, 200);
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "a scrape waited {:?}",
+            t.elapsed()
+        );
+        assert!(body.contains("partop_sample_age_seconds"), "{body}");
+    }
+    wait_until("the hung source to be reported down", || {
+        get(serve.port, "/metrics", "").1.lines().any(|l| {
+            l.starts_with("partop_source_up{") && l.contains("amd-smi") && l.ends_with(" 0.0")
+        })
+    });
+    // The reason is served as soon as the call's limit has passed.
+    wait_until("the reason in /snapshot", || {
+        get(serve.port, "/snapshot", "")
+            .1
+            .contains("timed out after 2s")
+    });
+    drop(serve);
+    wait_until("the hung calls to be gone", || {
+        common::running("sleep 6062") == 0
+    });
+}
+
+#[test]
+fn events_stream_one_snapshot_per_sample_with_findings() {
+    let serve = Serve::start(&["--sim", "dpx-nps2-two-models", "--refresh", "0.5"], &[]);
+    serve.ready();
+    let mut s = TcpStream::connect(("127.0.0.1", serve.port)).unwrap();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 65536];
+    let t = Instant::now();
+    // Past the 10 s limit of an ordinary exchange: a stream is not cut by it.
+    while seen.matches("event: snapshot").count() < 26 && t.elapsed() < Duration::from_secs(25) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("text/event-stream"), "{seen}");
+    let mut gens = Vec::new();
+    for ev in seen.split("\n\n").filter(|e| e.contains("data: ")) {
+        let data = ev.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert!(v["findings"].is_array() && v["gpus"].is_array());
+        gens.push(v["generation"].as_u64().unwrap());
+    }
+    assert!(
+        gens.len() >= 3 && gens.windows(2).all(|w| w[0] < w[1]),
+        "{gens:?}"
+    );
+}
