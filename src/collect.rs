@@ -4,6 +4,8 @@
 
 pub mod amdsmi;
 pub mod clock;
+pub mod fleet;
+pub mod fleet_prometheus;
 pub mod holders;
 pub mod host;
 pub mod kfd;

@@ -5,6 +5,7 @@
 
 pub mod findings;
 pub mod fingerprint;
+pub mod fleet;
 pub mod history;
 pub mod kill;
 pub mod layout;

@@ -22,7 +22,7 @@ pub struct SourceArgs {
     #[arg(long, value_name = "PATH", global = true)]
     pub amd_smi: Option<PathBuf>,
     /// Attach to a simulated node started with `partop sim start` (it keeps running on exit).
-    #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["sim", "replay"])]
+    #[arg(long, value_name = "FILE", global = true, env = "PARTOP_SIM_STATE", conflicts_with_all = ["sim", "replay"])]
     pub sim_state: Option<PathBuf>,
     /// Read from a recording made by `partop record` instead of a live node.
     #[arg(long, value_name = "FILE", global = true, conflicts_with = "sim")]

@@ -31,29 +31,33 @@ pub struct ServeSettings {
     pub limits: Limits,
 }
 
-/// Samples every `refresh`, publishes each sample with its findings, and serves HTTP until
-/// `stop` resolves.
-pub async fn run(
+/// Samples every `refresh` and publishes each sample with its findings and the node's
+/// unfinished apply (the journal is read every 10 s, off the runtime thread). The tasks end
+/// when the returned receiver and its clones are gone.
+pub fn publish(
     collector: AmdSmiCollector,
-    listener: tokio::net::TcpListener,
-    settings: ServeSettings,
-    stop: impl std::future::Future<Output = ()>,
+    settings: &ServeSettings,
+) -> (
+    watch::Receiver<Arc<Published>>,
+    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<()>,
 ) {
     let (snap_tx, mut snap_rx) = watch::channel(Arc::new(crate::domain::Snapshot::default()));
-    let (_req_tx, req_rx) = tokio::sync::mpsc::channel(4);
+    let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
     let sampler = crate::collect::task::spawn(collector, settings.refresh, snap_tx, req_rx);
     let (pub_tx, pub_rx) = watch::channel(Arc::new(Published::default()));
     let journal = settings.journal.clone();
     let node = settings.node_id.clone();
     let thresholds = settings.thresholds;
     let publisher = tokio::spawn(async move {
+        // Kept so the sampler's request channel stays open (it samples on its tick only).
+        let _requests = req_tx;
         let mut tracker = Tracker::new(thresholds);
         let mut apply = None;
         let mut journal_read: Option<std::time::Instant> = None;
         while snap_rx.changed().await.is_ok() {
             let s = Arc::clone(&snap_rx.borrow_and_update());
             let findings = tracker.observe(&s);
-            // The journal is read every 10 s, off the runtime thread.
             if journal_read.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 journal_read = Some(std::time::Instant::now());
                 let (j, n) = (journal.clone(), node.clone());
@@ -79,6 +83,18 @@ pub async fn run(
             }
         }
     });
+    (pub_rx, sampler, publisher)
+}
+
+/// Samples every `refresh`, publishes each sample with its findings, and serves HTTP until
+/// `stop` resolves.
+pub async fn run(
+    collector: AmdSmiCollector,
+    listener: tokio::net::TcpListener,
+    settings: ServeSettings,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let (pub_rx, sampler, publisher) = publish(collector, &settings);
     http::serve(
         listener,
         pub_rx,
@@ -90,6 +106,21 @@ pub async fn run(
     .await;
     publisher.abort();
     sampler.abort();
+}
+
+/// A published sample as its fleet row.
+pub fn summary(s: &crate::domain::Snapshot, p: &Published) -> crate::domain::fleet::NodeSummary {
+    crate::domain::fleet::summarize(
+        s,
+        &p.findings,
+        p.apply
+            .as_ref()
+            .map(|(f, i, k)| crate::domain::fleet::ApplyInfo {
+                fingerprint: f.clone(),
+                step: *i,
+                key: k.clone(),
+            }),
+    )
 }
 
 /// The systemd unit `partop serve --print-unit` prints (also `docs/partop-serve.service`).

@@ -9,6 +9,7 @@ pub mod config;
 pub mod confirm;
 pub mod dialog;
 pub mod effect;
+pub mod fleet;
 pub mod keymap;
 pub mod logbuf;
 pub mod mig_stage;

@@ -22,8 +22,24 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         grace,
     } = args.clone();
     let path = path.as_path();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // `-`: the plan on stdin (how a fleet rollout hands a node its plan over ssh); the
+    // confirmation then was the fleet's, so --yes is required.
+    if path.as_os_str() == "-" && !yes && !dry_run {
+        anyhow::bail!(
+            "a plan read from stdin (`-`) needs --yes: the confirmation is the caller's (partop fleet apply)"
+        );
+    }
+    let text = if path.as_os_str() == "-" {
+        let mut t = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(std::io::stdin().lock(), 16 << 20),
+            &mut t,
+        )
+        .context("cannot read the plan from stdin")?;
+        t
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
     let file_plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a plan made by `partop plan --json`",

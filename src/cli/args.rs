@@ -44,6 +44,79 @@ pub struct Cli {
 
 pub use crate::node::SourceArgs;
 
+/// `partop fleet`.
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// Nodes: ssh destinations (`node01`, `user@host`, a `~/.ssh/config` Host), or
+    /// `http://HOST:PORT` for a `partop serve` endpoint.
+    pub hosts: Vec<String>,
+    /// A file of nodes, one per line (`#` comments; `HOST partop=/path/to/partop` for a node
+    /// where partop is installed elsewhere).
+    #[arg(long, value_name = "FILE")]
+    pub hosts_file: Option<PathBuf>,
+    /// The ssh config every ssh call uses (`-F`); when no node is named otherwise, every `Host`
+    /// pattern of it without wildcards is a node.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_config: Option<PathBuf>,
+    /// Read the fleet from this Prometheus (read only): partop's series, or the AMD Device
+    /// Metrics Exporter's.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// The partop to run on each node over ssh.
+    #[arg(long, value_name = "PATH", default_value = "partop")]
+    pub remote_partop: String,
+    /// Nodes connected to at once.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub concurrency: u16,
+    /// Seconds to connect to a node before it is called unreachable.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub connect_timeout: u32,
+    /// Print one round of the fleet (every node once, or its reason) as a table, or JSON, and
+    /// exit (for scripts and tests).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: JSON.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// What to do (default: the fleet view).
+    #[command(subcommand)]
+    pub action: Option<FleetCmd>,
+}
+
+/// `partop fleet` actions.
+#[derive(Debug, Subcommand)]
+pub enum FleetCmd {
+    /// Plan a change on every node given: each node plans its own (`partop plan` over ssh);
+    /// prints every plan and the fleet total, and saves the set for `fleet apply`.
+    Plan {
+        /// Target compute mode.
+        #[arg(long)]
+        compute: Option<String>,
+        /// Target memory mode.
+        #[arg(long)]
+        memory: Option<String>,
+        /// Where to save the plan set (JSON).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Roll a saved plan set out, node by node (or N at a time): `partop apply` on each over
+    /// ssh, each node verified before the next; stops at the first failure. One confirmation
+    /// covers the exact nodes and plan fingerprints.
+    Apply {
+        /// The plan set from `fleet plan`.
+        set: PathBuf,
+        /// Nodes applied at once.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+        parallel: u16,
+        /// Do not ask (the typed confirmation is skipped: for scripts).
+        #[arg(long)]
+        yes: bool,
+        /// Continue an interrupted rollout of this set (nodes done are skipped).
+        #[arg(long)]
+        resume: bool,
+    },
+}
+
 /// `partop serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -69,6 +142,17 @@ pub enum Cmd {
     /// (`/snapshot`) and server-sent events (`/events`), on loopback unless told otherwise.
     /// Read only: nothing it serves changes the node.
     Serve(ServeArgs),
+    /// Sample every --refresh and print one JSON document per line (the snapshot of
+    /// docs/json.md with findings): what `partop fleet` reads over ssh. Ends when stdout closes.
+    Stream {
+        /// One fleet row per sample instead of the whole document (a few hundred bytes).
+        #[arg(long)]
+        summary: bool,
+    },
+    /// Many nodes in one view: each node's partitions, load, models, findings and health, read
+    /// over ssh (`partop stream` on the node), from `partop serve` endpoints, or from
+    /// Prometheus; changes rolled out node by node (docs/fleet.md).
+    Fleet(FleetArgs),
     /// Take one snapshot and print it (a table, or the JSON of docs/json.md).
     Snapshot {
         /// Print JSON.

@@ -24,6 +24,8 @@ pub fn main(cli: Cli) -> Result<u8> {
     match cli.command {
         None => crate::cli::monitor::monitor(&cli, settings),
         Some(Cmd::Serve(ref a)) => super::serve::serve(&cli, a, settings),
+        Some(Cmd::Stream { summary }) => super::stream::stream(&cli, summary, settings),
+        Some(Cmd::Fleet(ref a)) => super::fleet::fleet(&cli, a, settings),
         Some(Cmd::Snapshot { json }) => super::snapshot::snapshot(&cli.source, json),
         Some(Cmd::Sim { action }) => super::sim::sim(action, settings.read_only),
         Some(Cmd::Record { out: path }) => super::record::record(&cli.source, &path),

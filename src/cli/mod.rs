@@ -6,6 +6,9 @@ pub mod apply;
 pub mod args;
 pub mod check_config;
 pub mod commands;
+pub mod fleet;
+pub mod fleet_apply;
+pub mod fleet_view;
 pub mod kill;
 pub mod mig;
 pub mod models;
@@ -16,5 +19,6 @@ pub mod record;
 pub mod serve;
 pub mod sim;
 pub mod snapshot;
+pub mod stream;
 
 pub use args::*;

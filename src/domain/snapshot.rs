@@ -8,7 +8,7 @@ use super::provenance::{Missing, Provenance, SourceKind};
 use serde::{Deserialize, Serialize};
 
 /// Health of one source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
     /// Last read succeeded.
@@ -18,6 +18,7 @@ pub enum Health {
     /// Last read failed; values shown are from an older read.
     Stale,
     /// Never read successfully.
+    #[default]
     Down,
 }
 

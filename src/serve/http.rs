@@ -108,10 +108,21 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The snapshot document of docs/json.md with the findings and the sample's age.
+/// The snapshot document of docs/json.md with the findings, the sample's age and the node's
+/// unfinished apply (`{fingerprint, step, key}` or null), on one line.
 pub fn snapshot_json(p: &Published, now_ms: u64) -> Option<String> {
     let snap = p.snap.as_ref()?;
-    serde_json::to_string(&crate::report::snapshot_document(snap, &p.findings, now_ms)).ok()
+    let mut doc = crate::report::snapshot_document(snap, &p.findings, now_ms);
+    if let Some(o) = doc.as_object_mut() {
+        o.insert(
+            "apply".into(),
+            p.apply.as_ref().map_or(
+                serde_json::Value::Null,
+                |(f, i, k)| serde_json::json!({"fingerprint": f, "step": i, "key": k}),
+            ),
+        );
+    }
+    serde_json::to_string(&doc).ok()
 }
 
 struct Ctx {
@@ -193,7 +204,7 @@ fn snapshot(ctx: &Ctx) -> Response<Body> {
 
 /// `/events`: the current sample at once, then one `snapshot` event per new sample. A reader
 /// that does not take an event within the stall limit is dropped (it cannot hold the server).
-fn events(ctx: &Ctx) -> Response<Body> {
+fn events(ctx: &Ctx, summary: bool) -> Response<Body> {
     let mut rx = ctx.rx.clone();
     let stall = ctx.limits.stream_stall;
     let (tx, out) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
@@ -205,7 +216,14 @@ fn events(ctx: &Ctx) -> Response<Body> {
             }
             first = false;
             let p = Arc::clone(&rx.borrow_and_update());
-            let Some(j) = snapshot_json(&p, crate::collect::clock::now_ms()) else {
+            let j = if summary {
+                p.snap
+                    .as_ref()
+                    .and_then(|s| serde_json::to_string(&super::summary(s, &p)).ok())
+            } else {
+                snapshot_json(&p, crate::collect::clock::now_ms())
+            };
+            let Some(j) = j else {
                 continue;
             };
             let id = p.snap.as_ref().map_or(0, |s| s.generation);
@@ -304,7 +322,12 @@ fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool) -> Response
         "/snapshot" => snapshot(ctx),
         "/events" => {
             streaming.store(true, Ordering::Relaxed);
-            events(ctx)
+            // `?summary=1`: one fleet row per sample instead of the whole document.
+            let summary = req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "summary=1"));
+            events(ctx, summary)
         }
         "/" => text(
             StatusCode::OK,

@@ -71,6 +71,7 @@ commands! {
     ModelStop = "model_stop", "Stop the selected registered model its registry's way: opens a confirmation", Mutating;
     ModelAddToRegistry = "model_add_to_registry", "Add the selected discovered server to models.toml: shows the entry first", Mutating;
     ModelAdvise = "model_advise", "Stage the partition layout that serves the registry's models best", Mutating;
+    TagNode = "tag_node", "Fleet: tag or untag the selected node (fleet plan and apply act on tagged ones)", Safe;
     TagGpu = "tag_gpu", "Tag or untag the selected logical GPU's physical GPU (staging acts on tagged ones)", Safe;
     StageChange = "stage_change", "Stage a partition change for the selected GPU (plan, then confirm)", Mutating;
     StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep); on an NVIDIA GPU, the next MIG layout", Safe;

@@ -50,11 +50,13 @@ pub enum Section {
     Models,
     /// The staging overlay (exclusive).
     Stage,
+    /// The fleet view (`partop fleet`; exclusive: the monitor's view keys do not apply).
+    Fleet,
 }
 
 impl Section {
     /// All sections.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Global,
         Self::Overview,
         Self::Gpus,
@@ -68,6 +70,7 @@ impl Section {
         Self::Filter,
         Self::Dialog,
         Self::Stage,
+        Self::Fleet,
     ];
 
     /// The section a file names, if it is one.
@@ -91,12 +94,16 @@ impl Section {
             Self::Journal => "journal",
             Self::Models => "models",
             Self::Stage => "stage",
+            Self::Fleet => "fleet",
         }
     }
 
     /// Exclusive sections stop global bindings.
     pub const fn exclusive(self) -> bool {
-        matches!(self, Self::Help | Self::Filter | Self::Dialog | Self::Stage)
+        matches!(
+            self,
+            Self::Help | Self::Filter | Self::Dialog | Self::Stage | Self::Fleet
+        )
     }
 }
 
@@ -139,6 +146,7 @@ struct File {
     journal: Option<BTreeMap<String, Spanned<String>>>,
     models: Option<BTreeMap<String, Spanned<String>>>,
     stage: Option<BTreeMap<String, Spanned<String>>>,
+    fleet: Option<BTreeMap<String, Spanned<String>>>,
 }
 
 impl File {
@@ -157,6 +165,7 @@ impl File {
             (Section::Journal, self.journal),
             (Section::Models, self.models),
             (Section::Stage, self.stage),
+            (Section::Fleet, self.fleet),
         ]
         .into_iter()
         .filter_map(|(s, m)| m.map(|m| (s, m)))

@@ -117,6 +117,9 @@ pub struct State {
     pub log: std::collections::VecDeque<super::logbuf::LogLine>,
     /// Offsets of the panes that scroll.
     pub scroll: super::scroll::Scrolls,
+    /// Opened from the fleet view on a remote node's stream: Esc with nothing to close goes
+    /// back to the fleet (and the view is read only: the node is not this machine).
+    pub embedded: bool,
 }
 
 /// Log lines kept for the Log view.
@@ -174,6 +177,7 @@ impl State {
             theme_notice: None,
             log: std::collections::VecDeque::new(),
             scroll: super::scroll::Scrolls::default(),
+            embedded: false,
         }
     }
 
@@ -603,6 +607,8 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             // Who must stop: every holder, not only ROCm ones; the plan updates with the scan.
             return vec![Effect::ScanHolders];
         }
+        // The fleet view's own; nothing in the monitor.
+        Command::TagNode => {}
         Command::TagGpu => {
             if let Some((g, _)) = state
                 .snapshot
@@ -756,8 +762,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                     state.derive_rows();
                 } else if state.view == View::Detail {
                     state.view = state.back;
-                } else if state.view == View::Journal {
+                } else if state.view == View::Journal && state.journal_open {
                     state.journal_open = false;
+                } else if state.embedded {
+                    return vec![Effect::Quit];
                 }
             }
         }

@@ -1,0 +1,587 @@
+//! Reading a fleet: one task per node, each on the engines admins already run. Over ssh (the
+//! system `ssh` in BatchMode, multiplexed with ControlMaster, with connect timeouts) the node
+//! runs `partop stream --summary` and sends one JSON line per sample, so nothing on the node
+//! listens on the network; over HTTP it reads a `partop serve`'s `/events?summary=1`; from
+//! Prometheus it queries partop's (or AMD's exporter's) series. A slow node only delays its own
+//! row; a node that fails is retried with backoff and its row says why.
+
+use crate::domain::fleet::NodeSummary;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{Semaphore, mpsc};
+
+/// How a node is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// An ssh destination, and the partop to run there.
+    Ssh {
+        /// `host`, `user@host`, or a Host of the ssh config.
+        dest: String,
+        /// The partop on the node.
+        partop: String,
+    },
+    /// A `partop serve` endpoint (`host:port`).
+    Http {
+        /// `host:port`.
+        addr: String,
+    },
+}
+
+/// One node of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// What the operator called it.
+    pub name: String,
+    /// How it is reached.
+    pub target: Target,
+}
+
+/// Whether a node reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Connecting (first time, or again after a failure).
+    Connecting,
+    /// Samples arrive.
+    Up,
+    /// Not reporting, and why.
+    Down(String),
+}
+
+/// What node tasks report.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FleetEvent {
+    /// A node's newest row.
+    Row(String, Box<NodeSummary>),
+    /// A node's reachability changed.
+    Reach(String, Reach),
+}
+
+/// How nodes are read.
+#[derive(Clone, Debug)]
+pub struct Transport {
+    /// The ssh program (`ssh`).
+    pub ssh: String,
+    /// An ssh config file (`-F`), when given.
+    pub ssh_config: Option<PathBuf>,
+    /// Where ControlMaster sockets live.
+    pub control_dir: PathBuf,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Seconds between samples on the nodes.
+    pub refresh: u32,
+    /// Handshakes at once (streams, once up, do not count).
+    pub concurrency: usize,
+}
+
+/// Reads the hosts file: one node per line, `#` comments, `HOST partop=/path` options, and
+/// `http://host:port` for `partop serve` endpoints.
+pub fn parse_hosts(text: &str, default_partop: &str) -> Result<Vec<NodeSpec>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        let mut partop = default_partop.to_string();
+        for w in words {
+            match w.split_once('=') {
+                Some(("partop", p)) if !p.is_empty() => partop = p.to_string(),
+                _ => {
+                    return Err(format!(
+                        "line {}: {w:?} is not an option (partop=/path/to/partop)",
+                        i + 1
+                    ));
+                }
+            }
+        }
+        out.push(spec(first, &partop)?);
+    }
+    Ok(out)
+}
+
+/// A node from a word of the command line.
+pub fn spec(word: &str, partop: &str) -> Result<NodeSpec, String> {
+    if let Some(addr) = word.strip_prefix("http://") {
+        let addr = addr.trim_end_matches('/');
+        if addr.is_empty() || addr.contains('/') {
+            return Err(format!("{word}: give http://HOST:PORT of a partop serve"));
+        }
+        return Ok(NodeSpec {
+            name: addr.to_string(),
+            target: Target::Http {
+                addr: addr.to_string(),
+            },
+        });
+    }
+    if word.starts_with('-') || word.contains(char::is_whitespace) || word.is_empty() {
+        return Err(format!("{word:?} is not an ssh destination"));
+    }
+    Ok(NodeSpec {
+        name: word.to_string(),
+        target: Target::Ssh {
+            dest: word.to_string(),
+            partop: partop.to_string(),
+        },
+    })
+}
+
+/// The `Host` patterns of an ssh config without wildcards: the nodes it names.
+pub fn hosts_of_ssh_config(text: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        let Some(rest) = t
+            .strip_prefix("Host ")
+            .or_else(|| t.strip_prefix("host "))
+            .or_else(|| t.strip_prefix("Host\t"))
+        else {
+            continue;
+        };
+        for h in rest.split_whitespace() {
+            if !h.contains(['*', '?', '!']) && !v.iter().any(|x| x == h) {
+                v.push(h.to_string());
+            }
+        }
+    }
+    v
+}
+
+/// What ssh's exit and stderr say, in words an operator acts on.
+pub fn ssh_reason(code: Option<i32>, stderr: &str, had_samples: bool) -> String {
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let has = |s: &str| stderr.contains(s);
+    if has("REMOTE HOST IDENTIFICATION HAS CHANGED") || has("Host key verification failed") {
+        return "host key mismatch: refused (the node's key is not the one in known_hosts; check it before trusting it)".into();
+    }
+    if has("Permission denied") {
+        return format!("ssh login refused: {last}");
+    }
+    if has("Connection refused")
+        || has("timed out")
+        || has("No route to host")
+        || has("Could not resolve")
+        || has("Name or service not known")
+        || has("Network is unreachable")
+    {
+        return format!("unreachable: {last}");
+    }
+    if code == Some(127) || has("command not found") || has("No such file or directory") {
+        return format!(
+            "partop is not installed on the node (or not on its PATH: give partop=/path in the hosts file): {last}"
+        );
+    }
+    if had_samples {
+        return format!(
+            "the stream stopped (exit {}){}",
+            code.map_or_else(|| "by signal".into(), |c| c.to_string()),
+            if last.is_empty() {
+                String::new()
+            } else {
+                format!(": {last}")
+            }
+        );
+    }
+    format!(
+        "exited {} before a sample{}",
+        code.map_or_else(|| "by signal".into(), |c| c.to_string()),
+        if last.is_empty() {
+            String::new()
+        } else {
+            format!(": {last}")
+        }
+    )
+}
+
+/// One line of a stream: a fleet row, or a whole document reduced to one.
+pub fn parse_line(line: &str) -> Option<NodeSummary> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("gpus").is_some() {
+        let snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        let findings: Vec<crate::domain::findings::Finding> = v
+            .get("findings")
+            .and_then(|f| serde_json::from_value(f.clone()).ok())
+            .unwrap_or_default();
+        let apply = v
+            .get("apply")
+            .and_then(|a| serde_json::from_value(a.clone()).ok());
+        return Some(crate::domain::fleet::summarize(&snap, &findings, apply));
+    }
+    serde_json::from_value(v).ok()
+}
+
+/// The ssh argv that runs `args` on `dest`.
+pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
+    let mut a = vec![
+        "-o".into(),
+        "BatchMode=yes".into(),
+        "-o".into(),
+        format!("ConnectTimeout={}", t.connect_timeout.as_secs().max(1)),
+        "-o".into(),
+        "ControlMaster=auto".into(),
+        "-o".into(),
+        // One master connection per destination as written: two aliases of one host (other
+        // users, other SetEnv) never share a session.
+        format!(
+            "ControlPath={}/{}",
+            t.control_dir.display(),
+            crate::domain::fingerprint::fnv(dest)
+        ),
+        "-o".into(),
+        "ControlPersist=60".into(),
+        "-o".into(),
+        "ServerAliveInterval=5".into(),
+        "-o".into(),
+        "ServerAliveCountMax=3".into(),
+    ];
+    if let Some(c) = &t.ssh_config {
+        a.push("-F".into());
+        a.push(c.display().to_string());
+    }
+    a.push(dest.into());
+    a.push("--".into());
+    a.extend(remote.iter().cloned());
+    a
+}
+
+async fn send(tx: &mpsc::Sender<FleetEvent>, e: FleetEvent) -> bool {
+    tx.send(e).await.is_ok()
+}
+
+/// One ssh stream until it ends: whether samples came, and why it ended.
+async fn ssh_once(
+    t: &Transport,
+    dest: &str,
+    partop: &str,
+    name: &str,
+    permits: &Semaphore,
+    tx: &mpsc::Sender<FleetEvent>,
+) -> (bool, String) {
+    let remote = vec![
+        partop.to_string(),
+        "--refresh".into(),
+        t.refresh.to_string(),
+        "stream".into(),
+        "--summary".into(),
+    ];
+    let permit = permits.acquire().await;
+    let mut child = match tokio::process::Command::new(&t.ssh)
+        .args(ssh_argv(t, dest, &remote))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return (false, format!("cannot run {}: {e}", t.ssh)),
+    };
+    let Some(stdout) = child.stdout.take() else {
+        return (false, "no stdout".into());
+    };
+    let mut stderr = child.stderr.take();
+    let err_task = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        if let Some(e) = stderr.as_mut() {
+            // Bounded: a chatty node cannot grow this without end.
+            let _ = e.take(64 * 1024).read_to_end(&mut buf).await;
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let mut lines = tokio::io::BufReader::new(stdout.take(u64::MAX)).lines();
+    let mut permit = Some(permit);
+    let mut had = false;
+    // Silence past this is a stuck stream: cut and reconnect.
+    let silence = Duration::from_secs(u64::from(t.refresh) * 3 + t.connect_timeout.as_secs() + 10);
+    loop {
+        match tokio::time::timeout(silence, lines.next_line()).await {
+            Ok(Ok(Some(l))) => {
+                if l.len() > 4 << 20 {
+                    break;
+                }
+                if let Some(row) = parse_line(&l) {
+                    if !had {
+                        had = true;
+                        permit.take();
+                        send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
+                    }
+                    if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
+                        return (had, String::new());
+                    }
+                }
+            }
+            Ok(Ok(None) | Err(_)) => break,
+            Err(_) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return (
+                    had,
+                    format!(
+                        "no sample for {}s: the node is slow or stuck; reconnecting",
+                        silence.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+    drop(permit);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    let code = match status {
+        Ok(Ok(s)) => s.code(),
+        _ => {
+            let _ = child.start_kill();
+            None
+        }
+    };
+    let err = tokio::time::timeout(Duration::from_secs(2), err_task)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    (had, ssh_reason(code, &err, had))
+}
+
+/// One HTTP event stream until it ends.
+async fn http_once(
+    t: &Transport,
+    addr: &str,
+    name: &str,
+    permits: &Semaphore,
+    tx: &mpsc::Sender<FleetEvent>,
+) -> (bool, String) {
+    let permit = permits.acquire().await;
+    let stream =
+        match tokio::time::timeout(t.connect_timeout, tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return (false, format!("unreachable: {addr}: {e}")),
+            Err(_) => return (false, format!("unreachable: {addr}: connect timed out")),
+        };
+    let (r, mut w) = stream.into_split();
+    // HTTP/1.0: the body is the rest of the connection, never chunked.
+    if let Err(e) = w
+        .write_all(format!("GET /events?summary=1 HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+    {
+        return (false, format!("{addr}: {e}"));
+    }
+    let mut lines = tokio::io::BufReader::new(r).lines();
+    let status = match tokio::time::timeout(t.connect_timeout, lines.next_line()).await {
+        Ok(Ok(Some(l))) => l,
+        _ => return (false, format!("{addr}: no answer")),
+    };
+    if !status.contains(" 200") {
+        return (false, format!("{addr}: {status}"));
+    }
+    let mut permit = Some(permit);
+    let mut had = false;
+    let mut data = String::new();
+    let silence = Duration::from_secs(u64::from(t.refresh) * 3 + 15);
+    loop {
+        match tokio::time::timeout(silence, lines.next_line()).await {
+            Ok(Ok(Some(l))) => {
+                if let Some(d) = l.strip_prefix("data: ") {
+                    data.push_str(d);
+                } else if l.is_empty() && !data.is_empty() {
+                    if let Some(row) = parse_line(&data) {
+                        if !had {
+                            had = true;
+                            permit.take();
+                            send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
+                        }
+                        if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
+                            return (had, String::new());
+                        }
+                    }
+                    data.clear();
+                }
+                if data.len() > 4 << 20 {
+                    return (had, format!("{addr}: an event over 4 MiB"));
+                }
+            }
+            Ok(Ok(None)) => return (had, format!("{addr}: the stream ended")),
+            Ok(Err(e)) => return (had, format!("{addr}: {e}")),
+            Err(_) => {
+                return (
+                    had,
+                    format!(
+                        "{addr}: no event for {}s: slow or stuck; reconnecting",
+                        silence.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Starts one task per node; each reports rows and reachability on `tx` until `tx` closes.
+pub fn spawn(
+    nodes: &[NodeSpec],
+    t: &Transport,
+    tx: &mpsc::Sender<FleetEvent>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let permits = Arc::new(Semaphore::new(t.concurrency.max(1)));
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (n, t, tx, permits) = (n.clone(), t.clone(), tx.clone(), Arc::clone(&permits));
+            tokio::spawn(async move {
+                // Staggered: a thousand handshakes do not start in the same millisecond.
+                tokio::time::sleep(Duration::from_millis(
+                    u64::try_from(i % 64).unwrap_or(0) * 15,
+                ))
+                .await;
+                let mut backoff = Duration::from_secs(1);
+                loop {
+                    if !send(&tx, FleetEvent::Reach(n.name.clone(), Reach::Connecting)).await {
+                        return;
+                    }
+                    let started = std::time::Instant::now();
+                    let (had, why) = match &n.target {
+                        Target::Ssh { dest, partop } => {
+                            ssh_once(&t, dest, partop, &n.name, &permits, &tx).await
+                        }
+                        Target::Http { addr } => http_once(&t, addr, &n.name, &permits, &tx).await,
+                    };
+                    if tx.is_closed() {
+                        return;
+                    }
+                    if !send(&tx, FleetEvent::Reach(n.name.clone(), Reach::Down(why))).await {
+                        return;
+                    }
+                    // A stream that ran a while starts the backoff again.
+                    if had && started.elapsed() > Duration::from_secs(60) {
+                        backoff = Duration::from_secs(1);
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            })
+        })
+        .collect()
+}
+
+/// A node's whole samples (for the monitor's views opened from the fleet) into `tx` until the
+/// stream ends or `tx`'s receivers are gone: `partop stream` over ssh, or `/events`.
+pub async fn full_stream(
+    t: &Transport,
+    target: &Target,
+    tx: &tokio::sync::watch::Sender<Arc<crate::domain::Snapshot>>,
+) -> String {
+    let parse = |l: &str| -> Option<crate::domain::Snapshot> { serde_json::from_str(l).ok() };
+    match target {
+        Target::Ssh { dest, partop } => {
+            let remote = vec![
+                partop.clone(),
+                "--refresh".into(),
+                "1".into(),
+                "stream".into(),
+            ];
+            let Ok(mut child) = tokio::process::Command::new(&t.ssh)
+                .args(ssh_argv(t, dest, &remote))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+            else {
+                return format!("cannot run {}", t.ssh);
+            };
+            let Some(out) = child.stdout.take() else {
+                return "no stdout".into();
+            };
+            let mut lines = tokio::io::BufReader::new(out).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Some(s) = parse(&l)
+                    && tx.send(Arc::new(s)).is_err()
+                {
+                    break;
+                }
+            }
+            let _ = child.start_kill();
+            "the stream ended".into()
+        }
+        Target::Http { addr } => {
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(t.connect_timeout, tokio::net::TcpStream::connect(addr)).await
+            else {
+                return format!("unreachable: {addr}");
+            };
+            let (r, mut w) = stream.into_split();
+            if w.write_all(format!("GET /events HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return format!("{addr}: write failed");
+            }
+            let mut lines = tokio::io::BufReader::new(r).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Some(d) = l.strip_prefix("data: ")
+                    && let Some(s) = parse(d)
+                    && tx.send(Arc::new(s)).is_err()
+                {
+                    break;
+                }
+            }
+            "the stream ended".into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_files_and_ssh_configs_name_nodes() {
+        let h = parse_hosts(
+            "# rack 1\nnode01\nnode02 partop=/opt/partop/bin/partop\nhttp://10.0.0.5:9477\n\n",
+            "partop",
+        )
+        .unwrap();
+        assert_eq!(h.len(), 3);
+        assert_eq!(
+            h[1].target,
+            Target::Ssh {
+                dest: "node02".into(),
+                partop: "/opt/partop/bin/partop".into()
+            }
+        );
+        assert!(matches!(h[2].target, Target::Http { .. }));
+        assert!(parse_hosts("node01 color=red\n", "partop").is_err());
+        assert_eq!(
+            hosts_of_ssh_config("Host gpu-*\n  User x\nHost node1 node2\n  Port 22\nHost *\n"),
+            ["node1", "node2"]
+        );
+    }
+
+    #[test]
+    fn ssh_failures_read_as_what_to_do() {
+        assert!(ssh_reason(Some(255), "@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.\n", false).starts_with("host key mismatch"));
+        assert!(
+            ssh_reason(
+                Some(255),
+                "ssh: connect to host 127.0.0.1 port 1: Connection refused\n",
+                false
+            )
+            .starts_with("unreachable")
+        );
+        assert!(
+            ssh_reason(
+                Some(127),
+                "bash: line 1: partop: command not found\n",
+                false
+            )
+            .starts_with("partop is not installed")
+        );
+        assert!(ssh_reason(Some(0), "", true).starts_with("the stream stopped"));
+    }
+}

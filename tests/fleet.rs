@@ -1,0 +1,435 @@
+//! The fleet over a real sshd: `sshd` (the distribution's) started as a child on a loopback
+//! port with a generated host key, a throwaway user key and its own known_hosts; simulated
+//! nodes reached through it by ssh config aliases (each alias sets PARTOP_SIM_STATE for its
+//! node). A rolling apply across three nodes, one set to fail its reload: the rollout stops
+//! there and the third node is untouched. An unreachable host, a host-key mismatch, partop
+//! missing on the node, a stream that stops, a slow node.
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stderr,
+    reason = "tests panic on failure"
+)]
+
+mod common;
+use common::{Node, partop, quick, run, wait_until};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn which(name: &str) -> PathBuf {
+    for d in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"] {
+        let p = Path::new(d).join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "{name} is not installed: the fleet tests drive the real one (scripts/test installs openssh-server and openssh-client; or: apt-get install openssh-server openssh-client)"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real sshd on loopback, its keys, and an ssh config that names the nodes.
+struct Sshd {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Sshd {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let keygen = which("ssh-keygen");
+        for k in ["host_key", "user_key", "other_host_key"] {
+            let o = Command::new(&keygen)
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(k))
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{o:?}");
+        }
+        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
+        let port = free_port();
+        // Privilege separation needs its directory when sshd runs as root.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        std::fs::write(
+            d.join("sshd_config"),
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile {pid}\nAcceptEnv PARTOP_SIM_STATE XDG_STATE_HOME PARTOP_SIM_AMD_SMI_COST\nLogLevel ERROR\n",
+                hk = d.join("host_key").display(),
+                ak = d.join("authorized_keys").display(),
+                pid = d.join("sshd.pid").display(),
+            ),
+        )
+        .unwrap();
+        let child = Command::new(which("sshd"))
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(d.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+        let other_pub = std::fs::read_to_string(d.join("other_host_key.pub")).unwrap();
+        let key = |p: &str| p.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        std::fs::write(
+            d.join("known_hosts"),
+            format!("[127.0.0.1]:{port} {}\n", key(&host_pub)),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("known_hosts_wrong"),
+            format!("[127.0.0.1]:{port} {}\n", key(&other_pub)),
+        )
+        .unwrap();
+        let s = Self { child, dir, port };
+        wait_until("sshd to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        s
+    }
+
+    /// An ssh config: `nodes` are (alias, sim state, extra lines).
+    fn config(&self, nodes: &[(&str, Option<&Path>, &str)]) -> PathBuf {
+        let d = self.dir.path();
+        let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .unwrap()
+            .unwrap()
+            .name;
+        let mut c = String::new();
+        for (alias, state, extra) in nodes {
+            c.push_str(&format!(
+                "Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {kh}\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n",
+                port = self.port,
+                key = d.join("user_key").display(),
+                kh = d.join("known_hosts").display(),
+            ));
+            if let Some(s) = state {
+                c.push_str(&format!(
+                    "  SetEnv PARTOP_SIM_STATE={} XDG_STATE_HOME={} PARTOP_SIM_AMD_SMI_COST=off\n",
+                    s.display(),
+                    s.parent().unwrap().join("xdg").display()
+                ));
+            }
+            c.push_str(extra);
+        }
+        let p = d.join(format!("ssh_config_{}", nodes.len()));
+        std::fs::write(&p, c).unwrap();
+        p
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fleet(cfg: &Path, home: &Path) -> Command {
+    let mut c = partop();
+    c.env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .args(["fleet", "--ssh-config"])
+        .arg(cfg)
+        .args([
+            "--remote-partop",
+            env!("CARGO_BIN_EXE_partop"),
+            "--connect-timeout",
+            "5",
+        ]);
+    c
+}
+
+const ONE: &str = "\n[[workload]]\nname = \"a\"\nkind = \"batch\"\ngpu = 0\npartition = 0\nvram_gb = 10\nbusy = 40\ncomm = \"python3\"\n";
+
+#[test]
+fn a_rolling_apply_stops_at_the_node_whose_reload_fails_and_leaves_the_third_untouched() {
+    let sshd = Sshd::start();
+    let n1 = Node::start(&quick("n1", "7.0.2", "SPX", "NPS1", ONE));
+    let n2 = Node::start(&quick(
+        "n2",
+        "7.0.2",
+        "SPX",
+        "NPS1",
+        &format!("fail_reloads = 1\n{ONE}"),
+    ));
+    let n3 = Node::start(&quick("n3", "7.0.2", "SPX", "NPS1", ONE));
+    let cfg = sshd.config(&[
+        ("node1", Some(&n1.state), ""),
+        ("node2", Some(&n2.state), ""),
+        ("node3", Some(&n3.state), ""),
+    ]);
+    let home = tempfile::tempdir().unwrap();
+    // The fleet sees the three nodes over ssh.
+    let o = run(fleet(&cfg, home.path()).args(["--once", "--json"]), "");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    for n in v.as_array().unwrap() {
+        assert_eq!(n["reporting"], true, "{n}");
+        assert_eq!(n["summary"]["modes"], "SPX/NPS1×8", "{n}");
+        assert_eq!(n["summary"]["logical"], 8);
+    }
+    // Each node plans its own change; the set is saved.
+    let set = home.path().join("set.json");
+    let o = run(
+        fleet(&cfg, home.path())
+            .args(["plan", "--compute", "DPX", "--memory", "NPS2", "--out"])
+            .arg(&set),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    for n in ["node1", "node2", "node3"] {
+        assert!(o.stdout.contains(&format!("{n}: plan ")), "{}", o.stdout);
+    }
+    let fp = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("plan set "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap()
+        .to_string();
+    // A wrong confirmation changes nothing.
+    let o = run(fleet(&cfg, home.path()).arg("apply").arg(&set), "nope\n");
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stdout.contains("cancelled: nothing was changed"),
+        "{}",
+        o.stdout
+    );
+    // The typed fingerprint covers exactly these nodes and plans; node 2's reload fails.
+    let o = run(
+        fleet(&cfg, home.path()).arg("apply").arg(&set),
+        &format!("{fp}\n"),
+    );
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("node1: applied and verified"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("node2: failed at [") && o.stdout.contains("untouched: node3"),
+        "{}",
+        o.stdout
+    );
+    let modes = |n: &Node| {
+        let o = run(
+            partop()
+                .env("PARTOP_SIM_AMD_SMI_COST", "off")
+                .arg("--sim-state")
+                .arg(&n.state)
+                .args(["snapshot", "--json"]),
+            "",
+        );
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        format!(
+            "{}/{}",
+            v["gpus"][0]["compute_partition"].as_str().unwrap_or("?"),
+            v["gpus"][0]["memory_partition"].as_str().unwrap_or("?")
+        )
+    };
+    assert_eq!(modes(&n1), "DPX/NPS2");
+    assert_eq!(modes(&n3), "SPX/NPS1", "the third node is untouched");
+    // The fleet journal says who ran what where, and where it stopped.
+    let j = std::fs::read_to_string(home.path().join("state/partop/fleet-journal.jsonl")).unwrap();
+    for a in [
+        "fleet.rollout.start",
+        "fleet.node.done",
+        "fleet.node.failed",
+        "fleet.rollout.stopped",
+    ] {
+        assert!(j.contains(a), "{a} missing:\n{j}");
+    }
+    let started: Vec<String> = j
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["action"] == "fleet.node.start")
+        .filter_map(|e| e["targets"]["node"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(started, ["node1", "node2"], "node3 was never started");
+}
+
+#[test]
+fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_say_why() {
+    let sshd = Sshd::start();
+    let good = Node::start(&quick("good", "7.0.2", "SPX", "NPS1", ONE));
+    let slow = Node::start(&quick("slow", "7.0.2", "SPX", "NPS1", ONE));
+    let closed = free_port();
+    // The slow node's partop waits 4 s before it starts.
+    let wrapper = sshd.dir.path().join("slow-partop");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nsleep 4\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_partop")
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = sshd.config(&[
+        ("good", Some(&good.state), ""),
+        ("slow", Some(&slow.state), ""),
+        ("down", None, &format!("Host down\n  Port {closed}\n")),
+        (
+            "badkey",
+            None,
+            &format!(
+                "Host badkey\n  UserKnownHostsFile {}\n",
+                sshd.dir.path().join("known_hosts_wrong").display()
+            ),
+        ),
+        ("nopartop", Some(&good.state), ""),
+    ]);
+    // ssh takes the first value it reads: the per-host overrides come first.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let mut head = String::new();
+    let mut rest = String::new();
+    for block in text.split("Host ").filter(|b| !b.is_empty()) {
+        let is_override = (block.starts_with("down\n") || block.starts_with("badkey\n"))
+            && !block.contains("HostName");
+        if is_override {
+            head.push_str(&format!("Host {block}"));
+        } else {
+            rest.push_str(&format!("Host {block}"));
+        }
+    }
+    std::fs::write(&cfg, head + &rest).unwrap();
+    let hosts = sshd.dir.path().join("hosts");
+    std::fs::write(
+        &hosts,
+        format!(
+            "good\nslow partop={}\ndown\nbadkey\nnopartop partop=/nonexistent/partop\n",
+            wrapper.display()
+        ),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let mut c = partop();
+    c.env("XDG_STATE_HOME", home.path().join("state"))
+        .args(["fleet", "--ssh-config"])
+        .arg(&cfg)
+        .arg("--hosts-file")
+        .arg(&hosts)
+        .args([
+            "--remote-partop",
+            env!("CARGO_BIN_EXE_partop"),
+            "--connect-timeout",
+            "3",
+            "--once",
+            "--json",
+        ]);
+    let o = run(&mut c, "");
+    assert_eq!(
+        o.code, 3,
+        "some nodes do not report: {}{}",
+        o.stdout, o.stderr
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let node = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["node"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{n} missing: {v}"))
+    };
+    assert_eq!(node("good")["reporting"], true);
+    assert_eq!(
+        node("slow")["reporting"],
+        true,
+        "a slow node is waited for, not dropped"
+    );
+    let why = |n: &str| node(n)["reason"].as_str().unwrap_or("").to_string();
+    assert!(why("down").starts_with("unreachable"), "{}", why("down"));
+    assert!(
+        why("badkey").starts_with("host key mismatch: refused"),
+        "{}",
+        why("badkey")
+    );
+    assert!(
+        why("nopartop").starts_with("partop is not installed"),
+        "{}",
+        v
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+
+    // A stream that stops mid-way: the fleet view's row says so and reconnects.
+    let mut view = Command::new("tmux")
+        .args([
+            "-L",
+            &format!("fleet-{}", std::process::id()),
+            "new-session",
+            "-d",
+            "-x",
+            "160",
+            "-y",
+            "30",
+        ])
+        .arg(format!(
+            "env XDG_STATE_HOME={} {} fleet --ssh-config {} --remote-partop {} good",
+            home.path().join("state").display(),
+            env!("CARGO_BIN_EXE_partop"),
+            cfg.display(),
+            env!("CARGO_BIN_EXE_partop")
+        ))
+        .spawn()
+        .unwrap();
+    view.wait().unwrap();
+    let sock = format!("fleet-{}", std::process::id());
+    let screen = || {
+        String::from_utf8_lossy(
+            &Command::new("tmux")
+                .args(["-L", &sock, "capture-pane", "-p"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .into_owned()
+    };
+    wait_until("the fleet view to show the node", || {
+        screen().contains("SPX/NPS1×8")
+    });
+    assert!(screen().contains("nodes reporting 1 of 1"), "{}", screen());
+    // Kill the node's `partop stream` (the remote side of the ssh session).
+    let killed = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(" stream --summary") && !cmd.contains("ssh ")).then_some(pid)
+        })
+        .filter(|pid| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .is_ok()
+        })
+        .count();
+    assert!(killed >= 1);
+    wait_until("the row to say the stream stopped", || {
+        let s = screen();
+        s.contains("stream stopped") || s.contains("nodes reporting 0 of 1")
+    });
+    wait_until("the node to report again", || {
+        screen().contains("nodes reporting 1 of 1")
+    });
+    let _ = Command::new("tmux")
+        .args(["-L", &sock, "kill-server"])
+        .status();
+}
