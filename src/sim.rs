@@ -7,6 +7,7 @@
 
 pub mod amdsmi;
 pub mod cost;
+pub mod fleet;
 pub mod human;
 pub mod kernel;
 pub mod load;

@@ -389,6 +389,16 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
         .unwrap();
     view.wait().unwrap();
     let sock = format!("fleet-{}", std::process::id());
+    // The tmux server goes away whatever happens below.
+    struct KillTmux(String);
+    impl Drop for KillTmux {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", &self.0, "kill-server"])
+                .status();
+        }
+    }
+    let _tmux = KillTmux(sock.clone());
     let screen = || {
         String::from_utf8_lossy(
             &Command::new("tmux")

@@ -575,3 +575,72 @@ fn processes_grouped_by_gpu_and_by_model() {
         insta::assert_snapshot!(format!("processes_by_model__{w}x{h}"), by_model);
     }
 }
+
+/// The fleet view at 80x24 and 200x50: totals, the selected and a tagged node, a node down
+/// with its reason, an unfinished apply.
+#[test]
+fn fleet_view() {
+    use partop::domain::fleet::{ApplyInfo, NodeSummary};
+    use partop::ui::fleet::{FleetState, NodeRow};
+    let snap = recorded("cpx-nps4-small-models");
+    let mut base = partop::domain::fleet::summarize(&snap, &[], None);
+    base.taken_at_ms = T;
+    let (km, _) = Keymap::load("default", None, false);
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut rows = Vec::new();
+        for i in 0..6 {
+            rows.push(NodeRow {
+                name: format!("node{i:02}"),
+                connecting: true,
+                ..NodeRow::default()
+            });
+        }
+        let mut s = FleetState::new(rows, km.clone(), "ssh (partop stream)".into(), 1);
+        for i in 0..5u32 {
+            let mut r: NodeSummary = base.clone();
+            r.gfx_mean = Some(f64::from(i * 20));
+            if i == 2 {
+                r.apply = Some(ApplyInfo {
+                    fingerprint: "93f422974a479eb1".into(),
+                    step: 3,
+                    key: "reload".into(),
+                });
+                r.findings_warn = 1;
+            }
+            s.row(&format!("node{i:02}"), r, T);
+        }
+        s.reach(
+            "node05",
+            Some("host key mismatch: refused (the node's key is not the one in known_hosts; check it before trusting it)".into()),
+            false,
+        );
+        s.now_ms = T + 2000;
+        s.size = (w, h);
+        partop::ui::fleet::command(&mut s, Command::SelectNext);
+        partop::ui::fleet::command(&mut s, Command::TagNode);
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| partop::ui::fleet::render(f, &s, &theme()))
+            .unwrap();
+        let text = format!("{}", t.backend());
+        assert!(text.contains("nodes reporting 5 of 6"), "{text}");
+        assert!(text.contains("1 unfinished applies"), "{text}");
+        assert!(text.contains("DOWN: host"), "{text}");
+        assert!(text.contains("+node01"), "tagged: {text}");
+        assert!(text.contains("▶ node02"), "the selection moved on: {text}");
+        insta::assert_snapshot!(format!("fleet__{w}x{h}"), text);
+        // The reason a node is down is read whole under the table when it is selected.
+        partop::ui::fleet::command(&mut s, Command::Bottom);
+        t.draw(|f| partop::ui::fleet::render(f, &s, &theme()))
+            .unwrap();
+        let text = format!("{}", t.backend());
+        let joined: String = text
+            .lines()
+            .map(|l| l.trim_matches('"').trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            joined.contains("node05: DOWN: host key mismatch: refused (the node's key is not the one in known_hosts; check it before trusting it)"),
+            "{text}"
+        );
+    }
+}

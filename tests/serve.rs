@@ -638,3 +638,91 @@ fn events_stream_one_snapshot_per_sample_with_findings() {
         "{gens:?}"
     );
 }
+
+/// The fleet's Prometheus mode against the real Prometheus, scraping two `partop serve` nodes:
+/// one row per node, from partop's series, read only.
+#[test]
+fn the_fleet_reads_several_nodes_through_prometheus() {
+    let a = Serve::start(&["--sim", "cpx-nps4-small-models", "--refresh", "1"], &[]);
+    let b = Serve::start(&["--sim", "dpx-nps2-two-models", "--refresh", "1"], &[]);
+    a.ready();
+    b.ready();
+    let prom = Prometheus::start(&[a.port, b.port]);
+    wait_until("both nodes scraped", || {
+        prom.query("partop_gpu_info", None).len() == 16
+    });
+    let url = format!("http://127.0.0.1:{}", prom.port);
+    let o = common::run(
+        partop().args(["fleet", "--prometheus", &url, "--once", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let by = |port: u16| {
+        rows.iter()
+            .find(|r| {
+                r["host"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("127.0.0.1:{port}"))
+            })
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by(a.port)["logical"], 64);
+    assert_eq!(by(a.port)["modes"], "CPX/NPS4×8");
+    assert_eq!(by(b.port)["logical"], 16);
+    assert_eq!(by(b.port)["modes"], "DPX/NPS2×8");
+    assert!(by(b.port)["vram_total"].as_u64().unwrap() > 1 << 40);
+    // The table says the same.
+    let o = common::run(partop().args(["fleet", "--prometheus", &url, "--once"]), "");
+    assert!(
+        o.stdout
+            .contains("nodes reporting 2 of 2 · 80 logical GPUs"),
+        "{}",
+        o.stdout
+    );
+}
+
+/// The fleet view over `partop serve` endpoints in a real terminal: Enter opens the monitor's
+/// views on the node's live stream (read only), Esc comes back to the fleet.
+#[test]
+fn the_fleet_view_opens_a_node_and_comes_back() {
+    let a = Serve::start(&["--sim", "cpx-nps4-small-models"], &[]);
+    let b = Serve::start(&["--sim", "dpx-nps2-two-models"], &[]);
+    a.ready();
+    b.ready();
+    let home = tempfile::tempdir().unwrap();
+    let t = common::tmux::Session::new(
+        "fleet",
+        &format!(
+            "env XDG_STATE_HOME={h}/state XDG_CONFIG_HOME={h}/config {bin} fleet http://127.0.0.1:{pa} http://127.0.0.1:{pb}; echo EXITED $?; sleep 30",
+            h = home.path().display(),
+            bin = env!("CARGO_BIN_EXE_partop"),
+            pa = a.port,
+            pb = b.port
+        ),
+        100,
+        30,
+    );
+    t.wait_for("nodes reporting 2 of 2");
+    assert!(t.screen().contains("CPX/NPS4×8 ×64") && t.screen().contains("DPX/NPS2×8 ×16"));
+    // Sort by logical GPUs (descending): the 64-GPU node first; open it.
+    for _ in 0..4 {
+        t.keys(&["s"]);
+    }
+    t.wait_for("sort logical GPUs▼");
+    t.keys(&["Home", "Enter"]);
+    t.wait_for("64 logical");
+    t.wait_for("Esc: back to the fleet");
+    // Its views work on the stream; a mutating key says it is not available here.
+    t.keys(&["3"]);
+    t.wait_for("Processes:");
+    t.keys(&["K"]);
+    t.wait_for("read-only: kill_process is not available");
+    t.keys(&["Escape"]);
+    t.wait_for("nodes reporting 2 of 2");
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+}

@@ -267,6 +267,28 @@ pub enum SignalArg {
 pub enum SimCmd {
     /// List the built-in scenarios.
     List,
+    /// A fleet of simulated nodes for the fleet view: N loopback `partop serve` endpoints
+    /// (ports BASE..BASE+N), each a node made from one template sample with its own name and
+    /// load. Runs until SIGTERM or SIGINT; writes the hosts file `partop fleet --hosts-file`
+    /// reads.
+    Fleet {
+        /// Nodes.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+        nodes: u16,
+        /// First port.
+        #[arg(long, default_value_t = 19000)]
+        base_port: u16,
+        /// The template: a `partop snapshot --json` document (of `partop --sim SCENARIO`, or of
+        /// a real node).
+        #[arg(long, value_name = "FILE")]
+        template: PathBuf,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 5.0)]
+        every: f64,
+        /// Where to write the hosts file (http://127.0.0.1:PORT per line).
+        #[arg(long, value_name = "FILE")]
+        hosts_out: Option<PathBuf>,
+    },
     /// Start a scenario: write the node state and start its workloads.
     Start {
         /// Scenario name, a scenario TOML file, or a recording made by `partop record`.

@@ -165,7 +165,7 @@ async fn open_node(
         crate::ui::state::State::new(km, crate::domain::findings::Thresholds::default(), 1000);
     state.read_only = true;
     state.embedded = true;
-    state.theme_notice = Some(format!("node {} (fleet view: Esc returns)", n.name));
+    state.theme_notice = Some(format!("{} · Esc: back to the fleet", n.name));
     let (mtx, mrx) = mpsc::channel(64);
     let (rtx, mut rrx) = mpsc::channel(4);
     // Requests from the monitor (refresh, rescans) mean nothing for a remote stream.

@@ -113,6 +113,13 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             }
             Ok(exit::OK)
         }
+        SimCmd::Fleet {
+            nodes,
+            base_port,
+            template,
+            every,
+            hosts_out,
+        } => sim_fleet(nodes, base_port, &template, every, hosts_out.as_deref()),
         SimCmd::Status { state } => {
             let st = crate::sim::state::SimState::load(&state)?;
             out(&session::status(&st))?;
@@ -182,4 +189,83 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             Ok(u8::try_from(code).unwrap_or(1))
         }
     }
+}
+
+/// `partop sim fleet`: N simulated nodes, each behind its own loopback `partop serve`.
+fn sim_fleet(
+    nodes: u16,
+    base: u16,
+    template: &std::path::Path,
+    every: f64,
+    hosts_out: Option<&std::path::Path>,
+) -> Result<u8> {
+    use std::sync::Arc;
+    let text = std::fs::read_to_string(template)
+        .with_context(|| format!("cannot read {}", template.display()))?;
+    let t: crate::domain::Snapshot = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a snapshot document (partop snapshot --json)",
+            template.display()
+        )
+    })?;
+    if !(0.1..=3600.0).contains(&every) {
+        anyhow::bail!("--every {every}: give 0.1 to 3600 seconds");
+    }
+    crate::serve::log::install(log::LevelFilter::Warn);
+    let rt = crate::cli::out::runtime()?;
+    rt.block_on(async move {
+        let mut txs = Vec::new();
+        let mut hosts = String::new();
+        for i in 0..nodes {
+            let port = base
+                .checked_add(i)
+                .ok_or_else(|| anyhow::anyhow!("ports past 65535"))?;
+            let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+            let (tx, rx) = tokio::sync::watch::channel(Arc::new(
+                crate::serve::http::Published::default(),
+            ));
+            tokio::spawn(crate::serve::http::serve(
+                l,
+                rx,
+                crate::serve::http::Limits::default(),
+                Arc::new(crate::serve::http::Stats::default()),
+                env!("CARGO_PKG_VERSION"),
+                std::future::pending(),
+            ));
+            txs.push(tx);
+            hosts.push_str(&format!("http://127.0.0.1:{port}\n"));
+        }
+        if let Some(p) = hosts_out {
+            std::fs::write(p, &hosts).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        out(&format!(
+            "{nodes} simulated nodes on 127.0.0.1:{base}-{}; partop fleet --hosts-file FILE reads them\n",
+            u32::from(base) + u32::from(nodes) - 1
+        ))?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(every));
+        let mut n: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+            let now = crate::collect::clock::now_ms();
+            for (i, tx) in txs.iter().enumerate() {
+                let s = crate::sim::fleet::node_sample(&t, i, n, now);
+                let _ = tx.send(Arc::new(crate::serve::http::Published {
+                    snap: Some(Arc::new(s)),
+                    findings: Vec::new(),
+                    apply: None,
+                }));
+            }
+            n += 1;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(exit::OK)
 }

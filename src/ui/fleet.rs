@@ -385,7 +385,10 @@ fn age(now: u64, at: u64) -> String {
 /// The cells of one row (shared by the screen and `--once`).
 fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
     let Some(s) = &r.summary else {
-        let why = r.down.clone().unwrap_or_else(|| "connecting…".into());
+        let why = r
+            .down
+            .as_ref()
+            .map_or_else(|| "connecting…".into(), |d| format!("DOWN: {d}"));
         return [
             r.name.clone(),
             String::new(),
@@ -485,12 +488,23 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
     .areas(area);
     let t = totals(&s.rows);
     let w = usize::from(area.width);
+    let narrow = area.width < 120;
     let first = vec![
-        Span::styled(" partop fleet ", theme.get("ui.title")),
-        Span::raw(format!(
-            " nodes reporting {} of {} · {} logical GPUs · {} idle partitions · ",
-            t.reporting, t.nodes, t.logical, t.idle
-        )),
+        Span::styled(
+            if narrow { " fleet " } else { " partop fleet " },
+            theme.get("ui.title"),
+        ),
+        Span::raw(if narrow {
+            format!(
+                " nodes reporting {} of {} · {} logical · {} idle · ",
+                t.reporting, t.nodes, t.logical, t.idle
+            )
+        } else {
+            format!(
+                " nodes reporting {} of {} · {} logical GPUs · {} idle partitions · ",
+                t.reporting, t.nodes, t.logical, t.idle
+            )
+        }),
         Span::styled(
             format!("{} unfinished applies", t.unfinished),
             theme.get(if t.unfinished > 0 {
@@ -537,6 +551,16 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
     );
     let wide = area.width >= 140;
     let spark_w = if wide { 10 } else { 0 };
+    // The selected node's state in full under the table (the column cuts it with `…`).
+    let [body, sel_area] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(2)]).areas(body);
+    // Width left for STATE, the last column.
+    let fixed: u16 = if wide {
+        18 + 10 + 18 + 16 + 14 + 6 + 8 + 9 + 8
+    } else {
+        14 + 14 + 5 + 11 + 6 + 7 + 6
+    };
+    let state_w = usize::from(body.width.saturating_sub(2 + fixed)).max(4);
     let visible = usize::from(body.height.saturating_sub(3));
     let off = super::view::fmt::offset(s.sel, visible);
     let mut rows = Vec::new();
@@ -549,6 +573,7 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
             if s.tagged.contains(&r.name) { "+" } else { " " }
         );
         c[0] = format!("{mark}{}", c[0]);
+        c[8] = super::view::fmt::cut(&c[8], state_w);
         let style = if pos == s.sel {
             theme.get("table.row.selected")
         } else if r.down.is_some() {
@@ -617,6 +642,28 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
             ),
         body,
     );
+    if let Some(i) = s.order.get(s.sel) {
+        let r = &s.rows[*i];
+        let c = cells(r, s.now_ms, 0);
+        let text = if c[8].is_empty() {
+            format!("{}: reporting", r.name)
+        } else {
+            format!("{}: {}", r.name, c[8])
+        };
+        let lines = super::view::fmt::hang(
+            Line::styled(
+                text,
+                theme.get(if r.down.is_some() {
+                    "status.crit"
+                } else {
+                    "ui.muted"
+                }),
+            ),
+            usize::from(sel_area.width),
+            2,
+        );
+        frame.render_widget(Paragraph::new(lines), sel_area);
+    }
     let hint = if s.editing {
         format!(" filter: {}▏  Enter keep · Esc clear", s.filter)
     } else {

@@ -173,6 +173,10 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         second.push(Span::styled(m, theme.get("ui.title")));
         second.push(Span::raw("  "));
     }
+    // What the operator must know first (a theme not used, the node a fleet view opened).
+    if let Some(t) = &state.theme_notice {
+        second.push(Span::styled(format!("{t}  "), theme.get("status.warn")));
+    }
     second.extend(host_usage(state, theme));
     if !state.tagged_gpus.is_empty() {
         second.push(Span::styled(
@@ -182,9 +186,6 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     }
     if state.read_only {
         second.push(Span::styled("  read-only", theme.get("ui.muted")));
-    }
-    if let Some(t) = &state.theme_notice {
-        second.push(Span::styled(format!("  {t}"), theme.get("status.warn")));
     }
     let w = usize::from(area.width);
     let lines = vec![
