@@ -439,6 +439,49 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
     wait_until("the node to report again", || {
         screen().contains("nodes reporting 1 of 1")
     });
+    // Staging from the view: `p` on the selected node, the modes asked, its plan shown, the
+    // set's fingerprint typed, rolled out, back to the view with the new layout.
+    let send = |text: &str| {
+        Command::new("tmux")
+            .args(["-L", &sock, "send-keys", "-l", text])
+            .status()
+            .unwrap();
+        Command::new("tmux")
+            .args(["-L", &sock, "send-keys", "Enter"])
+            .status()
+            .unwrap();
+    };
+    Command::new("tmux")
+        .args(["-L", &sock, "send-keys", "p"])
+        .status()
+        .unwrap();
+    wait_until("the compute prompt", || {
+        screen().contains("compute mode (SPX")
+    });
+    send("DPX");
+    wait_until("the memory prompt", || {
+        screen().contains("memory mode (NPS1")
+    });
+    send("NPS2");
+    wait_until("the plan and the confirmation", || {
+        screen().contains("Type the plan set's fingerprint (")
+    });
+    let s = screen();
+    assert!(s.contains("good: plan "), "{s}");
+    let fp = s
+        .split("Type the plan set's fingerprint (")
+        .nth(1)
+        .and_then(|x| x.split(')').next())
+        .unwrap()
+        .to_string();
+    send(&fp);
+    wait_until("the rollout to finish", || {
+        screen().contains("rollout done: 1 node(s)")
+    });
+    send("");
+    wait_until("the view with the new layout", || {
+        screen().contains("DPX/NPS2×8 ×16")
+    });
     let _ = Command::new("tmux")
         .args(["-L", &sock, "kill-server"])
         .status();

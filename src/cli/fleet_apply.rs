@@ -552,3 +552,40 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
     ))?;
     Ok(exit::OK)
 }
+
+/// Staging from the fleet view, on the plain terminal: asks the modes, plans on every node,
+/// shows every plan and the total, then the same typed confirmation and rollout as
+/// `partop fleet apply` (the set is saved under the state directory first).
+pub fn stage_interactive(t: &Transport, nodes: Vec<NodeSpec>) -> Result<u8> {
+    let nodes = ssh_nodes(nodes)?;
+    out(&format!(
+        "Stage a change on {} node(s): {}\n",
+        nodes.len(),
+        nodes
+            .iter()
+            .map(|n| n.0.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    let ask = |what: &str| -> Result<Option<String>> {
+        out(what)?;
+        let mut a = String::new();
+        std::io::stdin().read_line(&mut a)?;
+        let a = a.trim().to_uppercase();
+        Ok((!a.is_empty()).then_some(a))
+    };
+    let compute = ask("compute mode (SPX, DPX, QPX, CPX; Enter keeps): ")?;
+    let memory = ask("memory mode (NPS1, NPS2, NPS4; Enter keeps): ")?;
+    if compute.is_none() && memory.is_none() {
+        out("nothing staged\n")?;
+        return Ok(exit::OK);
+    }
+    let dir = crate::config::paths::state_dir().join("fleet-sets");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join(format!("set-{}.json", crate::collect::clock::now_ms()));
+    let r = plan(t, nodes, compute.as_deref(), memory.as_deref(), &file)?;
+    if r != exit::OK {
+        return Ok(r);
+    }
+    apply(t, &file, 1, false, false)
+}

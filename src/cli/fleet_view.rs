@@ -14,6 +14,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// A line on the plain terminal (between two stays in the view).
+fn say(s: &str) {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.flush();
+}
+
 /// Key-to-screen latency for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`, µs per line).
 fn latency_log() -> Option<std::fs::File> {
     let p = std::env::var_os("PARTOP_KEY_LATENCY_LOG")?;
@@ -42,7 +50,13 @@ fn input_thread(tx: mpsc::Sender<(Event, std::time::Instant)>, stop: Arc<AtomicB
 
 /// Runs the fleet view until quit.
 pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settings) -> Result<u8> {
-    let loaded = crate::ui::config::load(&crate::config::paths::config_dir(), None, None, true);
+    // `--read-only` removes staging (a mutating command) from the fleet's keys too.
+    let loaded = crate::ui::config::load(
+        &crate::config::paths::config_dir(),
+        None,
+        None,
+        settings.read_only,
+    );
     let t = crate::cli::fleet::transport(a, nodes.len());
     let rows: Vec<NodeRow> = nodes
         .iter()
@@ -67,8 +81,8 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
         let tasks = crate::collect::fleet::spawn(&nodes, &t, &tx);
         drop(tx);
         let (ktx, mut krx) = mpsc::channel(64);
-        let stop = Arc::new(AtomicBool::new(false));
-        input_thread(ktx, Arc::clone(&stop));
+        let mut stop_input = Arc::new(AtomicBool::new(false));
+        input_thread(ktx, Arc::clone(&stop_input));
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
         let size = terminal.size()?;
         state.size = (size.width, size.height);
@@ -99,6 +113,35 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                             for eff in crate::ui::fleet::update(&mut state, &k) {
                                 match eff {
                                     FleetEffect::Quit => break 'outer,
+                                    FleetEffect::Stage(names) => {
+                                        // The change is planned, confirmed and rolled out on the
+                                        // plain terminal, by the same code as `fleet plan` and
+                                        // `fleet apply`; the view comes back after.
+                                        let picked: Vec<NodeSpec> = nodes
+                                            .iter()
+                                            .filter(|n| names.contains(&n.name))
+                                            .cloned()
+                                            .collect();
+                                        // The input thread lets go of the terminal first.
+                                        stop_input.store(true, Ordering::Relaxed);
+                                        tokio::time::sleep(Duration::from_millis(300)).await;
+                                        ratatui::restore();
+                                        if let Err(e) =
+                                            crate::cli::fleet_apply::stage_interactive(&t, picked)
+                                        {
+                                            say(&format!("{e:#}\n"));
+                                        }
+                                        say("\nEnter returns to the fleet view ");
+                                        let mut line = String::new();
+                                        let _ = std::io::stdin().read_line(&mut line);
+                                        terminal = ratatui::init();
+                                        terminal.clear()?;
+                                        let (ktx2, krx2) = mpsc::channel(64);
+                                        stop_input = Arc::new(AtomicBool::new(false));
+                                        input_thread(ktx2, Arc::clone(&stop_input));
+                                        krx = krx2;
+                                        dirty = true;
+                                    }
                                     FleetEffect::Open(name) => {
                                         if let Some(n) = nodes.iter().find(|n| n.name == name) {
                                             open_node(&mut terminal, n, &t, &loaded, settings, &mut krx).await?;
@@ -133,7 +176,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                 _ = tick.tick() => dirty = true,
             }
         }
-        stop.store(true, Ordering::Relaxed);
+        stop_input.store(true, Ordering::Relaxed);
         drop(guard);
         for t in tasks {
             t.abort();

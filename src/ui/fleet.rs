@@ -75,6 +75,8 @@ pub enum FleetEffect {
     Quit,
     /// Open the monitor's views on this node's live stream.
     Open(String),
+    /// Stage a change on these nodes: plan on each, show, one typed confirmation, roll out.
+    Stage(Vec<String>),
 }
 
 /// The fleet view's state.
@@ -349,6 +351,16 @@ pub fn command(s: &mut FleetState, c: Command) -> Vec<FleetEffect> {
             }
             s.sel = (s.sel + 1).min(last);
         }
+        Command::StageChange => {
+            let nodes: Vec<String> = if s.tagged.is_empty() {
+                s.selected().map(str::to_string).into_iter().collect()
+            } else {
+                s.tagged.iter().cloned().collect()
+            };
+            if !nodes.is_empty() {
+                return vec![FleetEffect::Stage(nodes)];
+            }
+        }
         Command::OpenDetail => {
             if let Some(n) = s.selected()
                 && s.rows.iter().any(|r| r.name == n && r.summary.is_some())
@@ -572,7 +584,10 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
             if pos == s.sel { "▶" } else { " " },
             if s.tagged.contains(&r.name) { "+" } else { " " }
         );
-        c[0] = format!("{mark}{}", c[0]);
+        c[0] = format!(
+            "{mark}{}",
+            super::view::fmt::cut(&c[0], if wide { 16 } else { 12 })
+        );
         c[8] = super::view::fmt::cut(&c[8], state_w);
         let style = if pos == s.sel {
             theme.get("table.row.selected")
@@ -667,7 +682,7 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
     let hint = if s.editing {
         format!(" filter: {}▏  Enter keep · Esc clear", s.filter)
     } else {
-        " ↑↓ select · enter open node · space tag · s sort · / filter · q quit · partop fleet plan/apply roll changes out".into()
+        " ↑↓ select · enter open node · space tag · p stage a change on the tagged nodes · s sort · / filter · q quit".into()
     };
     frame.render_widget(
         Paragraph::new(super::view::fmt::fit(
@@ -685,5 +700,43 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
             })
             .collect();
         super::view::fmt::dialog(frame, area, "Fleet keys", lines, theme);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    fn key(c: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn keys_sort_tag_filter_and_stage() {
+        let (km, e) = Keymap::load("default", None, false);
+        assert!(e.is_empty(), "{e:?}");
+        let rows = ["b", "a", "c"]
+            .iter()
+            .map(|n| NodeRow {
+                name: (*n).to_string(),
+                ..NodeRow::default()
+            })
+            .collect();
+        let mut s = FleetState::new(rows, km, "ssh".into(), 1);
+        assert_eq!(s.selected(), Some("a"), "sorted by name");
+        assert_eq!(update(&mut s, &key(' ')), []);
+        assert!(s.tagged.contains("a"));
+        assert_eq!(
+            update(&mut s, &key('p')),
+            [FleetEffect::Stage(vec!["a".into()])]
+        );
+        update(&mut s, &key('/'));
+        update(&mut s, &key('c'));
+        assert_eq!(s.order.len(), 1);
+        // Read only: staging is gone from the keys.
+        let (km, _) = Keymap::load("default", None, true);
+        let mut r = FleetState::new(Vec::new(), km, "ssh".into(), 1);
+        assert_eq!(update(&mut r, &key('p')), []);
     }
 }
