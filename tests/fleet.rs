@@ -475,9 +475,16 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
         .unwrap()
         .to_string();
     send(&fp);
-    wait_until("the rollout to finish", || {
-        screen().contains("rollout done: 1 node(s)")
-    });
+    // A rollout drains, reloads and verifies: longer than the default wait under a loaded CI.
+    let end = Instant::now() + Duration::from_secs(120);
+    while !screen().contains("rollout done: 1 node(s)") {
+        assert!(
+            Instant::now() < end,
+            "the rollout did not finish:\n{}",
+            screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     send("");
     wait_until("the view with the new layout", || {
         screen().contains("DPX/NPS2×8 ×16")

@@ -286,8 +286,21 @@ fn plan(
     Ok(exit::OK)
 }
 
-/// The node reads back what its plan says: modes on each changed GPU and the logical count.
+/// The node reads back what its plan says, within a minute (its kernel files follow a reload
+/// within seconds; a node that still reads the old layout after that has not changed).
 fn verify(t: &Transport, n: &NodePlan) -> Result<(), String> {
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match verify_once(t, n) {
+            Ok(()) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= end => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_secs(2)),
+        }
+    }
+}
+
+/// One read-back: modes on each changed GPU and the logical GPU count.
+fn verify_once(t: &Transport, n: &NodePlan) -> Result<(), String> {
     let remote = vec![n.partop.clone(), "snapshot".into(), "--json".into()];
     let (code, o, e) = ssh_run(t, &n.dest, &remote, "", Duration::from_secs(120));
     if !matches!(code, Some(0 | 3)) {
