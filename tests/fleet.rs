@@ -258,6 +258,29 @@ fn a_rolling_apply_stops_at_the_node_whose_reload_fails_and_leaves_the_third_unt
         .filter_map(|e| e["targets"]["node"].as_str().map(str::to_string))
         .collect();
     assert_eq!(started, ["node1", "node2"], "node3 was never started");
+    // The interrupted rollout resumes: node 2 continues its own run (its driver now reloads),
+    // node 3 follows; node 1 is not touched again.
+    let o = run(
+        fleet(&cfg, home.path())
+            .args(["apply", "--resume"])
+            .arg(&set),
+        &format!("{fp}\n"),
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("(1 done before: skipped)"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("node2: applied and verified")
+            && o.stdout.contains("node3: applied and verified")
+            && o.stdout.contains("rollout done"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(modes(&n2), "DPX/NPS2");
+    assert_eq!(modes(&n3), "DPX/NPS2");
 }
 
 #[test]
@@ -291,6 +314,7 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
             ),
         ),
         ("nopartop", Some(&good.state), ""),
+        ("amdsmionly", Some(&good.state), ""),
     ]);
     // ssh takes the first value it reads: the per-host overrides come first.
     let text = std::fs::read_to_string(&cfg).unwrap();
@@ -310,8 +334,9 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
     std::fs::write(
         &hosts,
         format!(
-            "good\nslow partop={}\ndown\nbadkey\nnopartop partop=/nonexistent/partop\n",
-            wrapper.display()
+            "good\nslow partop={}\ndown\nbadkey\nnopartop partop=/nonexistent/partop\namdsmionly partop=/nonexistent/partop amd-smi={}\n",
+            wrapper.display(),
+            good.script().display()
         ),
     )
     .unwrap();
@@ -363,6 +388,16 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
         why("nopartop").starts_with("partop is not installed"),
         "{}",
         v
+    );
+    // Without partop, its amd-smi is read over ssh instead (read only, every minute).
+    assert_eq!(node("amdsmionly")["reporting"], true, "{v}");
+    assert_eq!(node("amdsmionly")["summary"]["modes"], "SPX/NPS1×8");
+    assert!(
+        node("amdsmionly")["summary"]["trouble"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("partop is not installed: amd-smi read over ssh every 60s"),
+        "{v}"
     );
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 

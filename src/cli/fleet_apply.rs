@@ -114,6 +114,9 @@ fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
             Target::Http { addr } => Err(anyhow::anyhow!(
                 "{addr}: a partop serve endpoint is read only; changes go over ssh"
             )),
+            Target::SshAmdSmi { dest, .. } => Err(anyhow::anyhow!(
+                "{dest}: partop is not installed there; its amd-smi is only read"
+            )),
         })
         .collect()
 }
@@ -373,7 +376,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
     }
     let fj = fleet_journal();
     // What an interrupted rollout of this set finished already.
-    let (rollout, done): (String, Vec<String>) = if resume {
+    let (rollout, done, failed): (String, Vec<String>, Vec<String>) = if resume {
         let (entries, _) = journal::read(&fj).unwrap_or_default();
         let start = entries
             .iter()
@@ -390,15 +393,19 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let done = entries
-            .iter()
-            .filter(|e| e.action == "fleet.node.done" && e.outcome["rollout"] == id.as_str())
-            .filter_map(|e| e.targets["node"].as_str().map(str::to_string))
-            .collect();
-        (id, done)
+        let of = |action: &str| -> Vec<String> {
+            entries
+                .iter()
+                .filter(|e| e.action == action && e.outcome["rollout"] == id.as_str())
+                .filter_map(|e| e.targets["node"].as_str().map(str::to_string))
+                .collect()
+        };
+        let (done, failed) = (of("fleet.node.done"), of("fleet.node.failed"));
+        (id, done, failed)
     } else {
         (
             format!("{}-{}", set.fingerprint, crate::collect::clock::now_ms()),
+            Vec::new(),
             Vec::new(),
         )
     };
@@ -466,10 +473,15 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
             let hs: Vec<_> = chunk
                 .iter()
                 .map(|n| {
+                    let failed = &failed;
                     s.spawn(move || {
                         let plan = serde_json::to_string(&n.plan).unwrap_or_default();
-                        let remote =
+                        let mut remote =
                             vec![n.partop.clone(), "apply".into(), "-".into(), "--yes".into()];
+                        // The node that stopped the rollout continues its own run.
+                        if failed.contains(&n.node) {
+                            remote.push("--resume".into());
+                        }
                         let (code, o, e) =
                             ssh_run(t, &n.dest, &remote, &plan, Duration::from_secs(3600));
                         let r = if code == Some(0) {

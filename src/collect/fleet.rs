@@ -22,6 +22,13 @@ pub enum Target {
         /// The partop on the node.
         partop: String,
     },
+    /// A node without partop: its amd-smi over ssh, at a slow cadence, read only.
+    SshAmdSmi {
+        /// The ssh destination.
+        dest: String,
+        /// The amd-smi on the node.
+        amd_smi: String,
+    },
     /// A `partop serve` endpoint (`host:port`).
     Http {
         /// `host:port`.
@@ -36,6 +43,8 @@ pub struct NodeSpec {
     pub name: String,
     /// How it is reached.
     pub target: Target,
+    /// The node's amd-smi, read over ssh when partop is not installed there.
+    pub amd_smi: String,
 }
 
 /// Whether a node reports.
@@ -87,18 +96,24 @@ pub fn parse_hosts(text: &str, default_partop: &str) -> Result<Vec<NodeSpec>, St
         let mut words = line.split_whitespace();
         let Some(first) = words.next() else { continue };
         let mut partop = default_partop.to_string();
+        let mut amd_smi = None;
         for w in words {
             match w.split_once('=') {
                 Some(("partop", p)) if !p.is_empty() => partop = p.to_string(),
+                Some(("amd-smi", p)) if !p.is_empty() => amd_smi = Some(p.to_string()),
                 _ => {
                     return Err(format!(
-                        "line {}: {w:?} is not an option (partop=/path/to/partop)",
+                        "line {}: {w:?} is not an option (partop=/path/to/partop, amd-smi=/path/to/amd-smi)",
                         i + 1
                     ));
                 }
             }
         }
-        out.push(spec(first, &partop)?);
+        let mut n = spec(first, &partop)?;
+        if let (Some(a), Target::Ssh { .. }) = (amd_smi, &n.target) {
+            n.amd_smi = a;
+        }
+        out.push(n);
     }
     Ok(out)
 }
@@ -115,6 +130,7 @@ pub fn spec(word: &str, partop: &str) -> Result<NodeSpec, String> {
             target: Target::Http {
                 addr: addr.to_string(),
             },
+            amd_smi: "amd-smi".into(),
         });
     }
     if word.starts_with('-') || word.contains(char::is_whitespace) || word.is_empty() {
@@ -126,6 +142,7 @@ pub fn spec(word: &str, partop: &str) -> Result<NodeSpec, String> {
             dest: word.to_string(),
             partop: partop.to_string(),
         },
+        amd_smi: "amd-smi".into(),
     })
 }
 
@@ -421,6 +438,58 @@ async fn http_once(
     }
 }
 
+/// How often a node without partop has its amd-smi read (most of a second of CPU a call).
+pub const AMD_SMI_FALLBACK_EVERY: Duration = Duration::from_secs(60);
+
+/// A node without partop: `amd-smi` over ssh through the amd-smi collector (the same parsers),
+/// every minute, until a read fails. Read only: nothing of it can be changed from the fleet.
+async fn amd_smi_once(
+    t: &Transport,
+    dest: &str,
+    amd_smi: &str,
+    name: &str,
+    tx: &mpsc::Sender<FleetEvent>,
+) -> (bool, String) {
+    let argv = ssh_argv(t, dest, &[amd_smi.to_string()]);
+    let runner = super::amdsmi::runner::Runner {
+        program: PathBuf::from(&t.ssh),
+        prefix: argv,
+        timeout: Duration::from_secs(60),
+    };
+    let mut c = super::amdsmi::AmdSmiCollector::new(runner);
+    c.remote();
+    let mut had = false;
+    loop {
+        let snap = c.sample().await;
+        if snap.gpus.is_empty() {
+            let why = snap
+                .sources
+                .iter()
+                .find_map(|s| s.error.clone())
+                .unwrap_or_else(|| "no GPU reported".into());
+            return (
+                had,
+                format!(
+                    "partop is not installed on the node, and its amd-smi could not be read either: {why}"
+                ),
+            );
+        }
+        let mut row = crate::domain::fleet::summarize(&snap, &[], None);
+        row.trouble = Some(format!(
+            "partop is not installed: amd-smi read over ssh every {}s (read only)",
+            AMD_SMI_FALLBACK_EVERY.as_secs()
+        ));
+        if !had {
+            had = true;
+            send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
+        }
+        if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
+            return (had, String::new());
+        }
+        tokio::time::sleep(AMD_SMI_FALLBACK_EVERY).await;
+    }
+}
+
 /// Starts one task per node; each reports rows and reachability on `tx` until `tx` closes.
 pub fn spawn(
     nodes: &[NodeSpec],
@@ -440,17 +509,32 @@ pub fn spawn(
                 ))
                 .await;
                 let mut backoff = Duration::from_secs(1);
+                let mut target = n.target.clone();
                 loop {
                     if !send(&tx, FleetEvent::Reach(n.name.clone(), Reach::Connecting)).await {
                         return;
                     }
                     let started = std::time::Instant::now();
-                    let (had, why) = match &n.target {
+                    let (had, why) = match &target {
                         Target::Ssh { dest, partop } => {
                             ssh_once(&t, dest, partop, &n.name, &permits, &tx).await
                         }
                         Target::Http { addr } => http_once(&t, addr, &n.name, &permits, &tx).await,
+                        Target::SshAmdSmi { dest, amd_smi } => {
+                            amd_smi_once(&t, dest, amd_smi, &n.name, &tx).await
+                        }
                     };
+                    // partop is not on the node: its amd-smi is read instead, slowly, read only.
+                    if let Target::Ssh { dest, .. } = &target
+                        && !had
+                        && why.starts_with("partop is not installed")
+                    {
+                        target = Target::SshAmdSmi {
+                            dest: dest.clone(),
+                            amd_smi: n.amd_smi.clone(),
+                        };
+                        continue;
+                    }
                     if tx.is_closed() {
                         return;
                     }
@@ -509,6 +593,9 @@ pub async fn full_stream(
             let _ = child.start_kill();
             "the stream ended".into()
         }
+        Target::SshAmdSmi { dest, .. } => format!(
+            "{dest}: partop is not installed there; its whole views need partop on the node"
+        ),
         Target::Http { addr } => {
             let Ok(Ok(stream)) =
                 tokio::time::timeout(t.connect_timeout, tokio::net::TcpStream::connect(addr)).await

@@ -73,6 +73,8 @@ pub struct AmdSmiCollector {
     proc_cache: crate::collect::procinfo::Cache,
     /// Host and per-process CPU and memory (live nodes; a replay shows what was recorded).
     usage: Option<crate::collect::usage::Usage>,
+    /// amd-smi runs on another machine (over ssh): this machine's /proc says nothing of it.
+    remote: bool,
 }
 
 /// The full /proc fd scan runs every this many samples; in between, exited holders are dropped.
@@ -138,7 +140,16 @@ impl AmdSmiCollector {
             identity: None,
             proc_cache: crate::collect::procinfo::Cache::default(),
             usage,
+            remote: false,
         }
+    }
+
+    /// amd-smi runs on another machine (the fleet's fallback over ssh): nothing of this
+    /// machine's /proc is merged into what it reports.
+    pub fn remote(&mut self) {
+        self.remote = true;
+        self.usage = None;
+        self.holder_roots = None;
     }
 
     /// A replayed source: this host's CPU and memory would be a lie beside it.
@@ -616,6 +627,7 @@ impl AmdSmiCollector {
         self.samples += 1;
         let mut holders = std::mem::take(&mut self.holders);
         let mut nodes = std::mem::take(&mut self.kfd_nodes);
+        let remote = self.remote;
         let job = tokio::task::spawn_blocking(move || {
             let mut snap = snap;
             if let Some(roots) = &roots {
@@ -627,7 +639,9 @@ impl AmdSmiCollector {
                 }
                 crate::collect::holders::merge(&mut snap, &holders, &nodes, &roots.sys_root);
             }
-            crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+            if !remote {
+                crate::collect::procinfo::enrich(&mut snap, std::path::Path::new("/proc"));
+            }
             (snap, holders, nodes)
         });
         match job.await {
