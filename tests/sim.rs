@@ -459,3 +459,55 @@ fn state_file_problems_have_a_way_out() {
     n.sim("stop");
     assert!(n.sim("status").stdout.contains("stuck-job") && n.amd("list --json", "").code == 0);
 }
+
+/// A node `partop --sim` left running (it quit during a repartition) is discarded whole by
+/// `sim stop`: its workloads, its kernel twin and every file of it.
+#[test]
+fn sim_stop_discards_a_node_partop_sim_left_behind() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("partop/sim");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Where `partop --sim` keeps its node: node-PID.json under the state directory.
+    let state = dir.join("node-4242.json");
+    let o = common::run(
+        common::partop()
+            .env("XDG_STATE_HOME", home.path())
+            .args(["sim", "start", "spx-nps1-one-model", "--state"])
+            .arg(&state),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(state.exists());
+    let o = common::run(
+        common::partop()
+            .env("XDG_STATE_HOME", home.path())
+            .args(["sim", "stop", "--state"])
+            .arg(&state),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("and its files are removed"),
+        "{}",
+        o.stdout
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // A node started by hand stays (only its workloads stop): `sim resume` needs it.
+    let mine = home.path().join("mine.json");
+    common::run(
+        common::partop()
+            .args(["sim", "start", "spx-nps1-one-model", "--state"])
+            .arg(&mine),
+        "",
+    );
+    common::run(
+        common::partop().args(["sim", "stop", "--state"]).arg(&mine),
+        "",
+    );
+    assert!(mine.exists());
+}
