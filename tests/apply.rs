@@ -19,7 +19,16 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
         ("--compute CPX --memory NPS4", ("CPX", "NPS4", 64), 24),
         ("--compute SPX --memory NPS1", ("SPX", "NPS1", 8), 3),
     ] {
-        let p = e.plan(args, "p.json");
+        // The workloads the last step relaunched are planned once they hold their GPUs (a
+        // process that has opened /dev/kfd but not yet its render node holds none, and the
+        // apply would rightly refuse a plan made in that moment: the node changes under it).
+        let mut p = e.plan(args, "p.json");
+        common::wait_until("the relaunched workloads to hold their GPUs", || {
+            p = e.plan(args, "p.json");
+            let plan: partop::domain::plan::Plan =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            plan.stops.len() == 2 && plan.stops.iter().all(|s| !s.gpus.is_empty())
+        });
         let plan: partop::domain::plan::Plan =
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         assert_eq!(plan.models.len(), 1, "{args}");

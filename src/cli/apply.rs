@@ -166,9 +166,10 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         ) {
             Ok(now) if now == file_plan => (now, 0),
             Ok(now) => anyhow::bail!(
-                "the node changed since this plan was made (plan {}, now {}): processes or modes differ. Review the new plan with `partop plan` and save it again",
+                "the node changed since this plan was made (plan {}, now {}): {}. Review the new plan with `partop plan` and save it again",
                 file_plan.fingerprint,
-                now.fingerprint
+                now.fingerprint,
+                crate::domain::plan::differences(&file_plan, &now).join("; ")
             ),
             Err(e) => anyhow::bail!(
                 "this plan no longer applies: {}",

@@ -56,12 +56,6 @@ pub struct Stop {
     /// The registered model it serves: stopped by its registry entry's way, relaunched after.
     #[serde(default)]
     pub model: Option<String>,
-    /// Its user (for the journal and the overlay).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// The model it serves, from its command line (registered or not).
-    #[serde(default)]
-    pub serves: Option<String>,
 }
 
 /// A served model the plan stops and relaunches: where it is, where it goes, the exact
@@ -471,12 +465,6 @@ pub fn plan(
                 .iter()
                 .find(|m| m.pid == Some(p.pid) && m.spec.is_some())
                 .map(|m| m.name.clone()),
-            user: p.user.clone(),
-            serves: p
-                .command
-                .as_deref()
-                .and_then(super::served::model_of)
-                .map(|(_, m)| m),
         })
         .collect();
     let models = model_moves(snap, &stops, &before, &after, &mut warnings);
@@ -783,4 +771,61 @@ fn model_moves(
             })
         })
         .collect()
+}
+
+/// What differs between a plan and the same plan made again now, in words (why an apply
+/// refuses a plan the node no longer matches).
+pub fn differences(was: &Plan, now: &Plan) -> Vec<String> {
+    let mut d = Vec::new();
+    let pids = |p: &Plan| -> Vec<(u32, Option<u64>, String)> {
+        p.stops
+            .iter()
+            .map(|s| (s.pid, s.start_ticks, s.name.clone()))
+            .collect()
+    };
+    let (a, b) = (pids(was), pids(now));
+    for s in a.iter().filter(|x| !b.contains(x)) {
+        d.push(format!("pid {} ({}) is no longer to stop", s.0, s.2));
+    }
+    for s in b.iter().filter(|x| !a.contains(x)) {
+        d.push(format!("pid {} ({}) now holds an affected GPU", s.0, s.2));
+    }
+    if was.changes != now.changes {
+        d.push("the GPUs' modes are not what they were".into());
+    }
+    if was.before != now.before {
+        d.push("the logical GPUs are not what they were".into());
+    }
+    if was.models != now.models {
+        d.push("the served models or where they go changed".into());
+    }
+    if d.is_empty() && was.stops != now.stops {
+        for (x, y) in was.stops.iter().zip(&now.stops) {
+            if x.gpus != y.gpus {
+                d.push(format!(
+                    "pid {} holds GPUs {:?} now, {:?} then",
+                    x.pid, y.gpus, x.gpus
+                ));
+            }
+            if x.model != y.model {
+                d.push(format!(
+                    "pid {} serves registered model {:?} now, {:?} then",
+                    x.pid, y.model, x.model
+                ));
+            }
+            if x.unit != y.unit || x.agent != y.agent {
+                d.push(format!(
+                    "pid {} is a unit or node agent now, not then (or the reverse)",
+                    x.pid
+                ));
+            }
+        }
+    }
+    if d.is_empty() && (was.steps != now.steps || was.warnings != now.warnings) {
+        d.push("the steps or warnings differ".into());
+    }
+    if d.is_empty() {
+        d.push("processes or modes differ".into());
+    }
+    d
 }

@@ -278,15 +278,23 @@ async fn run_step(
 ) -> StepResult {
     match step.key.as_str() {
         "stop" => {
-            // What each stopped process holds, for the journal (the plan keeps only identity:
-            // VRAM moves between planning and now).
-            let vram: std::collections::HashMap<u32, u64> = sample(ctx)
-                .await
-                .processes
-                .iter()
-                .map(|p| (p.pid, p.vram_total()))
-                .collect();
-            stop(plan, ctx, &vram, emit)
+            // Who each stopped process is, for the journal: user, VRAM, model, read now (the
+            // plan keeps only identity, so what moves or is read late cannot void it).
+            let seen: std::collections::HashMap<u32, (Option<String>, u64, Option<String>)> =
+                sample(ctx)
+                    .await
+                    .processes
+                    .iter()
+                    .map(|p| {
+                        let model = p
+                            .command
+                            .as_deref()
+                            .and_then(crate::domain::served::model_of)
+                            .map(|(_, m)| m);
+                        (p.pid, (p.user.clone(), p.vram_total(), model))
+                    })
+                    .collect();
+            stop(plan, ctx, &seen, emit)
         }
         "wait_idle" => wait_idle(plan, ctx).await,
         "set_memory" => {
@@ -396,7 +404,7 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
 fn stop(
     plan: &Plan,
     ctx: &ApplyCtx,
-    vram: &std::collections::HashMap<u32, u64>,
+    seen: &std::collections::HashMap<u32, (Option<String>, u64, Option<String>)>,
     emit: &mut (dyn FnMut(ApplyEvent) + Send),
 ) -> StepResult {
     for unit in plan.stops.iter().filter_map(|s| s.unit.as_deref()) {
@@ -442,9 +450,12 @@ fn stop(
             name: Some(s.name.clone()),
             gpus: s.gpus.clone(),
             agent: s.agent.clone(),
-            user: s.user.clone(),
-            vram_bytes: vram.get(&s.pid).copied().unwrap_or(0),
-            model: s.model.clone().or_else(|| s.serves.clone()),
+            user: seen.get(&s.pid).and_then(|x| x.0.clone()),
+            vram_bytes: seen.get(&s.pid).map_or(0, |x| x.1),
+            model: s
+                .model
+                .clone()
+                .or_else(|| seen.get(&s.pid).and_then(|x| x.2.clone())),
         })
         .collect();
     let job = KillJob {

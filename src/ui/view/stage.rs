@@ -24,7 +24,12 @@ fn overlay(area: Rect) -> Rect {
 
 /// The plan's text, wrapped to `w`: summary, warnings, what stops, where every served model
 /// goes (or that it is NOT relaunched), and each step with its exact commands.
-fn plan_lines(st: &Staging, theme: &Theme, w: usize) -> Vec<Line<'static>> {
+fn plan_lines(
+    st: &Staging,
+    snap: &crate::domain::Snapshot,
+    theme: &Theme,
+    w: usize,
+) -> Vec<Line<'static>> {
     let mut lines: Vec<Line<'static>> = Vec::new();
     let mut push = |l: Line<'static>, indent: usize| lines.extend(super::fmt::hang(l, w, indent));
     match &st.result {
@@ -83,10 +88,16 @@ fn plan_lines(st: &Staging, theme: &Theme, w: usize) -> Vec<Line<'static>> {
                         .map(ToString::to_string)
                         .collect::<Vec<_>>()
                         .join(",");
+                    // Who it is, as the sample shows it now (the plan keeps its identity).
+                    let seen = snap.processes.iter().find(|x| x.pid == s.pid);
+                    let serves = seen
+                        .and_then(|x| x.command.as_deref())
+                        .and_then(crate::domain::served::model_of)
+                        .map(|(_, m)| m);
                     let what = s
                         .model
-                        .as_deref()
-                        .or(s.serves.as_deref())
+                        .clone()
+                        .or(serves)
                         .map(|m| format!(" serving {m}"))
                         .or_else(|| s.agent.as_ref().map(|a| format!(" ({a})")))
                         .unwrap_or_default();
@@ -96,7 +107,7 @@ fn plan_lines(st: &Staging, theme: &Theme, w: usize) -> Vec<Line<'static>> {
                                 "  pid {} {} · {} · GPU {}{what}",
                                 s.pid,
                                 s.name,
-                                s.user.as_deref().unwrap_or("user N/A"),
+                                seen.and_then(|x| x.user.as_deref()).unwrap_or("user N/A"),
                                 if gpus.is_empty() { "kfd" } else { &gpus }
                             ),
                             theme.get("status.warn"),
@@ -271,7 +282,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             2,
         )),
     }
-    let body = plan_lines(st, theme, w);
+    let body = plan_lines(st, snap, theme, w);
     let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
     let hh = u16::try_from(head.len()).unwrap_or(0);
     // Maps take 6 rows (label, 2 map rows, twice); only with 8 rows left for the plan.
