@@ -253,7 +253,9 @@ pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
             crate::domain::fingerprint::fnv(dest)
         ),
         "-o".into(),
-        "ControlPersist=60".into(),
+        // The node's stream is itself the master (no background master beside it: one ssh
+        // process per node, not two); Enter and rollouts multiplex through it while it runs.
+        "ControlPersist=no".into(),
         "-o".into(),
         "ServerAliveInterval=5".into(),
         "-o".into(),
