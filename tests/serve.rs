@@ -344,23 +344,27 @@ fn prometheus_scrapes_every_partition_and_old_partitions_vanish_after_a_repartit
     poller.join().unwrap();
 }
 
+/// The idle-partition node with `idle_minutes` at 3 s, so its idle finding comes at once
+/// (its model server holds 70 GiB and serves nothing).
+fn idle_node() -> (Serve, tempfile::TempDir) {
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cfg.path().join("partop")).unwrap();
+    std::fs::write(
+        cfg.path().join("partop/config.toml"),
+        "idle_minutes = 0.05\n",
+    )
+    .unwrap();
+    let s = Serve::start(
+        &["--sim", "idle-partition", "--refresh", "1"],
+        &[("XDG_CONFIG_HOME", cfg.path().to_str().unwrap())],
+    );
+    (s, cfg)
+}
+
 #[test]
 fn a_finding_reaches_prometheus_as_a_series() {
     // Idle after 3 s instead of 10 minutes: the idle-partition scenario's server holds 70 GiB.
-    let serve = {
-        let home = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(home.path().join("partop")).unwrap();
-        std::fs::write(
-            home.path().join("partop/config.toml"),
-            "idle_minutes = 0.05\n",
-        )
-        .unwrap();
-        let s = Serve::start(
-            &["--sim", "idle-partition", "--refresh", "1"],
-            &[("XDG_CONFIG_HOME", home.path().to_str().unwrap())],
-        );
-        (s, home)
-    };
+    let serve = idle_node();
     let s = &serve.0;
     s.ready();
     let prom = Prometheus::start(&[s.port]);
@@ -383,17 +387,7 @@ fn a_finding_reaches_prometheus_as_a_series() {
 #[test]
 fn promtool_accepts_the_output_in_both_formats_and_the_dashboard_queries_exist() {
     // The idle-partition node, idle after 3 s, so a finding and a served model are exported.
-    let cfg = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(cfg.path().join("partop")).unwrap();
-    std::fs::write(
-        cfg.path().join("partop/config.toml"),
-        "idle_minutes = 0.05\n",
-    )
-    .unwrap();
-    let serve = Serve::start(
-        &["--sim", "idle-partition", "--refresh", "1"],
-        &[("XDG_CONFIG_HOME", cfg.path().to_str().unwrap())],
-    );
+    let (serve, _cfg) = idle_node();
     serve.ready();
     let dash: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(

@@ -4,7 +4,6 @@
 
 use crate::cli::{Cli, exit};
 use crate::collect::task;
-use crate::domain::findings::Thresholds;
 use crate::ui::config;
 use crate::ui::state::State;
 use std::io::Write as _;
@@ -34,15 +33,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     let rt = crate::cli::out::runtime()?;
     let mut collector = node.collector();
     collector.refresh = refresh;
-    let thresholds = Thresholds {
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "minutes"
-        )]
-        idle_after_ms: (settings.config.idle_minutes.max(0.0) * 60_000.0) as u64,
-        ..Thresholds::default()
-    };
+    let thresholds = settings.thresholds();
     let mut state = State::new(
         loaded.keymap.clone(),
         thresholds,

@@ -3,7 +3,6 @@
 
 use crate::cli::args::ServeArgs;
 use crate::cli::{Cli, exit};
-use crate::domain::findings::Thresholds;
 use anyhow::{Context, Result};
 use std::io::Write as _;
 use std::time::Duration;
@@ -60,15 +59,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs, settings: &crate::config::Settings) -> Re
                 _ = int.recv() => log::info!("SIGINT: stopping"),
             }
         };
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "minutes"
-        )]
-        let thresholds = Thresholds {
-            idle_after_ms: (settings.config.idle_minutes.max(0.0) * 60_000.0) as u64,
-            ..Thresholds::default()
-        };
+        let thresholds = settings.thresholds();
         crate::serve::run(
             collector,
             listener,

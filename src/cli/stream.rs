@@ -4,7 +4,6 @@
 //! Ends when stdout is closed (the ssh connection went away), on SIGTERM, SIGHUP or SIGINT.
 
 use crate::cli::{Cli, exit};
-use crate::domain::findings::Thresholds;
 use anyhow::Result;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
@@ -19,15 +18,7 @@ pub fn stream(cli: &Cli, summary: bool, settings: &crate::config::Settings) -> R
     collector.refresh = refresh;
     let rt = crate::cli::out::runtime()?;
     let r: Result<()> = rt.block_on(async {
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "minutes"
-        )]
-        let thresholds = Thresholds {
-            idle_after_ms: (settings.config.idle_minutes.max(0.0) * 60_000.0) as u64,
-            ..Thresholds::default()
-        };
+        let thresholds = settings.thresholds();
         let settings = crate::serve::ServeSettings {
             refresh,
             journal: settings.journal.clone(),

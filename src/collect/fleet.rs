@@ -275,6 +275,26 @@ async fn send(tx: &mpsc::Sender<FleetEvent>, e: FleetEvent) -> bool {
     tx.send(e).await.is_ok()
 }
 
+/// One node's reports: the first row also says the node is up and lets go of its handshake
+/// slot; false once nobody listens.
+struct Reporter<'a> {
+    name: &'a str,
+    tx: &'a mpsc::Sender<FleetEvent>,
+    had: bool,
+    slot: Option<tokio::sync::SemaphorePermit<'a>>,
+}
+
+impl Reporter<'_> {
+    async fn row(&mut self, row: NodeSummary) -> bool {
+        if !self.had {
+            self.had = true;
+            self.slot.take();
+            send(self.tx, FleetEvent::Reach(self.name.into(), Reach::Up)).await;
+        }
+        send(self.tx, FleetEvent::Row(self.name.into(), Box::new(row))).await
+    }
+}
+
 /// One ssh stream until it ends: whether samples came, and why it ended.
 async fn ssh_once(
     t: &Transport,
@@ -316,8 +336,12 @@ async fn ssh_once(
         String::from_utf8_lossy(&buf).into_owned()
     });
     let mut lines = tokio::io::BufReader::new(stdout.take(u64::MAX)).lines();
-    let mut permit = Some(permit);
-    let mut had = false;
+    let mut rep = Reporter {
+        name,
+        tx,
+        had: false,
+        slot: permit.ok(),
+    };
     // Silence past this is a stuck stream: cut and reconnect.
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + t.connect_timeout.as_secs() + 10);
     loop {
@@ -326,15 +350,10 @@ async fn ssh_once(
                 if l.len() > 4 << 20 {
                     break;
                 }
-                if let Some(row) = parse_line(&l) {
-                    if !had {
-                        had = true;
-                        permit.take();
-                        send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
-                    }
-                    if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
-                        return (had, String::new());
-                    }
+                if let Some(row) = parse_line(&l)
+                    && !rep.row(row).await
+                {
+                    return (rep.had, String::new());
                 }
             }
             Ok(Ok(None) | Err(_)) => break,
@@ -342,7 +361,7 @@ async fn ssh_once(
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 return (
-                    had,
+                    rep.had,
                     format!(
                         "no sample for {}s: the node is slow or stuck; reconnecting",
                         silence.as_secs()
@@ -351,7 +370,7 @@ async fn ssh_once(
             }
         }
     }
-    drop(permit);
+    rep.slot.take();
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
     let code = match status {
         Ok(Ok(s)) => s.code(),
@@ -365,7 +384,7 @@ async fn ssh_once(
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
-    (had, ssh_reason(code, &err, had))
+    (rep.had, ssh_reason(code, &err, rep.had))
 }
 
 /// One HTTP event stream until it ends.
@@ -399,8 +418,12 @@ async fn http_once(
     if !status.contains(" 200") {
         return (false, format!("{addr}: {status}"));
     }
-    let mut permit = Some(permit);
-    let mut had = false;
+    let mut rep = Reporter {
+        name,
+        tx,
+        had: false,
+        slot: permit.ok(),
+    };
     let mut data = String::new();
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + 15);
     loop {
@@ -409,27 +432,22 @@ async fn http_once(
                 if let Some(d) = l.strip_prefix("data: ") {
                     data.push_str(d);
                 } else if l.is_empty() && !data.is_empty() {
-                    if let Some(row) = parse_line(&data) {
-                        if !had {
-                            had = true;
-                            permit.take();
-                            send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
-                        }
-                        if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
-                            return (had, String::new());
-                        }
+                    if let Some(row) = parse_line(&data)
+                        && !rep.row(row).await
+                    {
+                        return (rep.had, String::new());
                     }
                     data.clear();
                 }
                 if data.len() > 4 << 20 {
-                    return (had, format!("{addr}: an event over 4 MiB"));
+                    return (rep.had, format!("{addr}: an event over 4 MiB"));
                 }
             }
-            Ok(Ok(None)) => return (had, format!("{addr}: the stream ended")),
-            Ok(Err(e)) => return (had, format!("{addr}: {e}")),
+            Ok(Ok(None)) => return (rep.had, format!("{addr}: the stream ended")),
+            Ok(Err(e)) => return (rep.had, format!("{addr}: {e}")),
             Err(_) => {
                 return (
-                    had,
+                    rep.had,
                     format!(
                         "{addr}: no event for {}s: slow or stuck; reconnecting",
                         silence.as_secs()
@@ -460,7 +478,12 @@ async fn amd_smi_once(
     };
     let mut c = super::amdsmi::AmdSmiCollector::new(runner);
     c.remote();
-    let mut had = false;
+    let mut rep = Reporter {
+        name,
+        tx,
+        had: false,
+        slot: None,
+    };
     loop {
         let snap = c.sample().await;
         if snap.gpus.is_empty() {
@@ -470,7 +493,7 @@ async fn amd_smi_once(
                 .find_map(|s| s.error.clone())
                 .unwrap_or_else(|| "no GPU reported".into());
             return (
-                had,
+                rep.had,
                 format!(
                     "partop is not installed on the node, and its amd-smi could not be read either: {why}"
                 ),
@@ -481,12 +504,8 @@ async fn amd_smi_once(
             "partop is not installed: amd-smi read over ssh every {}s (read only)",
             AMD_SMI_FALLBACK_EVERY.as_secs()
         ));
-        if !had {
-            had = true;
-            send(tx, FleetEvent::Reach(name.into(), Reach::Up)).await;
-        }
-        if !send(tx, FleetEvent::Row(name.into(), Box::new(row))).await {
-            return (had, String::new());
+        if !rep.row(row).await {
+            return (rep.had, String::new());
         }
         tokio::time::sleep(AMD_SMI_FALLBACK_EVERY).await;
     }

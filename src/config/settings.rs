@@ -12,6 +12,22 @@ pub struct Settings {
     pub config: super::Config,
 }
 
+impl Settings {
+    /// The findings thresholds config.toml sets (the monitor, `serve` and `stream` alike).
+    pub fn thresholds(&self) -> crate::domain::findings::Thresholds {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "minutes, validated when read"
+        )]
+        let idle_after_ms = (self.config.idle_minutes.max(0.0) * 60_000.0) as u64;
+        crate::domain::findings::Thresholds {
+            idle_after_ms,
+            ..crate::domain::findings::Thresholds::default()
+        }
+    }
+}
+
 /// Resolves the settings from the flags (`--read-only`, `--journal`) and `config.toml`. A config file that cannot be read
 /// or parsed, or holds an absurd value, is an error for every command: a broken file must
 /// never silently turn read-only off or move the journal.

@@ -454,39 +454,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             return;
         }
     }
-    scrolled(frame, area, state, theme, block.title(title), lines, 22);
-}
-
-/// Draws `lines` in `block`, each word-wrapped with continuation lines `indent` columns in,
-/// scrolled by the Detail pane's offset; the bottom border says when more is below or above.
-fn scrolled(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    state: &State,
-    theme: &Theme,
-    block: Block<'_>,
-    lines: Vec<Line<'_>>,
-    indent: usize,
-) {
-    use crate::ui::scroll::Pane;
-    let inner = block.inner(area);
-    let wrapped: Vec<Line<'static>> = lines
-        .into_iter()
-        .flat_map(|l| super::fmt::hang(l, usize::from(inner.width), indent))
-        .collect();
-    let n = wrapped.len();
-    let top = state.scroll.drawn(Pane::Detail, n, inner.height);
-    let below = n > usize::from(top) + usize::from(inner.height);
-    let hint = match (top > 0, below) {
-        (false, false) => String::new(),
-        (true, false) => " ↑ more above (Up, Home) ".into(),
-        (false, true) => " ↓ more below (Down, PgDn) ".into(),
-        (true, true) => " ↑↓ more (Up/Down, PgUp/PgDn) ".into(),
-    };
-    let block = if hint.is_empty() {
-        block
-    } else {
-        block.title_bottom(Line::styled(hint, theme.get("ui.hint")).right_aligned())
-    };
-    frame.render_widget(Paragraph::new(wrapped).block(block).scroll((top, 0)), area);
+    super::fmt::scrolled(
+        frame,
+        area,
+        &state.scroll,
+        crate::ui::scroll::Pane::Detail,
+        theme,
+        block.title(title),
+        lines,
+        22,
+        "↓ more below (Down, PgDn)",
+    );
 }

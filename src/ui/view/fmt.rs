@@ -192,6 +192,52 @@ pub fn hang(
     out
 }
 
+/// Draws `lines` in `block`, each word-wrapped with continuation lines `indent` columns in,
+/// scrolled by `pane`'s offset; the bottom border says when more is above or below (`below`
+/// is what it says for more below).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one drawing call, each argument distinct"
+)]
+pub fn scrolled(
+    frame: &mut ratatui::Frame<'_>,
+    area: ratatui::layout::Rect,
+    scroll: &crate::ui::scroll::Scrolls,
+    pane: crate::ui::scroll::Pane,
+    theme: &crate::ui::theme::Theme,
+    block: ratatui::widgets::Block<'_>,
+    lines: Vec<ratatui::text::Line<'_>>,
+    indent: usize,
+    below: &str,
+) {
+    use ratatui::text::Line;
+    let inner = block.inner(area);
+    let wrapped: Vec<Line<'static>> = lines
+        .into_iter()
+        .flat_map(|l| hang(l, usize::from(inner.width), indent))
+        .collect();
+    let n = wrapped.len();
+    let top = scroll.drawn(pane, n, inner.height);
+    let more_below = n > usize::from(top) + usize::from(inner.height);
+    let hint = match (top > 0, more_below) {
+        (false, false) => String::new(),
+        (true, false) => " ↑ more above (Up, Home) ".into(),
+        (false, true) => format!(" {below} "),
+        (true, true) => " ↑↓ more (Up/Down, PgUp/PgDn) ".into(),
+    };
+    let block = if hint.is_empty() {
+        block
+    } else {
+        block.title_bottom(Line::styled(hint, theme.get("ui.hint")).right_aligned())
+    };
+    frame.render_widget(
+        ratatui::widgets::Paragraph::new(wrapped)
+            .block(block)
+            .scroll((top, 0)),
+        area,
+    );
+}
+
 /// A `w` x `h` rectangle centred in `area` (clamped to it), for overlays.
 pub fn centered(area: ratatui::layout::Rect, w: u16, h: u16) -> ratatui::layout::Rect {
     let w = area.width.min(w);

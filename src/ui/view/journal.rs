@@ -265,29 +265,22 @@ fn scrolled_entry(
     block: Block<'_>,
     lines: Vec<Line<'static>>,
 ) {
-    let inner = block.inner(area);
-    let wrapped: Vec<Line<'static>> = lines
-        .into_iter()
-        .flat_map(|l| super::fmt::hang(l, usize::from(inner.width), 20))
-        .collect();
-    let n = wrapped.len();
-    let top = state.scroll.drawn(Pane::Journal, n, inner.height);
-    let block = if n > usize::from(top) + usize::from(inner.height) {
-        block.title_bottom(
-            Line::styled(
-                if state.journal_open {
-                    " ↓ more below (Down, PgDn) "
-                } else {
-                    " ↓ more: Enter shows it all "
-                },
-                theme.get("ui.hint"),
-            )
-            .right_aligned(),
-        )
+    let below = if state.journal_open {
+        "↓ more below (Down, PgDn)"
     } else {
-        block
+        "↓ more: Enter shows it all"
     };
-    frame.render_widget(Paragraph::new(wrapped).block(block).scroll((top, 0)), area);
+    super::fmt::scrolled(
+        frame,
+        area,
+        &state.scroll,
+        Pane::Journal,
+        theme,
+        block,
+        lines,
+        20,
+        below,
+    );
 }
 
 #[cfg(test)]
