@@ -23,10 +23,11 @@ fn main() -> ExitCode {
             // Asking for something that does not exist (a scenario name) is a usage error,
             // as the docs say: exit 2, not 1.
             let usage = e.chain().any(|c| {
-                matches!(
-                    c.downcast_ref::<partop::sim::scenario::ScenarioError>(),
-                    Some(partop::sim::scenario::ScenarioError::Unknown { .. })
-                )
+                c.downcast_ref::<exit::Usage>().is_some()
+                    || matches!(
+                        c.downcast_ref::<partop::sim::scenario::ScenarioError>(),
+                        Some(partop::sim::scenario::ScenarioError::Unknown { .. })
+                    )
             });
             ExitCode::from(if usage { exit::USAGE } else { exit::FAILED })
         }

@@ -324,3 +324,56 @@ fn completions_man_keys_and_help() {
         assert!(o.stdout.contains(name));
     }
 }
+
+/// The fleet refuses what cannot be: no nodes (usage), a destination that would be an ssh
+/// option, an empty or edited plan set: each clearly, before anything runs.
+#[test]
+fn fleet_refuses_bad_input_clearly() {
+    let o = run(partop().arg("fleet"), "");
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("no nodes: name them"), "{}", o.stderr);
+    let o = run(
+        partop().args(["fleet", "--", "-oProxyCommand=touch /tmp/x"]),
+        "",
+    );
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("is not an ssh destination"),
+        "{}",
+        o.stderr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(
+        &empty,
+        r#"{"fingerprint":"cbf29ce484222325","created_at":"x","nodes":[]}"#,
+    )
+    .unwrap();
+    let o = run(
+        partop()
+            .env("XDG_STATE_HOME", dir.path())
+            .args(["fleet", "n1", "apply", "--yes"])
+            .arg(&empty),
+        "",
+    );
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("the set names no node"), "{}", o.stderr);
+    let edited = dir.path().join("edited.json");
+    std::fs::write(
+        &edited,
+        r#"{"fingerprint":"0000","created_at":"x","nodes":[]}"#,
+    )
+    .unwrap();
+    let o = run(
+        partop()
+            .env("XDG_STATE_HOME", dir.path())
+            .args(["fleet", "n1", "apply", "--yes"])
+            .arg(&edited),
+        "",
+    );
+    assert_eq!(o.code, 1);
+    assert!(
+        !dir.path().join("partop/fleet-journal.jsonl").exists(),
+        "nothing journaled, nothing done"
+    );
+}

@@ -13,6 +13,19 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// Partial: output produced but a source failed or is degraded.
     pub const PARTIAL: u8 = 3;
+
+    /// An error that is the caller's usage (what was named does not exist or cannot be used):
+    /// `main` exits 2 for it, as for clap's own usage errors.
+    #[derive(Debug)]
+    pub struct Usage(pub String);
+
+    impl std::fmt::Display for Usage {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Usage {}
 }
 
 /// partop: watch, understand and safely repartition AMD Instinct GPU nodes.
@@ -46,6 +59,8 @@ pub use crate::node::SourceArgs;
 
 /// `partop fleet`.
 #[derive(Debug, clap::Args)]
+// `partop fleet node1 node2 plan …`: the words `plan` and `apply` end the node list.
+#[command(subcommand_precedence_over_arg = true)]
 pub struct FleetArgs {
     /// Nodes: ssh destinations (`node01`, `user@host`, a `~/.ssh/config` Host), or
     /// `http://HOST:PORT` for a `partop serve` endpoint.

@@ -14,14 +14,14 @@ use std::time::Duration;
 pub fn nodes(a: &FleetArgs) -> Result<Vec<NodeSpec>> {
     let mut v = Vec::new();
     for h in &a.hosts {
-        v.push(crate::collect::fleet::spec(h, &a.remote_partop).map_err(anyhow::Error::msg)?);
+        v.push(crate::collect::fleet::spec(h, &a.remote_partop).map_err(exit::Usage)?);
     }
     if let Some(f) = &a.hosts_file {
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("cannot read the hosts file {}", f.display()))?;
         v.extend(
             crate::collect::fleet::parse_hosts(&text, &a.remote_partop)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+                .map_err(|e| exit::Usage(format!("{}: {e}", f.display())))?,
         );
     }
     // The ssh config names the nodes only when nothing else does (it is always ssh's -F).
@@ -29,7 +29,7 @@ pub fn nodes(a: &FleetArgs) -> Result<Vec<NodeSpec>> {
         let text = std::fs::read_to_string(c)
             .with_context(|| format!("cannot read the ssh config {}", c.display()))?;
         for h in crate::collect::fleet::hosts_of_ssh_config(&text) {
-            v.push(crate::collect::fleet::spec(&h, &a.remote_partop).map_err(anyhow::Error::msg)?);
+            v.push(crate::collect::fleet::spec(&h, &a.remote_partop).map_err(exit::Usage)?);
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -74,9 +74,10 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
     }
     let nodes = nodes(a)?;
     if nodes.is_empty() {
-        anyhow::bail!(
-            "no nodes: name them (partop fleet node01 node02), or give --hosts-file, --ssh-config or --prometheus"
-        );
+        return Err(exit::Usage(
+            "no nodes: name them (partop fleet node01 node02), or give --hosts-file, --ssh-config or --prometheus".into(),
+        )
+        .into());
     }
     if a.once {
         return once(a, &nodes);

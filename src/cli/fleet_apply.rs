@@ -54,9 +54,10 @@ impl PlanSet {
     }
 }
 
-/// The fleet journal on the operator's machine.
-pub fn fleet_journal() -> PathBuf {
-    crate::config::paths::state_dir().join("fleet-journal.jsonl")
+/// The fleet journal on the operator's machine: beside the audit journal (so `journal = "…"`
+/// in config.toml, or `--journal`, moves both).
+pub fn fleet_journal(settings: &crate::config::Settings) -> PathBuf {
+    settings.journal.with_file_name("fleet-journal.jsonl")
 }
 
 /// Runs `argv` on the node over ssh with `stdin`, within `limit`: (exit code, stdout, stderr).
@@ -152,7 +153,14 @@ pub fn action(
                 out("partop is read-only: nothing is rolled out\n")?;
                 return Ok(exit::USAGE);
             }
-            apply(&t, set, usize::from(*parallel), *yes, *resume)
+            apply(
+                &t,
+                set,
+                usize::from(*parallel),
+                *yes,
+                *resume,
+                &fleet_journal(settings),
+            )
         }
     }
 }
@@ -347,7 +355,14 @@ fn journal_or_stop(
         .map_err(|e| anyhow::anyhow!("{e}: nothing more is rolled out"))
 }
 
-fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: bool) -> Result<u8> {
+fn apply(
+    t: &Transport,
+    set_path: &Path,
+    parallel: usize,
+    yes: bool,
+    resume: bool,
+    fj: &Path,
+) -> Result<u8> {
     let text = std::fs::read_to_string(set_path)
         .with_context(|| format!("cannot read {}", set_path.display()))?;
     let set: PlanSet = serde_json::from_str(&text).with_context(|| {
@@ -356,6 +371,12 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
             set_path.display()
         )
     })?;
+    if set.nodes.is_empty() {
+        anyhow::bail!(
+            "{}: the set names no node; nothing is rolled out",
+            set_path.display()
+        );
+    }
     // Verified, never trusted: every plan intact, the set's fingerprint over exactly them.
     for n in &set.nodes {
         if !n.plan.content_intact() {
@@ -374,10 +395,9 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
             set.computed()
         );
     }
-    let fj = fleet_journal();
     // What an interrupted rollout of this set finished already.
     let (rollout, done, failed): (String, Vec<String>, Vec<String>) = if resume {
-        let (entries, _) = journal::read(&fj).unwrap_or_default();
+        let (entries, _) = journal::read(fj).unwrap_or_default();
         let start = entries
             .iter()
             .rev()
@@ -400,7 +420,16 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
                 .filter_map(|e| e.targets["node"].as_str().map(str::to_string))
                 .collect()
         };
-        let (done, failed) = (of("fleet.node.done"), of("fleet.node.failed"));
+        let done = of("fleet.node.done");
+        // A node that failed, or was started and never reported (the rollout was killed under
+        // it), continues its own run on the node.
+        let mut failed = of("fleet.node.failed");
+        failed.extend(
+            of("fleet.node.start")
+                .into_iter()
+                .filter(|n| !done.contains(n)),
+        );
+        failed.dedup();
         (id, done, failed)
     } else {
         (
@@ -449,7 +478,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
     }
     if !resume {
         journal_or_stop(
-            &fj,
+            fj,
             "fleet.rollout.start",
             json!({"set": set.fingerprint, "file": set_path.display().to_string(),
                    "nodes": set.nodes.iter().map(|n| json!({"node": n.node, "dest": n.dest, "plan": n.plan.fingerprint})).collect::<Vec<_>>()}),
@@ -459,7 +488,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
     for chunk in todo.chunks(parallel.max(1)) {
         for n in chunk {
             journal_or_stop(
-                &fj,
+                fj,
                 "fleet.node.start",
                 json!({"node": n.node, "dest": n.dest, "plan": n.plan.fingerprint}),
                 json!({"rollout": rollout}),
@@ -521,7 +550,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
                     }
                     out(&format!("   {}: applied and verified\n", n.node))?;
                     journal_or_stop(
-                        &fj,
+                        fj,
                         "fleet.node.done",
                         json!({"node": n.node, "plan": n.plan.fingerprint}),
                         json!({"rollout": rollout, "ok": true}),
@@ -530,7 +559,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
                 Err(e) => {
                     out(&format!("   {}: {e}\n", n.node))?;
                     journal_or_stop(
-                        &fj,
+                        fj,
                         "fleet.node.failed",
                         json!({"node": n.node, "plan": n.plan.fingerprint}),
                         json!({"rollout": rollout, "ok": false, "error": e}),
@@ -548,7 +577,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
                 .map(|x| x.node.as_str())
                 .collect();
             journal_or_stop(
-                &fj,
+                fj,
                 "fleet.rollout.stopped",
                 json!({"set": set.fingerprint}),
                 json!({"rollout": rollout, "untouched": left}),
@@ -566,7 +595,7 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
         }
     }
     journal_or_stop(
-        &fj,
+        fj,
         "fleet.rollout.done",
         json!({"set": set.fingerprint}),
         json!({"rollout": rollout, "ok": true}),
@@ -581,7 +610,11 @@ fn apply(t: &Transport, set_path: &Path, parallel: usize, yes: bool, resume: boo
 /// Staging from the fleet view, on the plain terminal: asks the modes, plans on every node,
 /// shows every plan and the total, then the same typed confirmation and rollout as
 /// `partop fleet apply` (the set is saved under the state directory first).
-pub fn stage_interactive(t: &Transport, nodes: Vec<NodeSpec>) -> Result<u8> {
+pub fn stage_interactive(
+    t: &Transport,
+    nodes: Vec<NodeSpec>,
+    settings: &crate::config::Settings,
+) -> Result<u8> {
     let nodes = ssh_nodes(nodes)?;
     out(&format!(
         "Stage a change on {} node(s): {}\n",
@@ -612,5 +645,5 @@ pub fn stage_interactive(t: &Transport, nodes: Vec<NodeSpec>) -> Result<u8> {
     if r != exit::OK {
         return Ok(r);
     }
-    apply(t, &file, 1, false, false)
+    apply(t, &file, 1, false, false, &fleet_journal(settings))
 }

@@ -127,7 +127,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                                         tokio::time::sleep(Duration::from_millis(300)).await;
                                         ratatui::restore();
                                         if let Err(e) =
-                                            crate::cli::fleet_apply::stage_interactive(&t, picked)
+                                            crate::cli::fleet_apply::stage_interactive(&t, picked, settings)
                                         {
                                             say(&format!("{e:#}\n"));
                                         }

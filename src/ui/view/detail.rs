@@ -323,7 +323,14 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 state,
                 theme,
                 "host memory (rss)",
-                p.rss_bytes.map(|b| format!("{} GiB", gib(b))),
+                // Under a GiB in MiB: a 5 MiB process is not "0.0 GiB".
+                p.rss_bytes.map(|b| {
+                    if b < 1 << 30 {
+                        format!("{} MiB", b >> 20)
+                    } else {
+                        format!("{} GiB", gib(b))
+                    }
+                }),
                 pv,
                 "rss_bytes",
             ));

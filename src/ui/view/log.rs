@@ -21,7 +21,11 @@ fn clock(ms: u64) -> String {
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let block = Block::default()
         .borders(Borders::ALL)
-        .title(format!(" Log · {} lines · times UTC ", state.log.len()))
+        .title(format!(
+            " Log · {} line{} · times UTC ",
+            state.log.len(),
+            if state.log.len() == 1 { "" } else { "s" }
+        ))
         .border_style(theme.get("ui.border"));
     let inner = block.inner(area);
     let mut lines: Vec<Line<'static>> = Vec::new();

@@ -128,13 +128,7 @@ fn plan_lines(
             }
         }
         Err(e) => {
-            push(
-                Line::styled(
-                    "no plan: this combination cannot be applied",
-                    theme.get("status.crit"),
-                ),
-                2,
-            );
+            push(Line::styled("no plan:", theme.get("status.crit")), 2);
             for m in e {
                 push(Line::styled(format!("  {m}"), theme.get("status.crit")), 4);
             }
