@@ -8,7 +8,7 @@
     reason = "a benchmark binary"
 )]
 
-use partop::collect::amdsmi::collector::{
+use partop::collect::amdsmi::reader::{
     ARGS_LIST, ARGS_METRIC, ARGS_PARTITION_ROOT, ARGS_PROCESS, ARGS_STATIC, parse_per_gpu,
     parse_static,
 };

@@ -4,12 +4,16 @@
 
 pub mod amdsmi;
 pub mod clock;
+pub mod enrich;
 pub mod fleet;
 pub mod fleet_prometheus;
 pub mod holders;
 pub mod host;
+pub mod kernel;
 pub mod kfd;
+pub mod merge;
 pub mod nvidia;
+pub mod pipeline;
 pub mod procinfo;
 pub mod served;
 pub mod small_file;

@@ -2,9 +2,9 @@
 //! NVIDIA), the simulated node (`--sim`, `--sim-state`), or a recording (`--replay`); and the
 //! collector, registry and lock that go with it. Every command and the monitor open it here.
 
-use crate::collect::amdsmi::AmdSmiCollector;
 use crate::collect::amdsmi::recording::{CommandSource, Recording};
 use crate::collect::amdsmi::runner::{Runner, locate};
+use crate::collect::pipeline::{Collector, Source};
 use crate::sim::scenario::Scenario;
 use crate::sim::session;
 use anyhow::{Context, Result};
@@ -233,26 +233,58 @@ impl Node {
         self.sim.as_ref().map(|s| s.scenario.as_str())
     }
 
-    /// A collector for this node: its source, its holder scan, marked simulated when it is.
-    pub fn collector(&self) -> AmdSmiCollector {
-        let mut c = AmdSmiCollector::with_source(self.source.clone());
-        c.simulated = self.sim.is_some();
-        c.policy = self.policy;
-        c.holder_roots.clone_from(&self.roots);
-        c.models = Some(self.prober());
-        if let Some(n) = &self.nvidia {
-            if matches!(n, NvidiaAccess::Recorded(_)) {
-                c.without_host_usage();
+    /// A collector for this node: its source, its holder scan, its models, marked simulated
+    /// when it is.
+    pub fn collector(&self) -> Collector {
+        self.build(false)
+    }
+
+    /// A collector for `partop record`: amd-smi on every sample (a recording is of amd-smi),
+    /// the kernel's values merged where it has them, every output kept.
+    pub fn recorder(&self, host: String) -> Collector {
+        let mut c = self.build(true);
+        c.start_recording(host);
+        c
+    }
+
+    fn build(&self, recording: bool) -> Collector {
+        use crate::collect::amdsmi::reader::AmdSmi;
+        use crate::collect::sysfs::SourceMode;
+        let kernel = self.kernel.as_ref().and_then(|(mode, roots)| {
+            (*mode != SourceMode::AmdSmi).then(|| {
+                (
+                    *mode,
+                    crate::collect::kernel::Kernel::new(
+                        crate::collect::sysfs::SysfsCollector::new(roots.clone()),
+                    ),
+                )
+            })
+        });
+        let mut amd = AmdSmi::new(self.source.clone());
+        amd.policy = self.policy;
+        let live = matches!(self.source, CommandSource::Live(_));
+        let source = if let Some(n) = &self.nvidia {
+            Source::Nvidia(crate::collect::nvidia::reader::Nvidia::new(
+                n.source(&self.nvidia_smi),
+            ))
+        } else if !live {
+            Source::Replay(amd)
+        } else {
+            match kernel {
+                Some((SourceMode::Sysfs, k)) => Source::Kernel(k),
+                Some((_, k)) if !recording => Source::KernelFirst { kernel: k, amd },
+                k => Source::AmdSmi {
+                    amd,
+                    kernel: k.map(|(_, k)| k),
+                },
             }
-            c.nvidia = Some(n.source(&self.nvidia_smi));
-        }
-        if let Some((mode, roots)) = &self.kernel
-            && *mode != crate::collect::sysfs::SourceMode::AmdSmi
-        {
-            let mut k = crate::collect::sysfs::SysfsCollector::new(roots.clone());
-            k.simulated = c.simulated;
-            c.sysfs = Some(k);
-            c.sysfs_only = *mode == crate::collect::sysfs::SourceMode::Sysfs;
+        };
+        let mut c = Collector::new(source);
+        c.simulated = self.sim.is_some();
+        c.enrich.roots.clone_from(&self.roots);
+        c.enrich.models = Some(self.prober());
+        if matches!(self.nvidia, Some(NvidiaAccess::Recorded(_))) {
+            c.without_host_usage();
         }
         c
     }

@@ -8,7 +8,7 @@ pub mod http;
 pub mod log;
 pub mod metrics;
 
-use crate::collect::amdsmi::AmdSmiCollector;
+use crate::collect::pipeline::Collector;
 use crate::domain::findings::{Thresholds, Tracker};
 use http::{Limits, Published, Stats};
 use std::path::PathBuf;
@@ -35,7 +35,7 @@ pub struct ServeSettings {
 /// unfinished apply (the journal is read every 10 s, off the runtime thread). The tasks end
 /// when the returned receiver and its clones are gone.
 pub fn publish(
-    collector: AmdSmiCollector,
+    collector: Collector,
     settings: &ServeSettings,
 ) -> (
     watch::Receiver<Arc<Published>>,
@@ -89,7 +89,7 @@ pub fn publish(
 /// Samples every `refresh`, publishes each sample with its findings, and serves HTTP until
 /// `stop` resolves.
 pub async fn run(
-    collector: AmdSmiCollector,
+    collector: Collector,
     listener: tokio::net::TcpListener,
     settings: ServeSettings,
     stop: impl std::future::Future<Output = ()>,

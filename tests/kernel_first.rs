@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Node, partop, run, wait_until};
-use partop::collect::amdsmi::AmdSmiCollector;
+use partop::collect::pipeline::Collector;
 use partop::collect::sysfs::SysfsCollector;
 use partop::domain::Snapshot;
 use partop::domain::findings::{Kind, Tracker};
@@ -25,7 +25,7 @@ fn args(state: &Path) -> SourceArgs {
     }
 }
 
-fn collector(state: &Path) -> AmdSmiCollector {
+fn collector(state: &Path) -> Collector {
     partop::node::open_with(&args(state), Path::new(env!("CARGO_BIN_EXE_partop")))
         .unwrap()
         .collector()
@@ -167,7 +167,7 @@ fn the_twin_reads_like_the_captured_spx_nps1_tree() {
     );
 }
 
-fn tick(rt: &tokio::runtime::Runtime, c: &mut AmdSmiCollector) -> Snapshot {
+fn tick(rt: &tokio::runtime::Runtime, c: &mut Collector) -> Snapshot {
     rt.block_on(c.tick())
 }
 
@@ -370,4 +370,83 @@ fn a_partition_that_did_not_come_up_is_a_finding_and_its_node_is_named() {
         "{}",
         m[0].saw
     );
+}
+
+/// One pipeline: whichever source a node is read from (kernel first, the kernel alone, amd-smi
+/// alone, an amd-smi recording, an NVIDIA recording), the same enrichers run, and a broken
+/// model registry is reported as a source naming the file, never dropped (the monitor and
+/// `partop serve` keep running with discovery only).
+#[test]
+fn every_source_reports_a_broken_registry_and_runs_the_same_enrichers() {
+    use partop::collect::sysfs::SourceMode;
+    let node = Node::start("spx-nps1-one-model");
+    let dir = tempfile::tempdir().unwrap();
+    let reg = dir.path().join("models.toml");
+    std::fs::write(&reg, "[[model]]\nname = \"m\"\nmemory_gb = -5\n").unwrap();
+    let nv = dir.path().join("nv.json");
+    let h200: partop::collect::nvidia::NvNode = partop::collect::nvidia::smi::parse(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/nvidia-smi/h200-one-process-q.xml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(&nv, serde_json::to_string(&h200).unwrap()).unwrap();
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/spx-nps1-one-model.json");
+    let live = |mode| SourceArgs {
+        source: mode,
+        models: Some(reg.clone()),
+        ..args(&node.state)
+    };
+    let cases = [
+        ("kernel first", live(SourceMode::Auto)),
+        ("kernel only", live(SourceMode::Sysfs)),
+        ("amd-smi only", live(SourceMode::AmdSmi)),
+        (
+            "amd-smi recording",
+            SourceArgs {
+                replay: Some(rec),
+                models: Some(reg.clone()),
+                ..SourceArgs::default()
+            },
+        ),
+        (
+            "NVIDIA recording",
+            SourceArgs {
+                nvidia_replay: Some(nv),
+                models: Some(reg.clone()),
+                ..SourceArgs::default()
+            },
+        ),
+    ];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for (what, a) in cases {
+        let mut c = partop::node::open_with(&a, Path::new(env!("CARGO_BIN_EXE_partop")))
+            .unwrap()
+            .collector();
+        let s = rt.block_on(c.sample());
+        let r = s
+            .sources
+            .iter()
+            .find(|x| x.name == "models registry")
+            .unwrap_or_else(|| panic!("{what}: no registry status in {:?}", s.sources));
+        let e = r.error.as_deref().unwrap_or("");
+        assert!(e.contains("models.toml:"), "{what}: {e}");
+        assert!(!s.gpus.is_empty(), "{what}: no GPUs");
+        assert!(!s.processes.is_empty(), "{what}: no processes");
+        // Every process has its /proc facts: read here on a live node, kept by a recording.
+        for p in &s.processes {
+            assert!(
+                p.command.is_some() || p.name.is_some(),
+                "{what}: pid {} has no command: {p:?}",
+                p.pid
+            );
+        }
+        assert!(
+            s.generation > 0 && !s.host.is_empty(),
+            "{what}: not stamped"
+        );
+    }
 }

@@ -395,7 +395,7 @@ fn collector_reads_the_fake_through_a_script_on_path() {
         .build()
         .unwrap();
     let mut c =
-        partop::collect::amdsmi::AmdSmiCollector::new(partop::collect::amdsmi::Runner::new(script));
+        partop::collect::pipeline::Collector::amd_smi(partop::collect::amdsmi::Runner::new(script));
     let snap = rt.block_on(c.sample());
     assert!(
         snap.sources

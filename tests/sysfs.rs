@@ -8,8 +8,9 @@
 mod common;
 use common::copy_tree;
 use partop::collect::holders::Roots;
+use partop::collect::merge::{Reader, merge};
+use partop::collect::sysfs::SysfsCollector;
 use partop::collect::sysfs::gpu_metrics::{self, MetricsError};
-use partop::collect::sysfs::{SysfsCollector, overlay};
 use partop::domain::provenance::SourceKind;
 use std::path::{Path, PathBuf};
 
@@ -297,14 +298,13 @@ fn auto_overlays_partition_busy_on_amd_smi_values() {
     }
     amd.gpus[0].power_watts = Some(300.0);
     amd.sources.clear();
-    overlay(&mut amd, &k);
+    merge(&mut amd, Reader::AmdSmi, &k);
     assert_eq!(amd.gpus[0].partitions[1].gfx_busy_percent, Some(98.0));
     assert_eq!(
         amd.gpus[0].partitions[1].provenance["gfx_busy_percent"].source,
         SourceKind::Sysfs
     );
     assert_eq!(amd.gpus[0].power_watts, Some(312.0));
-    assert_eq!(amd.sources[0].name, "sysfs");
 }
 
 #[test]

@@ -8,8 +8,7 @@ use anyhow::{Context, Result};
 pub fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     let node = open(src)?;
     let rt = crate::cli::out::runtime()?;
-    let mut collector = node.collector();
-    collector.start_recording(crate::collect::host::hostname());
+    let mut collector = node.recorder(crate::collect::host::hostname());
     let snap = rt.block_on(collector.sample());
     let mut rec = collector.take_recording().unwrap_or_default();
     if node.sim.is_none() {

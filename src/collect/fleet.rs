@@ -476,7 +476,7 @@ async fn amd_smi_once(
         prefix: argv,
         timeout: Duration::from_secs(60),
     };
-    let mut c = super::amdsmi::AmdSmiCollector::new(runner);
+    let mut c = super::pipeline::Collector::amd_smi(runner);
     c.remote();
     let mut rep = Reporter {
         name,

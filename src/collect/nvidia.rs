@@ -5,6 +5,7 @@
 
 pub mod node;
 pub mod nvml;
+pub mod reader;
 pub mod smi;
 
 pub use node::{NvNode, NvSource, Recorded, assemble};

@@ -6,4 +6,4 @@ pub mod collector;
 pub mod fdinfo;
 pub mod gpu_metrics;
 
-pub use collector::{SourceMode, SysfsCollector, identity, overlay};
+pub use collector::{SourceMode, SysfsCollector};

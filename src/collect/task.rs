@@ -2,7 +2,7 @@
 //! channel. The UI never awaits a collector; a hung amd-smi only delays the next snapshot, and
 //! each call has its own timeout.
 
-use super::amdsmi::AmdSmiCollector;
+use super::pipeline::Collector;
 use crate::domain::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ pub enum Request {
 
 /// Spawns the polling loop. It ends when every receiver is gone.
 pub fn spawn(
-    mut collector: AmdSmiCollector,
+    mut collector: Collector,
     every: Duration,
     tx: watch::Sender<Arc<Snapshot>>,
     mut requests: mpsc::Receiver<Request>,

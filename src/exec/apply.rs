@@ -7,8 +7,8 @@
 
 use super::kill::{KillEvent, KillJob};
 use super::runlog::RunLog;
-use crate::collect::amdsmi::AmdSmiCollector;
-use crate::collect::amdsmi::recording::CommandSource;
+use crate::collect::pipeline::Collector;
+
 use crate::collect::amdsmi::runner::{RawOutput, Runner};
 use crate::collect::holders::Roots;
 use crate::domain::kill::{Sig, Target};
@@ -160,8 +160,8 @@ pub fn check_output(out: &RawOutput, success: &str) -> Result<String, String> {
 }
 
 async fn sample(ctx: &ApplyCtx) -> Snapshot {
-    let mut c = AmdSmiCollector::with_source(CommandSource::Live(ctx.runner.clone()));
-    c.holder_roots = Some(ctx.roots.clone());
+    let mut c = Collector::amd_smi(ctx.runner.clone());
+    c.enrich.roots = Some(ctx.roots.clone());
     c.sample().await
 }
 

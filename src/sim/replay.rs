@@ -3,10 +3,9 @@
 //! rehearsal starts from the operator's own node.
 
 use super::scenario::{Kind, Scenario, ScenarioError, WorkloadSpec};
-use crate::collect::amdsmi::AmdSmiCollector;
-use crate::collect::amdsmi::recording::{CommandSource, Recording};
+use crate::collect::amdsmi::recording::Recording;
+use crate::collect::pipeline::{Collector, Source};
 use std::path::Path;
-use std::sync::Arc;
 
 /// Builds a scenario from a recording file.
 pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
@@ -20,7 +19,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
         .enable_all()
         .build()
         .map_err(|e| invalid(e.to_string()))?;
-    let mut c = AmdSmiCollector::with_source(CommandSource::Replay(Arc::new(rec.clone())));
+    let mut c = Collector::new(Source::replay(rec.clone()));
     let snap = rt.block_on(c.sample());
     let g0 = snap
         .gpus

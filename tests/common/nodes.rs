@@ -1,11 +1,10 @@
 //! Deterministic snapshots for UI tests: recorded nodes (made from the simulator, see
 //! tests/fixtures/recordings) replayed through the real parsers, with every timestamp pinned.
 
-use partop::collect::amdsmi::AmdSmiCollector;
-use partop::collect::amdsmi::recording::{CommandSource, Recording};
+use partop::collect::amdsmi::recording::Recording;
+use partop::collect::pipeline::{Collector, Source};
 use partop::domain::Snapshot;
 use std::path::Path;
-use std::sync::Arc;
 
 /// The pinned clock.
 pub const T: u64 = 1_800_000_000_000;
@@ -20,7 +19,7 @@ pub fn recorded(name: &str) -> Snapshot {
         .enable_all()
         .build()
         .unwrap();
-    let mut c = AmdSmiCollector::with_source(CommandSource::Replay(Arc::new(rec)));
+    let mut c = Collector::new(Source::replay(rec));
     c.simulated = true;
     let mut s = rt.block_on(c.sample());
     pin(&mut s, T);

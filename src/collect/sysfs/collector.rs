@@ -37,8 +37,8 @@ pub struct SysfsCollector {
     pub roots: Roots,
     /// Full /proc fd scan every this many samples (1 = always).
     pub full_scan_every: u64,
-    /// Holders found by another collector's /proc scan (`--source auto`: the amd-smi path
-    /// scans already), used instead of scanning again.
+    /// Holders found by a scan made elsewhere, used once instead of scanning again (a caller
+    /// that has just scanned /proc; the tests hand in a chosen set).
     pub external_holders: Option<Vec<holders::Holder>>,
     /// Previous engine counters: (pdev, client id, engine) → (ns, monotonic ns of the read).
     prev: HashMap<(String, u64, String), (u64, u64)>,
@@ -864,118 +864,4 @@ pub enum SourceMode {
     Sysfs,
     /// NVIDIA: NVML, else nvidia-smi (`auto` picks it when there is no amd-smi).
     Nvidia,
-}
-
-/// Kernel first (`--source auto`): the kernel's snapshot is the sample; amd-smi's last read adds
-/// what only it knows, by physical and logical GPU identity (BDF): the product's market name,
-/// serial, OAM slot, hive, the partition profiles and memory modes it offers (from the firmware,
-/// not partop's table), each partition's UUID and profile. The kernel's values (modes, busy,
-/// power, memory, processes) stay: they are newer. Provenance follows the value.
-pub fn identity(k: &mut Snapshot, amd: &Snapshot) {
-    for g in &mut k.gpus {
-        let Some(ag) = amd.gpus.iter().find(|x| x.bdf == g.bdf) else {
-            continue;
-        };
-        let take = |f: &str, g: &mut PhysicalGpu| {
-            if let Some(o) = ag.provenance.get(f) {
-                g.provenance.insert(f.into(), o.clone());
-            }
-        };
-        if !ag.product.is_empty() {
-            g.product.clone_from(&ag.product);
-        }
-        if g.product_key.is_none() {
-            g.product_key.clone_from(&ag.product_key);
-        }
-        if ag.serial.is_some() {
-            g.serial.clone_from(&ag.serial);
-            take("serial", g);
-        }
-        if ag.oam_id.is_some() {
-            g.oam_id = ag.oam_id;
-        }
-        if ag.hive.is_some() {
-            g.hive.clone_from(&ag.hive);
-        }
-        if !ag.profiles.is_empty() {
-            g.profiles.clone_from(&ag.profiles);
-            take("profiles", g);
-        }
-        if !ag.memory_caps.is_empty() {
-            g.memory_caps.clone_from(&ag.memory_caps);
-            take("memory_caps", g);
-        }
-        if g.power_cap_watts.is_none() {
-            g.power_cap_watts = ag.power_cap_watts;
-        }
-        for l in &mut g.partitions {
-            let Some(al) = ag.partitions.iter().find(|x| x.bdf == l.bdf) else {
-                continue;
-            };
-            if al.uuid.is_some() {
-                l.uuid.clone_from(&al.uuid);
-            }
-            if al.profile.is_some() {
-                l.profile.clone_from(&al.profile);
-            }
-        }
-    }
-}
-
-/// Overlays the kernel's values on an amd-smi snapshot (`--source auto`), by logical GPU
-/// identity: per-partition GFX busy (amd-smi has none for secondaries), power and temperatures
-/// (one binary read, fresher than amd-smi's), and per-process engine use. Provenance follows
-/// the value.
-pub fn overlay(amd: &mut Snapshot, k: &Snapshot) {
-    for g in &mut amd.gpus {
-        let Some(kg) = k.gpus.iter().find(|x| x.bdf == g.bdf) else {
-            continue;
-        };
-        for (f, v, kv) in [
-            ("power_watts", &mut g.power_watts, kg.power_watts),
-            (
-                "hotspot_celsius",
-                &mut g.hotspot_celsius,
-                kg.hotspot_celsius,
-            ),
-            ("mem_celsius", &mut g.mem_celsius, kg.mem_celsius),
-        ] {
-            if kv.is_some() {
-                *v = kv;
-                if let Some(o) = kg.provenance.get(f) {
-                    g.provenance.insert(f.into(), o.clone());
-                }
-            }
-        }
-        for l in &mut g.partitions {
-            let Some(kl) = kg.partitions.iter().find(|x| x.bdf == l.bdf) else {
-                continue;
-            };
-            if kl.gfx_busy_percent.is_some() {
-                l.gfx_busy_percent = kl.gfx_busy_percent;
-                if let Some(o) = kl.provenance.get("gfx_busy_percent") {
-                    l.provenance.insert("gfx_busy_percent".into(), o.clone());
-                }
-            }
-            if l.kfd_id.is_none() {
-                l.kfd_id = kl.kfd_id;
-            }
-        }
-    }
-    for p in &mut amd.processes {
-        let Some(kp) = k.processes.iter().find(|x| x.pid == p.pid) else {
-            continue;
-        };
-        for u in &mut p.gpus {
-            if let Some(ku) = kp.gpus.iter().find(|x| x.gpu_id == u.gpu_id) {
-                u.engine_percent.clone_from(&ku.engine_percent);
-                if u.gtt_bytes.is_none() {
-                    u.gtt_bytes = ku.gtt_bytes;
-                }
-            }
-        }
-    }
-    if !k.gpus.is_empty() {
-        amd.sources.extend(k.sources.iter().cloned());
-    }
 }

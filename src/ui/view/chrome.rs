@@ -115,7 +115,7 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 let short = src.name.trim_start_matches("amd-smi ");
                 // Static data is read at start and after a change, not every tick: never "late";
                 // a source on its own cadence is late past twice its interval.
-                let polled = src.name != crate::collect::amdsmi::collector::SRC_STATIC;
+                let polled = src.name != crate::collect::amdsmi::reader::SRC_STATIC;
                 let limit = src
                     .cadence
                     .as_ref()

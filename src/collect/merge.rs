@@ -1,0 +1,281 @@
+//! One merge policy for a node read two ways, by the kernel and by amd-smi. Whichever reader ran
+//! this tick gives the layout (which GPUs and partitions exist, their modes) and the process
+//! list; for each value both can give, [`PREFER`] names the reader whose value is taken when it
+//! has one, the other's filling in when it has none. The kernel wins what changes (power,
+//! temperatures, per-partition busy, engine use): its read is newer and, for busy on secondary
+//! partitions, the only one. amd-smi wins what only the firmware knows well (market name,
+//! serial, slot, hive, the profiles and memory modes offered, partition UUIDs). Provenance
+//! follows the value, so each shows where and when it was read.
+//!
+//! Kernel first merges amd-smi's last identity read into each kernel sample; amd-smi every tick
+//! (`partop record`) merges the kernel's sample into amd-smi's. Both go through [`merge`].
+
+use crate::domain::provenance::Provenance;
+use crate::domain::snapshot::Snapshot;
+
+/// A reader of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// sysfs, KFD, fdinfo, `gpu_metrics`.
+    Kernel,
+    /// The amd-smi CLI.
+    AmdSmi,
+}
+
+/// For each value both readers can give: whose is taken when it has one.
+pub const PREFER: &[(&str, Reader)] = &[
+    // A physical GPU.
+    ("product", Reader::AmdSmi),
+    ("product_key", Reader::Kernel),
+    ("serial", Reader::AmdSmi),
+    ("oam_id", Reader::AmdSmi),
+    ("hive", Reader::AmdSmi),
+    ("profiles", Reader::AmdSmi),
+    ("memory_caps", Reader::AmdSmi),
+    ("power_cap_watts", Reader::Kernel),
+    ("power_watts", Reader::Kernel),
+    ("hotspot_celsius", Reader::Kernel),
+    ("mem_celsius", Reader::Kernel),
+    // A logical GPU.
+    ("uuid", Reader::AmdSmi),
+    ("profile", Reader::AmdSmi),
+    ("gfx_busy_percent", Reader::Kernel),
+    ("kfd_id", Reader::Kernel),
+    // A process on a GPU.
+    ("engine_percent", Reader::Kernel),
+    ("gtt_bytes", Reader::AmdSmi),
+    // The node: how the driver is reloaded depends on the amd-smi version.
+    ("reload", Reader::AmdSmi),
+];
+
+/// Whose value `field` takes (the kernel's for a field not in the table: it is newer).
+pub fn prefer(field: &str) -> Reader {
+    PREFER
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map_or(Reader::Kernel, |(_, r)| *r)
+}
+
+/// A value that may be missing.
+trait Value {
+    fn present(&self) -> bool;
+}
+
+impl<T> Value for Option<T> {
+    fn present(&self) -> bool {
+        self.is_some()
+    }
+}
+
+impl Value for String {
+    fn present(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl<T> Value for Vec<T> {
+    fn present(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl<K, V> Value for std::collections::BTreeMap<K, V> {
+    fn present(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+/// One field of a merge: the side of `base` (read by `base_is`) and of the other reader.
+struct Field<'a, T> {
+    name: &'static str,
+    base: &'a mut T,
+    other: &'a T,
+}
+
+/// Takes the other reader's value of `f` where the policy says so; true when it did.
+fn take<T: Value + Clone>(base_is: Reader, f: Field<'_, T>) -> bool {
+    let wanted = if prefer(f.name) == base_is {
+        !f.base.present()
+    } else {
+        true
+    };
+    if wanted && f.other.present() {
+        f.base.clone_from(f.other);
+        true
+    } else {
+        false
+    }
+}
+
+/// Like [`take`], moving the value's provenance with it.
+fn take_traced<T: Value + Clone>(
+    base_is: Reader,
+    f: Field<'_, T>,
+    base_prov: &mut Provenance,
+    other_prov: &Provenance,
+) {
+    let name = f.name;
+    if take(base_is, f) {
+        match other_prov.get(name) {
+            Some(o) => {
+                base_prov.insert(name.into(), o.clone());
+            }
+            None => {
+                base_prov.remove(name);
+            }
+        }
+    }
+}
+
+/// Merges `other` into `base` (read this tick by `base_is`), matching GPUs and partitions by
+/// BDF and processes by pid. Sources are left to the caller.
+pub fn merge(base: &mut Snapshot, base_is: Reader, other: &Snapshot) {
+    macro_rules! field {
+        ($name:literal, $b:expr, $o:expr) => {
+            Field {
+                name: $name,
+                base: &mut $b,
+                other: &$o,
+            }
+        };
+    }
+    for g in &mut base.gpus {
+        let Some(og) = other.gpus.iter().find(|x| x.bdf == g.bdf) else {
+            continue;
+        };
+        let (bp, op) = (&mut g.provenance, &og.provenance);
+        take_traced(base_is, field!("product", g.product, og.product), bp, op);
+        take_traced(
+            base_is,
+            field!("product_key", g.product_key, og.product_key),
+            bp,
+            op,
+        );
+        take_traced(base_is, field!("serial", g.serial, og.serial), bp, op);
+        take_traced(base_is, field!("oam_id", g.oam_id, og.oam_id), bp, op);
+        take_traced(base_is, field!("hive", g.hive, og.hive), bp, op);
+        take_traced(base_is, field!("profiles", g.profiles, og.profiles), bp, op);
+        take_traced(
+            base_is,
+            field!("memory_caps", g.memory_caps, og.memory_caps),
+            bp,
+            op,
+        );
+        take_traced(
+            base_is,
+            field!("power_cap_watts", g.power_cap_watts, og.power_cap_watts),
+            bp,
+            op,
+        );
+        take_traced(
+            base_is,
+            field!("power_watts", g.power_watts, og.power_watts),
+            bp,
+            op,
+        );
+        take_traced(
+            base_is,
+            field!("hotspot_celsius", g.hotspot_celsius, og.hotspot_celsius),
+            bp,
+            op,
+        );
+        take_traced(
+            base_is,
+            field!("mem_celsius", g.mem_celsius, og.mem_celsius),
+            bp,
+            op,
+        );
+        for l in &mut g.partitions {
+            let Some(ol) = og.partitions.iter().find(|x| x.bdf == l.bdf) else {
+                continue;
+            };
+            let (bp, op) = (&mut l.provenance, &ol.provenance);
+            take_traced(base_is, field!("uuid", l.uuid, ol.uuid), bp, op);
+            take_traced(base_is, field!("profile", l.profile, ol.profile), bp, op);
+            take_traced(
+                base_is,
+                field!("gfx_busy_percent", l.gfx_busy_percent, ol.gfx_busy_percent),
+                bp,
+                op,
+            );
+            take_traced(base_is, field!("kfd_id", l.kfd_id, ol.kfd_id), bp, op);
+        }
+    }
+    for p in &mut base.processes {
+        let Some(op) = other.processes.iter().find(|x| x.pid == p.pid) else {
+            continue;
+        };
+        for u in &mut p.gpus {
+            let Some(ou) = op.gpus.iter().find(|x| x.gpu_id == u.gpu_id) else {
+                continue;
+            };
+            take(
+                base_is,
+                field!("engine_percent", u.engine_percent, ou.engine_percent),
+            );
+            take(base_is, field!("gtt_bytes", u.gtt_bytes, ou.gtt_bytes));
+        }
+    }
+    take(base_is, field!("reload", base.reload, other.reload));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
+
+    fn node(product: &str, power: Option<f64>, busy: Option<f64>, uuid: Option<&str>) -> Snapshot {
+        Snapshot {
+            gpus: vec![PhysicalGpu {
+                bdf: "0000:05:00.0".into(),
+                product: product.into(),
+                power_watts: power,
+                partitions: vec![LogicalGpu {
+                    bdf: "0000:05:00.0".into(),
+                    gfx_busy_percent: busy,
+                    uuid: uuid.map(Into::into),
+                    ..LogicalGpu::default()
+                }],
+                ..PhysicalGpu::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn the_same_policy_holds_whichever_reader_is_the_base() {
+        let kernel = node("", Some(312.0), Some(98.0), None);
+        let amd = node("AMD Instinct MI300X", Some(300.0), None, Some("uuid-1"));
+        let mut k = kernel.clone();
+        merge(&mut k, Reader::Kernel, &amd);
+        let mut a = amd.clone();
+        merge(&mut a, Reader::AmdSmi, &kernel);
+        for s in [&k, &a] {
+            let g = &s.gpus[0];
+            assert_eq!(g.product, "AMD Instinct MI300X", "amd-smi's market name");
+            assert_eq!(g.power_watts, Some(312.0), "the kernel's power");
+            assert_eq!(g.partitions[0].gfx_busy_percent, Some(98.0));
+            assert_eq!(g.partitions[0].uuid.as_deref(), Some("uuid-1"));
+        }
+    }
+
+    #[test]
+    fn the_other_reader_fills_a_missing_value_and_nothing_is_invented() {
+        let kernel = node("", None, None, None);
+        let amd = node("MI300X", Some(300.0), None, None);
+        let mut k = kernel;
+        merge(&mut k, Reader::Kernel, &amd);
+        assert_eq!(k.gpus[0].power_watts, Some(300.0), "filled from amd-smi");
+        assert_eq!(k.gpus[0].partitions[0].gfx_busy_percent, None);
+        assert_eq!(k.gpus[0].partitions[0].uuid, None);
+    }
+
+    #[test]
+    fn every_field_has_one_owner() {
+        let mut names: Vec<&str> = PREFER.iter().map(|(f, _)| *f).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len(), "a field named twice in PREFER");
+    }
+}
