@@ -132,3 +132,99 @@ fn spx_holders_and_spare_render_nodes_are_not_gpus() {
         "no KFD entry for a DRM-only process"
     );
 }
+
+/// A shell running `script`, on this machine's real /proc.
+fn sh(script: &str) -> std::process::Child {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .spawn()
+        .unwrap()
+}
+
+fn holds(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/fd/3")).exists()
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// The periodic sweep looks at new processes and known holders only; a reused pid is a new
+/// process (its /proc directory has a new inode) and is looked at; a process seen before that
+/// opens a device later is found by the next complete scan. On the real /proc, with real
+/// processes holding a stand-in device file, and a real pid reuse (ns_last_pid, root).
+#[test]
+fn a_sweep_looks_at_new_processes_and_reused_pids_a_complete_scan_at_all() {
+    use partop::collect::holders::{Swept, scan_all, sweep};
+    let dev = tempfile::tempdir().unwrap();
+    let kfd = dev.path().join("kfd");
+    std::fs::write(&kfd, "").unwrap();
+    let roots = Roots {
+        proc_root: PathBuf::from("/proc"),
+        sys_root: PathBuf::from("/nonexistent"),
+        dev_root: dev.path().to_path_buf(),
+    };
+    let open = format!("exec 3<{}; exec sleep 60", kfd.display());
+    let mut swept = Swept::default();
+    // Opens the device a moment after the first scan has looked at it.
+    let mut late = sh(&format!("sleep 1; {open}"));
+    wait_for("the late shell", || {
+        Path::new(&format!("/proc/{}", late.id())).exists()
+    });
+    let first = scan_all(&roots, &mut swept);
+    assert!(!first.iter().any(|h| h.pid == late.id()));
+    let mut fresh = sh(&open);
+    wait_for("both to hold the device", || {
+        holds(fresh.id()) && holds(late.id())
+    });
+    let h = sweep(&roots, &mut swept, &[]);
+    assert!(
+        h.iter().any(|h| h.pid == fresh.id() && h.kfd),
+        "a new process is looked at"
+    );
+    assert!(
+        !h.iter().any(|h| h.pid == late.id()),
+        "a process seen before is left to the complete scan"
+    );
+    let all = scan_all(&roots, &mut swept);
+    assert!(all.iter().any(|h| h.pid == late.id()));
+    // A known holder is looked at again each sweep: one that closed its device is dropped.
+    let known: Vec<u32> = all.iter().map(|h| h.pid).collect();
+    let h = sweep(&roots, &mut swept, &known);
+    assert!(h.iter().any(|h| h.pid == late.id()) && h.iter().any(|h| h.pid == fresh.id()));
+    // The same pid, another process: the sweep looks at it.
+    let pid = fresh.id();
+    fresh.kill().unwrap();
+    fresh.wait().unwrap();
+    let mut reused = None;
+    for _ in 0..50 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).expect(
+            "pid reuse through /proc/sys/kernel/ns_last_pid needs root (tests run as root)",
+        );
+        let mut c = sh(&open);
+        if c.id() == pid {
+            reused = Some(c);
+            break;
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let mut reused = reused.expect("the pid was reused");
+    wait_for("the reused pid to hold the device", || holds(pid));
+    let h = sweep(&roots, &mut swept, &[]);
+    assert!(
+        h.iter().any(|h| h.pid == pid && h.kfd),
+        "a reused pid is a new process: {h:?}"
+    );
+    for c in [&mut late, &mut reused] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

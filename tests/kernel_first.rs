@@ -168,7 +168,7 @@ fn the_twin_reads_like_the_captured_spx_nps1_tree() {
 }
 
 fn tick(rt: &tokio::runtime::Runtime, c: &mut Collector) -> Snapshot {
-    rt.block_on(c.tick())
+    (*rt.block_on(c.tick())).clone()
 }
 
 #[test]

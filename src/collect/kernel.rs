@@ -20,8 +20,8 @@ pub struct Kernel {
     reader: Option<SysfsCollector>,
     /// That read, and since when it runs.
     busy: Option<(Job, Instant)>,
-    /// The last sample that completed (kept on screen while a read hangs).
-    last: Option<Snapshot>,
+    /// When the last sample that completed was taken.
+    last_ok_ms: Option<u64>,
     /// The sysfs root, for messages.
     root: String,
     /// A full /proc scan was asked for while the reader was busy: asked again when it returns.
@@ -39,7 +39,7 @@ impl Kernel {
             root: reader.roots.sys_root.display().to_string(),
             reader: Some(reader),
             busy: None,
-            last: None,
+            last_ok_ms: None,
             scan_pending: false,
             generation: None,
             seen_gpus: false,
@@ -84,7 +84,7 @@ impl Kernel {
                 k.scan_now |= std::mem::take(&mut self.scan_pending);
                 self.reader = Some(k);
                 self.seen_gpus |= !snap.gpus.is_empty();
-                self.last = Some(snap.clone());
+                self.last_ok_ms = Some(snap.taken_at_ms);
                 Ok(snap)
             }
             Ok(Err(e)) => Err(format!("the kernel reader failed: {e}")),
@@ -101,7 +101,7 @@ impl Kernel {
 
     /// The kernel source's status after a failed read.
     pub fn failed(&self, e: &str) -> SourceStatus {
-        let last_ok = self.last.as_ref().map(|k| k.taken_at_ms);
+        let last_ok = self.last_ok_ms;
         SourceStatus {
             name: SRC.into(),
             version: None,
@@ -117,11 +117,13 @@ impl Kernel {
         }
     }
 
-    /// The last sample, marked stale with `e` (or an empty one marked down).
-    pub fn stale(&self, e: &str) -> Snapshot {
-        let mut s = self.last.clone().unwrap_or_default();
-        s.sources.retain(|x| x.name != SRC);
-        s.sources.push(self.failed(e));
+    /// The last values (`last`: the pipeline's last sample, which the kernel gave; nothing is
+    /// kept here, so a steady tick copies nothing), marked stale with `e`; or an empty sample
+    /// marked down.
+    pub fn stale(&self, e: &str, last: Option<&Snapshot>) -> Snapshot {
+        let mut s = last.cloned().unwrap_or_default();
+        s.models.clear();
+        s.sources = vec![self.failed(e)];
         s
     }
 

@@ -15,6 +15,7 @@ use crate::collect::kernel::Kernel;
 use crate::collect::merge::{Reader, merge};
 use crate::collect::nvidia::reader::Nvidia;
 use crate::domain::snapshot::{Health, SCHEMA, Snapshot, SourceStatus};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a node's values come from.
@@ -105,6 +106,9 @@ pub struct Collector {
     /// The monitor's refresh: the shortest interval amd-smi is read at where it is the only
     /// source.
     pub refresh: Duration,
+    /// The last sample published by [`Collector::tick`]: shown again, marked stale, while a
+    /// kernel read hangs.
+    last: Option<Arc<Snapshot>>,
 }
 
 impl Collector {
@@ -132,6 +136,7 @@ impl Collector {
             generation: 0,
             simulated: false,
             refresh: Duration::from_secs(1),
+            last: None,
         }
     }
 
@@ -208,8 +213,10 @@ impl Collector {
 
     /// One tick of the monitor: never waits for amd-smi beside the kernel (its read runs in the
     /// background and is merged when it is done), so the first screen comes from the kernel.
-    pub async fn tick(&mut self) -> Snapshot {
-        self.collect(false).await
+    pub async fn tick(&mut self) -> Arc<Snapshot> {
+        let snap = Arc::new(self.collect(false).await);
+        self.last = Some(Arc::clone(&snap));
+        snap
     }
 
     async fn collect(&mut self, wait: bool) -> Snapshot {
@@ -229,15 +236,18 @@ impl Collector {
     /// The source's sample, and what it leaves to the enrichers.
     async fn read(&mut self, wait: bool) -> (Snapshot, Need) {
         let refresh = self.refresh;
+        let last = self.last.as_deref();
         match &mut self.source {
             Source::Kernel(kernel) => {
                 let snap = match kernel.sample().await {
                     Ok(s) => s,
-                    Err(e) => kernel.stale(&e),
+                    Err(e) => kernel.stale(&e, last),
                 };
                 (snap, Need::Nothing)
             }
-            Source::KernelFirst { kernel, amd } => kernel_first(kernel, amd, wait, refresh).await,
+            Source::KernelFirst { kernel, amd } => {
+                kernel_first(kernel, amd, wait, refresh, last).await
+            }
             Source::AmdSmi { amd, .. } => {
                 amd.read_now().await;
                 (amd.snapshot(), Need::Holders)
@@ -293,6 +303,7 @@ async fn kernel_first(
     amd: &mut AmdSmi,
     wait: bool,
     refresh: Duration,
+    last: Option<&Snapshot>,
 ) -> (Snapshot, Need) {
     let read = kernel.sample().await;
     if !kernel.seen_gpus {
@@ -320,7 +331,7 @@ async fn kernel_first(
     .await;
     let mut snap = match read {
         Ok(s) => s,
-        Err(e) => kernel.stale(&e),
+        Err(e) => kernel.stale(&e, last),
     };
     if let Some(id) = amd.identity() {
         merge(&mut snap, Reader::Kernel, id);

@@ -42,7 +42,7 @@ pub fn spawn(
                 },
             }
             let snap = collector.tick().await;
-            if tx.send(Arc::new(snap)).is_err() {
+            if tx.send(snap).is_err() {
                 break;
             }
         }

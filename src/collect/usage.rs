@@ -19,6 +19,8 @@ pub struct Usage {
     procs: HashMap<u32, (u64, u64, u64)>,
     tps: u64,
     page: u64,
+    /// Reused for each `/proc/PID/stat` read.
+    buf: Vec<u8>,
 }
 
 impl Usage {
@@ -30,6 +32,7 @@ impl Usage {
             procs: HashMap::new(),
             tps: procfs::ticks_per_second().max(1),
             page: procfs::page_size().max(1),
+            buf: Vec::with_capacity(512),
         }
     }
 
@@ -42,7 +45,8 @@ impl Usage {
             if let Some(started) = p.started_at_ms {
                 p.running_secs = Some(at.saturating_sub(started) / 1000);
             }
-            let Some((start, cpu, rss_pages)) = read_stat(&self.proc_root, p.pid) else {
+            let Some((start, cpu, rss_pages)) = read_stat(&self.proc_root, p.pid, &mut self.buf)
+            else {
                 note(
                     &mut p.provenance,
                     "cpu_percent",
@@ -126,10 +130,16 @@ impl Usage {
     }
 }
 
-/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages).
-fn read_stat(root: &Path, pid: u32) -> Option<(u64, u64, u64)> {
-    let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
-    parse_pid_stat(&text)
+/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages). Read like a kernel
+/// attribute (no stat, bounded), into a buffer kept between reads: this runs for every holder
+/// on every sample.
+fn read_stat(root: &Path, pid: u32, buf: &mut Vec<u8>) -> Option<(u64, u64, u64)> {
+    let mut p = root.to_path_buf();
+    p.push(pid.to_string());
+    p.push("stat");
+    crate::collect::small_file::read(&p, buf).ok()?;
+    // The command name may hold any bytes; the fields after it are ASCII.
+    parse_pid_stat(&String::from_utf8_lossy(buf))
 }
 
 /// Parses `/proc/PID/stat`; the command name may hold spaces and parentheses, so fields are

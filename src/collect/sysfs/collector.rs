@@ -57,13 +57,32 @@ pub struct SysfsCollector {
     pub procinfo: crate::collect::procinfo::Cache,
     /// Run the full /proc fd scan at the next sample (the kill dialog, staging, a drain).
     pub scan_now: bool,
+    /// What the last scan looked at (for sweeps).
+    swept: holders::Swept,
 }
 
-/// Full /proc fd scans: one every this many samples (a minute at a 1 s refresh; measured at a
-/// quarter of the monitor's own CPU on a 2,000-process host at 30). In between,
-/// ROCm processes come and go through KFD's process directory every sample; a process holding
-/// only a render node (video decode, no KFD) appears at the next full scan.
+/// /proc fd scans: one every this many samples (a minute at a 1 s refresh; measured at a
+/// quarter of the monitor's own CPU on a 2,000-process host at 30). Most are sweeps
+/// (`holders::sweep`: new processes and known holders only); every [`COMPLETE_SCAN_EVERY`]th
+/// looks at every process. In between, ROCm processes come and go through KFD's process
+/// directory every sample; a process holding only a render node (video decode, no KFD) appears
+/// at the next sweep if it is new, else at the next complete scan.
 pub const FULL_SCAN_EVERY: u64 = 60;
+
+/// Every this many scans, the scan looks at every process (ten minutes at a 1 s refresh); a
+/// repartition, staging, the kill dialog, a plan and a drain ask for one at once.
+pub const COMPLETE_SCAN_EVERY: u64 = 10;
+
+/// How a sample finds holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Every process's fds.
+    Complete,
+    /// New processes' and known holders' fds.
+    Sweep,
+    /// KFD's process list only.
+    Kfd,
+}
 
 /// A device's files and what does not change until the next topology generation.
 #[derive(Debug, Clone)]
@@ -220,6 +239,7 @@ impl SysfsCollector {
             simulated: false,
             procinfo: crate::collect::procinfo::Cache::default(),
             scan_now: false,
+            swept: holders::Swept::default(),
         }
     }
 
@@ -502,15 +522,25 @@ impl SysfsCollector {
                 }
             }
         }
-        let full = relaid
+        let complete = relaid
             || std::mem::take(&mut self.scan_now)
             || self.full_scan_every <= 1
-            || self.samples.is_multiple_of(self.full_scan_every);
+            || self
+                .samples
+                .is_multiple_of(self.full_scan_every.saturating_mul(COMPLETE_SCAN_EVERY));
+        let scan = if complete {
+            Scan::Complete
+        } else if self.samples.is_multiple_of(self.full_scan_every) {
+            Scan::Sweep
+        } else {
+            Scan::Kfd
+        };
+        let full = scan != Scan::Kfd;
         if full {
             self.procinfo.clear();
         }
         self.samples += 1;
-        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, full, &mut buf);
+        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, scan, &mut buf);
         self.layout = Some((gen_id, nodes, devices));
         // Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has
         // only the device-wide figure).
@@ -573,7 +603,8 @@ impl SysfsCollector {
 
     /// Who holds GPUs now: a full fd scan, or the known holders (those still in KFD's process
     /// list, DRM-only ones until their fdinfo disappears) plus any new KFD process.
-    fn refresh_holders(&mut self, full: bool) {
+    fn refresh_holders(&mut self, scan: Scan) {
+        let full = scan != Scan::Kfd;
         if let Some(h) = self.external_holders.take() {
             self.holders = h;
             if full {
@@ -591,7 +622,12 @@ impl SysfsCollector {
             .unwrap_or_default();
         let own = std::process::id();
         if full {
-            self.holders = holders::scan(&self.roots);
+            self.holders = if scan == Scan::Complete {
+                holders::scan_all(&self.roots, &mut self.swept)
+            } else {
+                let known: Vec<u32> = self.holders.iter().map(|h| h.pid).collect();
+                holders::sweep(&self.roots, &mut self.swept, &known)
+            };
             self.kfd_ids.clear();
             self.fdinfo_cache.clear();
         } else {
@@ -614,10 +650,11 @@ impl SysfsCollector {
         gpus: &[PhysicalGpu],
         mono_ns: u64,
         now_ms: u64,
-        full: bool,
+        scan: Scan,
         buf: &mut Vec<u8>,
     ) -> Vec<Process> {
-        self.refresh_holders(full);
+        let full = scan != Scan::Kfd;
+        self.refresh_holders(scan);
         let logical: HashMap<u64, (u32, Option<u32>)> = gpus
             .iter()
             .flat_map(|g| &g.partitions)
