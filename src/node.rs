@@ -71,6 +71,12 @@ impl SimGuard {
     /// Keeps the simulated node running after partop exits; returns its state file.
     pub fn keep(self) -> PathBuf {
         let state = self.state.clone();
+        // Nobody owns it now: its kernel twin goes on (a twin whose owner died discards the
+        // node), and `partop sim stop` ends it.
+        let _ = crate::sim::state::SimState::update(&state, |s| {
+            s.owner = None;
+            Ok(())
+        });
         std::mem::forget(self);
         state
     }
@@ -78,16 +84,7 @@ impl SimGuard {
 
 impl Drop for SimGuard {
     fn drop(&mut self) {
-        let _ = session::stop(&self.state, Duration::from_secs(2));
-        let _ = std::fs::remove_file(&self.state);
-        let _ = std::fs::remove_dir_all(self.state.with_extension("logs"));
-        let _ = std::fs::remove_dir_all(self.state.with_extension("dev"));
-        crate::sim::kernel::remove(&self.state);
-        let _ = std::fs::remove_file(self.state.with_extension("amdsmi-warm"));
-        let _ = std::fs::remove_file(crate::sim::amdsmi::calls_log(&self.state));
-        let _ = std::fs::remove_file(session::registry_path(&self.state));
-        let _ = std::fs::remove_file(self.state.with_extension("lock"));
-        let _ = std::fs::remove_file(crate::exec::lock::sim_path(&self.state));
+        session::discard(&self.state);
     }
 }
 

@@ -158,3 +158,78 @@ fn staging_at_80x24_shows_where_each_model_is_relaunched() {
     t.keys(&["q"]);
     t.wait_for("EXITED 0");
 }
+
+/// The `--sim` node's state file and its workloads' pids, once it runs.
+fn sim_node(home: &std::path::Path) -> (std::path::PathBuf, Vec<u32>, u32) {
+    let sim = home.join("state/partop/sim");
+    let mut found = None;
+    common::wait_until("the simulated node's state file", || {
+        found = std::fs::read_dir(&sim)
+            .ok()
+            .and_then(|d| {
+                d.flatten().map(|e| e.path()).find(|p| {
+                    p.extension().is_some_and(|x| x == "json")
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("node-"))
+                })
+            })
+            .and_then(|p| {
+                let v: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&p).ok()?).ok()?;
+                let pids: Vec<u32> = v["workloads"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|w| w["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+                    .collect();
+                let owner = u32::try_from(v["owner"]["pid"].as_u64()?).ok()?;
+                (!pids.is_empty()).then_some((p, pids, owner))
+            });
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+fn nothing_left(home: &std::path::Path, workloads: &[u32]) {
+    let sim = home.join("state/partop/sim");
+    common::wait_until("the simulated node to be discarded", || {
+        workloads.iter().all(|p| !alive(*p))
+            && std::fs::read_dir(&sim).map_or(true, |mut d| d.next().is_none())
+    });
+}
+
+/// An ssh connection that drops sends partop SIGHUP on a terminal that is gone: it exits
+/// cleanly (it used to abort writing to the dead terminal, leaving the simulated node's
+/// workloads running); and a partop killed outright has its node discarded by the node's kernel
+/// twin. Either way nothing of the node is left.
+#[test]
+fn a_dropped_terminal_or_a_killed_partop_leaves_nothing_of_the_simulated_node() {
+    let t = Tmux::start("--sim", 80, 24).unwrap();
+    t.wait_for("16 logical");
+    let (_, workloads, owner) = sim_node(t.home.path());
+    assert!(workloads.iter().all(|p| alive(*p)));
+    std::process::Command::new("tmux")
+        .args(["-L", &t.socket, "kill-server"])
+        .status()
+        .unwrap();
+    nothing_left(t.home.path(), &workloads);
+    assert!(!alive(owner), "partop exited");
+
+    let t = Tmux::start("--sim", 80, 24).unwrap();
+    t.wait_for("16 logical");
+    let (_, workloads, owner) = sim_node(t.home.path());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(owner).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    t.wait_for("EXITED 137");
+    nothing_left(t.home.path(), &workloads);
+}

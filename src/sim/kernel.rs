@@ -528,10 +528,26 @@ pub fn run(state_path: &Path) {
         if state.twin.as_ref().is_some_and(|t| t.pid != me) {
             return;
         }
-        // A `--sim` node whose partop died without cleaning up: the twin does not outlive it.
+        // A `--sim` node whose partop died without cleaning up (SIGKILL, a crash): the twin
+        // does what its exit would have done, so no workload or file outlives it. It steps out
+        // of the state first, so stopping the node does not signal the twin itself.
         if let Some(o) = state.owner
             && super::state::process_start(o.pid) != o.start_ticks
         {
+            // A repartition still running on it needs the node: it is kept, owned by nobody,
+            // as `partop --sim` keeps it when it quits during one (`partop sim stop` ends it).
+            if crate::exec::lock::holder(&crate::exec::lock::sim_path(state_path)).is_some() {
+                let _ = SimState::update(state_path, |s| {
+                    s.owner = None;
+                    Ok(())
+                });
+                continue;
+            }
+            let _ = SimState::update(state_path, |s| {
+                s.twin = None;
+                Ok(())
+            });
+            super::session::discard(state_path);
             return;
         }
         let now = clock::now_ms();

@@ -432,6 +432,22 @@ pub fn stop(state_path: &Path, grace: Duration) -> Result<Vec<Stopped>, SessionE
     Ok(report)
 }
 
+/// Ends a node for good: its workloads stopped, then every file of it removed (state, logs,
+/// device files, kernel twin, call log, registry, locks). What `partop --sim` does on exit, and
+/// what its kernel twin does when that partop died without doing it.
+pub fn discard(state_path: &Path) {
+    let _ = stop(state_path, Duration::from_secs(2));
+    let _ = std::fs::remove_file(state_path);
+    let _ = std::fs::remove_dir_all(state_path.with_extension("logs"));
+    let _ = std::fs::remove_dir_all(state_path.with_extension("dev"));
+    super::kernel::remove(state_path);
+    let _ = std::fs::remove_file(state_path.with_extension("amdsmi-warm"));
+    let _ = std::fs::remove_file(super::amdsmi::calls_log(state_path));
+    let _ = std::fs::remove_file(registry_path(state_path));
+    let _ = std::fs::remove_file(state_path.with_extension("lock"));
+    let _ = std::fs::remove_file(crate::exec::lock::sim_path(state_path));
+}
+
 /// What `resume` did with each stopped workload.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resumed {

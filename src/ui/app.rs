@@ -187,7 +187,12 @@ where
                 (e, last_draw.elapsed() >= Duration::from_millis(950))
             }
             _ = term.recv() => (vec![Effect::Quit], false),
-            _ = hup.recv() => (vec![Effect::Quit], false),
+            _ = hup.recv() => {
+                // The terminal is gone: nothing more is drawn, and the exit's cleanup must not
+                // die writing to it.
+                super::terminal::detach();
+                (vec![Effect::Quit], false)
+            }
             _ = int.recv() => (vec![Effect::Quit], false),
             _ = tstp.recv() => {
                 suspend(terminal)?;

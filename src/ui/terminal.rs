@@ -17,7 +17,33 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        ratatui::restore();
+        // Not `ratatui::restore`: it reports a failure with `eprintln!`, which panics when the
+        // terminal is gone (an ssh connection dropped), and a panic here aborts the process
+        // before the simulated node, locks and journal are cleaned up.
+        if let Err(e) = ratatui::try_restore() {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "partop: cannot restore the terminal: {e}"
+            );
+            detach();
+        }
+    }
+}
+
+/// The terminal went away (SIGHUP, a closed pty): standard input, output and error point at
+/// /dev/null from here on, so what runs after (stopping a simulated node, releasing locks,
+/// writing the journal) runs to its end instead of dying on a write to a dead terminal (Rust's
+/// `eprintln!`, ratatui's own cleanup and its panic hook all write there).
+pub fn detach() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
     }
 }
 
@@ -25,7 +51,7 @@ impl Drop for Guard {
 /// usable), the process stops, and on `fg` (SIGCONT) raw mode and the alternate screen come
 /// back and the whole screen is redrawn.
 pub fn suspend(terminal: &mut DefaultTerminal) -> std::io::Result<()> {
-    ratatui::restore();
+    ratatui::try_restore()?;
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP).map_err(std::io::Error::from)?;
     // Continued here after `fg`.
     ratatui::crossterm::terminal::enable_raw_mode()?;
