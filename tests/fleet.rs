@@ -524,6 +524,34 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
     wait_until("the view with the new layout", || {
         screen().contains("DPX/NPS2×8 ×16")
     });
+    // SIGTERM ends the view as `q` does: the terminal restored, exit 0.
+    let display = |what: &str| {
+        String::from_utf8_lossy(
+            &Command::new("tmux")
+                .args(["-L", &sock, "display-message", "-p", what])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .trim()
+        .to_string()
+    };
+    Command::new("tmux")
+        .args(["-L", &sock, "set-option", "-g", "remain-on-exit", "on"])
+        .status()
+        .unwrap();
+    assert_eq!(display("#{alternate_on}"), "1");
+    let pid: i32 = display("#{pane_pid}").parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_until("the view to exit on SIGTERM", || {
+        display("#{pane_dead}") == "1"
+    });
+    assert_eq!(display("#{pane_dead_status}"), "0");
+    assert_eq!(display("#{alternate_on}"), "0", "the terminal is restored");
     let _ = Command::new("tmux")
         .args(["-L", &sock, "kill-server"])
         .status();

@@ -90,6 +90,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
         let mut dirty = true;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut keys_waiting: Vec<std::time::Instant> = Vec::new();
+        let mut signals = Signals::new()?;
         'outer: loop {
             if dirty || !keys_waiting.is_empty() {
                 state.now_ms = crate::collect::clock::now_ms();
@@ -125,7 +126,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                                         // The input thread lets go of the terminal first.
                                         stop_input.store(true, Ordering::Relaxed);
                                         tokio::time::sleep(Duration::from_millis(300)).await;
-                                        ratatui::restore();
+                                        let _ = ratatui::try_restore();
                                         if let Err(e) =
                                             crate::cli::fleet_apply::stage_interactive(&t, picked, settings)
                                         {
@@ -134,7 +135,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                                         say("\nEnter returns to the fleet view ");
                                         let mut line = String::new();
                                         let _ = std::io::stdin().read_line(&mut line);
-                                        terminal = ratatui::init();
+                                        terminal = ratatui::try_init()?;
                                         terminal.clear()?;
                                         let (ktx2, krx2) = mpsc::channel(64);
                                         stop_input = Arc::new(AtomicBool::new(false));
@@ -174,6 +175,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                     // Coalesced: drawn on the next tick.
                 }
                 _ = tick.tick() => dirty = true,
+                () = signals.recv() => break 'outer,
             }
         }
         stop_input.store(true, Ordering::Relaxed);
@@ -297,6 +299,7 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
         input_thread(ktx, Arc::clone(&stop));
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
         let mut every = tokio::time::interval(Duration::from_secs(15));
+        let mut signals = Signals::new()?;
         loop {
             state.now_ms = crate::collect::clock::now_ms();
             terminal.draw(|f| crate::ui::fleet::render(f, &state, &loaded.theme))?;
@@ -307,6 +310,7 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
                         break;
                     }
                 }
+                () = signals.recv() => break,
                 _ = every.tick() => {
                     let u = url.clone();
                     if let Ok(Ok(rows)) = tokio::task::spawn_blocking(move || {
@@ -325,4 +329,31 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
         anyhow::Ok(())
     })?;
     Ok(exit::OK)
+}
+
+/// SIGTERM, SIGINT and SIGHUP end the fleet view the way `q` does: the terminal restored, the
+/// node streams closed. On SIGHUP the terminal is gone, so nothing more is written to it.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+            _ = self.hup.recv() => crate::ui::terminal::detach(),
+        }
+    }
 }
