@@ -52,34 +52,87 @@ fn get(port: u16, path: &str, extra: &str) -> (u16, String) {
     )
 }
 
-/// `partop serve` as a child, stopped (SIGTERM) on drop.
+/// `partop serve` as a child, stopped (SIGTERM) on drop. It listens on a port the kernel picks
+/// (`--listen 127.0.0.1:0`), read from its first log line: a port chosen by the test and
+/// released before the server binds it can be taken meanwhile by another test running beside.
+/// Its stderr is drained as it comes, so a chatty server never blocks on a full pipe.
 struct Serve {
     child: Child,
     port: u16,
     home: tempfile::TempDir,
+    err: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The port in `partop serve listening on http://127.0.0.1:PORT`.
+fn listening_port(log: &str) -> Option<u16> {
+    let rest = log.split("listening on http://127.0.0.1:").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl Serve {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_serving(args, &[], env)
+    }
+
+    /// `partop ARGS serve --listen 127.0.0.1:0 SERVE_ARGS`.
+    fn start_serving(args: &[&str], serve_args: &[&str], env: &[(&str, &str)]) -> Self {
+        use std::io::BufRead as _;
         let home = tempfile::tempdir().unwrap();
-        let port = free_port();
         let mut cmd = partop();
         cmd.env("XDG_STATE_HOME", home.path().join("state"))
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("PARTOP_SIM_AMD_SMI_COST", "off")
             .args(args)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(serve_args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().unwrap();
-        let s = Self { child, port, home };
-        wait_until("partop serve to listen", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let err = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&err);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut e = sink.lock().unwrap();
+                e.push_str(&line);
+                e.push('\n');
+            }
         });
-        s
+        let end = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(p) = listening_port(&err.lock().unwrap()) {
+                break p;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!(
+                    "partop serve exited ({st}) before listening:\n{}",
+                    err.lock().unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < end,
+                "partop serve did not say where it listens:\n{}",
+                err.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Self {
+            child,
+            port,
+            home,
+            err,
+            reader: Some(reader),
+        }
     }
 
     fn ready(&self) {
@@ -106,13 +159,10 @@ impl Serve {
             assert!(t.elapsed() < Duration::from_secs(10), "SIGTERM not obeyed");
             std::thread::sleep(Duration::from_millis(50));
         };
-        let mut err = String::new();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let err = self.err.lock().unwrap().clone();
         (st, err)
     }
 }
@@ -529,17 +579,12 @@ fn hostile_requests_are_bounded_and_a_token_is_required_when_set() {
     assert!(err.contains("<6>SIGTERM: stopping"), "{err}");
 
     // With a token: data endpoints need it, health endpoints do not.
-    let mut cmd = partop();
-    let port = free_port();
-    cmd.env("XDG_STATE_HOME", home.path().join("state"))
-        .env("PARTOP_SIM_AMD_SMI_COST", "off")
-        .args(["--sim", "spx-nps1-one-model", "serve", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--token-file")
-        .arg(&tok)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap();
+    let guarded = Serve::start_serving(
+        &["--sim", "spx-nps1-one-model"],
+        &["--token-file", tok.to_str().unwrap()],
+        &[],
+    );
+    let port = guarded.port;
     wait_until("the guarded server", || get(port, "/-/ready", "").0 == 200);
     assert_eq!(get(port, "/metrics", "").0, 401);
     assert_eq!(
@@ -551,8 +596,6 @@ fn hostile_requests_are_bounded_and_a_token_is_required_when_set() {
         200
     );
     assert_eq!(get(port, "/-/healthy", "").0, 200);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
