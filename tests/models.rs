@@ -182,6 +182,22 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
         ],
         "journal first: each action before it acts, then its result"
     );
+    // Its port taken meanwhile by another program: the start fails, and the server's own
+    // words (in its log) say why.
+    let port = before.port.unwrap();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let o = run(
+        cmd(&node).args(["models", "start", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_ne!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let said = format!("{}{}", o.stdout, o.stderr);
+    assert!(
+        said.contains("exited while starting")
+            && said.contains(&format!("cannot listen on port {port}")),
+        "{said}"
+    );
+    drop(squatter);
     // Dry run and read-only change nothing.
     let o = run(
         cmd(&node).args(["models", "start", "mistral-7b", "--dry-run"]),

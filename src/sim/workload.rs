@@ -88,17 +88,25 @@ pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
     o
 }
 
+/// Says why the workload cannot run, on its stderr (its log, as a real server's would be). Not
+/// through `log`: a workload process installs no logger, and what it said was lost (an apply
+/// then reported a relaunch that "exited while starting" with nothing in its log).
+fn fail(msg: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "ERROR: {msg}");
+}
+
 /// Runs workload `name` until terminated. Returns the exit status.
 pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
     let state = match SimState::load(state_path) {
         Ok(s) => s,
         Err(e) => {
-            log::error!("{e}");
+            fail(&e.to_string());
             return 1;
         }
     };
     let Some(i) = state.workloads.iter().position(|w| w.spec.name == name) else {
-        log::error!("no workload {name} in {}", state_path.display());
+        fail(&format!("no workload {name} in {}", state_path.display()));
         return 1;
     };
     let spec = state.workloads[i].spec.clone();
@@ -110,10 +118,10 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
         match tiny_http::Server::http(("127.0.0.1", state.workloads[i].port)) {
             Ok(s) => Some(s),
             Err(e) => {
-                log::error!(
+                fail(&format!(
                     "{name}: cannot listen on port {}: {e}",
                     state.workloads[i].port
-                );
+                ));
                 return 1;
             }
         }
