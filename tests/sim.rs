@@ -511,3 +511,31 @@ fn sim_stop_discards_a_node_partop_sim_left_behind() {
     );
     assert!(mine.exists());
 }
+
+/// A node whose files were removed under it (its owner killed, its temp dir deleted before the
+/// twin could stop it) leaves no workload running: each notices its node is gone and ends.
+#[test]
+fn workloads_end_when_their_node_is_gone() {
+    let n = Node::start("dpx-nps2-two-models");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&n.state).unwrap()).unwrap();
+    let pids: Vec<u32> = v["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["pid"].as_u64())
+        .map(|p| u32::try_from(p).unwrap())
+        .collect();
+    assert!(!pids.is_empty());
+    std::fs::remove_file(&n.state).unwrap();
+    let running = |p: &u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    wait_until("every workload to end", || !pids.iter().any(running));
+}

@@ -143,7 +143,21 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
         );
         let _ = out.flush();
     }
+    let mut checked = std::time::Instant::now();
     loop {
+        // A node whose state file is gone no longer exists (its owner was killed and its files
+        // removed before its twin could stop it): nothing can stop this workload any more, so
+        // it ends rather than run on as an orphan.
+        if checked.elapsed() >= Duration::from_secs(2) {
+            checked = std::time::Instant::now();
+            if !state_path.exists() {
+                fail(&format!(
+                    "{} is gone: the simulated node no longer exists",
+                    state_path.display()
+                ));
+                return 0;
+            }
+        }
         if term.swap(false, Ordering::SeqCst) {
             if spec.ignore_sigterm {
                 continue;
