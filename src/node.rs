@@ -410,8 +410,8 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
     }
     // NVIDIA: asked for, recorded, or found where amd-smi is not.
     let nvidia = if let Some(f) = &src.nvidia_replay {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let text = crate::collect::small_file::operator_text(f)
+            .with_context(|| format!("cannot read {}", f.display()))?;
         Some(NvidiaAccess::Recorded(
             serde_json::from_str(&text).with_context(|| {
                 format!(

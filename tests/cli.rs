@@ -377,3 +377,56 @@ fn fleet_refuses_bad_input_clearly() {
         "nothing journaled, nothing done"
     );
 }
+
+/// A replayed recording is looked at, never acted on, by every command; and a file that never
+/// ends, given where a recording or a plan goes, is refused at once, never read until memory
+/// runs out.
+#[test]
+fn a_replay_acts_on_nothing_and_an_endless_file_is_refused() {
+    let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/spx-nps1-one-model.json");
+    let mut victim = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let o = common::run(
+        common::partop().arg("--replay").arg(&rec).args([
+            "kill",
+            &victim.id().to_string(),
+            "--yes",
+        ]),
+        "",
+    );
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout
+            .contains("a replayed recording): nothing is signalled"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the process was signalled"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+    for args in [
+        vec!["--replay", "/dev/zero", "snapshot"],
+        vec!["--nvidia-replay", "/dev/zero", "snapshot"],
+        vec!["apply", "/dev/zero", "--yes"],
+    ] {
+        let t = std::time::Instant::now();
+        let o = common::run(common::partop().args(&args), "");
+        assert_ne!(o.code, 0);
+        assert!(
+            o.stderr.contains("/dev/zero") && o.stderr.contains("longer than 256 MiB"),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{args:?}: {:?}",
+            t.elapsed()
+        );
+    }
+}

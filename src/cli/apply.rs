@@ -38,7 +38,8 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         .context("cannot read the plan from stdin")?;
         t
     } else {
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+        crate::collect::small_file::operator_text(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
     };
     let file_plan: crate::domain::plan::Plan = serde_json::from_str(&text).with_context(|| {
         format!(
@@ -62,7 +63,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         return Ok(exit::OK);
     }
     if settings.read_only {
-        out("partop is read-only (--read-only, or read_only = true): nothing is applied\n")?;
+        out(&crate::cli::out::read_only_refusal("applied"))?;
         return Ok(exit::USAGE);
     }
     let node = open(src)?;

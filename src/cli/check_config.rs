@@ -28,7 +28,7 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
         .map(Path::to_path_buf)
         .or_else(|| Some(dir.join("models.toml")).filter(|p| p.exists()));
     if let Some(p) = &registry {
-        match std::fs::read_to_string(p) {
+        match crate::collect::small_file::operator_text(p) {
             Ok(text) => {
                 let (_, bad) = crate::domain::models::check(&p.display().to_string(), &text);
                 errors.extend(bad.into_iter().map(|e| ConfigError {

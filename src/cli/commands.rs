@@ -12,13 +12,17 @@ use clap::CommandFactory;
 pub fn main(cli: Cli) -> Result<u8> {
     // A configuration that cannot be read stops every command that acts or reports (never a
     // silent default); check-config reports it, and the simulator's own tools do not read it.
+    // A recording is looked at, never acted on: replaying one is read-only for every command
+    // (kill, apply, models, MIG), resolved here once.
+    let read_only =
+        cli.read_only || cli.source.replay.is_some() || cli.source.nvidia_replay.is_some();
     let settings = if matches!(
         cli.command,
         Some(Cmd::CheckConfig | Cmd::Completions { .. } | Cmd::Man | Cmd::Sim { .. })
     ) {
-        Settings::flags_only(cli.read_only, cli.journal.as_deref())
+        Settings::flags_only(read_only, cli.journal.as_deref())
     } else {
-        crate::config::settings::resolve(cli.read_only, cli.journal.as_deref())?
+        crate::config::settings::resolve(read_only, cli.journal.as_deref())?
     };
     let settings = &settings;
     match cli.command {

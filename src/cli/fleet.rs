@@ -17,7 +17,7 @@ pub fn nodes(a: &FleetArgs) -> Result<Vec<NodeSpec>> {
         v.push(crate::collect::fleet::spec(h, &a.remote_partop).map_err(exit::Usage)?);
     }
     if let Some(f) = &a.hosts_file {
-        let text = std::fs::read_to_string(f)
+        let text = crate::collect::small_file::operator_text(f)
             .with_context(|| format!("cannot read the hosts file {}", f.display()))?;
         v.extend(
             crate::collect::fleet::parse_hosts(&text, &a.remote_partop)
@@ -26,7 +26,7 @@ pub fn nodes(a: &FleetArgs) -> Result<Vec<NodeSpec>> {
     }
     // The ssh config names the nodes only when nothing else does (it is always ssh's -F).
     if let Some(c) = a.ssh_config.as_ref().filter(|_| v.is_empty()) {
-        let text = std::fs::read_to_string(c)
+        let text = crate::collect::small_file::operator_text(c)
             .with_context(|| format!("cannot read the ssh config {}", c.display()))?;
         for h in crate::collect::fleet::hosts_of_ssh_config(&text) {
             v.push(crate::collect::fleet::spec(&h, &a.remote_partop).map_err(exit::Usage)?);

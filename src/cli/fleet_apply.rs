@@ -150,7 +150,7 @@ pub fn action(
             resume,
         } => {
             if settings.read_only {
-                out("partop is read-only: nothing is rolled out\n")?;
+                out(&crate::cli::out::read_only_refusal("rolled out"))?;
                 return Ok(exit::USAGE);
             }
             apply(
@@ -363,7 +363,7 @@ fn apply(
     resume: bool,
     fj: &Path,
 ) -> Result<u8> {
-    let text = std::fs::read_to_string(set_path)
+    let text = crate::collect::small_file::operator_text(set_path)
         .with_context(|| format!("cannot read {}", set_path.display()))?;
     let set: PlanSet = serde_json::from_str(&text).with_context(|| {
         format!(

@@ -73,9 +73,7 @@ pub fn kill(
     settings: &crate::config::Settings,
 ) -> Result<u8> {
     if settings.read_only {
-        say(
-            "partop is read-only (--read-only, or read_only = true in config.toml): nothing is signalled\n",
-        )?;
+        say(&crate::cli::out::read_only_refusal("signalled"))?;
         return Ok(exit::USAGE);
     }
     let proc_root = Path::new("/proc");

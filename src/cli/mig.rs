@@ -89,7 +89,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
             kill_after_grace,
             grace,
         }) => {
-            let text = std::fs::read_to_string(&file)
+            let text = crate::collect::small_file::operator_text(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let fp: MigPlan = serde_json::from_str(&text).with_context(|| {
                 format!(
@@ -118,7 +118,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 return Ok(exit::OK);
             }
             if settings.read_only {
-                say("partop is read-only: nothing is changed\n")?;
+                say(&crate::cli::out::read_only_refusal("changed"))?;
                 return Ok(exit::USAGE);
             }
             let ctx = MigCtx {

@@ -80,9 +80,9 @@ pub fn models(
             | ModelsCmd::Add { write: true, .. }
     );
     if mutating && settings.read_only {
-        say(
-            "partop is read-only (--read-only, or read_only = true in config.toml): nothing is started, stopped or written\n",
-        )?;
+        say(&crate::cli::out::read_only_refusal(
+            "started, stopped or written",
+        ))?;
         return Ok(exit::USAGE);
     }
     // A model start or stop is a change to the node: one at a time, never during an apply.

@@ -4,6 +4,13 @@
 use anyhow::Result;
 use std::io::{BufRead, Write};
 
+/// Why a mutating command does nothing, one wording for every command: `nothing is {done}`.
+pub fn read_only_refusal(done: &str) -> String {
+    format!(
+        "partop is read-only (--read-only, read_only = true in config.toml, or a replayed recording): nothing is {done}\n"
+    )
+}
+
 /// Prints `text` and flushes.
 pub fn out(text: &str) -> Result<()> {
     let mut o = std::io::stdout().lock();

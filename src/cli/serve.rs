@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// Reads the bearer token: one line, trimmed, not empty.
 fn token(path: &std::path::Path) -> Result<String> {
-    let t = std::fs::read_to_string(path)
+    let t = crate::collect::small_file::operator_text(path)
         .with_context(|| format!("cannot read the token file {}", path.display()))?;
     let t = t.trim().to_string();
     if t.is_empty() || t.len() > 4096 || t.chars().any(char::is_whitespace) {

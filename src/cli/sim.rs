@@ -200,7 +200,7 @@ fn sim_fleet(
     hosts_out: Option<&std::path::Path>,
 ) -> Result<u8> {
     use std::sync::Arc;
-    let text = std::fs::read_to_string(template)
+    let text = crate::collect::small_file::operator_text(template)
         .with_context(|| format!("cannot read {}", template.display()))?;
     let t: crate::domain::Snapshot = serde_json::from_str(&text).with_context(|| {
         format!(

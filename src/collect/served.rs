@@ -15,7 +15,7 @@ use std::path::Path;
 /// Reads and validates a registry file: the registry, or the located error to show (the
 /// monitor keeps running with discovery only).
 pub fn load_registry(path: &Path) -> Result<Registry, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = crate::collect::small_file::operator_text(path).map_err(|e| {
         format!(
             "{}: {e}; write one (see docs/models.md) or pass --models FILE",
             path.display()

@@ -11,22 +11,13 @@ pub const MAX: usize = 1 << 20;
 
 /// Reads `p` into `buf` (cleared first).
 pub fn read(p: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    buf.clear();
-    let mut f = std::fs::File::open(p)?;
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = f.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > MAX {
-            return Err(std::io::Error::other(format!(
-                "longer than {} KiB: not a kernel attribute file",
-                MAX >> 10
-            )));
-        }
-    }
+    read_upto(p, buf, MAX).map_err(|e| match e {
+        Long(n) => std::io::Error::other(format!(
+            "longer than {} KiB: not a kernel attribute file",
+            n >> 10
+        )),
+        Io(e) => e,
+    })
 }
 
 /// Reads `p` as text (invalid UTF-8 replaced).
@@ -34,6 +25,45 @@ pub fn text(p: &Path) -> std::io::Result<String> {
     let mut buf = Vec::new();
     read(p, &mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The most an operator's file (a recording, a plan, a registry, a hosts list) may hold.
+pub const FILE_MAX: usize = 256 << 20;
+
+/// Reads a file the operator named (at most [`FILE_MAX`]): `/dev/zero` or a FIFO that never
+/// ends given by mistake is an error naming the limit, not a read that fills memory.
+pub fn operator_text(p: &Path) -> std::io::Result<String> {
+    let mut buf = Vec::new();
+    read_upto(p, &mut buf, FILE_MAX).map_err(|e| match e {
+        Long(n) => std::io::Error::other(format!(
+            "longer than {} MiB: not a file partop reads (a device or an endless stream?)",
+            n >> 20
+        )),
+        Io(e) => e,
+    })?;
+    String::from_utf8(buf).map_err(|_| std::io::Error::other("not UTF-8 text"))
+}
+
+enum Failure {
+    Long(usize),
+    Io(std::io::Error),
+}
+use Failure::{Io, Long};
+
+fn read_upto(p: &Path, buf: &mut Vec<u8>, max: usize) -> Result<(), Failure> {
+    buf.clear();
+    let mut f = std::fs::File::open(p).map_err(Io)?;
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = f.read(&mut chunk).map_err(Io)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > max {
+            return Err(Long(max));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -156,10 +156,11 @@ impl Recording {
     /// Reads a recording file.
     pub fn load(path: &Path) -> Result<Self, RecordingError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| RecordingError::Io {
-            path: p.clone(),
-            error: e.to_string(),
-        })?;
+        let text =
+            crate::collect::small_file::operator_text(path).map_err(|e| RecordingError::Io {
+                path: p.clone(),
+                error: e.to_string(),
+            })?;
         let r: Self = serde_json::from_str(&text).map_err(|e| RecordingError::Format {
             path: p.clone(),
             error: e.to_string(),
