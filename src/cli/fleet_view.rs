@@ -90,7 +90,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
         let mut dirty = true;
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         let mut keys_waiting: Vec<std::time::Instant> = Vec::new();
-        let mut signals = Signals::new()?;
+        let mut signals = crate::ui::terminal::QuitSignals::new()?;
         'outer: loop {
             if dirty || !keys_waiting.is_empty() {
                 state.now_ms = crate::collect::clock::now_ms();
@@ -299,7 +299,7 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
         input_thread(ktx, Arc::clone(&stop));
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
         let mut every = tokio::time::interval(Duration::from_secs(15));
-        let mut signals = Signals::new()?;
+        let mut signals = crate::ui::terminal::QuitSignals::new()?;
         loop {
             state.now_ms = crate::collect::clock::now_ms();
             terminal.draw(|f| crate::ui::fleet::render(f, &state, &loaded.theme))?;
@@ -329,31 +329,4 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
         anyhow::Ok(())
     })?;
     Ok(exit::OK)
-}
-
-/// SIGTERM, SIGINT and SIGHUP end the fleet view the way `q` does: the terminal restored, the
-/// node streams closed. On SIGHUP the terminal is gone, so nothing more is written to it.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-            _ = self.hup.recv() => crate::ui::terminal::detach(),
-        }
-    }
 }

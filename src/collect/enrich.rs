@@ -9,7 +9,7 @@ use crate::collect::kfd::KfdNode;
 use crate::collect::procinfo::Cache;
 use crate::collect::served::ModelProber;
 use crate::collect::usage::Usage;
-use crate::domain::snapshot::{Health, Snapshot, SourceStatus};
+use crate::domain::snapshot::{Snapshot, SourceStatus};
 use std::path::PathBuf;
 
 /// What a source leaves to the enrichers.
@@ -175,15 +175,8 @@ impl Enrich {
             snap.models = prober.observe(snap).await;
         }
         if let Some(e) = &prober.registry_error {
-            snap.sources.push(SourceStatus {
-                name: "models registry".into(),
-                version: None,
-                status: Health::Down,
-                error: Some(e.clone()),
-                last_ok_ms: None,
-                took_ms: None,
-                cadence: None,
-            });
+            snap.sources
+                .push(SourceStatus::down("models registry", Some(e.clone())));
         }
     }
 }

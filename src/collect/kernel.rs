@@ -103,17 +103,13 @@ impl Kernel {
     pub fn failed(&self, e: &str) -> SourceStatus {
         let last_ok = self.last_ok_ms;
         SourceStatus {
-            name: SRC.into(),
-            version: None,
             status: if last_ok.is_some() {
                 Health::Stale
             } else {
                 Health::Down
             },
-            error: Some(e.to_string()),
             last_ok_ms: last_ok,
-            took_ms: None,
-            cadence: None,
+            ..SourceStatus::down(SRC, Some(e.to_string()))
         }
     }
 

@@ -130,75 +130,33 @@ fn take_traced<T: Value + Clone>(
 /// Merges `other` into `base` (read this tick by `base_is`), matching GPUs and partitions by
 /// BDF and processes by pid. Sources are left to the caller.
 pub fn merge(base: &mut Snapshot, base_is: Reader, other: &Snapshot) {
-    macro_rules! field {
-        ($name:literal, $b:expr, $o:expr) => {
-            Field {
-                name: $name,
-                base: &mut $b,
-                other: &$o,
-            }
-        };
+    // Each named field of `$b` taken from `$o` by the policy; `traced` moves provenance too.
+    macro_rules! traced {
+        ($b:expr, $o:expr; $($f:ident),+) => {$(
+            take_traced(
+                base_is,
+                Field { name: stringify!($f), base: &mut $b.$f, other: &$o.$f },
+                &mut $b.provenance,
+                &$o.provenance,
+            );
+        )+};
+    }
+    macro_rules! plain {
+        ($b:expr, $o:expr; $($f:ident),+) => {$(
+            take(base_is, Field { name: stringify!($f), base: &mut $b.$f, other: &$o.$f });
+        )+};
     }
     for g in &mut base.gpus {
         let Some(og) = other.gpus.iter().find(|x| x.bdf == g.bdf) else {
             continue;
         };
-        let (bp, op) = (&mut g.provenance, &og.provenance);
-        take_traced(base_is, field!("product", g.product, og.product), bp, op);
-        take_traced(
-            base_is,
-            field!("product_key", g.product_key, og.product_key),
-            bp,
-            op,
-        );
-        take_traced(base_is, field!("serial", g.serial, og.serial), bp, op);
-        take_traced(base_is, field!("oam_id", g.oam_id, og.oam_id), bp, op);
-        take_traced(base_is, field!("hive", g.hive, og.hive), bp, op);
-        take_traced(base_is, field!("profiles", g.profiles, og.profiles), bp, op);
-        take_traced(
-            base_is,
-            field!("memory_caps", g.memory_caps, og.memory_caps),
-            bp,
-            op,
-        );
-        take_traced(
-            base_is,
-            field!("power_cap_watts", g.power_cap_watts, og.power_cap_watts),
-            bp,
-            op,
-        );
-        take_traced(
-            base_is,
-            field!("power_watts", g.power_watts, og.power_watts),
-            bp,
-            op,
-        );
-        take_traced(
-            base_is,
-            field!("hotspot_celsius", g.hotspot_celsius, og.hotspot_celsius),
-            bp,
-            op,
-        );
-        take_traced(
-            base_is,
-            field!("mem_celsius", g.mem_celsius, og.mem_celsius),
-            bp,
-            op,
-        );
+        traced!(g, og; product, product_key, serial, oam_id, hive, profiles, memory_caps,
+            power_cap_watts, power_watts, hotspot_celsius, mem_celsius);
         for l in &mut g.partitions {
             let Some(ol) = og.partitions.iter().find(|x| x.bdf == l.bdf) else {
                 continue;
             };
-            let (bp, op) = (&mut l.provenance, &ol.provenance);
-            take_traced(base_is, field!("uuid", l.uuid, ol.uuid), bp, op);
-            take_traced(base_is, field!("profile", l.profile, ol.profile), bp, op);
-            take_traced(
-                base_is,
-                field!("gfx_busy_percent", l.gfx_busy_percent, ol.gfx_busy_percent),
-                bp,
-                op,
-            );
-            take_traced(base_is, field!("kfd_id", l.kfd_id, ol.kfd_id), bp, op);
+            traced!(l, ol; uuid, profile, gfx_busy_percent, kfd_id);
         }
     }
     for p in &mut base.processes {
@@ -209,14 +167,10 @@ pub fn merge(base: &mut Snapshot, base_is: Reader, other: &Snapshot) {
             let Some(ou) = op.gpus.iter().find(|x| x.gpu_id == u.gpu_id) else {
                 continue;
             };
-            take(
-                base_is,
-                field!("engine_percent", u.engine_percent, ou.engine_percent),
-            );
-            take(base_is, field!("gtt_bytes", u.gtt_bytes, ou.gtt_bytes));
+            plain!(u, ou; engine_percent, gtt_bytes);
         }
     }
-    take(base_is, field!("reload", base.reload, other.reload));
+    plain!(base, other; reload);
 }
 
 #[cfg(test)]

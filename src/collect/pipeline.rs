@@ -14,7 +14,7 @@ use crate::collect::enrich::{Enrich, Need};
 use crate::collect::kernel::Kernel;
 use crate::collect::merge::{Reader, merge};
 use crate::collect::nvidia::reader::Nvidia;
-use crate::domain::snapshot::{Health, SCHEMA, Snapshot, SourceStatus};
+use crate::domain::snapshot::{SCHEMA, Snapshot, SourceStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -313,11 +313,10 @@ async fn kernel_first(
         let why = read.err().unwrap_or_else(|| {
             "the kernel shows no AMD GPU (no KFD topology or partition files): amd-smi is read instead, within its CPU budget".into()
         });
-        snap.sources.push(SourceStatus {
-            status: Health::Down,
-            last_ok_ms: None,
-            ..kernel.failed(&why)
-        });
+        snap.sources.push(SourceStatus::down(
+            crate::collect::sysfs::collector::SRC,
+            Some(why),
+        ));
         return (snap, Need::Holders);
     }
     if kernel.generation_moved() {

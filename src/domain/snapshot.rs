@@ -47,6 +47,21 @@ pub struct SourceStatus {
     pub cadence: Option<Cadence>,
 }
 
+impl SourceStatus {
+    /// A source that has not been read (yet), with why when there is a reason.
+    pub fn down(name: &str, error: Option<String>) -> Self {
+        Self {
+            name: name.to_string(),
+            version: None,
+            status: Health::Down,
+            error,
+            last_ok_ms: None,
+            took_ms: None,
+            cadence: None,
+        }
+    }
+}
+
 /// How often a source is read and what it costs (children included).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cadence {

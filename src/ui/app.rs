@@ -134,9 +134,7 @@ where
     let mut pending: std::collections::VecDeque<Effect> = std::collections::VecDeque::new();
     pending.extend(update(&mut state, Msg::Resize(size.width, size.height)));
     pending.extend(update(&mut state, Msg::Tick(clock::now_ms())));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut signals = super::terminal::QuitSignals::new()?;
     let mut tstp = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
         nix::sys::signal::Signal::SIGTSTP as i32,
     ))?;
@@ -186,14 +184,7 @@ where
                 let e = update(&mut state, Msg::Tick(clock::now_ms()));
                 (e, last_draw.elapsed() >= Duration::from_millis(950))
             }
-            _ = term.recv() => (vec![Effect::Quit], false),
-            _ = hup.recv() => {
-                // The terminal is gone: nothing more is drawn, and the exit's cleanup must not
-                // die writing to it.
-                super::terminal::detach();
-                (vec![Effect::Quit], false)
-            }
-            _ = int.recv() => (vec![Effect::Quit], false),
+            () = signals.recv() => (vec![Effect::Quit], false),
             _ = tstp.recv() => {
                 suspend(terminal)?;
                 (Vec::new(), true)

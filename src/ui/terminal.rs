@@ -61,3 +61,34 @@ pub fn suspend(terminal: &mut DefaultTerminal) -> std::io::Result<()> {
     )?;
     terminal.clear()
 }
+
+/// SIGTERM, SIGINT and SIGHUP end a full-screen view (the monitor, the fleet view) the way `q`
+/// does, the terminal restored. On SIGHUP the terminal is gone: [`detach`] first, so nothing more
+/// is written to it.
+#[derive(Debug)]
+pub struct QuitSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl QuitSignals {
+    /// Catches the three from now on.
+    pub fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for one of them.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+            _ = self.hup.recv() => detach(),
+        }
+    }
+}

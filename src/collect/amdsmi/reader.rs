@@ -43,18 +43,6 @@ pub struct AmdSmi {
     identity: Option<Snapshot>,
 }
 
-fn status(name: &str) -> SourceStatus {
-    SourceStatus {
-        name: name.to_string(),
-        version: None,
-        status: Health::Down,
-        error: None,
-        last_ok_ms: None,
-        took_ms: None,
-        cadence: None,
-    }
-}
-
 impl AmdSmi {
     /// A reader of `source` (the tool, or a recording).
     pub fn new(source: CommandSource) -> Self {
@@ -66,7 +54,9 @@ impl AmdSmi {
             statics: None,
             metric: None,
             process: None,
-            status: vec![status(SRC_STATIC), status(SRC_METRIC), status(SRC_PROCESS)],
+            status: [SRC_STATIC, SRC_METRIC, SRC_PROCESS]
+                .map(|n| SourceStatus::down(n, None))
+                .to_vec(),
             reread_static: false,
             policy: Policy::default(),
             lane: Lane::default(),

@@ -24,15 +24,7 @@ impl Nvidia {
         Self {
             source: Some(source),
             last: None,
-            status: SourceStatus {
-                name: SRC.into(),
-                version: None,
-                status: Health::Down,
-                error: None,
-                last_ok_ms: None,
-                took_ms: None,
-                cadence: None,
-            },
+            status: SourceStatus::down(SRC, None),
         }
     }
 
