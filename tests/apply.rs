@@ -27,7 +27,7 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
             p = e.plan(args, "p.json");
             let plan: partop::domain::plan::Plan =
                 serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            plan.stops.len() == 2 && plan.stops.iter().all(|s| !s.gpus.is_empty())
+            !plan.stops.is_empty() && plan.stops.iter().all(|s| !s.gpus.is_empty())
         });
         let plan: partop::domain::plan::Plan =
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
@@ -42,8 +42,21 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
         );
         let o = e.apply(&p, "--yes --grace 3", "");
         assert_eq!(o.code, 0, "{args}: {}{}", o.stdout, o.stderr);
+        // The batch job is stopped by the first change and, as that plan says before the
+        // confirmation, not started again: nothing outside the plan changes (issue 23).
+        let first = index == 6;
+        if first {
+            assert!(
+                plan.warnings
+                    .iter()
+                    .any(|w| w.contains("(pid") && w.contains("does NOT come back")),
+                "{:?}",
+                plan.warnings
+            );
+        }
+        let stopped = if first { "ok: 2 stopped" } else { "ok: 1 stopped" };
         assert!(
-            o.stdout.contains("ok: 2 stopped") && o.stdout.contains("Successfully reloaded driver"),
+            o.stdout.contains(stopped) && o.stdout.contains("Successfully reloaded driver"),
             "{}",
             o.stdout
         );
@@ -54,8 +67,8 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
         );
         let st = e.state();
         assert!(
-            st.alive(0) && st.alive(1),
-            "both workloads relaunched after {args}"
+            st.alive(0) && !st.alive(1),
+            "the model relaunched, the batch job not (as planned) after {args}"
         );
         assert!(
             o.stdout

@@ -6,7 +6,6 @@ use crate::cli::{SourceArgs, exit};
 use crate::collect::amdsmi::recording::CommandSource;
 use crate::config::Settings;
 use crate::node::{lock_path, open};
-use crate::sim::session;
 use anyhow::{Context, Result};
 use std::time::Duration;
 
@@ -208,11 +207,23 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         simulated: node.sim.is_some(),
     };
     // Journal first: without the run's entry nothing is done.
+    let resume_command = resume_command(src, &journal_path, path, kill_after_grace, grace);
     if resume {
         log.resumed(from)?;
     } else {
-        log.start(&serde_json::to_value(&plan)?, Some(path), plan.steps.len())?;
+        log.start_resumable(
+            &serde_json::to_value(&plan)?,
+            Some(path),
+            plan.steps.len(),
+            Some(&resume_command),
+        )?;
     }
+    // A simulated node may run faster than real time (its scenario's time_scale): the waits
+    // scale with it; the limits stay those of a real node.
+    let scale = node
+        .sim_state()
+        .and_then(|s| crate::sim::state::SimState::load(s).ok())
+        .map_or(1.0, |s| s.time_scale.clamp(0.001, 1.0));
     let exe = std::env::current_exe()?;
     let reload_cmd = match node.sim_state() {
         Some(s) => vec![
@@ -239,37 +250,46 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         grace: Duration::from_secs_f64(grace),
         kill_after_grace,
         sim_state: node.sim_state().map(std::path::Path::to_path_buf),
-        restart_owners: node
-            .sim_state()
-            .map(std::path::Path::to_path_buf)
-            .map(|st| {
-                crate::exec::apply::OwnersRestart(std::sync::Arc::new(move |only, skip| {
-                    session::resume(&st, skip, Some(only))
-                        .map(|r| r.iter().map(ToString::to_string).collect())
-                        .map_err(|e| e.to_string())
-                }))
-            }),
-        wait_idle: Duration::from_secs(60),
-        wait_gpus: Duration::from_secs(300),
+        wait_idle: Duration::from_secs(u64::from(crate::domain::plan::WAIT_IDLE_SECS)),
+        wait_gpus: Duration::from_secs(u64::from(crate::domain::plan::WAIT_GPUS_SECS)),
         registry: node.registry().ok().flatten(),
         model_log_dir: node.model_log_dir(),
+        poll: Duration::from_secs_f64((0.5 * scale).max(0.02)),
+        settle: Duration::from_secs_f64((60.0 * scale).max(1.0)),
+        resumed: resume,
+        resume_command,
     };
     let mut show = |e: ApplyEvent| {
         let line = match e {
-            ApplyEvent::Started { idx, title } => {
-                format!("[{}/{}] {title}", idx + 1, plan.steps.len())
+            ApplyEvent::Started {
+                idx,
+                title,
+                limit_secs,
+            } => format!(
+                "[{}/{}] {title}{}",
+                idx + 1,
+                plan.steps.len(),
+                limit_secs.map_or_else(String::new, |l| format!(" (limit {l}s)"))
+            ),
+            ApplyEvent::Done { detail, took, .. } => {
+                format!("      ok: {detail} ({:.1}s)", took.as_secs_f64())
             }
-            ApplyEvent::Done { detail, .. } => format!("      ok: {detail}"),
             ApplyEvent::Note(n) => format!("      {n}"),
         };
         let _ = out(&(line + "\n"));
     };
     match rt.block_on(apply(&plan, &ctx, &log, from, &mut show)) {
-        Ok(()) => {
+        Ok(a) => {
+            let down = a.downtime.map_or_else(
+                || "the services went down in the interrupted run".to_string(),
+                |d| format!("services down {:.1}s", d.as_secs_f64()),
+            );
             out(&format!(
-                "applied plan {}: {} logical GPUs\n",
+                "applied plan {}: {} logical GPUs; {down} (estimated {}s), {:.1}s in all\n",
                 plan.fingerprint,
-                plan.after.len()
+                plan.after.len(),
+                plan.downtime_secs,
+                a.took.as_secs_f64()
             ))?;
             Ok(exit::OK)
         }
@@ -278,4 +298,58 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
             Ok(exit::FAILED)
         }
     }
+}
+
+/// The exact command that resumes this run: every option that chose the node, its tools, the
+/// registry and the journal, with absolute paths, so it works pasted into another shell.
+fn resume_command(
+    src: &SourceArgs,
+    journal: &std::path::Path,
+    plan: &std::path::Path,
+    kill_after_grace: bool,
+    grace: f64,
+) -> String {
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let mut argv = vec!["partop".to_string()];
+    let mut opt = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            argv.push(flag.into());
+            argv.push(v);
+        }
+    };
+    opt("--sim-state", src.sim_state.as_deref().map(abs));
+    opt("--amd-smi", src.amd_smi.as_deref().map(abs));
+    opt("--models", src.models.as_deref().map(abs));
+    let default_sys = std::path::Path::new("/sys");
+    let default_proc = std::path::Path::new("/proc");
+    opt(
+        "--sysfs-root",
+        (src.sysfs_root != default_sys).then(|| abs(&src.sysfs_root)),
+    );
+    opt(
+        "--proc-root",
+        (src.proc_root != default_proc).then(|| abs(&src.proc_root)),
+    );
+    opt("--journal", Some(abs(journal)));
+    argv.push("apply".into());
+    argv.push(if plan.as_os_str() == "-" {
+        "PLAN.json".into()
+    } else {
+        abs(plan)
+    });
+    argv.push("--resume".into());
+    argv.push("--grace".into());
+    argv.push(grace.to_string());
+    if kill_after_grace {
+        argv.push("--kill-after-grace".into());
+    }
+    argv.iter()
+        .map(|a| crate::domain::text::shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

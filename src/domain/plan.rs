@@ -92,6 +92,13 @@ pub struct Step {
     /// executor checks, and runs nothing if an index moved).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bdfs: Vec<String>,
+    /// For `wait_gpus`: the logical GPU count this wait expects (after a reload, the count of
+    /// the driver's default compute modes; after the compute modes are set, the final count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// How long the step may take before it fails, in seconds (shown while it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_secs: Option<u32>,
 }
 
 impl Step {
@@ -105,9 +112,36 @@ impl Step {
                 .collect(),
             argv,
             bdfs: Vec::new(),
+            count: None,
+            limit_secs: None,
         }
     }
+
+    /// A step that runs no amd-smi command of its own.
+    fn plain(key: &str, title: String, commands: Vec<String>) -> Self {
+        Self {
+            key: key.into(),
+            title,
+            commands,
+            argv: Vec::new(),
+            bdfs: Vec::new(),
+            count: None,
+            limit_secs: None,
+        }
+    }
+
+    fn limit(mut self, secs: u32) -> Self {
+        self.limit_secs = Some(secs);
+        self
+    }
 }
+
+/// How long a wait for the logical GPUs may take (a reload of a real MI300X node takes about
+/// two minutes; CPX/NPS4 brings 64 partitions up one by one).
+pub const WAIT_GPUS_SECS: u32 = 300;
+/// How long the wait for idle GPUs may take.
+pub const WAIT_IDLE_SECS: u32 = 60;
+
 
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
@@ -208,6 +242,21 @@ fn offered(g: &PhysicalGpu) -> (Vec<Profile>, String) {
     (g.profiles.clone(), src)
 }
 
+/// Whether `compute` + `memory` is offered for `g`: by the device's own list where it gave one,
+/// else by the product table.
+fn offers_with(
+    g: &PhysicalGpu,
+    prod: Option<&product::Product>,
+    compute: ComputeMode,
+    memory: MemoryMode,
+) -> bool {
+    if g.profiles.is_empty() {
+        prod.is_some_and(|p| p.offers(compute, memory))
+    } else {
+        product::offers(&g.profiles, compute, memory)
+    }
+}
+
 /// Whether `cur` holds the node's modes as they are now (its layout is the real one).
 fn cur_is_now(cur: &[Target], snap: &Snapshot) -> bool {
     cur.iter().all(|(bdf, _, c, m, _)| {
@@ -276,18 +325,37 @@ pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) ->
                 why.push(format!("{} is not on this node any more", c.bdf));
                 continue;
             };
-            let compute_ok = g.compute_partition.is_none()
-                || g.compute_partition == c.from.0
-                || g.compute_partition == Some(c.to.0);
-            let memory_ok = g.memory_partition.is_none()
-                || g.memory_partition == c.from.1
-                || g.memory_partition == Some(c.to.1);
-            if !(compute_ok && memory_ok) {
+            // The states this plan's own run passes through: where it started, after the
+            // reload (the driver's default compute mode for the new memory mode), its target.
+            let mut states = vec![(c.from.0, c.from.1), (Some(c.to.0), Some(c.to.1))];
+            if c.from.1 != Some(c.to.1) {
+                // Set, not yet reloaded: some versions report the pending memory mode.
+                states.push((c.from.0, Some(c.to.1)));
+            }
+            if plan.reloads()
+                && let Some(p) = g.product_key.as_deref().and_then(product::by_key)
+            {
+                states.push((Some(p.default_compute_for(c.to.1)), Some(c.to.1)));
+            }
+            let fits = |(sc, sm): &(Option<ComputeMode>, Option<MemoryMode>)| {
+                (g.compute_partition.is_none() || g.compute_partition == *sc)
+                    && (g.memory_partition.is_none() || g.memory_partition == *sm)
+            };
+            if !states.iter().any(fits) {
+                let name = |(sc, sm): &(Option<ComputeMode>, Option<MemoryMode>)| {
+                    format!(
+                        "{}/{}",
+                        sc.map_or("?".into(), |m| m.to_string()),
+                        sm.map_or("?".into(), |m| m.to_string())
+                    )
+                };
+                let mut known: Vec<String> = states.iter().map(name).collect();
+                known.dedup();
                 why.push(format!(
-                    "{} is {}/{}, neither where the plan started nor its target: another change ran since",
+                    "{} is {}, a state this plan's run cannot leave it in (it passes through {}): another change ran since",
                     c.bdf,
-                    g.compute_partition.map_or("?".into(), |m| m.to_string()),
-                    g.memory_partition.map_or("?".into(), |m| m.to_string()),
+                    name(&(g.compute_partition, g.memory_partition)),
+                    known.join(", ")
                 ));
             }
         }
@@ -359,21 +427,23 @@ pub fn plan(
             m_now
         };
         let prod = g.product_key.as_deref().and_then(product::by_key);
-        // After a reload the compute mode returns to the default; a GPU outside the draft keeps
-        // its mode only if that mode is valid with the new memory mode, else takes the default.
+        // After a reload the compute mode returns to the default. `keep` (no compute asked, or
+        // a GPU outside the draft) means the mode the GPU has now, set again after the reload;
+        // only where that mode is not offered with the new memory mode does it take the
+        // default, and the operator is told.
         let c_default = prod.as_ref().map_or(c_now, |p| p.default_compute_for(m_to));
-        let c_to = if in_draft {
-            draft
-                .compute
-                .unwrap_or(if memory_change { c_default } else { c_now })
-        } else if memory_change {
-            if product::offers(&g.profiles, c_now, m_to) {
-                c_now
-            } else {
+        let asked = draft.compute.filter(|_| in_draft);
+        let c_to = match asked {
+            Some(c) => c,
+            None if !memory_change => c_now,
+            None if offers_with(g, prod.as_ref(), c_now, m_to) => c_now,
+            None => {
+                warnings.push(format!(
+                    "{}: {c_now} is not offered with {m_to}, so its compute mode returns to the default, {c_default}",
+                    g.bdf
+                ));
                 c_default
             }
-        } else {
-            c_now
         };
         let (profiles, src) = offered(g);
         if (in_draft || memory_change)
@@ -468,90 +538,192 @@ pub fn plan(
         })
         .collect();
     let models = model_moves(snap, &stops, &before, &after, &mut warnings);
+    let target_m = draft.memory.filter(|_| memory_change);
     let mut steps = Vec::new();
     if !stops.is_empty() {
-        let pids: Vec<String> = stops
-            .iter()
-            .filter(|s| s.unit.is_none())
-            .filter(|s| {
-                // Models with their own stop (unit, container, command) are not signalled.
-                !models
-                    .iter()
-                    .any(|m| Some(&m.name) == s.model.as_ref() && !m.stop.starts_with("kill "))
-            })
-            .map(|s| s.pid.to_string())
-            .collect();
-        let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
-        let mut commands: Vec<String> = models
-            .iter()
-            .filter(|m| !m.stop.starts_with("kill "))
-            .map(|m| m.stop.clone())
-            .collect();
-        if !units.is_empty() {
-            commands.push(format!("systemctl stop {}", units.join(" ")));
-        }
-        if !pids.is_empty() {
-            commands.push(format!("kill -TERM {}", pids.join(" ")));
-        }
-        steps.push(Step {
-            argv: Vec::new(),
-            bdfs: Vec::new(),
-            key: "stop".into(),
-            title: format!(
-                "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
-                stops.len()
-            ),
-            commands,
-        });
+        steps.push(stop_step(&stops, &models, grace_secs));
     }
-    steps.push(Step {
-        argv: Vec::new(),
-        bdfs: Vec::new(),
-        key: "wait_idle".into(),
-        title: "wait until no process holds an affected GPU (/proc scan)".into(),
-        commands: vec![],
-    });
-    let target_m = draft.memory.filter(|_| memory_change);
+    steps.push(
+        Step::plain(
+            "wait_idle",
+            "wait until no process holds an affected GPU (/proc scan)".into(),
+            vec![],
+        )
+        .limit(WAIT_IDLE_SECS),
+    );
+    // With a reload, the driver comes back in the product's default compute mode for the new
+    // memory mode: first wait for *that* layout's count, then set the compute modes.
+    let mut cur: Vec<Target> = after_in
+        .iter()
+        .map(|(bdf, key, c_to, m_to, n)| {
+            let now = snap.gpus.iter().find(|g| &g.bdf == bdf);
+            let c = match target_m {
+                Some(m) => key
+                    .as_deref()
+                    .and_then(product::by_key)
+                    .map_or(*c_to, |p| p.default_compute_for(m)),
+                None => now.and_then(|g| g.compute_partition).unwrap_or(*c_to),
+            };
+            (bdf.clone(), key.clone(), c, *m_to, *n)
+        })
+        .collect();
     if let Some(m) = target_m {
-        steps.push(Step::amd_smi(
-            "set_memory",
-            format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
-            vec![words(&format!("set -M {m}"))],
-        ));
-        let step = match reload {
-            Reload::InsideSetMemory => Step::amd_smi(
-                "reload",
-                "the driver reloads inside `set -M` (ROCm 6.x)".to_string(),
-                vec![],
-            ),
-            Reload::ResetReload => Step::amd_smi(
-                "reload",
-                "reload the driver (answers the Y/N prompt)".to_string(),
-                vec![words("reset -r")],
-            ),
-            Reload::Modprobe => Step {
-                key: "reload".into(),
-                title: "reload the driver".to_string(),
-                commands: vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
-                argv: Vec::new(),
-                bdfs: Vec::new(),
-            },
-        };
-        steps.push(step);
-        steps.push(Step {
-            argv: Vec::new(),
-            bdfs: Vec::new(),
-            key: "wait_gpus".into(),
-            title: format!("wait until {} logical GPUs are back", after.len()),
-            commands: vec!["amd-smi list --json".into()],
-        });
+        steps.extend(reload_steps(m, reload, &cur));
     }
-    // Compute is set on primaries, by their index in the layout current at that moment. With a
-    // reload, the driver comes back in the product's default mode for the new memory mode: only
-    // GPUs whose target differs need a `set -C` (and the operator is told why).
+    let compute = compute_steps(snap, &changes, target_m, &before, &mut cur, &mut warnings);
+    let compute_set = !compute.is_empty();
+    steps.extend(compute);
+    if compute_set {
+        let mut wait = Step::plain(
+            "wait_gpus",
+            format!(
+                "wait until {} logical GPUs are back in their new compute modes",
+                after.len()
+            ),
+            vec!["amd-smi list --json".into()],
+        )
+        .limit(WAIT_GPUS_SECS);
+        wait.count = u32::try_from(after.len()).ok();
+        steps.push(wait);
+    }
+    steps.push(Step::plain(
+        "verify",
+        format!("verify: modes and {} logical GPUs read back", after.len()),
+        vec![
+            "amd-smi partition -c -m --json".into(),
+            "amd-smi list --json".into(),
+        ],
+    ));
+    if !stops.is_empty() {
+        steps.push(relaunch_step(snap, &stops, &models));
+    }
+    for s in stops
+        .iter()
+        .filter(|s| s.unit.is_none() && s.model.is_none())
+    {
+        warnings.push(format!(
+            "{} (pid {}) is stopped and does NOT come back: partop restarts only systemd units and registered models; its owner (a scheduler, a person) must start it again",
+            s.name, s.pid
+        ));
+    }
+    if target_m.is_some() {
+        warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
+    }
+    let downtime = if stops.is_empty() { 0 } else { grace_secs }
+        + if target_m.is_some() { reload_secs } else { 0 }
+        + 5;
+    let mut p = Plan {
+        fingerprint: String::new(),
+        host: snap.host.clone(),
+        draft: draft.clone(),
+        reload,
+        changes,
+        before,
+        after,
+        stops,
+        steps,
+        downtime_secs: downtime,
+        warnings,
+        reload_secs,
+        grace_secs,
+        models,
+    };
+    p.fingerprint = p.content_fingerprint();
+    Ok(p)
+}
+
+/// The stop step: models by their own stop, units by systemctl, the rest by SIGTERM.
+fn stop_step(stops: &[Stop], models: &[ModelMove], grace_secs: u32) -> Step {
+    let pids: Vec<String> = stops
+        .iter()
+        .filter(|s| s.unit.is_none())
+        .filter(|s| {
+            // Models with their own stop (unit, container, command) are not signalled.
+            !models
+                .iter()
+                .any(|m| Some(&m.name) == s.model.as_ref() && !m.stop.starts_with("kill "))
+        })
+        .map(|s| s.pid.to_string())
+        .collect();
+    let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
+    let mut commands: Vec<String> = models
+        .iter()
+        .filter(|m| !m.stop.starts_with("kill "))
+        .map(|m| m.stop.clone())
+        .collect();
+    if !units.is_empty() {
+        commands.push(format!("systemctl stop {}", units.join(" ")));
+    }
+    if !pids.is_empty() {
+        commands.push(format!("kill -TERM {}", pids.join(" ")));
+    }
+    Step::plain(
+        "stop",
+        format!(
+            "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
+            stops.len()
+        ),
+        commands,
+    )
+    .limit(grace_secs.saturating_add(10))
+}
+
+/// Set the memory mode, reload, and wait for the layout the reload gives (`cur`: every GPU at
+/// the driver's default compute mode for memory mode `m`).
+fn reload_steps(m: MemoryMode, reload: Reload, cur: &[Target]) -> Vec<Step> {
+    let set = Step::amd_smi(
+        "set_memory",
+        format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
+        vec![words(&format!("set -M {m}"))],
+    );
+    let step = match reload {
+        Reload::InsideSetMemory => Step::amd_smi(
+            "reload",
+            "the driver reloads inside `set -M` (ROCm 6.x)".to_string(),
+            vec![],
+        ),
+        Reload::ResetReload => Step::amd_smi(
+            "reload",
+            "reload the driver (answers the Y/N prompt)".to_string(),
+            vec![words("reset -r")],
+        ),
+        Reload::Modprobe => Step::plain(
+            "reload",
+            "reload the driver".to_string(),
+            vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
+        ),
+    };
+    let rows = layout(cur);
+    let mut modes: Vec<String> = cur.iter().map(|t| format!("{}", t.2)).collect();
+    modes.dedup();
+    let mut wait = Step::plain(
+        "wait_gpus",
+        format!(
+            "wait until {} logical GPUs are back (the driver returns in {}/{m})",
+            rows.len(),
+            modes.join("+")
+        ),
+        vec!["amd-smi list --json".into()],
+    )
+    .limit(WAIT_GPUS_SECS);
+    wait.count = u32::try_from(rows.len()).ok();
+    vec![set, step.limit(WAIT_GPUS_SECS), wait]
+}
+
+/// The `set -C` steps: one per target mode, on primaries by their index in the layout current
+/// when each runs (`cur`, updated as each step changes it). With a reload only GPUs whose
+/// target is not the driver's default need one, and the operator is told why.
+fn compute_steps(
+    snap: &Snapshot,
+    changes: &[GpuChange],
+    target_m: Option<MemoryMode>,
+    before: &[LayoutRow],
+    cur: &mut [Target],
+    warnings: &mut Vec<String>,
+) -> Vec<Step> {
     let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
     let mut reset_again = Vec::new();
-    for c in &changes {
+    for c in changes {
         let needed = match target_m {
             Some(m) => {
                 let default = snap
@@ -583,32 +755,25 @@ pub fn plan(
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {m} again on {which}"));
-    }
-    // One command per target mode. Indices are those of the layout current when each command
-    // runs: the layout after the reload (or now), then as each command changes it. The
-    // executor checks them against the node before running the command exactly as shown.
-    let mut cur: Vec<Target> = after_in
-        .iter()
-        .map(|(bdf, key, c_to, m_to, n)| {
-            let now = snap.gpus.iter().find(|g| &g.bdf == bdf);
-            let c = match target_m {
-                Some(m) => key
-                    .as_deref()
-                    .and_then(product::by_key)
-                    .map_or(*c_to, |p| p.default_compute_for(m)),
-                None => now.and_then(|g| g.compute_partition).unwrap_or(*c_to),
-            };
-            (bdf.clone(), key.clone(), c, *m_to, *n)
-        })
-        .collect();
-    let mut modes: Vec<ComputeMode> = compute_cmds.iter().map(|(_, m)| *m).collect();
-    modes.dedup();
-    for m in modes {
-        let rows = if target_m.is_none() && cur_is_now(&cur, snap) {
-            before.clone()
+        let what = if reset_again.iter().all(|(_, x)| x == m) {
+            format!("{m}")
         } else {
-            layout(&cur)
+            "each GPU's planned compute mode".into()
+        };
+        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {what} again on {which}"));
+    }
+    let mut modes: Vec<ComputeMode> = Vec::new();
+    for (_, m) in &compute_cmds {
+        if !modes.contains(m) {
+            modes.push(*m);
+        }
+    }
+    let mut steps = Vec::new();
+    for m in modes {
+        let rows = if target_m.is_none() && cur_is_now(cur, snap) {
+            before.to_vec()
+        } else {
+            layout(cur)
         };
         let mut ids = Vec::new();
         let mut bdfs = Vec::new();
@@ -618,7 +783,7 @@ pub fn plan(
                 bdfs.push(bdf.clone());
             }
         }
-        for t in &mut cur {
+        for t in cur.iter_mut() {
             if bdfs.contains(&t.0) {
                 t.2 = m;
             }
@@ -633,65 +798,45 @@ pub fn plan(
                 ids.len()
             ),
             vec![argv],
-        );
+        )
+        .limit(WAIT_GPUS_SECS);
         step.bdfs = bdfs;
         steps.push(step);
     }
-    steps.push(Step {
-        argv: Vec::new(),
-        bdfs: Vec::new(),
-        key: "verify".into(),
-        title: format!("verify: modes and {} logical GPUs read back", after.len()),
-        commands: vec![
-            "amd-smi partition -c -m --json".into(),
-            "amd-smi list --json".into(),
-        ],
-    });
+    steps
+}
+
+/// Start again what was stopped: units, then registered models on their planned logical GPUs.
+fn relaunch_step(snap: &Snapshot, stops: &[Stop], models: &[ModelMove]) -> Step {
     let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
-    if !stops.is_empty() {
-        let mut commands: Vec<String> = if units.is_empty() {
-            vec![]
-        } else {
-            vec![format!("systemctl start {}", units.join(" "))]
-        };
-        let going: Vec<&ModelMove> = models.iter().filter(|m| !m.to.is_empty()).collect();
-        commands.extend(going.iter().map(|m| m.launch.clone()));
-        steps.push(Step {
-            argv: Vec::new(),
-            bdfs: Vec::new(),
-            key: "relaunch".into(),
-            title: format!(
-                "start again what was stopped: {} agent unit(s), {} served model(s) on their new logical GPUs, then wait for their /health",
-                units.len(),
-                going.len()
-            ),
-            commands,
-        });
-    }
-    if target_m.is_some() {
-        warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
-    }
-    let downtime = if stops.is_empty() { 0 } else { grace_secs }
-        + if target_m.is_some() { reload_secs } else { 0 }
-        + 5;
-    let mut p = Plan {
-        fingerprint: String::new(),
-        host: snap.host.clone(),
-        draft: draft.clone(),
-        reload,
-        changes,
-        before,
-        after,
-        stops,
-        steps,
-        downtime_secs: downtime,
-        warnings,
-        reload_secs,
-        grace_secs,
-        models,
+    let mut commands: Vec<String> = if units.is_empty() {
+        vec![]
+    } else {
+        vec![format!("systemctl start {}", units.join(" "))]
     };
-    p.fingerprint = p.content_fingerprint();
-    Ok(p)
+    let going: Vec<&ModelMove> = models.iter().filter(|m| !m.to.is_empty()).collect();
+    commands.extend(going.iter().map(|m| m.launch.clone()));
+    // The longest health timeout of the models it waits for (they are waited for in turn).
+    let limit: u64 = going
+        .iter()
+        .filter_map(|m| snap.models.iter().find(|s| s.name == m.name))
+        .filter_map(|s| s.spec.as_ref())
+        .map(|s| s.health_timeout_secs)
+        .sum();
+    let step = Step::plain(
+        "relaunch",
+        format!(
+            "start again what was stopped: {} agent unit(s), {} served model(s) on their new logical GPUs, then wait for their /health",
+            units.len(),
+            going.len()
+        ),
+        commands,
+    );
+    if limit > 0 {
+        step.limit(u32::try_from(limit).unwrap_or(u32::MAX))
+    } else {
+        step
+    }
 }
 
 /// Where each registered model that the plan stops goes in the new layout. Logical GPUs held by

@@ -49,9 +49,34 @@ pub fn sanitize(s: &mut Option<String>) {
     }
 }
 
+/// `s` quoted for a POSIX shell, so that a command printed for pasting runs exactly what was
+/// meant: words of safe characters stay bare; anything else goes in single quotes (a single
+/// quote inside becomes `'\''`).
+pub fn shell_quote(s: &str) -> Cow<'_, str> {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_quote_round_trips_through_sh() {
+        let words = ["plain", "with space", "it's", "a;b", "$(x)", "", "/p/x.json"];
+        for w in words {
+            let q = shell_quote(w);
+            let out = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {q}")])
+                .output()
+                .expect("sh runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), w, "{q}");
+        }
+    }
 
     #[test]
     fn escapes_terminal_sequences_and_keeps_plain_text() {
@@ -64,3 +89,4 @@ mod tests {
         assert_eq!(escape_controls("a\tb\nc"), "a b\\x0ac");
     }
 }
+

@@ -12,28 +12,11 @@ use crate::collect::pipeline::Collector;
 use crate::collect::amdsmi::runner::{RawOutput, Runner};
 use crate::collect::holders::Roots;
 use crate::domain::kill::{Sig, Target};
+use crate::domain::modes::ComputeMode;
 use crate::domain::plan::{Plan, Reload, Step};
 use crate::domain::snapshot::Snapshot;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// Who restarts the processes a plan stopped that are neither units nor registered models. On a
-/// real node their owners do (partop says so); on a simulated node the simulator stands in for
-/// them, given here by the command layer (the executor does not know the simulator): it gets
-/// the stopped (pid, start time) pairs and the registered model names to leave alone, and
-/// answers one line per process.
-#[derive(Clone)]
-pub struct OwnersRestart(pub std::sync::Arc<RestartFn>);
-
-/// (stopped pid, start time) pairs, model names to skip → one line per process, or an error.
-pub type RestartFn =
-    dyn Fn(&[(u32, Option<u64>)], &[String]) -> Result<Vec<String>, String> + Send + Sync;
-
-impl std::fmt::Debug for OwnersRestart {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OwnersRestart")
-    }
-}
 
 /// Everything the executor needs.
 #[derive(Debug, Clone)]
@@ -52,8 +35,6 @@ pub struct ApplyCtx {
     pub kill_after_grace: bool,
     /// The simulated node's state (journal flag).
     pub sim_state: Option<PathBuf>,
-    /// Restarts the stopped processes that are not units or models (the simulator only).
-    pub restart_owners: Option<OwnersRestart>,
     /// How long to wait for idle GPUs.
     pub wait_idle: Duration,
     /// How long to wait for the logical GPUs after a reload.
@@ -62,6 +43,15 @@ pub struct ApplyCtx {
     pub registry: Option<crate::domain::models::Registry>,
     /// Where partop-launched models log.
     pub model_log_dir: PathBuf,
+    /// How often waits look again (shorter on a simulated node whose time is scaled).
+    pub poll: Duration,
+    /// How long a wrong logical GPU count must stay unchanged before a wait gives up early.
+    pub settle: Duration,
+    /// This run continues an interrupted one: `set -C` indices are read again from the node
+    /// (the interruption may have left some GPUs set, so the planned indices moved).
+    pub resumed: bool,
+    /// The exact command that resumes this run (printed with every failure).
+    pub resume_command: String,
 }
 
 impl ApplyCtx {
@@ -91,6 +81,8 @@ pub enum ApplyEvent {
         idx: usize,
         /// Its title.
         title: String,
+        /// How long it may take, seconds.
+        limit_secs: Option<u32>,
     },
     /// A step succeeded.
     Done {
@@ -98,6 +90,8 @@ pub enum ApplyEvent {
         idx: usize,
         /// What it found or did.
         detail: String,
+        /// How long it took.
+        took: Duration,
     },
     /// Something worth showing while a step runs.
     Note(String),
@@ -172,6 +166,16 @@ fn long(r: &Runner) -> Runner {
     }
 }
 
+/// What an apply measured: how long the services were down (from the stop step to the end of
+/// the relaunch, in this process), against the plan's estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// Measured downtime in this run (None: the stop step ran in an earlier, interrupted run).
+    pub downtime: Option<Duration>,
+    /// The whole run in this process.
+    pub took: Duration,
+}
+
 async fn count_gpus(ctx: &ApplyCtx) -> Option<usize> {
     let out = ctx.runner.run(&["list", "--json"]).await.ok()?;
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).ok()?;
@@ -187,32 +191,53 @@ pub async fn apply(
     log: &RunLog,
     from: usize,
     emit: &mut (dyn FnMut(ApplyEvent) + Send),
-) -> Result<(), StepFailed> {
+) -> Result<Applied, StepFailed> {
+    let t0 = Instant::now();
+    let mut down_since = None;
     for (idx, step) in plan.steps.iter().enumerate().skip(from) {
         let fail = |message: String, next: &str| StepFailed {
             idx,
             key: step.key.clone(),
             message,
-            next: next.to_string(),
+            next: format!("{next}\nresume with: {}", ctx.resume_command),
         };
-        log.step_begin(idx, &step.key)
-            .map_err(|e| fail(e.to_string(), RESUME))?;
+        log.step_begin_limited(idx, &step.key, step.limit_secs)
+            .map_err(|e| {
+                fail(
+                    format!("{e}; nothing was done in this step"),
+                    "free the journal (its directory must be writable, the disk not full)",
+                )
+            })?;
+        crash_point(ctx, "begin", idx);
         emit(ApplyEvent::Started {
             idx,
             title: step.title.clone(),
+            limit_secs: step.limit_secs,
         });
+        let t_step = Instant::now();
+        if step.key == "stop" {
+            down_since = Some(t_step);
+        }
         let result = run_step(plan, ctx, step, emit)
             .await
             .map_err(|(m, n)| fail(m, &n));
+        if result.is_ok() {
+            crash_point(ctx, "acted", idx);
+        }
         match result {
             Ok(detail) => {
                 log.step_end(idx, &step.key, true, &detail).map_err(|e| {
                     fail(
-                        format!("the step was done, but {e}"),
-                        "free the journal, then --resume (the step is safe to run again)",
+                        format!("the step was done ({detail}), but its result could not be journaled: {e}"),
+                        "free the journal (the step is safe to run again)",
                     )
                 })?;
-                emit(ApplyEvent::Done { idx, detail });
+                emit(ApplyEvent::Done {
+                    idx,
+                    detail,
+                    took: t_step.elapsed(),
+                });
+                crash_point(ctx, "end", idx);
             }
             Err(mut e) => {
                 let _ = log.step_end(idx, &step.key, false, &e.message);
@@ -228,8 +253,30 @@ pub async fn apply(
         }
     }
     let _ = log.done();
-    Ok(())
+    Ok(Applied {
+        downtime: down_since.map(|t| t.elapsed()),
+        took: t0.elapsed(),
+    })
 }
+
+/// Rehearsing an interruption on a simulated node: `PARTOP_SIM_CRASH_AT=WHEN:STEP` (WHEN is
+/// `begin`, after the step's first journal entry and before it acts; `acted`, after it acted
+/// and before its result is journaled; `end`, after its result is journaled) makes this
+/// process SIGKILL itself there, as a power cut or an OOM kill would. Never on a real node.
+fn crash_point(ctx: &ApplyCtx, when: &str, idx: usize) {
+    if ctx.sim_state.is_none() {
+        return;
+    }
+    let Ok(at) = std::env::var(CRASH_ENV) else {
+        return;
+    };
+    if at == format!("{when}:{}", idx + 1) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// The variable that injects a crash of the apply on a simulated node ([`crash_point`]).
+pub const CRASH_ENV: &str = "PARTOP_SIM_CRASH_AT";
 
 /// How to start again what the plan stopped, in the layout as it was (an abort).
 pub fn restore_text(plan: &Plan) -> Option<String> {
@@ -267,8 +314,16 @@ pub fn restore_text(plan: &Plan) -> Option<String> {
 
 type StepResult = Result<String, (String, String)>;
 
-const RESUME: &str =
-    "fix the cause, then: partop apply PLAN.json --resume (completed steps are skipped)";
+/// The resume command with SIGKILL allowed.
+fn with_kill(resume: &str) -> String {
+    if resume.contains("--kill-after-grace") {
+        resume.to_string()
+    } else {
+        format!("{resume} --kill-after-grace")
+    }
+}
+
+const RESUME: &str = "fix the cause, then resume (completed steps are skipped)";
 
 async fn run_step(
     plan: &Plan,
@@ -305,7 +360,7 @@ async fn run_step(
             } else {
                 "Successfully set memory partition".into()
             };
-            check_output(&out, &marker).map_err(|m| (m, "the memory mode may be pending: run the same plan again with --resume after fixing the cause; `amd-smi partition -c -m` shows the state".into()))
+            check_output(&out, &marker).map_err(|m| (m, "the memory mode may be pending: fix the cause, then resume; `amd-smi partition -c -m` shows the state".into()))
         }
         "reload" => {
             if plan.reload == Reload::InsideSetMemory {
@@ -318,7 +373,7 @@ async fn run_step(
                 emit(ApplyEvent::Note(
                     "the driver is not loaded (a reload in progress?): waiting".into(),
                 ));
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(ctx.poll.max(Duration::from_millis(100))).await;
             }
             let snap = sample(ctx).await;
             let applied = !plan.changes.is_empty()
@@ -332,19 +387,7 @@ async fn run_step(
             }
             reload(plan, ctx).await
         }
-        "wait_gpus" => {
-            let want = plan.after.len();
-            let end = Instant::now() + ctx.wait_gpus;
-            let mut last = None;
-            while Instant::now() < end {
-                last = count_gpus(ctx).await;
-                if last == Some(want) {
-                    return Ok(format!("{want} logical GPUs"));
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err((format!("expected {want} logical GPUs, amd-smi lists {last:?} after {}s", ctx.wait_gpus.as_secs()), "if fewer than 64 appear in CPX, another DRM driver (ast) may use the minors: see docs/reference.md; then --resume".into()))
-        }
+        "wait_gpus" => wait_gpus(plan, ctx, step, emit).await,
         "set_compute" => set_compute(ctx, step).await,
         "verify" => verify(plan, ctx).await,
         "relaunch" => relaunch(plan, ctx, emit).await,
@@ -353,6 +396,105 @@ async fn run_step(
             "use the partop version that made the plan".into(),
         )),
     }
+}
+
+/// Waits until amd-smi lists the step's logical GPU count. Gives up at the time limit, or
+/// earlier when a wrong count has stayed the same for `ctx.settle` (the driver is up and
+/// settled: waiting longer changes nothing), with a hint that fits what the node shows.
+async fn wait_gpus(
+    plan: &Plan,
+    ctx: &ApplyCtx,
+    step: &Step,
+    emit: &mut (dyn FnMut(ApplyEvent) + Send),
+) -> StepResult {
+    let want = step.count.map_or(plan.after.len(), |c| c as usize);
+    let t0 = Instant::now();
+    let end = t0 + ctx.wait_gpus;
+    let mut last: Option<usize> = None;
+    let mut since = Instant::now();
+    let mut told = Instant::now();
+    loop {
+        let now = count_gpus(ctx).await;
+        if now == Some(want) {
+            return Ok(format!(
+                "{want} logical GPUs after {:.1}s",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        if now != last {
+            since = Instant::now();
+            last = now;
+        }
+        let settled = last.is_some() && since.elapsed() >= ctx.settle;
+        if settled || Instant::now() >= end {
+            let snap = sample(ctx).await;
+            return Err(wait_failure(plan, &snap, want, last, t0.elapsed(), settled));
+        }
+        if told.elapsed() >= Duration::from_secs(10) {
+            emit(ApplyEvent::Note(format!(
+                "waiting: {}s of {}s; amd-smi lists {} of {want}",
+                t0.elapsed().as_secs(),
+                ctx.wait_gpus.as_secs(),
+                last.map_or_else(|| "none (driver away)".into(), |n| n.to_string())
+            )));
+            told = Instant::now();
+        }
+        tokio::time::sleep(ctx.poll).await;
+    }
+}
+
+/// Why a wait for the logical GPUs failed, and what to do, from what the node shows.
+fn wait_failure(
+    plan: &Plan,
+    snap: &Snapshot,
+    want: usize,
+    last: Option<usize>,
+    waited: Duration,
+    settled: bool,
+) -> (String, String) {
+    let modes: Vec<String> = snap
+        .gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {}/{}",
+                g.bdf,
+                g.compute_partition.map_or("?".into(), |m| m.to_string()),
+                g.memory_partition.map_or("?".into(), |m| m.to_string())
+            )
+        })
+        .collect();
+    let how = if settled {
+        format!("unchanged for the last part of {}s", waited.as_secs())
+    } else {
+        format!("after {}s", waited.as_secs())
+    };
+    let message = format!(
+        "expected {want} logical GPUs, amd-smi lists {} ({how}); the node shows {}",
+        last.map_or_else(|| "none".into(), |n| n.to_string()),
+        if modes.is_empty() {
+            "no GPU".into()
+        } else {
+            modes.join(", ")
+        }
+    );
+    let memory_pending = plan.changes.iter().any(|c| {
+        snap.gpus
+            .iter()
+            .any(|g| g.bdf == c.bdf && g.memory_partition.is_some_and(|m| m != c.to.1))
+    });
+    let cpx_short = plan.changes.iter().any(|c| c.to.0 == ComputeMode::Cpx)
+        && last.is_some_and(|n| n < want);
+    let hint = if last.is_none() {
+        "the driver has not come back: check `dmesg | grep amdgpu` and `lsmod | grep amdgpu`, load it (`modprobe amdgpu`), then resume".to_string()
+    } else if memory_pending {
+        "the memory mode did not take effect in the reload: `amd-smi partition -m` shows the current and pending modes; reload the driver once more (nothing may hold it), then resume".to_string()
+    } else if cpx_short {
+        "partitions are missing: another DRM driver (ast) may use the render minors partop's CPX partitions need (docs/reference.md), or the driver logged why (`dmesg | grep amdgpu`); then resume".to_string()
+    } else {
+        "the modes read back are not what this step waits for: compare with the plan (`partop plan`) and `amd-smi partition -c -m`; if another change ran, abandon this run (`partop journal --abandon RUN`) and plan again; else resume".to_string()
+    };
+    (message, hint)
 }
 
 async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
@@ -370,7 +512,7 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
                     )
                 })?;
             let out = run_confirmed(ctx, step, Some("Y\n")).await?;
-            check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then --resume".into()))
+            check_output(&out, "Successfully reloaded driver").map_err(|m| (m, "something still holds a GPU (see `partop` Processes, or lsof /dev/kfd); stop it, then resume".into()))
         }
         Reload::Modprobe => {
             let (prog, args) = ctx.reload_cmd.split_first().ok_or_else(|| {
@@ -394,7 +536,7 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
                         ctx.reload_cmd.join(" "),
                         String::from_utf8_lossy(&out.stderr).trim()
                     ),
-                    "something still holds the amdgpu module; stop it, then --resume".into(),
+                    "something still holds the amdgpu module; stop it, then resume".into(),
                 ))
             }
         }
@@ -478,7 +620,7 @@ fn stop(
         return Ok(format!("{} stopped", plan.stops.len()));
     }
     if !ctx.kill_after_grace {
-        return Err((format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term), "stop them yourself, or allow SIGKILL: partop apply PLAN.json --resume --kill-after-grace".into()));
+        return Err((format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term), format!("stop them yourself and resume, or allow SIGKILL: {}", with_kill(&ctx.resume_command))));
     }
     if r.after_kill.is_empty() {
         Ok(format!(
@@ -528,14 +670,16 @@ async fn wait_idle(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
                 RESUME.into(),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(ctx.poll).await;
     }
 }
 
 async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
     // The confirmed command names GPUs by index; an index is only valid for the layout of
     // that moment. Before running it, each index must still name the BDF planned for it;
-    // otherwise nothing is run (what runs is what was confirmed, or nothing).
+    // otherwise nothing is run (what runs is what was confirmed, or nothing). After an
+    // interruption the same GPUs and mode are what was confirmed: GPUs already in the mode
+    // are done, and the others' indices are read again from the node.
     let argv = step.argv.first().ok_or_else(|| {
         (
             "the plan's set_compute step has no command".to_string(),
@@ -547,21 +691,64 @@ async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
         .skip(2)
         .take_while(|a| a.as_str() != "-C")
         .collect();
-    let out = ctx
-        .runner
-        .run(&["list", "--json"])
-        .await
-        .map_err(|e| (e.to_string(), RESUME.into()))?;
-    let list: serde_json::Value = serde_json::from_str(out.stdout.trim())
-        .map_err(|e| (format!("amd-smi list: {e}"), RESUME.into()))?;
+    let mode = argv.last().cloned().unwrap_or_default();
+    let list = list_bdfs(ctx).await?;
+    if ctx.resumed {
+        let snap = sample(ctx).await;
+        let todo: Vec<&String> = step
+            .bdfs
+            .iter()
+            .filter(|b| {
+                !snap.gpus.iter().any(|g| {
+                    &&g.bdf == b
+                        && g.compute_partition.is_some_and(|c| c.name() == mode.as_str())
+                })
+            })
+            .collect();
+        if todo.is_empty() {
+            return Ok(format!(
+                "{} already in {mode} (set before the interruption): nothing to run",
+                step.bdfs.join(", ")
+            ));
+        }
+        let now_ids: Option<Vec<String>> = todo
+            .iter()
+            .map(|b| index_of(&list, b).map(|i| i.to_string()))
+            .collect();
+        let Some(now_ids) = now_ids else {
+            return Err((
+                format!("after the interruption, {} are not all listed by amd-smi; nothing was run", todo.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")),
+                "check `amd-smi list`, then resume".into(),
+            ));
+        };
+        let planned: Vec<String> = ids.iter().map(|s| (*s).clone()).collect();
+        if now_ids != planned {
+            let mut again = vec!["set".to_string(), "-g".to_string()];
+            again.extend(now_ids.iter().cloned());
+            again.extend(["-C".to_string(), mode.clone()]);
+            let args: Vec<&str> = again.iter().map(String::as_str).collect();
+            let out = long(&ctx.runner)
+                .run_with_input(&args, None)
+                .await
+                .map_err(|e| (e.to_string(), RESUME.into()))?;
+            return check_output(&out, "Successfully set accelerator partition")
+                .map(|d| {
+                    format!(
+                        "{d} (resumed: the same GPUs {} by their indices now, `amd-smi {}`)",
+                        todo.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", "),
+                        again.join(" ")
+                    )
+                })
+                .map_err(|m| (m, "a process may hold the GPU (BUSY); then resume".into()));
+        }
+    }
     let mut moved = Vec::new();
     for (id, bdf) in ids.iter().zip(&step.bdfs) {
+        let now = list
+            .iter()
+            .find(|(g, _)| g.to_string() == **id)
+            .map(|(_, b)| b.as_str());
         let want = format!("{bdf}.0");
-        let now = list.as_array().and_then(|a| {
-            a.iter()
-                .find(|e| e["gpu"].as_u64().is_some_and(|g| g.to_string() == **id))
-                .and_then(|e| e["bdf"].as_str())
-        });
         if !now.is_some_and(|b| b.eq_ignore_ascii_case(&want)) {
             moved.push(format!(
                 "index {id} is {} now, the plan means {want}",
@@ -580,7 +767,34 @@ async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
         ));
     }
     let out = run_confirmed(ctx, step, None).await?;
-    check_output(&out, "Successfully set accelerator partition").map_err(|m| (m, "a process may hold the GPU (BUSY), or the memory mode does not allow this compute mode; then --resume".into()))
+    check_output(&out, "Successfully set accelerator partition").map_err(|m| (m, "a process may hold the GPU (BUSY), or the memory mode does not allow this compute mode; then resume".into()))
+}
+
+/// `amd-smi list`: each logical GPU's index and BDF.
+async fn list_bdfs(ctx: &ApplyCtx) -> Result<Vec<(u64, String)>, (String, String)> {
+    let out = ctx
+        .runner
+        .run(&["list", "--json"])
+        .await
+        .map_err(|e| (e.to_string(), RESUME.into()))?;
+    let list: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .map_err(|e| (format!("amd-smi list: {e}"), RESUME.into()))?;
+    Ok(list
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| Some((e["gpu"].as_u64()?, e["bdf"].as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The index of physical GPU `bdf`'s primary partition in `list`.
+fn index_of(list: &[(u64, String)], bdf: &str) -> Option<u64> {
+    let want = format!("{bdf}.0");
+    list.iter()
+        .find(|(_, b)| b.eq_ignore_ascii_case(&want))
+        .map(|(g, _)| *g)
 }
 
 /// Runs the step's confirmed amd-smi argv, exactly (one command per step here).
@@ -693,6 +907,24 @@ async fn relaunch(
                 ));
                 continue;
             }
+            // A server this run started before an interruption, still loading: wait for it
+            // rather than start a second one on the same port and GPU.
+            if let Some(pid) = starting_on_port(&ctx.roots.proc_root, spec) {
+                emit(ApplyEvent::Note(format!(
+                    "{}: pid {pid} (started before the interruption) is still loading: waiting for it, not starting another",
+                    m.name
+                )));
+                started.push((
+                    spec.clone(),
+                    super::models::Launched {
+                        pid: Some(pid),
+                        what: format!("pid {pid}, already started"),
+                        log: String::new(),
+                    },
+                    ids,
+                ));
+                continue;
+            }
             match super::models::launch(&ctx.ops(), spec, &ids, &bdfs) {
                 Ok(l) => {
                     emit(ApplyEvent::Note(format!("{}: started: {}", m.name, l.what)));
@@ -735,30 +967,19 @@ async fn relaunch(
             m.reason.as_deref().unwrap_or("does not fit")
         ));
     }
-    if let Some(restart) = &ctx.restart_owners {
-        // The simulated node's other workloads (jobs, agents); its model servers are the
-        // registry's.
-        let skip: Vec<String> = ctx
-            .registry
-            .iter()
-            .flat_map(|r| r.models.iter().map(|m| m.name.clone()))
-            .collect();
-        let only: Vec<(u32, Option<u64>)> = plan
-            .stops
-            .iter()
-            .filter(|s| s.model.is_none())
-            .map(|s| (s.pid, s.start_ticks))
-            .collect();
-        match (restart.0)(&only, &skip) {
-            Ok(r) => done.extend(r),
-            Err(e) => return Err((e, RESUME.into())),
-        }
-    } else if plan
+    // Nothing outside the plan is started: processes stopped by signal that are neither units
+    // nor registered models stay stopped (the plan said so before the confirmation).
+    let others: Vec<String> = plan
         .stops
         .iter()
-        .any(|s| s.unit.is_none() && s.model.is_none())
-    {
-        done.push("processes stopped by signal that are not registered models are not restarted (their owners restart them)".into());
+        .filter(|s| s.unit.is_none() && s.model.is_none())
+        .map(|s| format!("{} (pid {})", s.name, s.pid))
+        .collect();
+    if !others.is_empty() {
+        done.push(format!(
+            "not restarted, as planned: {} (their owners start them again)",
+            others.join(", ")
+        ));
     }
     if failed.is_empty() {
         Ok(done.join("; "))
@@ -768,6 +989,42 @@ async fn relaunch(
             "the modes are applied; see the model's log (Models view), fix its entry in models.toml, and start it from the Models view or with `partop models start NAME`".into(),
         ))
     }
+}
+
+/// A live process that runs `spec`'s launch program on `spec`'s port (a server started
+/// before an interruption that has not opened its GPU yet, so the snapshot does not list it).
+fn starting_on_port(
+    proc_root: &std::path::Path,
+    spec: &crate::domain::models::ModelSpec,
+) -> Option<u32> {
+    let crate::domain::models::Launch::Command { command, .. } = &spec.launch else {
+        return None;
+    };
+    let prog = std::path::Path::new(command.first()?)
+        .file_name()?
+        .to_string_lossy()
+        .to_string();
+    let me = std::process::id();
+    std::fs::read_dir(proc_root).ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        if pid == me {
+            return None;
+        }
+        let mut raw = Vec::new();
+        crate::collect::small_file::read(&e.path().join("cmdline"), &mut raw).ok()?;
+        let words: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        let runs_prog = words.first().is_some_and(|w| {
+            std::path::Path::new(w)
+                .file_name()
+                .is_some_and(|f| f.to_string_lossy() == prog)
+        });
+        let line = words.join(" ");
+        (runs_prog && crate::domain::served::port_of(&line, "") == Some(spec.port)).then_some(pid)
+    })
 }
 
 /// Whether `spec` already runs on logical GPUs `ids` and answers its health check.

@@ -263,6 +263,11 @@ pub struct Run {
     pub last: Option<(usize, String, Option<bool>, String)>,
     /// It finished (done) or was abandoned.
     pub closed: Option<String>,
+    /// The exact command that resumes it, as its start journaled it (every option it ran
+    /// with); None for runs journaled before partop recorded it.
+    pub resume: Option<String>,
+    /// When the last step began and how long it may take (progress: elapsed against limit).
+    pub last_begin: Option<(String, Option<u32>)>,
 }
 
 impl Run {
@@ -271,8 +276,12 @@ impl Run {
         self.done.iter().max().map_or(0, |s| s + 1)
     }
 
-    /// The command that continues it.
+    /// The command that continues it: the one its start journaled, else rebuilt from the plan
+    /// file (without the options an older partop did not record).
     pub fn resume_command(&self) -> String {
+        if let Some(r) = &self.resume {
+            return r.clone();
+        }
         let sub = if self.kind == "mig" {
             "partop mig apply"
         } else {
@@ -355,6 +364,8 @@ pub fn runs(entries: &[Entry]) -> Vec<Run> {
                 done: Vec::new(),
                 last: None,
                 closed: None,
+                resume: e.targets["resume"].as_str().map(str::to_string),
+                last_begin: None,
             });
             continue;
         }
@@ -370,6 +381,14 @@ pub fn runs(entries: &[Entry]) -> Vec<Run> {
                 let ok = e.outcome["ok"].as_bool();
                 if ok == Some(true) {
                     r.done.push(idx);
+                }
+                if e.outcome["state"] == "begin" {
+                    r.last_begin = Some((
+                        e.at.clone(),
+                        e.outcome["limit_secs"]
+                            .as_u64()
+                            .and_then(|l| u32::try_from(l).ok()),
+                    ));
                 }
                 r.last = Some((
                     idx,

@@ -66,6 +66,18 @@ impl RunLog {
         plan_file: Option<&std::path::Path>,
         steps: usize,
     ) -> Result<(), JournalError> {
+        self.start_resumable(plan, plan_file, steps, None)
+    }
+
+    /// As [`Self::start`], with the exact command that resumes this run (every option it was
+    /// started with), which the journal, the footer and every failure print.
+    pub fn start_resumable(
+        &self,
+        plan: &serde_json::Value,
+        plan_file: Option<&std::path::Path>,
+        steps: usize,
+        resume: Option<&str>,
+    ) -> Result<(), JournalError> {
         let file = plan_file.map(|p| {
             std::fs::canonicalize(p)
                 .unwrap_or_else(|_| p.to_path_buf())
@@ -74,7 +86,7 @@ impl RunLog {
         });
         self.append(
             "start",
-            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node}),
+            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node, "resume": resume}),
             json!({"steps": steps}),
         )
     }
@@ -90,11 +102,21 @@ impl RunLog {
 
     /// Before step `idx` acts.
     pub fn step_begin(&self, idx: usize, key: &str) -> Result<(), JournalError> {
-        self.append(
-            "step",
-            json!({"step": idx, "key": key}),
-            json!({"state": "begin"}),
-        )
+        self.step_begin_limited(idx, key, None)
+    }
+
+    /// Before step `idx` acts, with how long it may take (what progress shows against).
+    pub fn step_begin_limited(
+        &self,
+        idx: usize,
+        key: &str,
+        limit_secs: Option<u32>,
+    ) -> Result<(), JournalError> {
+        let mut outcome = json!({"state": "begin"});
+        if let Some(l) = limit_secs {
+            outcome["limit_secs"] = json!(l);
+        }
+        self.append("step", json!({"step": idx, "key": key}), outcome)
     }
 
     /// After step `idx`.

@@ -100,6 +100,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
         rocm,
         seed: 0,
         reload_secs: 6.0,
+        time_scale: super::scenario::default_time_scale(),
         amd_smi_cost: crate::sim::cost::AmdSmiCost::default(),
         workloads,
     };

@@ -131,6 +131,12 @@ pub struct Scenario {
     /// Seconds a driver reload takes.
     #[serde(default = "default_reload")]
     pub reload_secs: f64,
+    /// Simulated time against real time, 0.001 to 1 (default 1: real speed). A reload, a model
+    /// loading its weights and the waits of an apply on this node all take this fraction of
+    /// their real time, so a rehearsal or a test of many transitions runs in seconds; the
+    /// rules and the order of events are unchanged.
+    #[serde(default = "default_time_scale")]
+    pub time_scale: f64,
     /// Fault injection: this many driver reloads fail with AMDGPU_RESTART_ERR (as a driver
     /// that does not come back would), to rehearse the failure path.
     #[serde(default)]
@@ -151,6 +157,10 @@ fn default_rocm() -> String {
 }
 const fn default_reload() -> f64 {
     6.0
+}
+/// Real speed.
+pub const fn default_time_scale() -> f64 {
+    1.0
 }
 
 /// A scenario that cannot be used.
@@ -268,6 +278,12 @@ impl Scenario {
             return bad(format!(
                 "{} does not offer {}/{}",
                 prod.market_name, self.compute, self.memory
+            ));
+        }
+        if !(self.time_scale.is_finite() && (0.001..=1.0).contains(&self.time_scale)) {
+            return bad(format!(
+                "time_scale must be 0.001 to 1 (a fraction of real time), not {}",
+                self.time_scale
             ));
         }
         if self.gpus == 0 || self.gpus > 16 {

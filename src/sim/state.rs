@@ -91,6 +91,10 @@ pub struct SimState {
     /// Seconds a model server takes to load before `/health` answers 200.
     #[serde(default = "default_model_load")]
     pub model_load_secs: f64,
+    /// Simulated time against real time (the scenario's `time_scale`): reloads and model
+    /// loads are already scaled by it; an apply on this node scales its waits by it.
+    #[serde(default = "super::scenario::default_time_scale")]
+    pub time_scale: f64,
     /// Reloads still to fail (fault injection from the scenario).
     #[serde(default)]
     pub fail_reloads: u32,
@@ -192,12 +196,13 @@ impl SimState {
             rocm: s.rocm.clone(),
             seed,
             started_ms: now_ms,
-            reload_secs: s.reload_secs,
+            reload_secs: s.reload_secs * s.time_scale,
             gpus,
             workloads,
             reloading: None,
             log_dir,
-            model_load_secs: default_model_load(),
+            model_load_secs: default_model_load() * s.time_scale,
+            time_scale: s.time_scale,
             fail_reloads: s.fail_reloads,
             amd_smi_cost: s.amd_smi_cost.from_env(),
             twin: None,

@@ -165,6 +165,10 @@ pub struct Progress {
     pub pid: Option<u32>,
     /// How the apply process ended, when it exited without finishing.
     pub exit: Option<String>,
+    /// The step running: index, when it began (ms since the epoch), its time limit.
+    pub running: Option<(usize, u64, Option<u32>)>,
+    /// The exact command that resumes the run (from its journaled start).
+    pub resume: Option<String>,
 }
 
 impl Progress {
@@ -179,6 +183,8 @@ impl Progress {
             log,
             pid: None,
             exit: None,
+            running: None,
+            resume: None,
         }
     }
 
@@ -199,9 +205,27 @@ impl Progress {
             .filter(|e| e.targets["fingerprint"] == fp && e.targets["run"] == run)
         {
             match e.action.as_str() {
+                "repartition.start" => {
+                    self.resume = e.targets["resume"].as_str().map(str::to_string);
+                }
                 "repartition.step" => {
-                    // The entry written before a step acts has no result yet.
+                    // The entry written before a step acts has no result yet: it says when the
+                    // step began and its limit, for progress against it.
                     let Some(ok) = e.outcome["ok"].as_bool() else {
+                        if let Some(i) = e.targets["step"]
+                            .as_u64()
+                            .and_then(|i| usize::try_from(i).ok())
+                        {
+                            let at = humantime::parse_rfc3339_weak(&e.at)
+                                .ok()
+                                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                                .and_then(|d| u64::try_from(d.as_millis()).ok())
+                                .unwrap_or(0);
+                            let limit = e.outcome["limit_secs"]
+                                .as_u64()
+                                .and_then(|l| u32::try_from(l).ok());
+                            self.running = Some((i, at, limit));
+                        }
                         continue;
                     };
                     if let Some(i) = e.targets["step"]

@@ -53,7 +53,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
             Modal::Help => help::render(frame, area, state, theme),
             Modal::Progress => {
                 if let Some(p) = &state.applying {
-                    stage::progress(frame, area, p, theme);
+                    stage::progress(frame, area, p, state.now_ms, theme);
                 }
             }
             Modal::Stage => {

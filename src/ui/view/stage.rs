@@ -137,6 +137,43 @@ fn plan_lines(
     lines
 }
 
+/// The staged compute mode as the operator reads it: `keep` says what it keeps (the selected
+/// GPU's mode now, or the default it returns to) and that it is set again after a reload.
+fn compute_label(st: &Staging, snap: &crate::domain::snapshot::Snapshot) -> String {
+    if let Some(c) = st.compute {
+        return c.to_string();
+    }
+    let Some(g) = snap.gpus.iter().find(|g| g.bdf == st.gpu) else {
+        return "keep".into();
+    };
+    let Ok(p) = &st.result else {
+        return g
+            .compute_partition
+            .map_or_else(|| "keep".into(), |c| format!("keep → {c}"));
+    };
+    let to = p
+        .changes
+        .iter()
+        .find(|c| c.bdf == g.bdf)
+        .map(|c| c.to.0)
+        .or(g.compute_partition);
+    let Some(to) = to else {
+        return "keep".into();
+    };
+    let default = g
+        .product_key
+        .as_deref()
+        .and_then(product::by_key)
+        .zip(p.draft.memory)
+        .map(|(pr, m)| pr.default_compute_for(m));
+    let kept = g.compute_partition == Some(to);
+    match (p.reloads(), kept) {
+        (true, true) if default != Some(to) => format!("keep → {to}, re-set after the reload"),
+        (_, true) => format!("keep → {to}"),
+        (_, false) => format!("keep → {to} (not offered with the new memory mode: the default)"),
+    }
+}
+
 /// Draws the staging overlay.
 pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, theme: &Theme) {
     let rect = overlay(area);
@@ -169,10 +206,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             Span::styled("scope ", theme.get("table.header")),
             Span::raw(format!("{scope} (a)   ")),
             Span::styled("compute ", theme.get("table.header")),
-            Span::raw(format!(
-                "{} (c)   ",
-                keep(st.compute.map(|m| m.to_string()))
-            )),
+            Span::raw(format!("{} (c)   ", compute_label(st, snap))),
             Span::styled("memory ", theme.get("table.header")),
             Span::raw(format!("{} (m)", keep(st.memory.map(|m| m.to_string())))),
         ]),
@@ -354,7 +388,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
 }
 
 /// Draws the progress of a repartition.
-pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) {
+pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, now_ms: u64, theme: &Theme) {
     let h = u16::try_from(p.plan.steps.len() + 6).unwrap_or(20);
     let rect = centered(area, 100, h);
     frame.render_widget(Clear, rect);
@@ -366,7 +400,18 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) 
             Some((false, d)) => ("✗", theme.get("status.crit"), d),
             None if current && p.finished.is_none() => {
                 current = false;
-                ("▸", theme.get("ui.title"), "running…".into())
+                // Elapsed against the step's limit: a hang reads as a hang, not as a step.
+                let took = match p.running {
+                    Some((r, at, limit)) if r == i && at > 0 => {
+                        let secs = now_ms.saturating_sub(at) / 1000;
+                        match limit {
+                            Some(l) => format!("running… {secs}s of {l}s"),
+                            None => format!("running… {secs}s"),
+                        }
+                    }
+                    _ => "running…".into(),
+                };
+                ("▸", theme.get("ui.title"), took)
             }
             None => ("·", theme.get("ui.muted"), String::new()),
         };
@@ -383,8 +428,17 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, theme: &Theme) 
         None => format!("running detached (it continues if you quit or the connection drops); log {} · P hides", p.log),
         Some(true) => format!("applied: {} logical GPUs · esc closes", p.plan.after.len()),
         Some(false) => match &p.exit {
-            Some(how) => format!("the apply process ended without finishing: {how} · partop apply {} --resume continues it · esc closes", p.log.trim_end_matches(".log").to_string() + ".json"),
-            None => "failed: see the step above and the Log; partop apply PLAN --resume continues after the fix · esc closes".into(),
+            Some(how) => format!(
+                "the apply process ended without finishing: {how} · `{}` continues it · esc closes",
+                p.resume.clone().unwrap_or_else(|| format!(
+                    "partop apply {} --resume",
+                    p.log.trim_end_matches(".log").to_string() + ".json"
+                ))
+            ),
+            None => format!(
+                "failed: see the step above and the Log; `{}` continues after the fix · esc closes",
+                p.resume.as_deref().unwrap_or("partop apply PLAN --resume")
+            ),
         },
     };
     // The status is wrapped, never cut: it carries the command that continues a failed apply.
