@@ -280,10 +280,12 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     };
     match rt.block_on(apply(&plan, &ctx, &log, from, &mut show)) {
         Ok(a) => {
-            let down = a.downtime.map_or_else(
-                || "the services went down in the interrupted run".to_string(),
-                |d| format!("services down {:.1}s", d.as_secs_f64()),
-            );
+            let stops = plan.steps.iter().position(|s| s.key == "stop");
+            let down = match (a.downtime, stops) {
+                (Some(d), _) => format!("services down {:.1}s", d.as_secs_f64()),
+                (None, Some(_)) => "the services went down in the interrupted run".to_string(),
+                (None, None) => "no service was stopped".to_string(),
+            };
             out(&format!(
                 "applied plan {}: {} logical GPUs; {down} (estimated {}s), {:.1}s in all\n",
                 plan.fingerprint,

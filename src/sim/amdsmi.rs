@@ -108,7 +108,7 @@ pub fn main(
     let (cpu, wall) = state.amd_smi_cost.of(state.logical().len(), first);
     crate::sim::cost::spend(cpu, wall, std::time::Instant::now());
     if state.settle(clock::now_ms())
-        && let Err(e) = state.save(state_path)
+        && let Err(e) = state.save_driver(state_path)
     {
         let _ = writeln!(err, "partop sim amd-smi: {e}");
     }

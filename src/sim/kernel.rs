@@ -522,6 +522,7 @@ pub fn run(state_path: &Path) {
     let mut twin = Twin::new(root(state_path));
     let me = std::process::id();
     loop {
+        let loaded_at = clock::now_ms();
         let Ok(mut state) = SimState::load(state_path) else {
             return;
         };
@@ -566,7 +567,55 @@ pub fn run(state_path: &Path) {
             {
                 eprintln!("kernel twin: {e}");
             }
+        } else {
+            let _ = std::fs::write(published_path(state_path), loaded_at.to_string());
         }
-        std::thread::sleep(EVERY);
+        // The files follow a change of the node at once, as the kernel's do: a changed state
+        // file ends the wait early.
+        let seen = modified(state_path);
+        let until = std::time::Instant::now() + EVERY;
+        while std::time::Instant::now() < until && modified(state_path) == seen {
+            std::thread::sleep(WATCH);
+        }
+    }
+}
+
+/// How often the twin looks for a change of its node between refreshes.
+const WATCH: Duration = Duration::from_millis(25);
+
+fn modified(p: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Where the twin says which state it last published (the time it read it, ms).
+fn published_path(state_path: &Path) -> PathBuf {
+    gens_dir(&root(state_path)).join("published_ms")
+}
+
+/// Waits (at most a few refreshes) until the node's twin has published a state read at or
+/// after `since_ms`: the fake amd-smi returns from a change only once the kernel files show it,
+/// as the real driver's do when amd-smi returns. No twin running: returns at once.
+pub fn await_published(state_path: &Path, since_ms: u64) {
+    let Ok(state) = SimState::load(state_path) else {
+        return;
+    };
+    let Some(t) = state.twin else {
+        return;
+    };
+    if super::state::process_start(t.pid) != t.start_ticks {
+        return;
+    }
+    // A loaded machine can hold the twin up for a while; the bound only keeps a stuck twin
+    // from hanging amd-smi.
+    let end = std::time::Instant::now() + EVERY * 20;
+    while std::time::Instant::now() < end {
+        let published = std::fs::read_to_string(published_path(state_path))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if published >= since_ms {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -262,6 +262,19 @@ impl SimState {
         Ok(out)
     }
 
+    /// Writes what the driver owns (the GPUs' modes, a reload under way, reload faults) into
+    /// the state under its lock, leaving what others own (workloads registering, the twin)
+    /// as they wrote it: the fake amd-smi read the state before it acted, and a whole-file
+    /// write of that copy would undo a change made meanwhile.
+    pub fn save_driver(&self, path: &Path) -> Result<(), StateError> {
+        Self::update(path, |s| {
+            s.gpus.clone_from(&self.gpus);
+            s.reloading = self.reloading;
+            s.fail_reloads = self.fail_reloads;
+            Ok(())
+        })
+    }
+
     /// Writes atomically.
     pub fn save(&self, path: &Path) -> Result<(), StateError> {
         let err = |e: std::io::Error| StateError::Write {

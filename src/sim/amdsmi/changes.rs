@@ -13,8 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 fn save(state: &SimState, path: &Path, err: &mut dyn Write) -> bool {
-    match state.save(path) {
-        Ok(()) => true,
+    match state.save_driver(path) {
+        Ok(()) => {
+            // The kernel files show the change before amd-smi returns.
+            crate::sim::kernel::await_published(path, crate::collect::clock::now_ms());
+            true
+        }
         Err(e) => {
             let _ = writeln!(err, "partop sim amd-smi: {e}");
             false

@@ -1,0 +1,212 @@
+//! An apply interrupted at any point resumes (issue 23): for representative transitions, the
+//! apply is killed (SIGKILL, through the simulated node's crash injection) at every step
+//! boundary and between the two halves of every step (acted, not yet journaled), and inside the
+//! driver reload while amd-smi runs; then the `--resume` command exactly as `partop journal`
+//! prints it is pasted into a shell, and the node must end in the target with its models
+//! healthy and the run closed.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::env::SimEnv;
+use common::run;
+use partop::domain::plan::Plan;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const MODELS: &str = "[[workload]]\nname = \"small\"\nkind = \"model-server\"\ngpu = 1\nvram_gb = 16\nbusy = 40\nmodel = \"org/small\"\n[[workload]]\nname = \"job\"\nkind = \"batch\"\ngpu = 6\nvram_gb = 10\nbusy = 30\n";
+
+fn scenario(compute: &str, memory: &str, time_scale: f64) -> String {
+    format!(
+        "name = \"rs\"\ndescription = \"resume\"\nproduct = \"mi300x\"\ncompute = \"{compute}\"\nmemory = \"{memory}\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 6\ntime_scale = {time_scale}\n{MODELS}"
+    )
+}
+
+/// The transitions the issue names: a compute mode that is not the reload's default, into the
+/// smallest partitions, and out of a mode that is.
+const MOVES: [(&str, &str, &str, &str); 3] = [
+    ("DPX", "NPS2", "DPX", "NPS1"),
+    ("SPX", "NPS1", "CPX", "NPS4"),
+    ("QPX", "NPS4", "DPX", "NPS2"),
+];
+
+/// Where the apply is killed.
+#[derive(Clone, Debug)]
+enum Kill {
+    /// `PARTOP_SIM_CRASH_AT=WHEN:STEP`.
+    At(String),
+    /// SIGKILL while the reload's amd-smi runs (timed from its journal entry).
+    InsideReload,
+}
+
+fn plan(e: &SimEnv, to: (&str, &str)) -> (std::path::PathBuf, Plan) {
+    let p = e.plan(&format!("--compute {} --memory {}", to.0, to.1), "p.json");
+    let plan: Plan = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    (p, plan)
+}
+
+/// The resume command `partop journal` prints for the unfinished run.
+fn printed_resume(e: &SimEnv) -> String {
+    let o = run(e.cmd().arg("journal"), "");
+    let text = format!("{}{}", o.stdout, o.stderr);
+    let at = text
+        .find("Continue it with `")
+        .unwrap_or_else(|| panic!("no resume command in `partop journal`:\n{text}"));
+    let rest = &text[at + "Continue it with `".len()..];
+    rest[..rest.find('`').unwrap()].to_string()
+}
+
+fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
+    let scale = if matches!(kill, Kill::InsideReload) { 0.3 } else { 0.01 };
+    let e = SimEnv::new(&scenario(mv.0, mv.1, scale));
+    // The model server holds its GPU before the plan is made.
+    let (mut path, mut p) = plan(&e, (mv.2, mv.3));
+    common::wait_until("the model to hold its GPU", || {
+        (path, p) = plan(&e, (mv.2, mv.3));
+        p.stops.len() == 2 && p.stops.iter().all(|s| !s.gpus.is_empty())
+    });
+    let mut c = e.cmd();
+    c.arg("apply")
+        .arg(&path)
+        .args(["--yes", "--grace", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Kill::At(at) = kill {
+        c.env(partop::exec::apply::CRASH_ENV, at);
+    }
+    let mut child = c.spawn().unwrap();
+    if matches!(kill, Kill::InsideReload) {
+        let reload = p.steps.iter().position(|s| s.key == "reload").unwrap();
+        let t0 = Instant::now();
+        loop {
+            let begun = e.journal().iter().any(|x| {
+                x.action == "repartition.step"
+                    && x.targets["step"] == reload
+                    && x.outcome["state"] == "begin"
+            });
+            if begun {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "the reload never began");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The reload takes 1.8 s here: kill in its middle.
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(9);
+    if !killed {
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        return Err(format!("the apply was not killed ({status}):\n{out}"));
+    }
+    // Pasted exactly as printed, into a shell whose PATH has this partop; the confirmation is
+    // typed as an operator would (the host name).
+    let cmd = printed_resume(&e);
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path_var = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let host = partop::collect::host::hostname();
+    let o = run(
+        Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .env("PATH", path_var)
+            .env("XDG_STATE_HOME", e.xdg())
+            .env("XDG_CONFIG_HOME", e.xdg())
+            .env_remove("PARTOP_SIM_STATE"),
+        &format!("{host}\n"),
+    );
+    if o.code != 0 {
+        return Err(format!("`{cmd}` exited {}:\n{}{}", o.code, o.stdout, o.stderr));
+    }
+    let want = (mv.2.to_string(), mv.3.to_string(), p.after.len());
+    if e.modes() != want {
+        return Err(format!("ends in {:?}, not {want:?}:\n{}", e.modes(), o.stdout));
+    }
+    let st = e.state();
+    let small = st.workloads.iter().position(|w| w.spec.name == "small").unwrap();
+    if !st.alive(small) {
+        return Err(format!("the model is not running:\n{}", o.stdout));
+    }
+    let needle = format!("--name small --port {}", st.workloads[small].port);
+    let servers = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            std::fs::read_to_string(d.path().join("cmdline"))
+                .is_ok_and(|c| c.replace('\0', " ").contains(&needle))
+        })
+        .count();
+    if servers != 1 {
+        return Err(format!("{servers} servers of the model run, not one"));
+    }
+    let runs = partop::exec::journal::runs(&e.journal());
+    let r = runs.iter().rev().find(|r| r.fingerprint == p.fingerprint).unwrap();
+    if r.closed.as_deref() != Some("done") {
+        return Err(format!("the run is {:?}, not done", r.closed));
+    }
+    Ok(cmd)
+}
+
+#[test]
+fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
+    // Every kill point of every move: after each step's first journal entry (before it acts),
+    // after it acted (before its result is journaled), after its result; and inside the reload.
+    let mut jobs: Vec<((&str, &str, &str, &str), Kill)> = Vec::new();
+    for mv in MOVES {
+        let e = SimEnv::new(&scenario(mv.0, mv.1, 0.01));
+        let (_, p) = plan(&e, (mv.2, mv.3));
+        drop(e);
+        for k in 1..=p.steps.len() {
+            for when in ["begin", "acted", "end"] {
+                // After the last step's result the run is done: nothing to resume.
+                if k == p.steps.len() && when == "end" {
+                    continue;
+                }
+                jobs.push((mv, Kill::At(format!("{when}:{k}"))));
+            }
+        }
+        jobs.push((mv, Kill::InsideReload));
+    }
+    let n = jobs.len();
+    let jobs = Arc::new(Mutex::new(jobs));
+    let failed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sample: Arc<Mutex<Option<String>>> = Arc::default();
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let (jobs, failed, sample) = (jobs.clone(), failed.clone(), sample.clone());
+            std::thread::spawn(move || {
+                loop {
+                    let Some((mv, kill)) = jobs.lock().unwrap().pop() else {
+                        return;
+                    };
+                    match one(mv, &kill) {
+                        Ok(cmd) => {
+                            sample.lock().unwrap().get_or_insert(cmd);
+                        }
+                        Err(e) => failed
+                            .lock()
+                            .unwrap()
+                            .push(format!("{}/{} -> {}/{} killed {kill:?}: {e}", mv.0, mv.1, mv.2, mv.3)),
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let failed = failed.lock().unwrap();
+    assert!(failed.is_empty(), "{} of {n} failed:\n{}", failed.len(), failed.join("\n\n"));
+    let cmd = sample.lock().unwrap().clone().unwrap();
+    // The printed command carries every option the run used.
+    for opt in ["--sim-state", "--journal", "--resume", "apply"] {
+        assert!(cmd.contains(opt), "{cmd}");
+    }
+    eprintln!("resume: {n} interruptions of {} moves resumed; e.g. `{cmd}`", MOVES.len());
+}
