@@ -6,11 +6,13 @@
 
 use super::assemble::{StaticData, assemble};
 use super::error::AmdSmiError;
-use super::json::{parse_gpu_array, parse_object};
+use super::json::{Extras, parse_gpu_array, parse_object, split_output};
 use super::lane::{Lane, LaneOut, Policy, Role};
 use super::recording::{CommandSource, Recording};
 use super::runner::RawOutput;
-use super::schema::{ListEntry, MetricEntry, PartitionDoc, ProcessEntry, StaticEntry};
+use super::schema::{
+    ListEntry, MetricEntry, PartitionDoc, PerGpuPartitionRow, ProcessEntry, StaticEntry,
+};
 use super::version::{AmdSmiVersion, Family};
 use crate::collect::clock;
 use crate::domain::snapshot::{Health, SCHEMA, Snapshot, SourceStatus};
@@ -463,6 +465,18 @@ pub fn parse_per_gpu<T: serde::de::DeserializeOwned>(
     Ok(parse_gpu_array::<T>(&out.command, &out.stdout)?.0)
 }
 
+/// Parses `partition --json` in either shape: 7.x's object of arrays, or 6.x's top-level
+/// array of per-GPU rows (the family is not known yet when the first read is sent, and a node
+/// may be upgraded under partop: the output's own shape decides).
+pub fn parse_partition(command: &str, stdout: &str) -> Result<(PartitionDoc, Extras), AmdSmiError> {
+    let (json, _) = split_output(stdout);
+    if json.trim_start().starts_with('[') {
+        let (rows, extras) = parse_gpu_array::<PerGpuPartitionRow>(command, stdout)?;
+        return Ok((PartitionDoc::from_rows(rows), extras));
+    }
+    parse_object::<PartitionDoc>(command, stdout)
+}
+
 /// Parses the static reads. A failed `partition` read is a warning: the modes are also in
 /// `static -p`, and caps fall back to the product table.
 pub fn parse_static(
@@ -481,7 +495,7 @@ pub fn parse_static(
     let partition = match part {
         Some(r) => match r
             .and_then(RawOutput::json_or_error)
-            .and_then(|o| parse_object::<PartitionDoc>(&o.command, &o.stdout))
+            .and_then(|o| parse_partition(&o.command, &o.stdout))
         {
             Ok((p, _)) => Some(p),
             Err(e) => {
