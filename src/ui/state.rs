@@ -388,6 +388,23 @@ impl State {
                         gpu: Some(l.gpu_id),
                     }));
                 }
+                // Holders of /dev/kfd alone use no one GPU, and block a reload of every one.
+                let kfd_only: Vec<usize> = idx
+                    .iter()
+                    .copied()
+                    .filter(|i| {
+                        let p = &snap.processes[*i];
+                        p.holds_kfd && p.gpus.is_empty()
+                    })
+                    .collect();
+                if !kfd_only.is_empty() {
+                    rows.push(ProcRow::Heading("/dev/kfd only (every GPU)".into()));
+                    rows.extend(
+                        kfd_only
+                            .into_iter()
+                            .map(|index| ProcRow::Process { index, gpu: None }),
+                    );
+                }
                 rows
             }
             Group::Model => {
