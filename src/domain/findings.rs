@@ -484,8 +484,14 @@ mod tests {
             agent: Some("AMD GPU agent".into()),
             ..Process::default()
         }];
-        // --source sysfs: no amd-smi process list, so nothing to be missing from.
-        assert!(Tracker::default().observe(&n).is_empty());
+        // --source sysfs: no amd-smi process list, so nothing to be missing from; holding
+        // /dev/kfd alone is still said (issue 28: it is a stop in every plan).
+        let f = Tracker::default().observe(&n);
+        assert!(f.iter().all(|f| f.kind != Kind::UnlistedHolder));
+        assert_eq!(
+            f.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            vec![Kind::KfdOnlyHolder]
+        );
         n.sources = vec![SourceStatus {
             name: "amd-smi process".into(),
             version: None,
