@@ -679,6 +679,94 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
         );
         cases += 1;
     }
+    // The stops a plan lists include root's processes, and it says the list may be short.
+    let o = run(
+        as_user(uid, gid, &home)
+            .arg("--sim-state")
+            .arg(&node.state)
+            .args(["plan", "--compute", "SPX", "--memory", "NPS1"]),
+        "",
+    );
+    assert!(
+        o.stdout.contains("must stop (3)")
+            && o.stderr.contains("the processes to stop may be incomplete; plan as root"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
     eprintln!("{cases} sources as an ordinary user");
 }
 
+
+/// The monitor, in a real terminal (tmux), as the ordinary user on root's busy node, as root on
+/// a node whose agent holds /dev/kfd alone, and under `--source sysfs` (3 cases): the header says
+/// what is hidden and the Processes view lists root's processes; the agent is a row of its own
+/// (`kfd`); staging under `--source sysfs` says why it cannot instead of opening.
+#[test]
+fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
+    let (uid, gid) = ordinary_user();
+    let node = Node::start("dpx-nps2-two-models");
+    let dir = node.state.parent().unwrap().to_path_buf();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let state = partop::sim::state::SimState::load(&node.state).unwrap();
+    let pids: Vec<u32> = state.workloads.iter().filter_map(|w| w.pid).collect();
+    let cmd = format!(
+        "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} setpriv --reuid={uid} --regid={gid} --clear-groups -- {bin} --sim-state {st}; echo EXITED $?; sleep 30",
+        h = home.display(),
+        bin = env!("CARGO_BIN_EXE_partop"),
+        st = node.state.display()
+    );
+    let t = common::tmux::Session::new("hid", &cmd, 200, 40);
+    t.wait_for("hidden: 3 GPU process(es) via KFD only");
+    t.keys(&["3"]);
+    t.wait_for("Processes: 3 of 3");
+    let screen = t.screen();
+    for pid in &pids {
+        assert!(screen.contains(&pid.to_string()), "{pid}:\n{screen}");
+    }
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+    drop(t);
+
+    let e = SimEnv::new("agent-holds-kfd");
+    let agent = pid_of(&e, "gpuagent");
+    let cmd = format!(
+        "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} {bin} --sim-state {st}; echo EXITED $?; sleep 30",
+        h = e.xdg().display(),
+        bin = env!("CARGO_BIN_EXE_partop"),
+        st = e.node.state.display()
+    );
+    let t = common::tmux::Session::new("kfdonly", &cmd, 200, 40);
+    t.wait_for("logical");
+    t.keys(&["3"]);
+    t.wait_for("Processes: 2 of 2");
+    let screen = t.screen();
+    let row = screen
+        .lines()
+        .find(|l| l.contains(&agent.to_string()))
+        .unwrap_or_else(|| panic!("gpuagent not listed:\n{screen}"));
+    assert!(row.contains("kfd"), "{row}");
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+    drop(t);
+
+    // `--source sysfs` in the monitor: staging says why it cannot, as plan and apply do.
+    let cmd = format!(
+        "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} {bin} --sim-state {st} --source sysfs; echo EXITED $?; sleep 30",
+        h = e.xdg().display(),
+        bin = env!("CARGO_BIN_EXE_partop"),
+        st = e.node.state.display()
+    );
+    let t = common::tmux::Session::new("sysfsstage", &cmd, 200, 40);
+    t.wait_for("logical");
+    t.keys(&["2", "p"]);
+    t.wait_for("--source sysfs reads the kernel only");
+    assert!(!t.screen().contains("Type the fingerprint"), "{}", t.screen());
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+    eprintln!("3 monitor cases");
+}

@@ -74,6 +74,16 @@ pub fn plan(
         let mut e = std::io::stderr();
         let _ = writeln!(e, "partop: warning: {}", u.describe());
     }
+    // A stop list made without seeing every process says so (another user's render-node
+    // holders are invisible without root).
+    if let Some(h) = &snap.hidden {
+        let mut e = std::io::stderr();
+        let _ = writeln!(
+            e,
+            "partop: warning: {}: the processes to stop may be incomplete; plan as root",
+            h.describe()
+        );
+    }
     match plan(&snap, &draft, reload, reload_secs, 10) {
         Ok(p) => {
             if json {
