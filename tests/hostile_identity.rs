@@ -42,7 +42,12 @@ fn numbers(s: &Value) -> BTreeMap<String, u64> {
         .unwrap()
         .iter()
         .flat_map(|g| g["partitions"].as_array().unwrap())
-        .map(|l| (l["bdf"].as_str().unwrap().to_string(), l["gpu_id"].as_u64().unwrap()))
+        .map(|l| {
+            (
+                l["bdf"].as_str().unwrap().to_string(),
+                l["gpu_id"].as_u64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -125,9 +130,7 @@ fn holder(files: &[PathBuf]) -> Child {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| {
                 d.flatten()
-                    .filter(|f| {
-                        std::fs::read_link(f.path()).is_ok_and(|l| files.contains(&l))
-                    })
+                    .filter(|f| std::fs::read_link(f.path()).is_ok_and(|l| files.contains(&l)))
                     .count()
                     == want
             })
@@ -148,7 +151,7 @@ fn reap(mut c: Child) {
     let _ = c.wait();
 }
 
-fn process<'a>(s: &'a Value, pid: u32) -> Option<&'a Value> {
+fn process(s: &Value, pid: u32) -> Option<&Value> {
     s["processes"]
         .as_array()
         .unwrap()
@@ -168,14 +171,23 @@ fn an_unreadable_kfd_node_leaves_a_hole_never_a_shift() {
     // The twin stopped, so it does not repair what is broken below.
     let o = node.sim("stop");
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let amd: BTreeMap<String, u64> = node.json("list --json")
+    let amd: BTreeMap<String, u64> = node
+        .json("list --json")
         .as_array()
         .unwrap()
         .iter()
-        .map(|g| (g["bdf"].as_str().unwrap().to_string(), g["gpu"].as_u64().unwrap()))
+        .map(|g| {
+            (
+                g["bdf"].as_str().unwrap().to_string(),
+                g["gpu"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let whole = numbers(&snapshot(&node.state, "--source sysfs"));
-    assert_eq!(whole, amd, "the kernel numbers logical GPUs as amd-smi does");
+    assert_eq!(
+        whole, amd,
+        "the kernel numbers logical GPUs as amd-smi does"
+    );
     let nodes = kfd_nodes(&node.state);
     assert_eq!(nodes.len(), 16);
     let mut cases = 0;
@@ -269,10 +281,7 @@ fn a_process_holding_only_kfd_is_listed_marked_and_a_finding() {
     let mut cases = 0;
     for source in ["auto", "sysfs", "amd-smi"] {
         let flags = format!("--source {source}");
-        let o = run(
-            e.cmd().args(flags.split_whitespace()).arg("snapshot"),
-            "",
-        );
+        let o = run(e.cmd().args(flags.split_whitespace()).arg("snapshot"), "");
         let row = o
             .stdout
             .lines()
@@ -310,7 +319,12 @@ fn a_process_holding_only_kfd_is_listed_marked_and_a_finding() {
 fn a_relative_sim_state_sees_the_holders_and_plan_lists_them() {
     let node = Node::start("spx-nps1-one-model");
     let dir = node.state.parent().unwrap().to_path_buf();
-    let name = node.state.file_name().unwrap().to_string_lossy().to_string();
+    let name = node
+        .state
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
     let want: Vec<u64> = {
         let s = snapshot(&node.state, "");
         s["processes"]
@@ -321,10 +335,7 @@ fn a_relative_sim_state_sees_the_holders_and_plan_lists_them() {
             .collect()
     };
     assert!(!want.is_empty());
-    let parent_rel = format!(
-        "../{}/{name}",
-        dir.file_name().unwrap().to_string_lossy()
-    );
+    let parent_rel = format!("../{}/{name}", dir.file_name().unwrap().to_string_lossy());
     let mut cases = 0;
     for rel in [name.clone(), format!("./{name}"), parent_rel] {
         let o = run(
@@ -381,11 +392,7 @@ fn the_kill_prompt_says_what_the_snapshot_says() {
             serde_json::from_value(process(&s, h.id()).expect("listed").clone()).unwrap();
         let label = p.gpu_label();
         assert_ne!(label, "no GPU", "{files:?}");
-        let o = run(
-            e.cmd()
-                .args(["kill", &h.id().to_string(), "--dry-run"]),
-            "",
-        );
+        let o = run(e.cmd().args(["kill", &h.id().to_string(), "--dry-run"]), "");
         let line = o
             .stdout
             .lines()
@@ -415,9 +422,8 @@ fn both_shapes_of_partition_json_are_read() {
             let node = Node::start(&quick("shape", rocm, compute, memory, ""));
             let o = node.amd("partition -c -m --json", "");
             assert_eq!(o.code, 0, "{}", o.stderr);
-            let (doc, _) =
-                partop::collect::amdsmi::reader::parse_partition("partition", &o.stdout)
-                    .unwrap_or_else(|e| panic!("{rocm} {compute}: {e}\n{}", o.stdout));
+            let (doc, _) = partop::collect::amdsmi::reader::parse_partition("partition", &o.stdout)
+                .unwrap_or_else(|e| panic!("{rocm} {compute}: {e}\n{}", o.stdout));
             let primary = doc
                 .current_partition
                 .iter()
@@ -446,7 +452,8 @@ fn a_hand_run_rocm6_memory_change_reaches_the_kernel_files() {
         let e = SimEnv::new(&quick("r6set", "6.4.1", "SPX", "NPS1", ""));
         let o = e.node.amd(&format!("set -M {memory}"), "y\n");
         assert!(
-            o.stdout.contains(&format!("Successfully set memory partition to {memory}")),
+            o.stdout
+                .contains(&format!("Successfully set memory partition to {memory}")),
             "{}",
             o.stdout
         );
@@ -456,9 +463,14 @@ fn a_hand_run_rocm6_memory_change_reaches_the_kernel_files() {
                 && s["gpus"][0]["compute_partition"] == compute
                 && numbers(&s).len() == logical
         });
-        let o = run(e.cmd().args(["plan", "--memory", "NPS1", "--compute", "SPX"]), "");
+        let o = run(
+            e.cmd()
+                .args(["plan", "--memory", "NPS1", "--compute", "SPX"]),
+            "",
+        );
         assert!(
-            o.stdout.contains(&format!("{compute}/{memory} -> SPX/NPS1")),
+            o.stdout
+                .contains(&format!("{compute}/{memory} -> SPX/NPS1")),
             "{}{}",
             o.stdout,
             o.stderr
@@ -492,7 +504,11 @@ fn the_config_reaches_every_command_the_simulators_too() {
             "y\n",
         );
         assert_eq!(o.code, 2, "{args}: {}{}", o.stdout, o.stderr);
-        assert!(o.stderr.contains("read_only = true in config.toml"), "{}", o.stderr);
+        assert!(
+            o.stderr.contains("read_only = true in config.toml"),
+            "{}",
+            o.stderr
+        );
         assert!(alive(worker), "{args}: the workload was stopped");
         assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
         cases += 1;
@@ -540,7 +556,8 @@ fn source_sysfs_refuses_plan_and_apply_before_anything() {
         let o = run(e.cmd().args(["--source", "sysfs"]).args(&args), "");
         assert_eq!(o.code, 2, "{args:?}: {}{}", o.stdout, o.stderr);
         assert!(
-            o.stderr.contains("--source sysfs reads the kernel only and allows no partition change"),
+            o.stderr
+                .contains("--source sysfs reads the kernel only and allows no partition change"),
             "{}",
             o.stderr
         );
@@ -564,7 +581,13 @@ fn ordinary_user() -> (u32, u32) {
     };
     if id("-u").is_none() {
         let o = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER])
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
             .output()
             .unwrap();
         assert!(
@@ -616,7 +639,11 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
         })
     });
     let root = snapshot(&node.state, "");
-    assert!(root.get("hidden").is_none(), "root sees everything: {}", root["hidden"]);
+    assert!(
+        root.get("hidden").is_none(),
+        "root sees everything: {}",
+        root["hidden"]
+    );
     let mut cases = 0;
     for source in ["auto", "sysfs", "amd-smi"] {
         let o = run(
@@ -629,8 +656,9 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
         let s: Value = serde_json::from_str(&o.stdout)
             .unwrap_or_else(|e| panic!("{source}: {e}: {}{}", o.stdout, o.stderr));
         for pid in &pids {
-            let p = process(&s, *pid)
-                .unwrap_or_else(|| panic!("{source}: root's pid {pid} not listed: {}", s["processes"]));
+            let p = process(&s, *pid).unwrap_or_else(|| {
+                panic!("{source}: root's pid {pid} not listed: {}", s["processes"])
+            });
             assert_eq!(p["files_hidden"], true, "{source}: {p}");
             assert!(
                 p["gpus"][0]["vram_bytes"].as_u64().unwrap_or(0) > 0,
@@ -640,10 +668,14 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
         let hidden = &s["hidden"];
         assert_eq!(hidden["processes"].as_u64(), Some(3), "{source}: {s}");
         assert!(
-            s["sources"].as_array().unwrap().iter().any(|x| x["status"] != "ok"
-                && x["error"]
-                    .as_str()
-                    .is_some_and(|e| e.contains("needs root (or CAP_SYS_PTRACE)"))),
+            s["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["status"] != "ok"
+                    && x["error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("needs root (or CAP_SYS_PTRACE)"))),
             "{source}: every source ok while partly blind: {}",
             s["sources"]
         );
@@ -671,7 +703,8 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
             "",
         );
         assert!(
-            o.stdout.contains("hidden 3 GPU process(es) seen through KFD only")
+            o.stdout
+                .contains("hidden 3 GPU process(es) seen through KFD only")
                 && !o.stdout.contains("(no GPU processes)")
                 && o.stdout.matches("another user's: files hidden").count() >= 3,
             "{source}:\n{}",
@@ -689,14 +722,14 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
     );
     assert!(
         o.stdout.contains("must stop (3)")
-            && o.stderr.contains("the processes to stop may be incomplete; plan as root"),
+            && o.stderr
+                .contains("the processes to stop may be incomplete; plan as root"),
         "{}{}",
         o.stdout,
         o.stderr
     );
     eprintln!("{cases} sources as an ordinary user");
 }
-
 
 /// The monitor, in a real terminal (tmux), as the ordinary user on root's busy node, as root on
 /// a node whose agent holds /dev/kfd alone, and under `--source sysfs` (3 cases): the header says
@@ -765,7 +798,11 @@ fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
     t.wait_for("logical");
     t.keys(&["2", "p"]);
     t.wait_for("--source sysfs reads the kernel only");
-    assert!(!t.screen().contains("Type the fingerprint"), "{}", t.screen());
+    assert!(
+        !t.screen().contains("Type the fingerprint"),
+        "{}",
+        t.screen()
+    );
     t.keys(&["q"]);
     t.wait_for("EXITED 0");
     eprintln!("3 monitor cases");

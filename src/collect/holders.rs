@@ -249,7 +249,10 @@ fn hidden_holder(roots: &Roots, pid: u32) -> Holder {
         kfd: true,
         agent: agent_of(comm.as_deref().unwrap_or(""), &cmdline),
         comm,
-        environ_error: Some(format!("its open files are hidden: {}", crate::domain::snapshot::Hidden::WHY)),
+        environ_error: Some(format!(
+            "its open files are hidden: {}",
+            crate::domain::snapshot::Hidden::WHY
+        )),
         files_hidden: true,
         ..Holder::default()
     }
@@ -360,8 +363,8 @@ fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Result<Option<Holder
 /// Says in `snap` what permissions hid from the scan (the holders merged in carry their own
 /// mark): the header's line, and a source that is not `ok` while partly blind.
 pub fn say_hidden(snap: &mut Snapshot, denied: &Denied) {
-    let seen = u32::try_from(snap.processes.iter().filter(|p| p.files_hidden).count())
-        .unwrap_or(u32::MAX);
+    let seen =
+        u32::try_from(snap.processes.iter().filter(|p| p.files_hidden).count()).unwrap_or(u32::MAX);
     let h = crate::domain::snapshot::Hidden {
         processes: seen,
         unreadable: denied.count().saturating_sub(seen),

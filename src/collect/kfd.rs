@@ -80,7 +80,9 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
             let gpu_id = match read("gpu_id").map(|t| t.trim().parse::<u64>()) {
                 Ok(Ok(id)) => id,
                 Ok(Err(_)) => {
-                    errors.push(format!("KFD node {node}: gpu_id is not a number; {NOT_SHOWN}"));
+                    errors.push(format!(
+                        "KFD node {node}: gpu_id is not a number; {NOT_SHOWN}"
+                    ));
                     return None;
                 }
                 Err(err) => {
@@ -252,4 +254,73 @@ pub fn gpus_from_topology(nodes: &[KfdNode], at_ms: u64) -> Vec<crate::domain::P
         }
     }
     gpus
+}
+
+#[cfg(test)]
+mod numbering {
+    use super::number_as_amd_smi;
+    use crate::domain::ComputeMode;
+    use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
+
+    fn node(mode: ComputeMode) -> Vec<PhysicalGpu> {
+        (0..8u32)
+            .map(|g| PhysicalGpu {
+                bdf: format!("0000:{:02x}:00", 0x05 + g * 0x20),
+                compute_partition: Some(mode),
+                xcd_count: Some(8),
+                partitions: (0..mode.partitions(8))
+                    .map(|p| LogicalGpu {
+                        partition_id: p,
+                        ..LogicalGpu::default()
+                    })
+                    .collect(),
+                ..PhysicalGpu::default()
+            })
+            .collect()
+    }
+
+    fn ids(gpus: &[PhysicalGpu]) -> Vec<(String, u32, u32)> {
+        gpus.iter()
+            .flat_map(|g| {
+                g.partitions
+                    .iter()
+                    .map(|l| (g.bdf.clone(), l.partition_id, l.gpu_id))
+            })
+            .collect()
+    }
+
+    /// Every logical GPU of 8 MI300X in each compute mode removed in turn (8 x (1+2+4+8) = 120
+    /// cases): every other keeps the number the whole node gives it.
+    #[test]
+    fn a_missing_partition_never_renumbers_the_others() {
+        let mut cases = 0;
+        for mode in [
+            ComputeMode::Spx,
+            ComputeMode::Dpx,
+            ComputeMode::Qpx,
+            ComputeMode::Cpx,
+        ] {
+            let mut whole = node(mode);
+            number_as_amd_smi(&mut whole);
+            let want = ids(&whole);
+            for (n, w) in want.iter().enumerate() {
+                assert_eq!(w.2, u32::try_from(n).unwrap(), "BDF order, then partition");
+            }
+            for (g, p, _) in &want {
+                let mut holed = node(mode);
+                holed
+                    .iter_mut()
+                    .find(|x| x.bdf == *g)
+                    .unwrap()
+                    .partitions
+                    .retain(|l| l.partition_id != *p);
+                number_as_amd_smi(&mut holed);
+                let mut expect = want.clone();
+                expect.retain(|(bg, bp, _)| !(bg == g && bp == p));
+                assert_eq!(ids(&holed), expect, "{mode:?}: {g}.{p} missing");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 120);
+    }
 }

@@ -311,6 +311,9 @@ pub struct PerGpuPartitionRow {
     /// The current modes.
     #[serde(flatten)]
     pub current: CurrentRow,
+    /// The GPU index under 6.x's other commands' key, where the row has no `gpu_id`.
+    #[serde(default)]
+    pub gpu: Id,
     /// `"NPS1,NPS2,NPS4"`, where printed.
     #[serde(default)]
     pub memory_partition_caps: Text,
@@ -321,11 +324,17 @@ pub struct PerGpuPartitionRow {
 
 impl PartitionDoc {
     /// The 7.x form of 6.x's per-GPU rows (no profiles: 6.x prints them only as a table).
-    pub fn from_rows(rows: Vec<PerGpuPartitionRow>) -> Self {
+    pub fn from_rows(mut rows: Vec<PerGpuPartitionRow>) -> Self {
+        for r in &mut rows {
+            if r.current.gpu_id.0.is_none() {
+                r.current.gpu_id = r.gpu;
+            }
+        }
         let memory_partition = rows
             .iter()
             .filter(|r| {
-                r.memory_partition_caps.get().is_some() || r.current_memory_partition.get().is_some()
+                r.memory_partition_caps.get().is_some()
+                    || r.current_memory_partition.get().is_some()
             })
             .map(|r| MemoryRow {
                 gpu_id: r.current.gpu_id,
@@ -344,8 +353,8 @@ impl PartitionDoc {
 /// `current_partition` row.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CurrentRow {
-    /// amd-smi index (`gpu` in 6.x's per-GPU rows).
-    #[serde(default, alias = "gpu")]
+    /// amd-smi index.
+    #[serde(default)]
     pub gpu_id: Id,
     /// Memory mode.
     #[serde(default)]
