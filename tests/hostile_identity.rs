@@ -313,8 +313,9 @@ fn a_process_holding_only_kfd_is_listed_marked_and_a_finding() {
     eprintln!("{cases} sources");
 }
 
-/// `--sim-state` spelled relative three ways (3 cases): the same holders as the absolute path,
-/// and `plan` lists them (before: no holder seen, and "nothing holds the GPUs").
+/// `--sim-state` spelled relative three ways and through a symbolic link (4 cases): the same
+/// holders as the real path, and `plan` lists them (before: no holder seen, and "nothing holds
+/// the GPUs").
 #[test]
 fn a_relative_sim_state_sees_the_holders_and_plan_lists_them() {
     let node = Node::start("spx-nps1-one-model");
@@ -336,8 +337,13 @@ fn a_relative_sim_state_sees_the_holders_and_plan_lists_them() {
     };
     assert!(!want.is_empty());
     let parent_rel = format!("../{}/{name}", dir.file_name().unwrap().to_string_lossy());
+    // A path through a symbolic link to the node's directory names it too (fd links are the
+    // kernel's real paths).
+    let link = dir.join("via-link");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let linked = format!("{}/{name}", link.display());
     let mut cases = 0;
-    for rel in [name.clone(), format!("./{name}"), parent_rel] {
+    for rel in [name.clone(), format!("./{name}"), parent_rel, linked] {
         let o = run(
             partop()
                 .current_dir(&dir)
