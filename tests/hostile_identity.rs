@@ -737,6 +737,69 @@ fn an_ordinary_user_is_told_what_is_hidden_and_sees_what_kfd_shows() {
     eprintln!("{cases} sources as an ordinary user");
 }
 
+/// Another user's KFD process whose VRAM file this user cannot read, and one whose it can, on
+/// two partitions (2 cases): the first partition's VRAM in use is N/A with the reason, never
+/// the sum of what could be read; the second is the figure read.
+#[test]
+fn an_unreadable_vram_file_makes_its_partition_na_not_low() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (uid, gid) = ordinary_user();
+    let node = Node::start(&quick("hidvram", "7.0.2", "DPX", "NPS2", ""));
+    assert_eq!(node.sim("stop").code, 0);
+    let dir = node.state.parent().unwrap().to_path_buf();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let h = holder(&[device(node.state.with_extension("dev").join("kfd"))]);
+    let nodes = kfd_nodes(&node.state);
+    let (_, hidden_bdf, hidden_id) = nodes[0].clone();
+    let (_, read_bdf, read_id) = nodes[1].clone();
+    let pdir = partop::sim::kernel::root(&node.state)
+        .join("class/kfd/kfd/proc")
+        .join(h.id().to_string());
+    std::fs::create_dir_all(&pdir).unwrap();
+    for (id, mode) in [(hidden_id, 0o400), (read_id, 0o444)] {
+        let f = pdir.join(format!("vram_{id}"));
+        std::fs::write(
+            &f,
+            "1073741824
+",
+        )
+        .unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    bump_generation(&node.state, 1);
+    let o = run(
+        as_user(uid, gid, &home)
+            .arg("--sim-state")
+            .arg(&node.state)
+            .args(["--source", "sysfs", "snapshot", "--json"]),
+        "",
+    );
+    let s: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stderr));
+    assert_eq!(process(&s, h.id()).unwrap()["files_hidden"], true);
+    let part = |bdf: &str| -> Value {
+        s["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["partitions"].as_array().unwrap())
+            .find(|l| l["bdf"] == bdf)
+            .unwrap()
+            .clone()
+    };
+    let hidden = part(&hidden_bdf);
+    assert!(hidden["vram_used_bytes"].is_null(), "{hidden}");
+    assert_eq!(
+        hidden["provenance"]["vram_used_bytes"]["missing"]["reason"],
+        "other_users_files"
+    );
+    assert_eq!(part(&read_bdf)["vram_used_bytes"].as_u64(), Some(1 << 30));
+    reap(h);
+    eprintln!("2 partitions");
+}
+
 /// The monitor, in a real terminal (tmux), as the ordinary user on root's busy node, as root on
 /// a node whose agent holds /dev/kfd alone, and under `--source sysfs` (3 cases): the header says
 /// what is hidden and the Processes view lists root's processes; the agent is a row of its own

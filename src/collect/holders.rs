@@ -181,13 +181,14 @@ pub fn sweep(roots: &Roots, swept: &mut Swept, known: &[u32]) -> Vec<Holder> {
     };
     let targets = Targets::of(roots);
     // Those hidden before stay hidden while they live (a sweep does not look at them again).
+    let alive: std::collections::HashSet<u32> = procs.iter().map(|p| p.0).collect();
     let mut denied = Denied(
         swept
             .1
             .0
             .iter()
             .copied()
-            .filter(|pid| procs.iter().any(|p| p.0 == *pid))
+            .filter(|pid| alive.contains(pid))
             .collect(),
     );
     let mut out: Vec<Holder> = procs
@@ -209,7 +210,11 @@ fn look(roots: &Roots, targets: &Targets, pid: u32, denied: &mut Denied) -> Opti
             denied.0.insert(pid);
             None
         }
-        Ok(h) => h,
+        Ok(h) => {
+            // A reused pid, readable now.
+            denied.0.remove(&pid);
+            h
+        }
     }
 }
 

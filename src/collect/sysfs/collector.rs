@@ -564,6 +564,26 @@ impl SysfsCollector {
                 );
             }
         }
+        // A partition one of whose hidden processes' VRAM could not be read has no known sum:
+        // N/A with the reason, never a low figure read as fact.
+        for l in gpus.iter_mut().flat_map(|g| &mut g.partitions) {
+            let unknown = processes
+                .iter()
+                .filter(|p| p.files_hidden)
+                .flat_map(|p| &p.gpus)
+                .any(|u| u.gpu_id == l.gpu_id && u.vram_bytes.is_none());
+            if unknown {
+                l.vram_used_bytes = None;
+                note(
+                    &mut l.provenance,
+                    "vram_used_bytes",
+                    SourceKind::Derived,
+                    "sum of its processes' VRAM: another user's could not be read",
+                    now_ms,
+                    Some(Missing::OtherUsersFiles),
+                );
+            }
+        }
         // What permissions hid is said, and the source is not `ok` while partly blind.
         let hidden = self.hidden(&processes);
         if let Some(h) = &hidden {
