@@ -217,9 +217,10 @@ fn an_unreadable_kfd_node_leaves_a_hole_never_a_shift() {
     eprintln!("{cases} unreadable-node cases");
 }
 
-/// A process's VRAM on one gpu_id, then that gpu_id given to each other KFD node in turn (15
-/// cases): the warning names both nodes, and the use is attributed to neither logical GPU (the
-/// process says why), where before it landed on whichever came first.
+/// A process's VRAM on one gpu_id, then that gpu_id given to each other KFD node in turn, read
+/// by the kernel and by amd-smi with the /proc scan (15 x 2 = 30 cases): a warning names both
+/// nodes, and the use is attributed to neither logical GPU (the process says why), where before
+/// it landed on whichever came first.
 #[test]
 fn two_kfd_nodes_with_one_gpu_id_are_named_and_the_use_is_attributed_to_neither() {
     let node = Node::start(&quick("dupid", "7.0.2", "DPX", "NPS2", ""));
@@ -243,30 +244,41 @@ fn two_kfd_nodes_with_one_gpu_id_are_named_and_the_use_is_attributed_to_neither(
     for (i, (dir, bdf, id)) in nodes.iter().enumerate().skip(1) {
         std::fs::write(dir.join("gpu_id"), format!("{id0}\n")).unwrap();
         bump_generation(&node.state, i as u64);
-        let s = snapshot(&node.state, "--source sysfs");
-        let err = sysfs_error(&s);
-        assert!(
-            err.contains(&format!("share gpu_id {id0}"))
-                && err.contains(&bdf0)
-                && err.contains(bdf),
-            "{err}"
-        );
-        let p = process(&s, h.id()).expect("the holder is still listed");
-        assert!(
-            p["gpus"]
+        // The kernel alone, and amd-smi with the /proc scan beside it: the same rule.
+        for source in ["sysfs", "amd-smi"] {
+            let s = snapshot(&node.state, &format!("--source {source}"));
+            let err: String = s["sources"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .all(|u| u["vram_bytes"].as_u64().unwrap_or(0) == 0),
-            "attributed to one of two nodes: {p}"
-        );
-        let why = p["provenance"]["gpus"]["missing"]["detail"]
-            .as_str()
-            .unwrap_or("");
-        assert!(why.contains("claimed by two nodes"), "{p}");
-        assert_eq!(numbers(&s), whole, "numbers stay");
+                .filter_map(|x| x["error"].as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            assert!(
+                err.contains(&format!("share gpu_id {id0}"))
+                    && err.contains(&bdf0)
+                    && err.contains(bdf),
+                "{source}: {err}"
+            );
+            let p = process(&s, h.id()).expect("the holder is still listed");
+            assert!(
+                p["gpus"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|u| u["vram_bytes"].as_u64().unwrap_or(0) == 0),
+                "{source}: attributed to one of two nodes: {p}"
+            );
+            let why = p["provenance"]["gpus"]["missing"]["detail"]
+                .as_str()
+                .unwrap_or("");
+            assert!(why.contains("claimed by two nodes"), "{source}: {p}");
+            if source == "sysfs" {
+                assert_eq!(numbers(&s), whole, "numbers stay");
+            }
+            cases += 1;
+        }
         std::fs::write(dir.join("gpu_id"), format!("{id}\n")).unwrap();
-        cases += 1;
     }
     reap(h);
     eprintln!("{cases} shared-gpu_id cases");

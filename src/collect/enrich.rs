@@ -93,6 +93,7 @@ impl Job {
             }
             holders::merge(snap, &self.holders, &self.nodes, &roots.sys_root);
             holders::say_hidden(snap, self.swept.denied());
+            holders::say_shared(snap, &self.nodes);
         }
         if self.remote {
             return self;

@@ -365,6 +365,32 @@ fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Result<Option<Holder
     Ok(Some(h))
 }
 
+/// Says in `snap` which gpu ids two KFD nodes claim (their use is attributed to neither): the
+/// kernel source says it in its own warning; beside amd-smi it is said here.
+pub fn say_shared(snap: &mut Snapshot, nodes: &[KfdNode]) {
+    let shared = kfd::shared_ids(nodes);
+    let Some((id, which)) = shared.iter().next() else {
+        return;
+    };
+    let names: Vec<String> = which
+        .iter()
+        .map(|n| format!("{} ({}.{})", n.node, n.bdf(), n.partition()))
+        .collect();
+    snap.sources.push(crate::domain::snapshot::SourceStatus {
+        name: "KFD topology".into(),
+        status: crate::domain::snapshot::Health::Degraded,
+        error: Some(format!(
+            "KFD nodes {} share gpu_id {id}: {}",
+            names.join(" and "),
+            kfd::shared_reason(*id)
+        )),
+        version: None,
+        last_ok_ms: Some(snap.taken_at_ms),
+        took_ms: None,
+        cadence: None,
+    });
+}
+
 /// Says in `snap` what permissions hid from the scan (the holders merged in carry their own
 /// mark): the header's line, and a source that is not `ok` while partly blind.
 pub fn say_hidden(snap: &mut Snapshot, denied: &Denied) {
