@@ -888,3 +888,41 @@ fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
     t.wait_for("EXITED 0");
     eprintln!("3 monitor cases");
 }
+
+/// The Processes view grouped by GPU (the reducer, keys `3` then `g`), on a recorded node with
+/// a holder of /dev/kfd alone added: it has its own heading after the GPUs' (before: it was in
+/// no group, so grouping hid it).
+#[test]
+fn grouped_by_gpu_the_kfd_only_holder_has_its_own_heading() {
+    use partop::ui::state::{Group, Msg, ProcRow, State, update};
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut snap = common::nodes::recorded("dpx-nps2-two-models");
+    snap.processes.push(partop::domain::snapshot::Process {
+        pid: 4242,
+        name: Some("gpuagent".into()),
+        holds_kfd: true,
+        ..partop::domain::snapshot::Process::default()
+    });
+    let (km, e) = partop::ui::keymap::Keymap::load("default", None, false);
+    assert!(e.is_empty());
+    let mut s = State::new(km, partop::domain::findings::Thresholds::default(), 1000);
+    update(&mut s, Msg::Snapshot(std::sync::Arc::new(snap.clone())));
+    update(&mut s, Msg::Tick(common::nodes::T + 1000));
+    for c in ['3', 'g'] {
+        update(
+            &mut s,
+            Msg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)),
+        );
+    }
+    assert_eq!(s.group, Group::Gpu);
+    let at = s
+        .rows
+        .iter()
+        .position(|r| matches!(r, ProcRow::Heading(h) if h == "/dev/kfd only (every GPU)"))
+        .unwrap_or_else(|| panic!("{:?}", s.rows));
+    assert!(
+        matches!(s.rows.get(at + 1), Some(ProcRow::Process { index, .. }) if snap.processes[*index].pid == 4242),
+        "{:?}",
+        s.rows
+    );
+}
