@@ -35,6 +35,9 @@ pub fn table(s: &Snapshot) -> String {
         }
         o.push('\n');
     }
+    if let Some(h) = &s.hidden {
+        let _ = writeln!(o, "hidden {}", h.describe());
+    }
     for g in &s.gpus {
         let modes = g.modes_label();
         let _ = writeln!(
@@ -85,10 +88,23 @@ pub fn table(s: &Snapshot) -> String {
         let _ = writeln!(o, "  (no GPU processes)");
     }
     for p in &s.processes {
+        let mark = process_mark(p);
+        if p.gpus.is_empty() {
+            // Holding /dev/kfd alone is a stop in every repartition plan: it is listed too.
+            let _ = writeln!(
+                o,
+                "{:>8} {:<16} {:>6} {:>10} {:>8}{mark}",
+                p.pid,
+                p.name.as_deref().unwrap_or("N/A"),
+                if p.holds_kfd { "kfd" } else { "-" },
+                "-",
+                "-",
+            );
+        }
         for u in &p.gpus {
             let _ = writeln!(
                 o,
-                "{:>8} {:<16} {:>6} {:>10} {:>8}",
+                "{:>8} {:<16} {:>6} {:>10} {:>8}{mark}",
                 p.pid,
                 p.name.as_deref().unwrap_or("N/A"),
                 u.gpu_id,
@@ -98,6 +114,14 @@ pub fn table(s: &Snapshot) -> String {
         }
     }
     o
+}
+
+/// What a process row says beside its numbers ([`Process::mark`], the words the kill prompt
+/// shows too).
+///
+/// [`Process::mark`]: crate::domain::snapshot::Process::mark
+fn process_mark(p: &crate::domain::snapshot::Process) -> String {
+    p.mark().map(|m| format!("  ({m})")).unwrap_or_default()
 }
 
 /// A plan as text (`partop plan`).

@@ -21,6 +21,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         grace,
     } = args.clone();
     let path = path.as_path();
+    crate::cli::plan::refuse_kernel_only(src)?;
     // `-`: the plan on stdin (how a fleet rollout hands a node its plan over ssh); the
     // confirmation then was the fleet's, so --yes is required.
     if path.as_os_str() == "-" && !yes && !dry_run {

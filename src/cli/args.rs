@@ -404,6 +404,25 @@ pub enum SimCmd {
     },
 }
 
+impl SimCmd {
+    /// The state file this command names (every command but `list` and `fleet` names one).
+    pub const fn state_mut(&mut self) -> Option<&mut PathBuf> {
+        match self {
+            Self::List | Self::Fleet { .. } => None,
+            Self::Start { state, .. }
+            | Self::Stop { state }
+            | Self::Resume { state }
+            | Self::Status { state }
+            | Self::AmdSmi { state, .. }
+            | Self::Serve { state, .. }
+            | Self::NvidiaInit { state, .. }
+            | Self::NvidiaAttach { state, .. }
+            | Self::NvidiaSmi { state, .. }
+            | Self::Reload { state } => Some(state),
+        }
+    }
+}
+
 /// `partop models` actions.
 #[derive(Debug, Subcommand)]
 pub enum ModelsCmd {

@@ -4,6 +4,7 @@
 use crate::cli::out::say;
 use crate::cli::{SignalArg, exit};
 use crate::domain::kill::{Sig, Target};
+use crate::domain::snapshot::Process;
 use crate::exec::journal;
 use crate::exec::kill::{KillEvent, KillJob, run_pinned};
 use crate::exec::signal::target_from_proc;
@@ -11,22 +12,14 @@ use anyhow::Result;
 use std::path::Path;
 use std::time::Duration;
 
-fn describe(t: &Target, seen: bool) -> String {
-    let gpus = if t.gpus.is_empty() {
-        if seen {
-            "no GPU".to_string()
-        } else {
-            "GPUs not read".to_string()
-        }
-    } else {
-        format!(
-            "logical GPU {}",
-            t.gpus
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        )
+/// One target as the prompt shows it; `shown` is the snapshot's process of the same identity
+/// (its GPUs in the snapshot's own words: the prompt says what the screen says), `seen` whether
+/// the node could be read at all.
+fn describe(t: &Target, shown: Option<&Process>, seen: bool) -> String {
+    let gpus = match shown {
+        Some(p) => p.gpu_label(),
+        None if seen => "not a GPU process on this node".to_string(),
+        None => "GPUs not read".to_string(),
     };
     let vram = if t.vram_bytes > 0 {
         format!(" · {} GiB VRAM", crate::domain::text::gib(t.vram_bytes))
@@ -53,13 +46,13 @@ fn describe(t: &Target, seen: bool) -> String {
 
 /// What the node's sources say about `pids` (GPUs, VRAM, model), as the monitor's kill dialog
 /// shows it; None when the node cannot be read (the kill still works from /proc alone).
-fn seen(src: &crate::cli::SourceArgs, pids: &[u32]) -> Option<Vec<Target>> {
+fn seen(src: &crate::cli::SourceArgs) -> Option<Vec<Process>> {
     let node = crate::node::open(src).ok()?;
     let rt = crate::cli::out::runtime().ok()?;
     let mut c = node.collector();
     let snap = rt.block_on(c.sample());
     rt.shutdown_background();
-    Some(crate::domain::kill::plan(&snap, pids, std::process::id()).targets)
+    Some(snap.processes)
 }
 
 /// `partop kill`.
@@ -84,23 +77,37 @@ pub fn kill(
     let mut targets = Vec::new();
     let mut pins = Vec::new();
     let mut problems = 0;
-    let known = seen(src, pids);
+    let known = seen(src);
+    // The snapshot's process of the same identity (pid and start time), for each target.
+    let shown = |t: &Target| -> Option<Process> {
+        known
+            .iter()
+            .flatten()
+            .find(|k| k.pid == t.pid && (k.start_ticks.is_none() || k.start_ticks == t.start_ticks))
+            .cloned()
+    };
     for pid in pids {
         let Some(mut t) = target_from_proc(proc_root, *pid) else {
             say(&format!("  pid {pid}: no such process\n"))?;
             problems += 1;
             continue;
         };
-        // The GPU side as the node's sources see it, for the same process (its start time).
-        if let Some(k) = known
-            .iter()
-            .flatten()
-            .find(|k| k.pid == t.pid && (k.start_ticks.is_none() || k.start_ticks == t.start_ticks))
-        {
-            t.gpus.clone_from(&k.gpus);
-            t.vram_bytes = k.vram_bytes;
-            t.model.clone_from(&k.model);
-            t.agent = t.agent.take().or_else(|| k.agent.clone());
+        // The GPU side as the node's sources see it, for the same process (its start time),
+        // planned as the monitor's kill dialog plans it.
+        if let Some(p) = shown(&t) {
+            let one = crate::domain::Snapshot {
+                processes: vec![p],
+                ..crate::domain::Snapshot::default()
+            };
+            if let Some(k) = crate::domain::kill::plan(&one, &[t.pid], std::process::id())
+                .targets
+                .pop()
+            {
+                t.gpus = k.gpus;
+                t.vram_bytes = k.vram_bytes;
+                t.model = k.model;
+                t.agent = t.agent.take().or(k.agent);
+            }
         }
         // Pinned now, while it is the process described below: the signal after the
         // confirmation goes to this process or to none.
@@ -120,7 +127,10 @@ pub fn kill(
     }
     say(&format!("{} will be sent to:\n", sig.name()))?;
     for t in &targets {
-        say(&format!("{}\n", describe(t, known.is_some())))?;
+        say(&format!(
+            "{}\n",
+            describe(t, shown(t).as_ref(), known.is_some())
+        ))?;
     }
     say(&format!(
         "then partop waits up to {grace}s for them to exit. Each process is held by a pidfd from now on, so a pid reused meanwhile is never signalled.\n"

@@ -40,6 +40,10 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         u64::try_from(refresh.as_millis()).unwrap_or(1000),
     );
     state.read_only = look_only;
+    // `--source sysfs` allows no partition change: staging says why (as plan and apply do).
+    state.no_partition_change = crate::cli::plan::refuse_kernel_only(&cli.source)
+        .err()
+        .map(|e| e.to_string());
     // A theme or keymap that could not be used is said on screen, not only in the Log.
     if let Some(first) = loaded.errors.first() {
         let more = loaded.errors.len() - 1;

@@ -7,6 +7,19 @@ use crate::node::open;
 use anyhow::Result;
 use std::io::Write;
 
+/// `--source sysfs` reads the kernel only: no amd-smi is run, so no partition can be changed
+/// and the combinations the firmware offers are not known. Planning or applying under it is
+/// refused, the same words from both commands, before anything is read or confirmed.
+pub fn refuse_kernel_only(src: &SourceArgs) -> Result<()> {
+    if src.source == crate::collect::sysfs::SourceMode::Sysfs {
+        return Err(exit::Usage(
+            "--source sysfs reads the kernel only and allows no partition change (amd-smi, which makes the change, is not run): plan and apply with --source auto (the default) or --source amd-smi; nothing was planned or changed".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 pub fn plan(
     src: &SourceArgs,
     gpus: Vec<String>,
@@ -21,6 +34,7 @@ pub fn plan(
             "say what to change: --compute SPX|DPX|QPX|CPX and/or --memory NPS1|NPS2|NPS4"
         );
     }
+    refuse_kernel_only(src)?;
     let node = open(src)?;
     let rt = crate::cli::out::runtime()?;
     let mut collector = node.collector();
@@ -59,6 +73,16 @@ pub fn plan(
     ) {
         let mut e = std::io::stderr();
         let _ = writeln!(e, "partop: warning: {}", u.describe());
+    }
+    // A stop list made without seeing every process says so (another user's render-node
+    // holders are invisible without root).
+    if let Some(h) = &snap.hidden {
+        let mut e = std::io::stderr();
+        let _ = writeln!(
+            e,
+            "partop: warning: {}: the processes to stop may be incomplete; plan as root",
+            h.describe()
+        );
     }
     match plan(&snap, &draft, reload, reload_secs, 10) {
         Ok(p) => {

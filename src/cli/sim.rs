@@ -37,9 +37,10 @@ fn sim_mutates(action: &SimCmd) -> bool {
 pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
     if read_only && sim_mutates(&action) {
         let mut e = std::io::stderr();
-        let _ = writeln!(
+        let _ = write!(
             e,
-            "partop: read-only (--read-only): this command would change the simulated node; nothing was done"
+            "{}",
+            crate::cli::out::read_only_refusal("changed on the simulated node")
         );
         return Ok(exit::USAGE);
     }

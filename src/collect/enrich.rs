@@ -35,6 +35,7 @@ pub struct Enrich {
     pub roots: Option<Roots>,
     holders: Vec<Holder>,
     kfd_nodes: Vec<KfdNode>,
+    swept: holders::Swept,
     samples: u64,
     facts: Cache,
     /// Host and per-process CPU and memory (a live, local node only).
@@ -53,6 +54,7 @@ impl Default for Enrich {
             roots: None,
             holders: Vec::new(),
             kfd_nodes: Vec::new(),
+            swept: holders::Swept::default(),
             samples: 0,
             facts: Cache::default(),
             usage: Some(Usage::new("/proc")),
@@ -72,6 +74,7 @@ struct Job {
     remote: bool,
     holders: Vec<Holder>,
     nodes: Vec<KfdNode>,
+    swept: holders::Swept,
     facts: Cache,
     usage: Option<Usage>,
 }
@@ -82,13 +85,15 @@ impl Job {
             && let Some(roots) = &self.roots
         {
             if self.full {
-                self.holders = holders::scan(roots);
+                self.holders = holders::scan_all(roots, &mut self.swept);
                 self.nodes = crate::collect::kfd::topology(&roots.sys_root);
             } else {
                 self.holders
                     .retain(|h| roots.proc_root.join(h.pid.to_string()).exists());
             }
             holders::merge(snap, &self.holders, &self.nodes, &roots.sys_root);
+            holders::say_hidden(snap, self.swept.denied());
+            holders::say_shared(snap, &self.nodes);
         }
         if self.remote {
             return self;
@@ -135,6 +140,7 @@ impl Enrich {
             remote: self.remote,
             holders: std::mem::take(&mut self.holders),
             nodes: std::mem::take(&mut self.kfd_nodes),
+            swept: std::mem::take(&mut self.swept),
             facts: std::mem::take(&mut self.facts),
             usage: self.usage.take(),
         };
@@ -149,6 +155,7 @@ impl Enrich {
             Ok((snap, Some(job))) => {
                 self.holders = job.holders;
                 self.kfd_nodes = job.nodes;
+                self.swept = job.swept;
                 self.facts = job.facts;
                 self.usage = job.usage;
                 snap

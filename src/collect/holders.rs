@@ -69,6 +69,8 @@ pub struct Holder {
     pub environ_error: Option<String>,
     /// Known agent description.
     pub agent: Option<String>,
+    /// Its open files are hidden from this user: seen through KFD's process list only.
+    pub files_hidden: bool,
 }
 
 /// An fd's target: a symlink on a real /proc; a fixture tree stores it as the file's text.
@@ -99,26 +101,38 @@ pub fn agent_of(comm: &str, cmdline: &str) -> Option<String> {
 
 /// Scans every process's open files for GPU device nodes.
 pub fn scan(roots: &Roots) -> Vec<Holder> {
-    let Ok(procs) = std::fs::read_dir(&roots.proc_root) else {
-        return Vec::new();
-    };
-    let own = std::process::id();
-    let targets = Targets::of(roots);
-    let mut out: Vec<Holder> = procs
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|pid| *pid != own)
-        .filter_map(|pid| scan_with(roots, &targets, pid))
-        .collect();
-    out.sort_by_key(|h| h.pid);
-    out
+    scan_all(roots, &mut Swept::default())
 }
 
 /// The processes a sweep has looked at: (pid, inode of its `/proc/PID` directory). procfs gives
 /// each process's directory its own inode, so a reused pid reads as a new process and is looked
 /// at again; an inode procfs renumbered only costs one more look.
 #[derive(Debug, Default, Clone)]
-pub struct Swept(std::collections::HashSet<(u32, u64)>);
+pub struct Swept(std::collections::HashSet<(u32, u64)>, Denied);
+
+/// The processes whose open files a scan could not read (another user's, without root or
+/// CAP_SYS_PTRACE): any of them may hold a GPU, so their number is said, never taken as none.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Denied(std::collections::BTreeSet<u32>);
+
+impl Denied {
+    /// How many, among the processes still alive at the last look.
+    pub fn count(&self) -> u32 {
+        u32::try_from(self.0.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `pid`'s files were hidden.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.0.contains(&pid)
+    }
+}
+
+impl Swept {
+    /// The processes whose open files were hidden, as of the last scan or sweep.
+    pub const fn denied(&self) -> &Denied {
+        &self.1
+    }
+}
 
 /// `/proc`'s processes as (pid, directory inode), from one directory listing (no stat).
 fn listing(roots: &Roots) -> Option<Vec<(u32, u64)>> {
@@ -143,11 +157,14 @@ pub fn scan_all(roots: &Roots, swept: &mut Swept) -> Vec<Holder> {
         return Vec::new();
     };
     let targets = Targets::of(roots);
+    let mut denied = Denied::default();
     let mut out: Vec<Holder> = procs
         .iter()
-        .filter_map(|&(pid, _)| scan_with(roots, &targets, pid))
+        .filter_map(|&(pid, _)| look(roots, &targets, pid, &mut denied))
         .collect();
+    out.extend(hidden_kfd(roots, &denied, &out));
     swept.0 = procs.into_iter().collect();
+    swept.1 = denied;
     out.sort_by_key(|h| h.pid);
     out
 }
@@ -163,15 +180,102 @@ pub fn sweep(roots: &Roots, swept: &mut Swept, known: &[u32]) -> Vec<Holder> {
         return Vec::new();
     };
     let targets = Targets::of(roots);
+    // Those hidden before stay hidden while they live (a sweep does not look at them again).
+    let alive: std::collections::HashSet<u32> = procs.iter().map(|p| p.0).collect();
+    let mut denied = Denied(
+        swept
+            .1
+            .0
+            .iter()
+            .copied()
+            .filter(|pid| alive.contains(pid))
+            .collect(),
+    );
     let mut out: Vec<Holder> = procs
         .iter()
         .filter(|p| known.contains(&p.0) || !swept.0.contains(p))
-        .filter_map(|&(pid, _)| scan_with(roots, &targets, pid))
+        .filter_map(|&(pid, _)| look(roots, &targets, pid, &mut denied))
         .collect();
+    out.extend(hidden_kfd(roots, &denied, &out));
     swept.0 = procs.into_iter().collect();
+    swept.1 = denied;
     out.sort_by_key(|h| h.pid);
     out
 }
+
+/// [`scan_with`], noting a process whose open files are hidden.
+fn look(roots: &Roots, targets: &Targets, pid: u32, denied: &mut Denied) -> Option<Holder> {
+    match scan_with(roots, targets, pid) {
+        Err(Hid) => {
+            denied.0.insert(pid);
+            None
+        }
+        Ok(h) => {
+            // A reused pid, readable now.
+            denied.0.remove(&pid);
+            h
+        }
+    }
+}
+
+/// The processes KFD lists (its per-process directory is readable by anyone) whose open files
+/// are hidden from this user: each holds /dev/kfd (KFD lists only processes that opened it), so
+/// each is a holder, seen with what KFD and /proc still show (name, VRAM, CUs), its files not.
+fn hidden_kfd(roots: &Roots, denied: &Denied, found: &[Holder]) -> Vec<Holder> {
+    kfd_pids(&roots.sys_root)
+        .into_iter()
+        .filter(|pid| denied.contains(*pid) && !found.iter().any(|h| h.pid == *pid))
+        .map(|pid| hidden_holder(roots, pid))
+        .collect()
+}
+
+/// The processes in KFD's process list (`/sys/class/kfd/kfd/proc`).
+pub fn kfd_pids(sys_root: &Path) -> Vec<u32> {
+    std::fs::read_dir(sys_root.join("class/kfd/kfd/proc"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A KFD process whose open files are hidden: what anyone may read of it.
+fn hidden_holder(roots: &Roots, pid: u32) -> Holder {
+    let dir = roots.proc_root.join(pid.to_string());
+    let comm = crate::collect::small_file::text(&dir.join("comm"))
+        .ok()
+        .map(|s| s.trim().to_string());
+    let cmdline = crate::collect::small_file::text(&dir.join("cmdline"))
+        .map(|b| b.replace('\0', " "))
+        .unwrap_or_default();
+    Holder {
+        pid,
+        kfd: true,
+        agent: agent_of(comm.as_deref().unwrap_or(""), &cmdline),
+        comm,
+        environ_error: Some(format!(
+            "its open files are hidden: {}",
+            crate::domain::snapshot::Hidden::WHY
+        )),
+        files_hidden: true,
+        ..Holder::default()
+    }
+}
+
+/// One process, looked at on its own (a new KFD process between scans): a holder, nothing, or
+/// hidden from this user (then KFD's word is taken, as in a scan).
+pub fn scan_pid_or_hidden(roots: &Roots, pid: u32) -> Option<Holder> {
+    match scan_with(roots, &Targets::of(roots), pid) {
+        Ok(h) => h,
+        Err(Hid) => kfd_pids(&roots.sys_root)
+            .contains(&pid)
+            .then(|| hidden_holder(roots, pid)),
+    }
+}
+
+/// A process's open files could not be read: permission denied.
+struct Hid;
 
 /// The device paths a holder's fds point at, built once per scan.
 struct Targets {
@@ -190,15 +294,19 @@ impl Targets {
 
 /// One process's GPU device files, or `None` when it holds none (or is gone).
 pub fn scan_pid(roots: &Roots, pid: u32) -> Option<Holder> {
-    scan_with(roots, &Targets::of(roots), pid)
+    scan_with(roots, &Targets::of(roots), pid).ok().flatten()
 }
 
 /// [`scan_pid`] with the targets built once: the full scan calls it for every process, so an
 /// fd that is not a GPU file costs one `readlink` and a byte comparison, no allocation of text.
-fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Option<Holder> {
+fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Result<Option<Holder>, Hid> {
     use std::os::unix::ffi::OsStrExt as _;
     let dir = roots.proc_root.join(pid.to_string());
-    let fds = std::fs::read_dir(dir.join("fd")).ok()?;
+    let fds = match std::fs::read_dir(dir.join("fd")) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Err(Hid),
+        Err(_) => return Ok(None),
+    };
     let mut h = Holder {
         pid,
         ..Holder::default()
@@ -230,7 +338,7 @@ fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Option<Holder> {
         }
     }
     if !h.kfd && h.render_minors.is_empty() {
-        return None;
+        return Ok(None);
     }
     h.render_minors.sort_unstable();
     h.drm_fds.sort_unstable();
@@ -254,7 +362,57 @@ fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Option<Holder> {
         }
         Err(err) => h.environ_error = Some(err.to_string()),
     }
-    Some(h)
+    Ok(Some(h))
+}
+
+/// Says in `snap` which gpu ids two KFD nodes claim (their use is attributed to neither): the
+/// kernel source says it in its own warning; beside amd-smi it is said here.
+pub fn say_shared(snap: &mut Snapshot, nodes: &[KfdNode]) {
+    let shared = kfd::shared_ids(nodes);
+    let Some((id, which)) = shared.iter().next() else {
+        return;
+    };
+    let names: Vec<String> = which
+        .iter()
+        .map(|n| format!("{} ({}.{})", n.node, n.bdf(), n.partition()))
+        .collect();
+    snap.sources.push(crate::domain::snapshot::SourceStatus {
+        name: "KFD topology".into(),
+        status: crate::domain::snapshot::Health::Degraded,
+        error: Some(format!(
+            "KFD nodes {} share gpu_id {id}: {}",
+            names.join(" and "),
+            kfd::shared_reason(*id)
+        )),
+        version: None,
+        last_ok_ms: Some(snap.taken_at_ms),
+        took_ms: None,
+        cadence: None,
+    });
+}
+
+/// Says in `snap` what permissions hid from the scan (the holders merged in carry their own
+/// mark): the header's line, and a source that is not `ok` while partly blind.
+pub fn say_hidden(snap: &mut Snapshot, denied: &Denied) {
+    let seen =
+        u32::try_from(snap.processes.iter().filter(|p| p.files_hidden).count()).unwrap_or(u32::MAX);
+    let h = crate::domain::snapshot::Hidden {
+        processes: seen,
+        unreadable: denied.count().saturating_sub(seen),
+    };
+    if h.processes == 0 && h.unreadable == 0 {
+        return;
+    }
+    snap.sources.push(crate::domain::snapshot::SourceStatus {
+        name: "/proc holders".into(),
+        status: crate::domain::snapshot::Health::Degraded,
+        error: Some(h.describe()),
+        version: None,
+        last_ok_ms: Some(snap.taken_at_ms),
+        took_ms: None,
+        cadence: None,
+    });
+    snap.hidden = Some(h);
 }
 
 /// Merges holders and KFD per-process use into a snapshot: adds processes amd-smi does not list,
@@ -265,6 +423,7 @@ pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_roo
     // Render minor and KFD gpu id → amd-smi index: from the snapshot, else from the topology.
     let mut by_minor: BTreeMap<u32, u32> = BTreeMap::new();
     let mut by_kfd: BTreeMap<u64, u32> = BTreeMap::new();
+    let shared = kfd::shared_ids(nodes);
     for (g, l) in snap.logical() {
         if let Some(m) = l
             .render_node
@@ -301,6 +460,7 @@ pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_roo
         };
         let p = &mut snap.processes[idx];
         p.holds_kfd = h.kfd;
+        p.files_hidden = h.files_hidden;
         p.agent.clone_from(&h.agent);
         p.visible_devices.clone_from(&h.visible);
         if p.name.is_none() {
@@ -342,12 +502,24 @@ pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_roo
             }
         }
     }
+    // A gpu id two nodes claim names no logical GPU: its use is N/A, never the first's.
+    by_kfd.retain(|id, _| !shared.contains_key(id));
     for p in &mut snap.processes {
         let Some(uses) = kfd::process_use(sys_root, p.pid) else {
             continue;
         };
         for k in uses {
             let Some(gid) = by_kfd.get(&k.gpu_id) else {
+                if shared.contains_key(&k.gpu_id) {
+                    note(
+                        &mut p.provenance,
+                        "gpus",
+                        SourceKind::Sysfs,
+                        &format!("/sys/class/kfd/kfd/proc/{}/vram_{}", p.pid, k.gpu_id),
+                        at,
+                        Some(Missing::ReadFailed(kfd::shared_reason(k.gpu_id))),
+                    );
+                }
                 continue;
             };
             let used = k.vram_bytes.unwrap_or(0) > 0 || k.cu_occupancy.unwrap_or(0) > 0;

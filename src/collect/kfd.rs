@@ -51,6 +51,10 @@ fn props(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// What an unreadable node means on screen.
+const NOT_SHOWN: &str =
+    "its logical GPU is not shown (its number stays unused: the others keep theirs)";
+
 /// The GPU nodes of the KFD topology (CPU nodes, gpu_id 0, are skipped), by node number.
 pub fn topology(sys_root: &Path) -> Vec<KfdNode> {
     topology_checked(sys_root).0
@@ -77,12 +81,12 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
                 Ok(Ok(id)) => id,
                 Ok(Err(_)) => {
                     errors.push(format!(
-                        "KFD node {node}: gpu_id is not a number; its logical GPU is not shown"
+                        "KFD node {node}: gpu_id is not a number; {NOT_SHOWN}"
                     ));
                     return None;
                 }
                 Err(err) => {
-                    errors.push(format!("{err}; its logical GPU is not shown"));
+                    errors.push(format!("{err}; {NOT_SHOWN}"));
                     return None;
                 }
             };
@@ -92,7 +96,7 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
             let p = match read("properties") {
                 Ok(p) => p,
                 Err(err) => {
-                    errors.push(format!("{err}; its logical GPU is not shown"));
+                    errors.push(format!("{err}; {NOT_SHOWN}"));
                     return None;
                 }
             };
@@ -115,7 +119,34 @@ pub fn topology_checked(sys_root: &Path) -> (Vec<KfdNode>, Vec<String>) {
         .collect();
     nodes.sort_by_key(|n| n.node);
     errors.sort();
+    for (id, which) in shared_ids(&nodes) {
+        errors.push(format!(
+            "KFD nodes {} share gpu_id {id}: a process's use of it cannot be told apart, so it is attributed to neither logical GPU (N/A)",
+            which
+                .iter()
+                .map(|n| format!("{} ({}.{})", n.node, n.bdf(), n.partition()))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
     (nodes, errors)
+}
+
+/// The gpu ids more than one node claims, and those nodes: KFD's per-process files are keyed by
+/// gpu id, so use on a shared one belongs to no logical GPU that can be named.
+pub fn shared_ids(nodes: &[KfdNode]) -> std::collections::BTreeMap<u64, Vec<&KfdNode>> {
+    let mut by_id: std::collections::BTreeMap<u64, Vec<&KfdNode>> =
+        std::collections::BTreeMap::new();
+    for n in nodes {
+        by_id.entry(n.gpu_id).or_default().push(n);
+    }
+    by_id.retain(|_, v| v.len() > 1);
+    by_id
+}
+
+/// Why a process's use of a shared gpu id is not shown on a logical GPU.
+pub fn shared_reason(id: u64) -> String {
+    format!("KFD gpu_id {id} is claimed by two nodes: which logical GPU it is cannot be told")
 }
 
 /// A process's use of one GPU, as KFD reports it.
@@ -161,8 +192,34 @@ pub fn process_use(sys_root: &Path, pid: u32) -> Option<Vec<KfdUse>> {
     Some(out)
 }
 
+/// Numbers the logical GPUs as amd-smi does, from identity alone: physical GPUs in BDF order,
+/// each taking as many numbers as its compute mode has partitions (or as its highest partition
+/// seen, where the mode is not known), a partition's number its GPU's first plus its partition
+/// id. A KFD node that could not be read leaves its number unused: every other logical GPU keeps
+/// the number amd-smi gives it (counting the nodes read would shift every later one).
+pub fn number_as_amd_smi(gpus: &mut [crate::domain::PhysicalGpu]) {
+    let mut first = 0u32;
+    for g in gpus.iter_mut() {
+        let seen = g
+            .partitions
+            .iter()
+            .map(|l| l.partition_id.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        let by_mode = g
+            .compute_partition
+            .zip(g.xcd_count)
+            .map_or(0, |(c, x)| c.partitions(x));
+        for l in &mut g.partitions {
+            l.gpu_id = first.saturating_add(l.partition_id);
+        }
+        first = first.saturating_add(by_mode.max(seen));
+    }
+}
+
 /// Physical and logical GPUs as the KFD topology describes them (for hosts or captured trees
-/// without amd-smi). Logical GPUs are numbered like amd-smi's: BDF order, then partition.
+/// without amd-smi). Logical GPUs are numbered in BDF order, then partition, provisionally:
+/// [`number_as_amd_smi`] gives the final numbers once the compute modes are read.
 pub fn gpus_from_topology(nodes: &[KfdNode], at_ms: u64) -> Vec<crate::domain::PhysicalGpu> {
     use crate::domain::provenance::{SourceKind, note};
     use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
@@ -197,4 +254,73 @@ pub fn gpus_from_topology(nodes: &[KfdNode], at_ms: u64) -> Vec<crate::domain::P
         }
     }
     gpus
+}
+
+#[cfg(test)]
+mod numbering {
+    use super::number_as_amd_smi;
+    use crate::domain::ComputeMode;
+    use crate::domain::snapshot::{LogicalGpu, PhysicalGpu};
+
+    fn node(mode: ComputeMode) -> Vec<PhysicalGpu> {
+        (0..8u32)
+            .map(|g| PhysicalGpu {
+                bdf: format!("0000:{:02x}:00", 0x05 + g * 0x20),
+                compute_partition: Some(mode),
+                xcd_count: Some(8),
+                partitions: (0..mode.partitions(8))
+                    .map(|p| LogicalGpu {
+                        partition_id: p,
+                        ..LogicalGpu::default()
+                    })
+                    .collect(),
+                ..PhysicalGpu::default()
+            })
+            .collect()
+    }
+
+    fn ids(gpus: &[PhysicalGpu]) -> Vec<(String, u32, u32)> {
+        gpus.iter()
+            .flat_map(|g| {
+                g.partitions
+                    .iter()
+                    .map(|l| (g.bdf.clone(), l.partition_id, l.gpu_id))
+            })
+            .collect()
+    }
+
+    /// Every logical GPU of 8 MI300X in each compute mode removed in turn (8 x (1+2+4+8) = 120
+    /// cases): every other keeps the number the whole node gives it.
+    #[test]
+    fn a_missing_partition_never_renumbers_the_others() {
+        let mut cases = 0;
+        for mode in [
+            ComputeMode::Spx,
+            ComputeMode::Dpx,
+            ComputeMode::Qpx,
+            ComputeMode::Cpx,
+        ] {
+            let mut whole = node(mode);
+            number_as_amd_smi(&mut whole);
+            let want = ids(&whole);
+            for (n, w) in want.iter().enumerate() {
+                assert_eq!(w.2, u32::try_from(n).unwrap(), "BDF order, then partition");
+            }
+            for (g, p, _) in &want {
+                let mut holed = node(mode);
+                holed
+                    .iter_mut()
+                    .find(|x| x.bdf == *g)
+                    .unwrap()
+                    .partitions
+                    .retain(|l| l.partition_id != *p);
+                number_as_amd_smi(&mut holed);
+                let mut expect = want.clone();
+                expect.retain(|(bg, bp, _)| !(bg == g && bp == p));
+                assert_eq!(ids(&holed), expect, "{mode:?}: {g}.{p} missing");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 120);
+    }
 }

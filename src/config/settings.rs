@@ -62,8 +62,8 @@ pub fn resolve(
 }
 
 impl Settings {
-    /// Only what the flags say (for commands that read no configuration: check-config, the
-    /// simulator's own tools, completions).
+    /// Only what the flags say (for check-config, which reports a configuration that does not
+    /// parse instead of stopping on it).
     pub fn flags_only(read_only: bool, journal: Option<&std::path::Path>) -> Self {
         let config = super::Config::default();
         Self {

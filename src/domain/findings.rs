@@ -11,7 +11,7 @@
 //! - Unlisted holder: a process holding a GPU's device files that amd-smi does not list
 //!   (needs the /proc holder scan; reported when the snapshot carries holder data).
 
-use super::snapshot::{LogicalGpu, PhysicalGpu, Snapshot};
+use super::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -38,6 +38,11 @@ pub enum Kind {
     /// A physical GPU shows another number of logical GPUs than its compute mode gives: a
     /// partition that failed to come up, or a change applied halfway.
     PartitionMismatch,
+    /// A process holds /dev/kfd and uses no GPU (an agent, a HIP runtime idling): it blocks
+    /// driver reloads, so a repartition must stop it, whoever lists it.
+    KfdOnlyHolder,
+    /// Processes hold GPUs but permissions hide them (or their files) from this user.
+    HiddenHolders,
 }
 
 /// One finding.
@@ -203,7 +208,39 @@ impl Tracker {
                 since_ms: since,
             });
         }
+        // Holding /dev/kfd alone is a stop in every repartition plan: it is said whether or not
+        // amd-smi lists it (an unlisted one was said above).
+        for p in &snap.processes {
+            let kfd_only = p.holds_kfd && p.gpus.iter().all(GpuUse::attached_only);
+            if !kfd_only || seen_pids.contains(&p.pid) {
+                continue;
+            }
+            let since = *self.unlisted_since.entry(p.pid).or_insert(now);
+            seen_pids.push(p.pid);
+            let what = p
+                .agent
+                .clone()
+                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            out.push(Finding {
+                kind: Kind::KfdOnlyHolder,
+                severity: Severity::Info,
+                subject: format!("pid {}", p.pid),
+                gpu_id: p.gpus.first().map_or(0, |u| u.gpu_id),
+                saw: format!("pid {} {what} holds /dev/kfd (every GPU) and uses no GPU memory; it blocks driver reloads and partition changes, so a repartition stops it ({})", p.pid, duration(now - since)),
+                since_ms: since,
+            });
+        }
         self.unlisted_since.retain(|k, _| seen_pids.contains(k));
+        if let Some(h) = snap.hidden.as_ref().filter(|h| h.processes > 0) {
+            out.push(Finding {
+                kind: Kind::HiddenHolders,
+                severity: Severity::Warn,
+                subject: "node".into(),
+                gpu_id: 0,
+                saw: h.describe(),
+                since_ms: now,
+            });
+        }
         out
     }
 
@@ -447,8 +484,14 @@ mod tests {
             agent: Some("AMD GPU agent".into()),
             ..Process::default()
         }];
-        // --source sysfs: no amd-smi process list, so nothing to be missing from.
-        assert!(Tracker::default().observe(&n).is_empty());
+        // --source sysfs: no amd-smi process list, so nothing to be missing from; holding
+        // /dev/kfd alone is still said (issue 28: it is a stop in every plan).
+        let f = Tracker::default().observe(&n);
+        assert!(f.iter().all(|f| f.kind != Kind::UnlistedHolder));
+        assert_eq!(
+            f.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            vec![Kind::KfdOnlyHolder]
+        );
         n.sources = vec![SourceStatus {
             name: "amd-smi process".into(),
             version: None,

@@ -33,6 +33,9 @@ pub enum Missing {
     SecondaryPartition,
     /// Reading it needs root (or the video/render groups).
     NeedsRoot,
+    /// Another user's process: its open files (fd, fdinfo, environ) need root or
+    /// CAP_SYS_PTRACE.
+    OtherUsersFiles,
     /// This amd-smi version does not report it.
     NotReported,
     /// The tool reported "N/A".
@@ -53,6 +56,9 @@ impl Missing {
                 "device-wide value: shown on the primary partition only".to_string()
             }
             Self::NeedsRoot => "needs root (or membership of the video/render groups)".into(),
+            Self::OtherUsersFiles => {
+                "another user's process: its open files need root (or CAP_SYS_PTRACE)".into()
+            }
             Self::NotReported => "not reported by this amd-smi version".into(),
             Self::NotAvailable => "the tool reported N/A".into(),
             Self::ReadFailed(e) => format!("read failed: {e}"),

@@ -311,12 +311,54 @@ pub struct Process {
     /// Seconds since it started, at the sample.
     #[serde(default)]
     pub running_secs: Option<u64>,
+    /// Its open files are hidden from this user (another user's process, seen through KFD):
+    /// its render nodes, engine use and environment are unknown, shown dimmed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files_hidden: bool,
     /// Origin of every field above.
     #[serde(default)]
     pub provenance: Provenance,
 }
 
 impl Process {
+    /// Which GPUs it holds and how, in words: the one description the snapshot table, the
+    /// kill prompt and the kill dialog all show (a confirmation must say what the screen says).
+    pub fn gpu_label(&self) -> String {
+        let ids = |attached: bool| {
+            self.gpus
+                .iter()
+                .filter(|u| u.attached_only() == attached)
+                .map(|u| u.gpu_id.to_string())
+                .collect::<Vec<_>>()
+        };
+        let (active, attached) = (ids(false), ids(true));
+        let mut label = if !active.is_empty() {
+            format!("logical GPU {}", active.join(","))
+        } else if !attached.is_empty() {
+            format!("logical GPU {} (attached only)", attached.join(","))
+        } else if self.holds_kfd {
+            "/dev/kfd only (every GPU)".to_string()
+        } else {
+            "no GPU".to_string()
+        };
+        if let Some(m) = self.mark() {
+            label.push_str(&format!(" ({m})"));
+        }
+        label
+    }
+
+    /// What a row of it says beside its numbers, if anything: another user's process whose
+    /// files are hidden, or one attached to /dev/kfd only (it blocks driver reloads).
+    pub fn mark(&self) -> Option<&'static str> {
+        if self.files_hidden {
+            Some("another user's: files hidden, needs root")
+        } else if self.holds_kfd && self.gpus.iter().all(GpuUse::attached_only) {
+            Some("attached only: holds /dev/kfd")
+        } else {
+            None
+        }
+    }
+
     /// VRAM over all GPUs.
     pub fn vram_total(&self) -> u64 {
         self.gpus.iter().filter_map(|g| g.vram_bytes).sum()
@@ -354,6 +396,37 @@ pub struct Snapshot {
     /// The host's CPU and memory beside the GPUs (absent in a replay of an older recording).
     #[serde(default)]
     pub host_usage: Option<HostUsage>,
+    /// What permissions hid from this user (absent when nothing was hidden).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<Hidden>,
+}
+
+/// What this user could not see: processes whose open files (`/proc/PID/fd`, `fdinfo`,
+/// `environ`) are another user's. A GPU process among them is still seen through KFD's
+/// per-process files (world-readable), with its VRAM; one holding only a render node is not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hidden {
+    /// GPU processes seen through KFD only: their device files, render nodes and engine use
+    /// are hidden.
+    pub processes: u32,
+    /// Processes whose open files could not be read at the last complete scan (any of them
+    /// may hold a render node).
+    pub unreadable: u32,
+}
+
+impl Hidden {
+    /// Why values are missing.
+    pub const WHY: &'static str = "needs root (or CAP_SYS_PTRACE)";
+
+    /// The header's line.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} GPU process(es) seen through KFD only, {} other process(es)' open files hidden: {}; run partop as root to see every holder",
+            self.processes,
+            self.unreadable,
+            Self::WHY
+        )
+    }
 }
 
 /// The host's own load: what a data loader pinning cores or a host-memory hog shows as.

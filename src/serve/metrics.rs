@@ -497,6 +497,8 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::IdlePartition => "idle_partition",
         Kind::UnlistedHolder => "unlisted_holder",
         Kind::PartitionMismatch => "partition_mismatch",
+        Kind::KfdOnlyHolder => "kfd_only_holder",
+        Kind::HiddenHolders => "hidden_holders",
     }
 }
 

@@ -102,6 +102,9 @@ pub struct State {
     pub reload_secs: u32,
     /// Why the last command did nothing, and when (shown in the footer for a few seconds).
     pub notice: Option<(String, u64)>,
+    /// Why no partition may be changed from here, when none may (`--source sysfs`: amd-smi,
+    /// which makes the change, is not run); staging says it instead of opening.
+    pub no_partition_change: Option<String>,
     /// A MIG layout being staged (NVIDIA GPUs).
     pub mig_staging: Option<super::mig_stage::MigStaging>,
     /// The nvidia-smi that MIG commands name.
@@ -170,6 +173,7 @@ impl State {
             tagged_gpus: std::collections::BTreeSet::new(),
             reload_secs: 120,
             notice: None,
+            no_partition_change: None,
             mig_staging: None,
             nvidia_smi: "nvidia-smi".into(),
             model_sel: 0,
@@ -388,6 +392,23 @@ impl State {
                         gpu: Some(l.gpu_id),
                     }));
                 }
+                // Holders of /dev/kfd alone use no one GPU, and block a reload of every one.
+                let kfd_only: Vec<usize> = idx
+                    .iter()
+                    .copied()
+                    .filter(|i| {
+                        let p = &snap.processes[*i];
+                        p.holds_kfd && p.gpus.is_empty()
+                    })
+                    .collect();
+                if !kfd_only.is_empty() {
+                    rows.push(ProcRow::Heading("/dev/kfd only (every GPU)".into()));
+                    rows.extend(
+                        kfd_only
+                            .into_iter()
+                            .map(|index| ProcRow::Process { index, gpu: None }),
+                    );
+                }
                 rows
             }
             Group::Model => {
@@ -561,6 +582,10 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             return vec![Effect::ScanHolders];
         }
         Command::StageChange => {
+            if let Some(why) = &state.no_partition_change {
+                state.notice = Some((why.clone(), state.now_ms));
+                return Vec::new();
+            }
             if state
                 .applying
                 .as_ref()

@@ -16,7 +16,11 @@ impl Session {
             Command::new("tmux").arg("-V").output().is_ok(),
             "tmux is required for the end-to-end tests: install it (apt-get install tmux), or run scripts/test, which does"
         );
-        let socket = format!("partop-{tag}-{}-{w}", std::process::id());
+        // One socket per session: tests of one binary run in parallel, and two of the same
+        // tag and width shared a server (one's kill-server ended the other's terminal).
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("partop-{tag}-{}-{w}-{n}", std::process::id());
         let ok = Command::new("tmux")
             .args([
                 "-L",

@@ -6,11 +6,13 @@
 
 use super::assemble::{StaticData, assemble};
 use super::error::AmdSmiError;
-use super::json::{parse_gpu_array, parse_object};
+use super::json::{Extras, parse_gpu_array, parse_object, split_output};
 use super::lane::{Lane, LaneOut, Policy, Role};
 use super::recording::{CommandSource, Recording};
 use super::runner::RawOutput;
-use super::schema::{ListEntry, MetricEntry, PartitionDoc, ProcessEntry, StaticEntry};
+use super::schema::{
+    ListEntry, MetricEntry, PartitionDoc, PerGpuPartitionRow, ProcessEntry, StaticEntry,
+};
 use super::version::{AmdSmiVersion, Family};
 use crate::collect::clock;
 use crate::domain::snapshot::{Health, SCHEMA, Snapshot, SourceStatus};
@@ -463,6 +465,18 @@ pub fn parse_per_gpu<T: serde::de::DeserializeOwned>(
     Ok(parse_gpu_array::<T>(&out.command, &out.stdout)?.0)
 }
 
+/// Parses `partition --json` in either shape: 7.x's object of arrays, or 6.x's top-level
+/// array of per-GPU rows (the family is not known yet when the first read is sent, and a node
+/// may be upgraded under partop: the output's own shape decides).
+pub fn parse_partition(command: &str, stdout: &str) -> Result<(PartitionDoc, Extras), AmdSmiError> {
+    let (json, _) = split_output(stdout);
+    if json.trim_start().starts_with('[') {
+        let (rows, extras) = parse_gpu_array::<PerGpuPartitionRow>(command, stdout)?;
+        return Ok((PartitionDoc::from_rows(rows), extras));
+    }
+    parse_object::<PartitionDoc>(command, stdout)
+}
+
 /// Parses the static reads. A failed `partition` read is a warning: the modes are also in
 /// `static -p`, and caps fall back to the product table.
 pub fn parse_static(
@@ -481,7 +495,7 @@ pub fn parse_static(
     let partition = match part {
         Some(r) => match r
             .and_then(RawOutput::json_or_error)
-            .and_then(|o| parse_object::<PartitionDoc>(&o.command, &o.stdout))
+            .and_then(|o| parse_partition(&o.command, &o.stdout))
         {
             Ok((p, _)) => Some(p),
             Err(e) => {
@@ -500,4 +514,68 @@ pub fn parse_static(
         },
         warnings,
     ))
+}
+
+#[cfg(test)]
+mod partition_shapes {
+    use super::parse_partition;
+
+    /// Each shape `partition --json` has been printed in (or could be, within the families'
+    /// rules), 6 cases: the modes of GPU 0 are read from every one that carries them.
+    #[test]
+    fn every_shape_of_the_partition_read_gives_the_modes() {
+        // (what, the output, GPU 0's compute and memory modes)
+        type Case = (
+            &'static str,
+            &'static str,
+            Option<(&'static str, &'static str)>,
+        );
+        let cases: [Case; 6] = [
+            (
+                "7.x object",
+                r#"{"current_partition": [{"gpu_id": 0, "memory": "NPS2", "accelerator_type": "DPX", "accelerator_profile_index": 1, "partition_id": "0"}], "memory_partition": [{"gpu_id": 0, "memory_partition_caps": "NPS1,NPS2", "current_memory_partition": "NPS2"}]}"#,
+                Some(("DPX", "NPS2")),
+            ),
+            (
+                "6.x rows",
+                r#"[{"gpu_id": 0, "memory": "NPS1", "accelerator_type": "SPX", "accelerator_profile_index": 0, "partition_id": "0"}]"#,
+                Some(("SPX", "NPS1")),
+            ),
+            (
+                "6.x rows keyed gpu",
+                r#"[{"gpu": 0, "memory": "NPS4", "accelerator_type": "CPX", "partition_id": "0"}]"#,
+                Some(("CPX", "NPS4")),
+            ),
+            (
+                "6.3 rows, partition ids listed, text after the JSON",
+                "[\n{\"gpu_id\": 0, \"memory\": \"NPS1\", \"accelerator_type\": \"CPX\", \"partition_id\": \"0,1,2,3,4,5,6,7\"},\n{\"gpu_id\": 1, \"memory\": \"NPS1\", \"accelerator_type\": \"CPX\", \"partition_id\": \"N/A\"}\n]\nsome trailing text\n",
+                Some(("CPX", "NPS1")),
+            ),
+            (
+                "6.x rows with the memory caps",
+                r#"[{"gpu_id": 0, "memory": "NPS2", "accelerator_type": "DPX", "memory_partition_caps": "NPS1,NPS2", "current_memory_partition": "NPS2"}]"#,
+                Some(("DPX", "NPS2")),
+            ),
+            (
+                "rows of an unknown shape (modes then come from static -p)",
+                r#"[{"gpu": 0, "partition": {"compute": "SPX"}}]"#,
+                None,
+            ),
+        ];
+        for (what, json, want) in cases {
+            let (doc, _) = parse_partition("amd-smi partition -c -m --json", json)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let row = doc
+                .current_partition
+                .iter()
+                .find(|r| r.gpu_id.0 == Some(0))
+                .unwrap_or_else(|| panic!("{what}: no row for GPU 0"));
+            let got = row
+                .accelerator_type
+                .0
+                .as_deref()
+                .zip(row.memory.0.as_deref());
+            assert_eq!(got, want, "{what}");
+        }
+    }
 }

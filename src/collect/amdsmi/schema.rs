@@ -289,7 +289,9 @@ pub struct ProcessMemory {
     pub vram_mem: Option<Q>,
 }
 
-/// `amd-smi partition -c -m [-a] --json` (7.x: one object of arrays).
+/// `amd-smi partition -c -m [-a] --json`, either shape: 7.x prints one object of arrays, 6.x
+/// (like its other commands) a top-level array of per-GPU rows carrying the current modes (and,
+/// where printed, the memory caps). Both are read into the 7.x form.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct PartitionDoc {
     /// Current modes.
@@ -301,6 +303,51 @@ pub struct PartitionDoc {
     /// Accelerator profiles (root only).
     #[serde(default)]
     pub partition_profiles: Vec<ProfileRow>,
+}
+
+/// A 6.x per-GPU partition row: the current modes, and the memory caps where it has them.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PerGpuPartitionRow {
+    /// The current modes.
+    #[serde(flatten)]
+    pub current: CurrentRow,
+    /// The GPU index under 6.x's other commands' key, where the row has no `gpu_id`.
+    #[serde(default)]
+    pub gpu: Id,
+    /// `"NPS1,NPS2,NPS4"`, where printed.
+    #[serde(default)]
+    pub memory_partition_caps: Text,
+    /// The current memory mode, where printed under this key.
+    #[serde(default)]
+    pub current_memory_partition: Text,
+}
+
+impl PartitionDoc {
+    /// The 7.x form of 6.x's per-GPU rows (no profiles: 6.x prints them only as a table).
+    pub fn from_rows(mut rows: Vec<PerGpuPartitionRow>) -> Self {
+        for r in &mut rows {
+            if r.current.gpu_id.0.is_none() {
+                r.current.gpu_id = r.gpu;
+            }
+        }
+        let memory_partition = rows
+            .iter()
+            .filter(|r| {
+                r.memory_partition_caps.get().is_some()
+                    || r.current_memory_partition.get().is_some()
+            })
+            .map(|r| MemoryRow {
+                gpu_id: r.current.gpu_id,
+                memory_partition_caps: r.memory_partition_caps.clone(),
+                current_memory_partition: r.current_memory_partition.clone(),
+            })
+            .collect();
+        Self {
+            current_partition: rows.into_iter().map(|r| r.current).collect(),
+            memory_partition,
+            partition_profiles: Vec::new(),
+        }
+    }
 }
 
 /// `current_partition` row.

@@ -522,6 +522,7 @@ impl SysfsCollector {
                 }
             }
         }
+        kfd::number_as_amd_smi(&mut gpus);
         let complete = relaid
             || std::mem::take(&mut self.scan_now)
             || self.full_scan_every <= 1
@@ -563,6 +564,31 @@ impl SysfsCollector {
                 );
             }
         }
+        // A partition one of whose hidden processes' VRAM could not be read has no known sum:
+        // N/A with the reason, never a low figure read as fact.
+        for l in gpus.iter_mut().flat_map(|g| &mut g.partitions) {
+            let unknown = processes
+                .iter()
+                .filter(|p| p.files_hidden)
+                .flat_map(|p| &p.gpus)
+                .any(|u| u.gpu_id == l.gpu_id && u.vram_bytes.is_none());
+            if unknown {
+                l.vram_used_bytes = None;
+                note(
+                    &mut l.provenance,
+                    "vram_used_bytes",
+                    SourceKind::Derived,
+                    "sum of its processes' VRAM: another user's could not be read",
+                    now_ms,
+                    Some(Missing::OtherUsersFiles),
+                );
+            }
+        }
+        // What permissions hid is said, and the source is not `ok` while partly blind.
+        let hidden = self.hidden(&processes);
+        if let Some(h) = &hidden {
+            warnings.push(h.describe());
+        }
         let status = SourceStatus {
             name: SRC.into(),
             version: None,
@@ -598,7 +624,20 @@ impl SysfsCollector {
             reload: None,
             models: Vec::new(),
             host_usage: None,
+            hidden,
         }
+    }
+
+    /// What this user could not see: GPU processes seen through KFD only, and processes whose
+    /// open files the last scan could not read.
+    fn hidden(&self, processes: &[Process]) -> Option<crate::domain::snapshot::Hidden> {
+        let seen_by_kfd = processes.iter().filter(|p| p.files_hidden).count();
+        let denied = self.swept.denied().count();
+        let h = crate::domain::snapshot::Hidden {
+            processes: u32::try_from(seen_by_kfd).unwrap_or(u32::MAX),
+            unreadable: denied.saturating_sub(u32::try_from(seen_by_kfd).unwrap_or(u32::MAX)),
+        };
+        (h.processes > 0 || h.unreadable > 0).then_some(h)
     }
 
     /// Who holds GPUs now: a full fd scan, or the known holders (those still in KFD's process
@@ -613,13 +652,7 @@ impl SysfsCollector {
             }
             return;
         }
-        let kfd_pids: Vec<u32> = std::fs::read_dir(self.roots.sys_root.join("class/kfd/kfd/proc"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let kfd_pids = holders::kfd_pids(&self.roots.sys_root);
         let own = std::process::id();
         if full {
             self.holders = if scan == Scan::Complete {
@@ -635,7 +668,7 @@ impl SysfsCollector {
             for &pid in &kfd_pids {
                 if pid != own
                     && !self.holders.iter().any(|h| h.pid == pid)
-                    && let Some(h) = holders::scan_pid(&self.roots, pid)
+                    && let Some(h) = holders::scan_pid_or_hidden(&self.roots, pid)
                 {
                     self.holders.push(h);
                 }
@@ -655,10 +688,13 @@ impl SysfsCollector {
     ) -> Vec<Process> {
         let full = scan != Scan::Kfd;
         self.refresh_holders(scan);
+        // A gpu id two nodes claim names no logical GPU: its use is N/A, never the first's.
+        let shared = kfd::shared_ids(nodes);
         let logical: HashMap<u64, (u32, Option<u32>)> = gpus
             .iter()
             .flat_map(|g| &g.partitions)
             .filter_map(|l| Some((l.kfd_id?, (l.gpu_id, l.cu_count))))
+            .filter(|(id, _)| !shared.contains_key(id))
             .collect();
         let by_minor: HashMap<u32, u32> = nodes
             .iter()
@@ -674,6 +710,7 @@ impl SysfsCollector {
         for h in &holders {
             let mut uses: BTreeMap<u32, GpuUse> = BTreeMap::new();
             let mut denied = false;
+            let mut unattributed: Option<u64> = None;
             // KFD: per-GPU VRAM, SDMA time, CU occupancy (the gpu ids it has files for are
             // listed once per full scan).
             if h.kfd {
@@ -687,6 +724,9 @@ impl SysfsCollector {
                 let pdir = kfd_dir.join(h.pid.to_string());
                 for id in ids.iter() {
                     let Some((lid, cus)) = logical.get(id).copied() else {
+                        if shared.contains_key(id) {
+                            unattributed = Some(*id);
+                        }
                         continue;
                     };
                     let u = uses.entry(lid).or_insert_with(|| GpuUse {
@@ -782,15 +822,32 @@ impl SysfsCollector {
                 now_ms,
                 None,
             );
-            if denied {
+            if let Some(id) = unattributed {
                 note(
                     &mut p.provenance,
-                    "gtt_bytes",
-                    SourceKind::Procfs,
-                    "/proc/PID/fdinfo is readable by its owner or root only",
+                    "gpus",
+                    SourceKind::Sysfs,
+                    &format!("/sys/class/kfd/kfd/proc/{}/vram_{id}", h.pid),
                     now_ms,
-                    Some(Missing::NeedsRoot),
+                    Some(Missing::ReadFailed(kfd::shared_reason(id))),
                 );
+            }
+            if denied || h.files_hidden {
+                p.files_hidden = h.files_hidden;
+                for f in ["gtt_bytes", "render_open", "engine_percent"] {
+                    note(
+                        &mut p.provenance,
+                        f,
+                        SourceKind::Procfs,
+                        "/proc/PID/fd and fdinfo are readable by their owner or root only",
+                        now_ms,
+                        Some(Missing::OtherUsersFiles),
+                    );
+                }
+                // Unknown, not zero: the table shows N/A with the reason.
+                for u in &mut p.gpus {
+                    u.gtt_bytes = None;
+                }
             }
             if !gone.contains(&h.pid) {
                 out.push(p);

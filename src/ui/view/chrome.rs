@@ -187,6 +187,16 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     if state.read_only {
         second.push(Span::styled("  read-only", theme.get("ui.muted")));
     }
+    // What permissions hid: said in the header, never shown as an empty node.
+    if let Some(h) = state.snapshot.as_ref().and_then(|s| s.hidden.as_ref()) {
+        second.push(Span::styled(
+            format!(
+                "  hidden: {} GPU process(es) via KFD only, {} others' files · run as root",
+                h.processes, h.unreadable
+            ),
+            theme.get("status.warn"),
+        ));
+    }
     let w = usize::from(area.width);
     let lines = vec![
         super::fmt::fit(spans, w),

@@ -52,12 +52,25 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
                     .unwrap_or_default()
             })
         };
-        let gpus = t
-            .gpus
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        // The snapshot's own words for the same process (as `partop kill` prints them).
+        let gpus = state
+            .snapshot
+            .as_ref()
+            .and_then(|s| {
+                s.processes
+                    .iter()
+                    .find(|p| p.pid == t.pid && p.start_ticks == t.start_ticks)
+            })
+            .map_or_else(
+                || {
+                    t.gpus
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+                |p| p.gpu_label().trim_start_matches("logical GPU ").to_string(),
+            );
         lines.push(Line::raw(format!(
             "{:>7}  {:<10} {:<15} {:<8} {:>6}G  {}",
             t.pid,

@@ -44,6 +44,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             Kind::IdlePartition => "idle partition",
             Kind::UnlistedHolder => "holder amd-smi does not list",
             Kind::PartitionMismatch => "partitions missing",
+            Kind::KfdOnlyHolder => "holds /dev/kfd only",
+            Kind::HiddenHolders => "hidden from this user",
         };
         let sel = if i == state.finding_sel {
             theme.get("table.row.selected")
@@ -53,7 +55,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::styled(format!("{word} "), style),
             Span::styled(
-                if f.kind == Kind::UnlistedHolder {
+                if matches!(
+                    f.kind,
+                    Kind::UnlistedHolder | Kind::KfdOnlyHolder | Kind::HiddenHolders
+                ) {
                     format!(
                         "{kind} · {} · since {} ago",
                         f.subject,

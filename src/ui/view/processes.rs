@@ -202,6 +202,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         })
                     })
                     .collect();
+                // Another user's process seen through KFD (its files hidden): dimmed, as
+                // nvitop shows processes it cannot fully see.
+                let style = if p.files_hidden && i != state.proc_sel {
+                    theme.get("ui.muted")
+                } else {
+                    style
+                };
                 rows.push(Row::new(cells).style(style));
             }
         }
