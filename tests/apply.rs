@@ -54,7 +54,11 @@ fn full_cycle_spx_dpx_cpx_spx_with_workloads_relaunched() {
                 plan.warnings
             );
         }
-        let stopped = if first { "ok: 2 stopped" } else { "ok: 1 stopped" };
+        let stopped = if first {
+            "ok: 2 stopped"
+        } else {
+            "ok: 1 stopped"
+        };
         assert!(
             o.stdout.contains(stopped) && o.stdout.contains("Successfully reloaded driver"),
             "{}",

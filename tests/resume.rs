@@ -57,7 +57,11 @@ fn printed_resume(e: &SimEnv) -> String {
 }
 
 fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
-    let scale = if matches!(kill, Kill::InsideReload) { 0.3 } else { 0.01 };
+    let scale = if matches!(kill, Kill::InsideReload) {
+        0.3
+    } else {
+        0.01
+    };
     let e = SimEnv::new(&scenario(mv.0, mv.1, scale));
     // The model server holds its GPU before the plan is made.
     let (mut path, mut p) = plan(&e, (mv.2, mv.3));
@@ -88,7 +92,10 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
             if begun {
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(60), "the reload never began");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the reload never began"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         // The reload takes 1.8 s here: kill in its middle.
@@ -109,7 +116,11 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
         .parent()
         .unwrap()
         .to_path_buf();
-    let path_var = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path_var = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let host = partop::collect::host::hostname();
     let o = run(
         Command::new("sh")
@@ -122,14 +133,25 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
         &format!("{host}\n"),
     );
     if o.code != 0 {
-        return Err(format!("`{cmd}` exited {}:\n{}{}", o.code, o.stdout, o.stderr));
+        return Err(format!(
+            "`{cmd}` exited {}:\n{}{}",
+            o.code, o.stdout, o.stderr
+        ));
     }
     let want = (mv.2.to_string(), mv.3.to_string(), p.after.len());
     if e.modes() != want {
-        return Err(format!("ends in {:?}, not {want:?}:\n{}", e.modes(), o.stdout));
+        return Err(format!(
+            "ends in {:?}, not {want:?}:\n{}",
+            e.modes(),
+            o.stdout
+        ));
     }
     let st = e.state();
-    let small = st.workloads.iter().position(|w| w.spec.name == "small").unwrap();
+    let small = st
+        .workloads
+        .iter()
+        .position(|w| w.spec.name == "small")
+        .unwrap();
     if !st.alive(small) {
         return Err(format!("the model is not running:\n{}", o.stdout));
     }
@@ -146,7 +168,11 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
         return Err(format!("{servers} servers of the model run, not one"));
     }
     let runs = partop::exec::journal::runs(&e.journal());
-    let r = runs.iter().rev().find(|r| r.fingerprint == p.fingerprint).unwrap();
+    let r = runs
+        .iter()
+        .rev()
+        .find(|r| r.fingerprint == p.fingerprint)
+        .unwrap();
     if r.closed.as_deref() != Some("done") {
         return Err(format!("the run is {:?}, not done", r.closed));
     }
@@ -189,10 +215,10 @@ fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
                         Ok(cmd) => {
                             sample.lock().unwrap().get_or_insert(cmd);
                         }
-                        Err(e) => failed
-                            .lock()
-                            .unwrap()
-                            .push(format!("{}/{} -> {}/{} killed {kill:?}: {e}", mv.0, mv.1, mv.2, mv.3)),
+                        Err(e) => failed.lock().unwrap().push(format!(
+                            "{}/{} -> {}/{} killed {kill:?}: {e}",
+                            mv.0, mv.1, mv.2, mv.3
+                        )),
                     }
                 }
             })
@@ -202,11 +228,19 @@ fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
         w.join().unwrap();
     }
     let failed = failed.lock().unwrap();
-    assert!(failed.is_empty(), "{} of {n} failed:\n{}", failed.len(), failed.join("\n\n"));
+    assert!(
+        failed.is_empty(),
+        "{} of {n} failed:\n{}",
+        failed.len(),
+        failed.join("\n\n")
+    );
     let cmd = sample.lock().unwrap().clone().unwrap();
     // The printed command carries every option the run used.
     for opt in ["--sim-state", "--journal", "--resume", "apply"] {
         assert!(cmd.contains(opt), "{cmd}");
     }
-    eprintln!("resume: {n} interruptions of {} moves resumed; e.g. `{cmd}`", MOVES.len());
+    eprintln!(
+        "resume: {n} interruptions of {} moves resumed; e.g. `{cmd}`",
+        MOVES.len()
+    );
 }

@@ -560,7 +560,11 @@ fn the_rehearsal_restarts_only_what_the_plan_stopped_and_never_on_a_partition_to
         "{}",
         plan["warnings"]
     );
-    assert!(o.stdout.contains("not restarted, as planned"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("not restarted, as planned"),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]

@@ -73,13 +73,15 @@ fn expected(p: &Product, now: &[State], scope: &[usize], to: State) -> Vec<State
 
 fn scenario(p: &Product, start: State, big: bool) -> String {
     let mut s = format!(
-        "name = \"tx\"\ndescription = \"transition space\"\nproduct = \"{}\"\ncompute = \"{}\"\nmemory = \"{}\"\nrocm = \"7.0.2\"\nseed = 3\nreload_secs = 6\ntime_scale = 0.01\n",
+        "name = \"tx\"\ndescription = \"transition space\"\nproduct = \"{}\"\ngpus = 4\ncompute = \"{}\"\nmemory = \"{}\"\nrocm = \"7.0.2\"\nseed = 3\nreload_secs = 6\ntime_scale = 0.01\n",
         p.key, start.0, start.1
     );
     s.push_str("[[workload]]\nname = \"small\"\nkind = \"model-server\"\ngpu = 1\nvram_gb = 16\nbusy = 40\nmodel = \"org/small\"\n");
-    s.push_str("[[workload]]\nname = \"job\"\nkind = \"batch\"\ngpu = 6\nvram_gb = 10\nbusy = 30\n");
+    s.push_str(
+        "[[workload]]\nname = \"job\"\nkind = \"batch\"\ngpu = 2\nvram_gb = 10\nbusy = 30\n",
+    );
     if big {
-        s.push_str("[[workload]]\nname = \"big\"\nkind = \"model-server\"\ngpu = 5\nvram_gb = 100\nbusy = 40\nmodel = \"org/big\"\n");
+        s.push_str("[[workload]]\nname = \"big\"\nkind = \"model-server\"\ngpu = 0\nvram_gb = 100\nbusy = 40\nmodel = \"org/big\"\n");
     }
     s
 }
@@ -103,8 +105,15 @@ struct Case {
 fn walk(p: &Product, sts: &[State], edges: &[(usize, usize)]) -> Result<Vec<Case>, String> {
     let start = sts[edges[0].0];
     let e = SimEnv::new(&scenario(p, start, partition_gib(p, start) >= 100.0));
-    let bdfs: Vec<String> = e.state().gpus.iter().map(|g| format!("0000:{}:00", g.bus)).collect();
-    let subset = [1usize, 4];
+    let bdfs: Vec<String> = e
+        .state()
+        .gpus
+        .iter()
+        .map(|g| format!("0000:{}:00", g.bus))
+        .collect();
+    // Four physical GPUs (the layout files a hive of eight has, at half the cost), and a
+    // subset that leaves the first GPU out, so every index after it moves.
+    let subset = [1usize, 3];
     let mut cases = Vec::new();
     for (a, b) in edges {
         let (x, y) = (sts[*a], sts[*b]);
@@ -129,7 +138,11 @@ fn walk(p: &Product, sts: &[State], edges: &[(usize, usize)]) -> Result<Vec<Case
                     gpus.join(",")
                 }
             );
+            let t = std::time::Instant::now();
             one(&e, p, &gpus, to, &want).map_err(|m| format!("{what}: {m}"))?;
+            if std::env::var_os("PARTOP_TX_VERBOSE").is_some() {
+                eprintln!("{what}: {:.1}s", t.elapsed().as_secs_f64());
+            }
             cases.push(Case {
                 product: p.key,
                 from,
@@ -281,7 +294,10 @@ fn one(e: &SimEnv, p: &Product, gpus: &[String], to: State, want: &[State]) -> R
                 .iter()
                 .any(|x| x.contains("does NOT come back"))
         {
-            return Err(format!("{} stopped for good, the plan did not say", w.spec.name));
+            return Err(format!(
+                "{} stopped for good, the plan did not say",
+                w.spec.name
+            ));
         }
     }
     // The journal tells the story: the run started, every step begun and done, closed.
@@ -307,7 +323,12 @@ fn every_transition_of_every_product_for_all_gpus_and_a_subset() {
     // The walks: each product's circuit cut into pieces of a few edges, a node per piece.
     let mut walks: Vec<(Product, Vec<State>, Vec<(usize, usize)>)> = Vec::new();
     let mut pairs = 0;
-    for p in product::all() {
+    // PARTOP_TX_PRODUCT=KEY walks one product (to look at one while changing it); unset, all.
+    let only = std::env::var("PARTOP_TX_PRODUCT").ok();
+    for p in product::all()
+        .into_iter()
+        .filter(|p| only.as_deref().is_none_or(|o| o == p.key))
+    {
         let sts = states(&p);
         let c = circuit(sts.len());
         pairs += c.len();
@@ -357,7 +378,9 @@ fn every_transition_of_every_product_for_all_gpus_and_a_subset() {
         t0.elapsed().as_secs_f64(),
         products.len(),
     );
-    assert_eq!(products.len(), product::all().len());
+    if only.is_none() {
+        assert_eq!(products.len(), product::all().len());
+    }
     assert_eq!(subset, pairs);
 }
 

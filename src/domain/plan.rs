@@ -142,7 +142,6 @@ pub const WAIT_GPUS_SECS: u32 = 300;
 /// How long the wait for idle GPUs may take.
 pub const WAIT_IDLE_SECS: u32 = 60;
 
-
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
 }

@@ -67,7 +67,15 @@ mod tests {
 
     #[test]
     fn shell_quote_round_trips_through_sh() {
-        let words = ["plain", "with space", "it's", "a;b", "$(x)", "", "/p/x.json"];
+        let words = [
+            "plain",
+            "with space",
+            "it's",
+            "a;b",
+            "$(x)",
+            "",
+            "/p/x.json",
+        ];
         for w in words {
             let q = shell_quote(w);
             let out = std::process::Command::new("sh")
@@ -89,4 +97,3 @@ mod tests {
         assert_eq!(escape_controls("a\tb\nc"), "a b\\x0ac");
     }
 }
-

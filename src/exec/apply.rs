@@ -483,8 +483,8 @@ fn wait_failure(
             .iter()
             .any(|g| g.bdf == c.bdf && g.memory_partition.is_some_and(|m| m != c.to.1))
     });
-    let cpx_short = plan.changes.iter().any(|c| c.to.0 == ComputeMode::Cpx)
-        && last.is_some_and(|n| n < want);
+    let cpx_short =
+        plan.changes.iter().any(|c| c.to.0 == ComputeMode::Cpx) && last.is_some_and(|n| n < want);
     let hint = if last.is_none() {
         "the driver has not come back: check `dmesg | grep amdgpu` and `lsmod | grep amdgpu`, load it (`modprobe amdgpu`), then resume".to_string()
     } else if memory_pending {
@@ -620,7 +620,17 @@ fn stop(
         return Ok(format!("{} stopped", plan.stops.len()));
     }
     if !ctx.kill_after_grace {
-        return Err((format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term), format!("stop them yourself and resume, or allow SIGKILL: {}", with_kill(&ctx.resume_command))));
+        return Err((
+            format!(
+                "still running after SIGTERM and {}s: pids {:?}",
+                ctx.grace.as_secs(),
+                r.after_term
+            ),
+            format!(
+                "stop them yourself and resume, or allow SIGKILL: {}",
+                with_kill(&ctx.resume_command)
+            ),
+        ));
     }
     if r.after_kill.is_empty() {
         Ok(format!(
@@ -701,7 +711,8 @@ async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
             .filter(|b| {
                 !snap.gpus.iter().any(|g| {
                     &&g.bdf == b
-                        && g.compute_partition.is_some_and(|c| c.name() == mode.as_str())
+                        && g.compute_partition
+                            .is_some_and(|c| c.name() == mode.as_str())
                 })
             })
             .collect();
@@ -717,7 +728,13 @@ async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
             .collect();
         let Some(now_ids) = now_ids else {
             return Err((
-                format!("after the interruption, {} are not all listed by amd-smi; nothing was run", todo.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", ")),
+                format!(
+                    "after the interruption, {} are not all listed by amd-smi; nothing was run",
+                    todo.iter()
+                        .map(|b| b.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
                 "check `amd-smi list`, then resume".into(),
             ));
         };
@@ -735,7 +752,10 @@ async fn set_compute(ctx: &ApplyCtx, step: &Step) -> StepResult {
                 .map(|d| {
                     format!(
                         "{d} (resumed: the same GPUs {} by their indices now, `amd-smi {}`)",
-                        todo.iter().map(|b| b.as_str()).collect::<Vec<_>>().join(", "),
+                        todo.iter()
+                            .map(|b| b.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         again.join(" ")
                     )
                 })

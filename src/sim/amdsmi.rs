@@ -134,8 +134,14 @@ pub fn main(
         "list" | "static" | "metric" | "process" | "monitor" | "partition" | "" => {
             reads::read(&state, flavor, &args, out)
         }
-        "set" => changes::set(&mut state, state_path, flavor, &args, stdin, out, err),
-        "reset" => changes::reset(&mut state, state_path, flavor, &args, stdin, out, err),
+        "set" => changes::published(
+            state_path,
+            changes::set(&mut state, state_path, flavor, &args, stdin, out, err),
+        ),
+        "reset" => changes::published(
+            state_path,
+            changes::reset(&mut state, state_path, flavor, &args, stdin, out, err),
+        ),
         other => {
             let _ = writeln!(
                 err,

@@ -99,8 +99,40 @@ fn io_err(p: &Path, e: &std::io::Error) -> String {
     format!("{}: {e}", p.display())
 }
 
+thread_local! {
+    /// The generation being built, not yet visible to readers (`STATE.sys` still points at the
+    /// last one), and the directories already made in it: its files are written in place, each
+    /// directory made once, so a layout change costs a fraction of the system calls.
+    static BUILDING: std::cell::RefCell<Option<(PathBuf, std::collections::HashSet<PathBuf>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Writes `bytes` in place when `p` is inside the generation being built; `Some(result)`, or
+/// None when `p` is in the published tree (readers may be inside it: written atomically).
+fn put_fresh(p: &Path, bytes: &[u8]) -> Option<Result<(), String>> {
+    BUILDING.with(|b| {
+        let mut b = b.borrow_mut();
+        let (dir, made) = b.as_mut()?;
+        if !p.starts_with(dir.as_path()) {
+            return None;
+        }
+        Some((|| {
+            if let Some(d) = p.parent()
+                && !made.contains(d)
+            {
+                std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
+                made.insert(d.to_path_buf());
+            }
+            std::fs::write(p, bytes).map_err(|e| io_err(p, &e))
+        })())
+    })
+}
+
 /// Writes a file as the kernel presents it: whole, never half (temp file + rename).
 fn put(p: &Path, bytes: &[u8]) -> Result<(), String> {
+    if let Some(r) = put_fresh(p, bytes) {
+        return r;
+    }
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
     }
@@ -193,6 +225,7 @@ impl Twin {
         self.processes(state, &logical, now_ms)?;
         if relaid {
             put(&self.dir.join(LAYOUT_FILE), key.as_bytes())?;
+            BUILDING.with(|b| b.borrow_mut().take());
             self.swap()?;
             self.layout = Some(key);
         }
@@ -213,7 +246,12 @@ impl Twin {
             // A tree from before generations were kept apart.
             let _ = std::fs::remove_dir_all(&self.root);
         }
-        std::fs::rename(&tmp, &self.root).map_err(|e| io_err(&self.root, &e))?;
+        std::fs::rename(&tmp, &self.root).map_err(|e| io_err(&self.root, &e))
+    }
+
+    /// Removes generations older than the one just replaced (a reader may still be inside
+    /// that one). Done after the new one is published: nobody waits for it.
+    pub fn prune(&self) {
         let keep = self.generation.saturating_sub(1);
         if let Some(gens) = self.dir.parent()
             && let Ok(entries) = std::fs::read_dir(gens)
@@ -229,7 +267,6 @@ impl Twin {
                 }
             }
         }
-        Ok(())
     }
 
     /// Rewrites the layout: PCI partition files, partition devices, render nodes, KFD nodes.
@@ -242,6 +279,9 @@ impl Twin {
         self.written.clear();
         self.dir = gens_dir(&self.root).join(format!("gen-{}", self.generation));
         let _ = std::fs::remove_dir_all(&self.dir);
+        BUILDING.with(|b| {
+            *b.borrow_mut() = Some((self.dir.clone(), std::collections::HashSet::new()));
+        });
         self.pids.clear();
         let topo = self.dir.join("class/kfd/kfd/topology");
         put_text(
@@ -569,6 +609,7 @@ pub fn run(state_path: &Path) {
             }
         } else {
             let _ = std::fs::write(published_path(state_path), loaded_at.to_string());
+            twin.prune();
         }
         // The files follow a change of the node at once, as the kernel's do: a changed state
         // file ends the wait early.

@@ -12,11 +12,27 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
+/// When this process last changed the node (ms; 0: never).
+static SAVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Returns `code` once the kernel twin has published what this command changed: the kernel
+/// files show a change when amd-smi returns, as the real driver's sysfs does (one wait for the
+/// whole command, not one per GPU it set).
+pub fn published(path: &Path, code: i32) -> i32 {
+    let at = SAVED.load(std::sync::atomic::Ordering::Relaxed);
+    if at > 0 {
+        crate::sim::kernel::await_published(path, at);
+    }
+    code
+}
+
 fn save(state: &SimState, path: &Path, err: &mut dyn Write) -> bool {
     match state.save_driver(path) {
         Ok(()) => {
-            // The kernel files show the change before amd-smi returns.
-            crate::sim::kernel::await_published(path, crate::collect::clock::now_ms());
+            SAVED.store(
+                crate::collect::clock::now_ms(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             true
         }
         Err(e) => {
@@ -424,9 +440,10 @@ pub fn modprobe_reload(state_path: &Path, out: &mut dyn Write, err: &mut dyn Wri
         out,
         false,
     );
-    if finish_reload(&mut state, state_path, err) {
+    let code = if finish_reload(&mut state, state_path, err) {
         0
     } else {
         1
-    }
+    };
+    published(state_path, code)
 }

@@ -425,7 +425,10 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, now_ms: u64, th
     }
     lines.push(Line::raw(""));
     let status = match p.finished {
-        None => format!("running detached (it continues if you quit or the connection drops); log {} · P hides", p.log),
+        None => format!(
+            "running detached (it continues if you quit or the connection drops); log {} · P hides",
+            p.log
+        ),
         Some(true) => format!("applied: {} logical GPUs · esc closes", p.plan.after.len()),
         Some(false) => match &p.exit {
             Some(how) => format!(
