@@ -25,11 +25,7 @@ fn say(s: &str) {
 /// Key-to-screen latency for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`, µs per line).
 fn latency_log() -> Option<std::fs::File> {
     let p = std::env::var_os("PARTOP_KEY_LATENCY_LOG")?;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(p)
-        .ok()
+    crate::exec::safe_file::append(std::path::Path::new(&p), false).ok()
 }
 
 fn input_thread(tx: mpsc::Sender<(Event, std::time::Instant)>, stop: Arc<AtomicBool>) {

@@ -102,7 +102,7 @@ impl Usage {
     }
 
     fn host_usage(&mut self, at: u64) -> Option<HostUsage> {
-        let stat = std::fs::read_to_string(self.proc_root.join("stat")).ok()?;
+        let stat = crate::collect::small_file::proc_text(&self.proc_root.join("stat")).ok()?;
         let (busy, all, cpus) = parse_stat(&stat)?;
         let cpu_percent = match self.host.replace((busy, all)) {
             Some((b0, a0)) if all > a0 => {
@@ -112,11 +112,11 @@ impl Usage {
             }
             _ => None,
         };
-        let load = std::fs::read_to_string(self.proc_root.join("loadavg"))
+        let load = crate::collect::small_file::proc_text(&self.proc_root.join("loadavg"))
             .ok()
             .and_then(|t| parse_loadavg(&t))
             .unwrap_or_default();
-        let (total, avail) = std::fs::read_to_string(self.proc_root.join("meminfo"))
+        let (total, avail) = crate::collect::small_file::proc_text(&self.proc_root.join("meminfo"))
             .ok()
             .and_then(|t| parse_meminfo(&t))?;
         Some(HostUsage {
@@ -130,14 +130,13 @@ impl Usage {
     }
 }
 
-/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages). Read like a kernel
-/// attribute (no stat, bounded), into a buffer kept between reads: this runs for every holder
-/// on every sample.
+/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages). Read bounded, without
+/// blocking, into a buffer kept between reads: this runs for every holder on every sample.
 fn read_stat(root: &Path, pid: u32, buf: &mut Vec<u8>) -> Option<(u64, u64, u64)> {
     let mut p = root.to_path_buf();
     p.push(pid.to_string());
     p.push("stat");
-    crate::collect::small_file::read(&p, buf).ok()?;
+    crate::collect::small_file::proc_read(&p, buf).ok()?;
     // The command name may hold any bytes; the fields after it are ASCII.
     parse_pid_stat(&String::from_utf8_lossy(buf))
 }

@@ -223,10 +223,11 @@ impl Scenario {
             return super::replay::scenario_from_recording(p);
         }
         if p.extension().is_some_and(|e| e == "toml") || p.exists() {
-            let text = std::fs::read_to_string(p).map_err(|e| ScenarioError::Io {
-                path: p.display().to_string(),
-                error: e.to_string(),
-            })?;
+            let text =
+                crate::collect::small_file::operator_text(p).map_err(|e| ScenarioError::Io {
+                    path: p.display().to_string(),
+                    error: e.to_string(),
+                })?;
             return Self::parse(&p.display().to_string(), &text);
         }
         Err(ScenarioError::Unknown {

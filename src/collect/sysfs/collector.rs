@@ -719,7 +719,7 @@ impl SysfsCollector {
                     Some(c) if cached => c.clone(),
                     _ => {
                         let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
-                        if let Err(e) = read_small(&path, buf) {
+                        if let Err(e) = crate::collect::small_file::proc_read(&path, buf) {
                             if e.kind() == std::io::ErrorKind::PermissionDenied {
                                 // Another user's process: fdinfo is owner-only (0400).
                                 denied = true;
