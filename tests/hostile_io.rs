@@ -325,3 +325,426 @@ fn proc_files_that_are_endless_or_block_are_read_bounded() {
     }
     assert_eq!(cases, 14, "7 /proc files × 2 kinds");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every string from outside is escaped on every output path.
+
+/// Records the simulated node and returns the recording after `edit`.
+fn edited_recording(e: &SimEnv, name: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let rec = e.node.dir.path().join(name);
+    let (o, _) = run_within(e.cmd().arg("record").arg("--out").arg(&rec), 60);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&rec, serde_json::to_string(&v).unwrap()).unwrap();
+    rec
+}
+
+/// The recorded stdout of the amd-smi command starting with `command`.
+fn output<'a>(v: &'a mut serde_json::Value, command: &str) -> &'a mut serde_json::Value {
+    let outputs = v["outputs"].as_object_mut().unwrap();
+    let key = outputs
+        .keys()
+        .find(|k| k.starts_with(command))
+        .unwrap_or_else(|| panic!("no output for {command}"))
+        .clone();
+    &mut outputs.get_mut(&key).unwrap()["stdout"]
+}
+
+/// Edits the text of a recorded amd-smi output.
+fn edit_text(v: &mut serde_json::Value, command: &str, from: &str, to: &str) {
+    let s = output(v, command);
+    let t = s.as_str().unwrap().to_string();
+    assert!(t.contains(from), "{command}: no {from:?}");
+    *s = t.replacen(from, to, 1).into();
+}
+
+/// Edits a recorded amd-smi JSON output as JSON.
+fn edit_json(v: &mut serde_json::Value, command: &str, f: impl Fn(&mut serde_json::Value)) {
+    let s = output(v, command);
+    let mut doc: serde_json::Value = serde_json::from_str(s.as_str().unwrap()).unwrap();
+    f(&mut doc);
+    *s = serde_json::to_string_pretty(&doc).unwrap().into();
+}
+
+fn replay(e: &SimEnv, rec: &Path, args: &[&str]) -> Out {
+    run_within(
+        partop()
+            .env("XDG_STATE_HOME", e.xdg())
+            .env("XDG_CONFIG_HOME", e.xdg())
+            .arg("--replay")
+            .arg(rec)
+            .args(args),
+        60,
+    )
+    .0
+}
+
+/// No terminal control reaches an output: ESC, BEL, CSI (C1).
+fn assert_no_raw_controls(what: &str, text: &str) {
+    for c in ['\u{1b}', '\u{7}', '\u{9b}'] {
+        assert!(!text.contains(c), "{what}: raw {c:?} in {text:?}");
+    }
+}
+
+/// Seven families of outside strings, each carrying a terminal escape sequence, in one
+/// recording: amd-smi's product name, serial, process name and version text (amd-smi's own
+/// output), the recording's host name, and the /proc facts it kept (command line, user). Four
+/// commands replay it: `snapshot`, `snapshot --json`, `plan`, `models list` (7 × 4 = 28
+/// checks); no raw ESC, BEL or CSI reaches stdout or stderr, and each string arrives escaped.
+#[test]
+fn every_outside_string_is_escaped_in_every_command_of_a_replay() {
+    let e = SimEnv::new("spx-nps1-one-model");
+    let pid = e.pid_of("llama-405b");
+    let rec = edited_recording(&e, "evil.json", |v| {
+        edit_text(
+            v,
+            "static",
+            "\"market_name\": \"AMD Instinct MI300X\"",
+            "\"market_name\": \"AMD Instinct MI300X\\u001b]0;owned\\u0007\"",
+        );
+        edit_text(
+            v,
+            "static",
+            "\"asic_serial\": \"",
+            "\"asic_serial\": \"\\u009b2J",
+        );
+        edit_text(
+            v,
+            "process",
+            "\"name\": \"python3\"",
+            "\"name\": \"py\\u001b[31mthon3\"",
+        );
+        edit_text(
+            v,
+            "version",
+            "AMDSMI Tool: ",
+            "AMDSMI Tool: \u{1b}]0;v\u{7}",
+        );
+        v["host"] = "node\u{1b}]0;h\u{7}".into();
+        let p = &mut v["processes"][pid.to_string()];
+        p["command"] = "vllm\u{1b}[2J serve".into();
+        p["user"] = "ro\u{1b}[8mot".into();
+    });
+    let families = 7;
+    let mut checks = 0;
+    for args in [
+        &["snapshot"][..],
+        &["snapshot", "--json"],
+        &["plan", "--compute", "DPX"],
+        &["models", "list"],
+    ] {
+        let o = replay(&e, &rec, args);
+        assert_no_raw_controls(&format!("{args:?} stdout"), &o.stdout);
+        assert_no_raw_controls(&format!("{args:?} stderr"), &o.stderr);
+        checks += families;
+    }
+    assert_eq!(checks, 28, "7 string families × 4 commands");
+    // Each family arrived, escaped (so the checks above looked at it).
+    let o = replay(&e, &rec, &["snapshot", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(
+        v["gpus"][0]["product"]
+            .as_str()
+            .unwrap()
+            .contains("\\x1b]0;owned\\x07"),
+        "{}",
+        v["gpus"][0]["product"]
+    );
+    assert!(
+        v["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["serial"].as_str().is_some_and(|s| s.contains("\\x9b2J"))),
+        "serials: {:?}",
+        v["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| &g["serial"])
+            .collect::<Vec<_>>()
+    );
+    let p = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap();
+    assert_eq!(p["name"], "py\\x1b[31mthon3");
+    assert_eq!(p["command"], "vllm\\x1b[2J serve");
+    assert_eq!(p["user"], "ro\\x1b[8mot");
+    assert!(
+        v["host"].as_str().unwrap().contains("\\x1b]0;h\\x07"),
+        "{}",
+        v["host"]
+    );
+    let table = replay(&e, &rec, &["snapshot"]).stdout;
+    assert!(table.contains("MI300X\\x1b]0;owned\\x07"), "{table}");
+}
+
+/// `partop fleet --once` over a node (a `partop serve` endpoint of `sim fleet`) whose sample
+/// carries escape sequences in its product, a model's name and reason, and a source's error:
+/// the table and the JSON print them escaped (2 outputs × 4 strings = 8 checks).
+#[test]
+fn fleet_rows_from_a_node_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _) = run_within(
+        partop()
+            .env("XDG_STATE_HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .args(["--sim", "spx-nps1-one-model", "snapshot", "--json"]),
+        60,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut t: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    for g in t["gpus"].as_array_mut().unwrap() {
+        g["product"] = "MI300X\u{1b}]0;fleet-owned\u{7}".into();
+    }
+    t["sources"][0]["status"] = "down".into();
+    t["sources"][0]["error"] = "broken\u{1b}[2J".into();
+    let template = dir.path().join("template.json");
+    std::fs::write(&template, serde_json::to_string(&t).unwrap()).unwrap();
+    let hosts = dir.path().join("hosts");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut fleet = partop()
+        .env("XDG_STATE_HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .args([
+            "sim",
+            "fleet",
+            "--nodes",
+            "1",
+            "--every",
+            "1",
+            "--base-port",
+        ])
+        .arg(port.to_string())
+        .arg("--template")
+        .arg(&template)
+        .arg("--hosts-out")
+        .arg(&hosts)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("the hosts file", || hosts.exists());
+    let mut checks = 0;
+    for json in [false, true] {
+        let mut c = partop();
+        c.env("XDG_STATE_HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .args(["fleet", "--hosts-file"])
+            .arg(&hosts)
+            .arg("--once");
+        if json {
+            c.arg("--json");
+        }
+        let (o, _) = run_within(&mut c, 60);
+        assert_no_raw_controls("fleet --once stdout", &o.stdout);
+        assert_no_raw_controls("fleet --once stderr", &o.stderr);
+        assert!(o.stdout.contains("fleet-owned"), "{}", o.stdout);
+        checks += 4;
+    }
+    let _ = fleet.kill();
+    let _ = fleet.wait();
+    assert_eq!(checks, 8, "2 outputs × 4 strings");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every number from outside is checked: N/A with the reason.
+
+/// amd-smi reports a process's VRAM as -86 GB, its CU occupancy as 1e308 and a GPU's CU count as
+/// 1e308 (3 cases): each is N/A with the reason, never 0.0 or 4294967295.
+#[test]
+fn absurd_amd_smi_numbers_are_na_with_the_reason() {
+    let e = SimEnv::new("spx-nps1-one-model");
+    let pid = e.pid_of("llama-405b");
+    let rec = edited_recording(&e, "absurd.json", |v| {
+        edit_json(v, "process", |d| {
+            let info = &mut d[0]["process_list"][0]["process_info"];
+            info["memory_usage"]["vram_mem"] = serde_json::json!({"value": -86, "unit": "GB"});
+            info["cu_occupancy"] = serde_json::json!({"value": 1e308, "unit": ""});
+        });
+        edit_json(v, "static", |d| {
+            d["gpu_data"][0]["asic"]["num_compute_units"] = serde_json::json!(1e308);
+        });
+    });
+    let o = replay(&e, &rec, &["snapshot", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        !o.stdout.contains("4294967295"),
+        "a saturated cast is shown"
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let p = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap();
+    let g = p["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gpu_id"] == 0)
+        .unwrap();
+    assert!(g["vram_bytes"].is_null(), "{g}");
+    assert!(g["cu_occupancy"].is_null(), "{g}");
+    let prov = p["provenance"].to_string();
+    assert!(prov.contains("-86 GB"), "{prov}");
+    assert!(prov.contains("1e308 CUs"), "{prov}");
+    let l = &v["gpus"][0]["partitions"][0];
+    assert_ne!(l["cu_count"], 4_294_967_295u64);
+    assert!(
+        l["provenance"]["cu_count"].to_string().contains("1e308"),
+        "{}",
+        l["provenance"]
+    );
+    let table = replay(&e, &rec, &["snapshot"]).stdout;
+    assert!(!table.contains("4294967295"), "{table}");
+}
+
+/// fdinfo and KFD VRAM figures near 2^64 for both holders of a captured node (2 figures and
+/// their sum): each process's VRAM and the partition's total are N/A with the reason, never
+/// 8 EiB nor a wrapped "1.0 GiB used".
+#[test]
+fn vram_figures_near_2_to_the_64_and_their_sum_are_na_never_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/mi300x-spx-nps1"),
+        dir.path(),
+    );
+    let huge = "18446744073709551000";
+    let mut edited = 0;
+    for entry in walk(dir.path()) {
+        let name = entry.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        if name.starts_with("vram_") && entry.to_string_lossy().contains("kfd/proc") {
+            std::fs::write(&entry, format!("{huge}\n")).unwrap();
+            edited += 1;
+        } else if text.contains("drm-memory-vram:") {
+            let t: String = text
+                .lines()
+                .map(|l| {
+                    if l.starts_with("drm-memory-vram:") || l.starts_with("drm-resident-vram:") {
+                        format!("{}:\t{huge}\n", l.split(':').next().unwrap())
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect();
+            std::fs::write(&entry, t).unwrap();
+            edited += 1;
+        }
+    }
+    assert!(edited >= 2, "{edited} figures edited");
+    let (o, _) = run_within(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .env("XDG_STATE_HOME", dir.path())
+            .args(["--source", "sysfs", "--sysfs-root"])
+            .arg(dir.path().join("sys"))
+            .arg("--proc-root")
+            .arg(dir.path().join("proc"))
+            .args(["snapshot", "--json"]),
+        30,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let max = partop::domain::sanity::MAX_BYTES;
+    let mut figures = 0;
+    for p in v["processes"].as_array().unwrap() {
+        for g in p["gpus"].as_array().unwrap() {
+            assert!(
+                g["vram_bytes"].as_u64().is_none_or(|b| b <= max),
+                "pid {}: {g}",
+                p["pid"]
+            );
+            figures += 1;
+        }
+    }
+    assert!(figures >= 2, "{figures} process figures");
+    for g in v["gpus"].as_array().unwrap() {
+        for l in g["partitions"].as_array().unwrap() {
+            let used = l["vram_used_bytes"].as_u64();
+            assert!(used.is_none_or(|u| u <= max), "{l}");
+        }
+    }
+    let l = &v["gpus"][0]["partitions"][0];
+    assert!(l["vram_used_bytes"].is_null(), "{l}");
+    assert!(
+        l["provenance"]["vram_used_bytes"]
+            .to_string()
+            .contains("8 PiB"),
+        "{}",
+        l["provenance"]
+    );
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_symlink() {
+            continue;
+        }
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A model server whose /metrics says 1e30 requests running, -5 waiting and a KV cache 750 %
+/// full (3 cases): `models list` and the JSON show each as N/A and say why.
+#[test]
+fn absurd_model_server_figures_are_na_with_the_reason() {
+    let scenario = quick(
+        "hio-metrics",
+        "7.0.2",
+        "SPX",
+        "NPS1",
+        "[[workload]]\nname = \"m\"\nkind = \"model-server\"\ngpu = 0\nvram_gb = 20\nbusy = 40\nmodel = \"org/model\"\nmetrics = \"# TYPE vllm:num_requests_running gauge\\nvllm:num_requests_running 1e30\\n# TYPE vllm:num_requests_waiting gauge\\nvllm:num_requests_waiting -5\\n# TYPE vllm:kv_cache_usage_perc gauge\\nvllm:kv_cache_usage_perc 7.5\\n\"\n",
+    );
+    let e = SimEnv::new(&scenario);
+    let mut last = String::new();
+    common::wait_until("the model to answer", || {
+        let (o, _) = run_within(e.cmd().args(["snapshot", "--json"]), 60);
+        last = o.stdout;
+        last.contains("outside 0 to")
+    });
+    let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let m = v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "m")
+        .unwrap();
+    let mut cases = 0;
+    for (field, said) in [
+        ("running", "requests running 1e30"),
+        ("waiting", "requests waiting -5"),
+        ("kv_cache", "KV-cache use 7.5"),
+    ] {
+        assert!(m[field].is_null(), "{field}: {m}");
+        assert!(m["reason"].as_str().unwrap().contains(said), "{said}: {m}");
+        cases += 1;
+    }
+    assert_eq!(cases, 3);
+    let (o, _) = run_within(e.cmd().args(["models", "list"]), 60);
+    assert!(
+        o.stdout.contains("N/A") || o.stdout.contains("outside 0 to"),
+        "{}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains("750"), "{}", o.stdout);
+}

@@ -207,7 +207,14 @@ pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
             continue;
         }
         match serde_json::from_str::<Entry>(line) {
-            Ok(e) => entries.push(e),
+            Ok(mut e) => {
+                // A journal anyone could edit is outside text when shown (`partop journal`,
+                // the monitor's Journal view): escaped like every other.
+                if crate::domain::text::json_has_controls_besides_newlines(line) {
+                    let _ = crate::domain::text::escape_all(&mut e);
+                }
+                entries.push(e);
+            }
             Err(err) => {
                 // A line written by an older partop after a torn fragment holds the fragment
                 // and then a whole entry: keep the entry.

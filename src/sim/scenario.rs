@@ -99,6 +99,11 @@ pub struct WorkloadSpec {
     /// Ignore SIGTERM (needs SIGKILL).
     #[serde(default)]
     pub ignore_sigterm: bool,
+    /// Prometheus text a model server answers on `/metrics` instead of its load's figures: a
+    /// broken or hostile server (1e30 requests running, a KV cache 750 % full) to rehearse
+    /// against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 const fn default_swing() -> f64 {
