@@ -486,8 +486,9 @@ fn every_outside_string_is_escaped_in_every_command_of_a_replay() {
 }
 
 /// `partop fleet --once` over a node (a `partop serve` endpoint of `sim fleet`) whose sample
-/// carries escape sequences in its product, a model's name and reason, and a source's error:
-/// the table and the JSON print them escaped (2 outputs × 4 strings = 8 checks).
+/// carries escape sequences in its product and a source's error: the table and the JSON print
+/// them escaped (2 outputs × 4 checks = 8); its 2^62-byte partitions never reach the row as
+/// more than 8 PiB nor as a wrapped sum.
 #[test]
 fn fleet_rows_from_a_node_are_escaped() {
     let dir = tempfile::tempdir().unwrap();
@@ -502,6 +503,12 @@ fn fleet_rows_from_a_node_are_escaped() {
     let mut t: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     for g in t["gpus"].as_array_mut().unwrap() {
         g["product"] = "MI300X\u{1b}]0;fleet-owned\u{7}".into();
+        // And figures no node has: 2^62 bytes per partition (their sum wraps a u64).
+        for l in g["partitions"].as_array_mut().unwrap() {
+            l["vram_used_bytes"] = (1u64 << 62).into();
+            l["vram_total_bytes"] = (1u64 << 62).into();
+            l["vram_share_bytes"] = (1u64 << 62).into();
+        }
     }
     t["sources"][0]["status"] = "down".into();
     t["sources"][0]["error"] = "broken\u{1b}[2J".into();
@@ -550,6 +557,16 @@ fn fleet_rows_from_a_node_are_escaped() {
         assert_no_raw_controls("fleet --once stdout", &o.stdout);
         assert_no_raw_controls("fleet --once stderr", &o.stderr);
         assert!(o.stdout.contains("fleet-owned"), "{}", o.stdout);
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+            let s = &v[0]["summary"];
+            for f in ["vram_used", "vram_total"] {
+                assert!(
+                    s[f].as_u64().unwrap() <= partop::domain::sanity::MAX_BYTES,
+                    "{f}: {s}"
+                );
+            }
+        }
         checks += 4;
     }
     let _ = fleet.kill();

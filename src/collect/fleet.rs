@@ -229,7 +229,9 @@ pub fn ssh_reason(code: Option<i32>, stderr: &str, had_samples: bool) -> String 
 pub fn parse_line(line: &str) -> Option<NodeSummary> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     if v.get("gpus").is_some() {
-        let snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        let mut snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        // A node's document is outside data: its last check runs here too.
+        crate::domain::sanity::check(&mut snap);
         let findings: Vec<crate::domain::findings::Finding> = v
             .get("findings")
             .and_then(|f| serde_json::from_value(f.clone()).ok())
@@ -300,15 +302,10 @@ pub fn escaped(e: FleetEvent) -> FleetEvent {
     }
 }
 
-/// A fleet row from a node with every string escaped (the one sanitiser over the whole row).
+/// A fleet row from a node with every string escaped and every figure in range (the
+/// snapshot's last check, for rows).
 pub fn escape_row(row: &mut NodeSummary) {
-    if crate::domain::text::escape_all(row).is_err() {
-        // A row that does not survive JSON keeps its numbers; its texts are dropped.
-        row.host = crate::domain::text::escape_controls(&row.host).into_owned();
-        row.products.clear();
-        row.modes.clear();
-        row.trouble = Some("the node sent a row partop cannot show".into());
-    }
+    crate::domain::sanity::check_row(row);
 }
 
 /// One node's reports: the first row also says the node is up and lets go of its handshake

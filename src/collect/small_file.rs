@@ -35,7 +35,7 @@ pub const PROC_MAX: usize = 4 << 20;
 /// `/proc/stat`, …) into `buf`: without blocking, a regular file only, at most [`PROC_MAX`].
 /// On a captured `--proc-root` any of these may be a device, a FIFO or a link to /dev/zero.
 pub fn proc_read(p: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    let f = open_regular(p)?;
+    let f = open_regular(p, PROC_MAX)?;
     read_upto(f, buf, PROC_MAX).map_err(|e| too_long(e, "not a /proc file"))
 }
 
@@ -58,7 +58,7 @@ pub fn operator_text(p: &Path) -> std::io::Result<String> {
 
 /// [`operator_text`] as bytes (a journal, whose torn lines may not be UTF-8).
 pub fn operator_bytes(p: &Path) -> std::io::Result<Vec<u8>> {
-    let f = open_regular(p)?;
+    let f = open_regular(p, FILE_MAX)?;
     let mut buf = Vec::new();
     read_upto(f, &mut buf, FILE_MAX).map_err(|e| {
         too_long(
@@ -82,7 +82,7 @@ pub fn operator_text_if_exists(p: &Path) -> std::io::Result<Option<String>> {
 /// and a FIFO or a device is refused (see [`open_regular`]).
 pub fn tail(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::{Seek as _, SeekFrom};
-    let mut f = open_regular(p)?;
+    let mut f = open_regular(p, max)?;
     let len = f.metadata()?.len();
     f.seek(SeekFrom::Start(len.saturating_sub(max as u64)))?;
     let mut buf = Vec::new();
@@ -91,9 +91,9 @@ pub fn tail(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
 }
 
 /// Opens `p` for reading without waiting for a writer (`O_NONBLOCK`: opening a FIFO never
-/// blocks) and keeps it only if it is a regular file. Links are followed: the operator may
-/// keep a file anywhere.
-pub fn open_regular(p: &Path) -> std::io::Result<std::fs::File> {
+/// blocks) and keeps it only if it is a regular file (to be read up to `max` bytes, which the
+/// refusal names). Links are followed: the operator may keep a file anywhere.
+pub fn open_regular(p: &Path, max: usize) -> std::io::Result<std::fs::File> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits() | nix::fcntl::OFlag::O_CLOEXEC.bits())
@@ -105,8 +105,9 @@ pub fn open_regular(p: &Path) -> std::io::Result<std::fs::File> {
     Err(std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
         format!(
-            "is {}, not a regular file: partop reads only regular files here (a pipe or a device could block or never end); save the content to a file and name that",
-            kind_words(kind)
+            "is {}, not a regular file: partop reads only regular files here, never longer than {} (a pipe or a device could block or never end); save the content to a file and name that",
+            kind_words(kind),
+            size_words(max)
         ),
     ))
 }
@@ -130,12 +131,17 @@ pub fn kind_words(kind: std::fs::FileType) -> &'static str {
     }
 }
 
+fn size_words(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{} KiB", n >> 10)
+    }
+}
+
 fn too_long(e: Failure, what: &str) -> std::io::Error {
     match e {
-        Long(n) if n >= 1 << 20 => {
-            std::io::Error::other(format!("longer than {} MiB: {what}", n >> 20))
-        }
-        Long(n) => std::io::Error::other(format!("longer than {} KiB: {what}", n >> 10)),
+        Long(n) => std::io::Error::other(format!("longer than {}: {what}", size_words(n))),
         Io(e) => e,
     }
 }

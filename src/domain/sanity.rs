@@ -55,10 +55,10 @@ pub fn bytes_in_range(n: u64) -> Result<u64, String> {
 }
 
 /// The one range policy for a count read from outside as a number (CUs, occupancy): finite,
-/// whole, 0 to `max`; otherwise the reason. A cast would turn 1e308 into 4294967295 and -5
+/// 0 to `max` (rounded); otherwise the reason. A cast would turn 1e308 into 4294967295 and -5
 /// into 0.
 pub fn count_of(x: f64, max: u32, what: &str) -> Result<u32, String> {
-    if !x.is_finite() || x < 0.0 || x > f64::from(max) || x.fract() != 0.0 {
+    if !x.is_finite() || x < 0.0 || x > f64::from(max) {
         return Err(format!(
             "the source reported {} {what}, outside 0 to {max}",
             shown(x)
@@ -69,7 +69,7 @@ pub fn count_of(x: f64, max: u32, what: &str) -> Result<u32, String> {
         clippy::cast_sign_loss,
         reason = "checked above"
     )]
-    Ok(x as u32)
+    Ok(x.round() as u32)
 }
 
 /// A sum of byte figures: checked, never wrapped (a wrapped total reads as a plausible small
@@ -300,6 +300,46 @@ fn numbers(snap: &mut Snapshot) {
     }
 }
 
+/// The last check of a fleet row a node sent (its own sample reduced, or a Prometheus query):
+/// every string escaped, and figures no node can have not shown. A row has no per-field
+/// reasons, so what was dropped is said in its `trouble`.
+pub fn check_row(row: &mut super::fleet::NodeSummary) {
+    let mut why = Vec::new();
+    if let Some(g) = row.gfx_mean
+        && !(g.is_finite() && (0.0..=100.0).contains(&g))
+    {
+        why.push(format!("GFX busy {} %", shown(g)));
+        row.gfx_mean = None;
+    }
+    // A fleet of a few thousand nodes still sums without overflow below this.
+    let node_max = MAX_BYTES;
+    if row.vram_used > node_max || row.vram_total > node_max {
+        why.push(format!(
+            "VRAM {} of {} bytes",
+            row.vram_used, row.vram_total
+        ));
+        row.vram_used = 0;
+        row.vram_total = 0;
+    }
+    if !why.is_empty() {
+        let said = format!(
+            "the node sent figures no node can have, not shown: {}",
+            why.join(", ")
+        );
+        row.trouble = Some(match row.trouble.take() {
+            Some(t) => format!("{t}; {said}"),
+            None => said,
+        });
+    }
+    if escape_all(row).is_err() {
+        // Only a value JSON cannot carry stops the whole pass; the texts are dropped.
+        row.host = super::text::escape_controls(&row.host).into_owned();
+        row.products.clear();
+        row.modes.clear();
+        row.trouble = Some("the node sent a row partop cannot show".into());
+    }
+}
+
 /// An integer figure above `max` becomes N/A with the reason.
 fn cap<T: Copy + PartialOrd + std::fmt::Display>(
     v: &mut Option<T>,
@@ -357,5 +397,58 @@ mod tests {
         assert_eq!(g.partitions[0].gfx_busy_percent, None);
         assert_eq!(g.partitions[0].umc_busy_percent, Some(12.0));
         assert_eq!(s.processes[0].name.as_deref(), Some("\\x1b[2Jevil"));
+    }
+
+    /// The range policy over the edges of each kind of figure: 11 byte figures, 8 counts, 4 sums.
+    #[test]
+    fn the_range_policy_refuses_every_absurd_figure_and_keeps_every_plausible_one() {
+        #[expect(clippy::cast_precision_loss, reason = "2^53 is exact")]
+        let max = MAX_BYTES as f64;
+        let bytes = [
+            (0.0, 1, Some(0)),
+            (1.5, 1 << 30, Some(1_610_612_736)),
+            (192.0, 1 << 30, Some(192 << 30)),
+            (max, 1, Some(MAX_BYTES)),
+            (max + 4096.0, 1, None),
+            (-86.0, 1 << 30, None),
+            (-0.5, 1, None),
+            (1e308, 1, None),
+            (f64::NAN, 1, None),
+            (f64::INFINITY, 1, None),
+            (f64::NEG_INFINITY, 1, None),
+        ];
+        for (x, m, want) in bytes {
+            let got = bytes_of(x, m, "B");
+            assert_eq!(got.as_ref().ok().copied(), want, "{x} × {m}: {got:?}");
+            if let Err(why) = got {
+                assert!(why.contains(&shown(x)), "{why}");
+            }
+        }
+        let counts = [
+            (0.0, Some(0)),
+            (304.0, Some(304)),
+            (12.4, Some(12)),
+            (4096.0, Some(4096)),
+            (4097.0, None),
+            (-5.0, None),
+            (1e308, None),
+            (f64::NAN, None),
+        ];
+        for (x, want) in counts {
+            assert_eq!(count_of(x, MAX_CUS, "CUs").ok(), want, "{x}");
+        }
+        assert_eq!(
+            count_of(1e308, MAX_CUS, "CUs").unwrap_err(),
+            "the source reported 1e308 CUs, outside 0 to 4096"
+        );
+        assert_eq!(sum_bytes([1, 2, 3]), Ok(6));
+        assert_eq!(sum_bytes([]), Ok(0));
+        assert!(
+            sum_bytes([u64::MAX - 10, 1 << 30]).is_err(),
+            "a wrapping sum"
+        );
+        assert!(sum_bytes([MAX_BYTES, 1]).is_err(), "a sum past 8 PiB");
+        assert_eq!(bytes_in_range(u64::MAX - 615).ok(), None);
+        assert_eq!(bytes.len() + counts.len() + 4, 23);
     }
 }
