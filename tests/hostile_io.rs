@@ -765,3 +765,38 @@ fn absurd_model_server_figures_are_na_with_the_reason() {
     );
     assert!(!o.stdout.contains("750"), "{}", o.stdout);
 }
+
+/// A journal edited by someone else, with escape sequences in its user, host, action, targets
+/// (4 strings): `partop journal` prints every one escaped.
+#[test]
+fn a_tampered_journal_is_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("journal.jsonl");
+    std::fs::write(
+        &j,
+        "{\"at\":\"2026-01-01T00:00:00Z\",\"who\":{\"user\":\"ev\\u001b]0;x\\u0007il\",\"uid\":0},\"host\":\"h\\u009b2J\",\"action\":\"kill.sigterm\\u001b[2J\",\"simulated\":false,\"targets\":{\"name\":\"a\\u001bb\"},\"outcome\":{\"detail\":\"line1\\nline2\"}}\n",
+    )
+    .unwrap();
+    let (o, _) = run_within(
+        partop()
+            .env("XDG_STATE_HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .arg("--journal")
+            .arg(&j)
+            .arg("journal"),
+        20,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_no_raw_controls("journal", &o.stdout);
+    let mut cases = 0;
+    for escaped in [
+        "ev\\x1b]0;x\\x07il",
+        "h\\x9b2J",
+        "kill.sigterm\\x1b[2J",
+        "a\\\\x1bb",
+    ] {
+        assert!(o.stdout.contains(escaped), "{escaped}: {}", o.stdout);
+        cases += 1;
+    }
+    assert_eq!(cases, 4);
+}
