@@ -800,3 +800,85 @@ fn a_tampered_journal_is_printed_escaped() {
     }
     assert_eq!(cases, 4);
 }
+
+/// A captured /proc whose numbers are near 2^64: a holder's utime, stime, start time and RSS,
+/// the CPU counters of /proc/stat, MemTotal (6 figures). Nothing wraps nor panics: the
+/// snapshot comes, the other holder keeps its start time, and no figure derived from the
+/// absurd ones is shown as fact.
+#[test]
+fn proc_numbers_near_2_to_the_64_never_wrap() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/mi300x-spx-nps1"),
+        dir.path(),
+    );
+    let max = u64::MAX.to_string();
+    let stat = dir.path().join("proc/7001/stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    let mut figures = 0;
+    let mut t = text.clone();
+    for f in [" 987654 ", " 12345 ", " 1234567 ", " 575308 "] {
+        assert!(t.contains(f), "{f}");
+        t = t.replacen(f, &format!(" {max} "), 1);
+        figures += 1;
+    }
+    std::fs::write(&stat, t).unwrap();
+    std::fs::write(
+        dir.path().join("proc/stat"),
+        format!(
+            "cpu  {max} {max} {max} {max} {max} 0 0 0 0 0\ncpu0 1 1 1 1 1 0 0 0 0 0\nintr 0\nctxt 0\nbtime 1700000000\nprocesses 1\nprocs_running 1\nprocs_blocked 0\nsoftirq 0\n"
+        ),
+    )
+    .unwrap();
+    figures += 1;
+    std::fs::write(
+        dir.path().join("proc/meminfo"),
+        format!("MemTotal: {max} kB\nMemAvailable: 1 kB\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("proc/loadavg"), "0.5 0.5 0.5 1/100 1\n").unwrap();
+    figures += 1;
+    assert_eq!(figures, 6);
+    let (o, _) = run_within(
+        partop()
+            .env("XDG_CONFIG_HOME", dir.path())
+            .env("XDG_STATE_HOME", dir.path())
+            .args(["--source", "sysfs", "--sysfs-root"])
+            .arg(dir.path().join("sys"))
+            .arg("--proc-root")
+            .arg(dir.path().join("proc"))
+            .args(["snapshot", "--json"]),
+        30,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let p = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == 7001)
+        .unwrap();
+    // The rest of its /proc facts still came (no read of them was lost to a panic).
+    assert!(p["command"].as_str().is_some_and(|c| !c.is_empty()), "{p}");
+    let bytes_max = partop::domain::sanity::MAX_BYTES;
+    assert!(
+        p["rss_bytes"].as_u64().is_none_or(|b| b <= bytes_max),
+        "{p}"
+    );
+    assert!(p["started_at_ms"].is_null(), "a wrapped start time: {p}");
+    let other = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == 7002)
+        .unwrap();
+    assert!(other["started_at_ms"].as_u64().is_some(), "{other}");
+    assert!(
+        v["host_usage"]["mem_total_bytes"]
+            .as_u64()
+            .is_none_or(|b| b <= bytes_max),
+        "{}",
+        v["host_usage"]
+    );
+}

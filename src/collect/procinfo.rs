@@ -73,7 +73,7 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
     let boot_ms = proc_read(&proc_root.join("stat"), &mut buf)
         .ok()
         .and_then(|()| procfs::KernelStats::from_read(&buf[..], procfs::current_system_info()).ok())
-        .map(|k| k.btime * 1000);
+        .and_then(|k| k.btime.checked_mul(1000));
     let tps = procfs::ticks_per_second();
     let at = snap.taken_at_ms;
     for p in &mut snap.processes {
@@ -101,7 +101,9 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
         {
             p.ppid = u32::try_from(st.ppid).ok();
             p.start_ticks = Some(st.starttime);
-            p.started_at_ms = boot_ms.map(|b| b + st.starttime * 1000 / tps.max(1));
+            // Checked: a captured /proc may hold any number (never a wrapped start time).
+            p.started_at_ms =
+                boot_ms.and_then(|b| b.checked_add(st.starttime.checked_mul(1000)? / tps.max(1)));
             note(
                 &mut p.provenance,
                 "ppid",

@@ -148,7 +148,8 @@ pub fn parse_pid_stat(text: &str) -> Option<(u64, u64, u64)> {
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
     // After the name: state(0) ppid(1) … utime(11) stime(12) … starttime(19) vsize(20) rss(21).
     let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
-    Some((n(19)?, n(11)? + n(12)?, n(21)?))
+    // Checked: a captured /proc may hold any number, and a wrapped sum reads as plausible.
+    Some((n(19)?, n(11)?.checked_add(n(12)?)?, n(21)?))
 }
 
 /// `/proc/stat`: (busy ticks, all ticks, CPUs).
@@ -160,8 +161,12 @@ pub fn parse_stat(text: &str) -> Option<(u64, u64, u32)> {
         .filter_map(|x| x.parse().ok())
         .collect();
     // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let all: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    let all = v.iter().take(8).try_fold(0u64, |a, x| a.checked_add(*x))?;
+    let idle = v
+        .get(3)
+        .copied()
+        .unwrap_or(0)
+        .checked_add(v.get(4).copied().unwrap_or(0))?;
     let cpus = lines
         .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .count();
@@ -185,7 +190,7 @@ pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
             .find_map(|l| l.strip_prefix(key))
             .and_then(|r| r.split_ascii_whitespace().next())
             .and_then(|v| v.parse::<u64>().ok())
-            .map(|v| v * 1024)
+            .and_then(|v| v.checked_mul(1024))
     };
     Some((kb("MemTotal:")?, kb("MemAvailable:")?))
 }
