@@ -30,9 +30,14 @@ fn make_hostile(kind: &str, p: &Path, victim: &Path) {
 /// Runs `cmd` with a deadline: a command that blocks (on a FIFO) fails the test instead of
 /// hanging it.
 fn run_within(cmd: &mut Command, secs: u64) -> (Out, Duration) {
+    run_within_stdin(cmd, secs, Stdio::null())
+}
+
+/// [`run_within`] with `stdin` as the command's standard input.
+fn run_within_stdin(cmd: &mut Command, secs: u64, stdin: Stdio) -> (Out, Duration) {
     let t = Instant::now();
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -881,4 +886,33 @@ fn proc_numbers_near_2_to_the_64_never_wrap() {
         "{}",
         v["host_usage"]
     );
+}
+
+/// Confirmations read from stdin when stdin never ends (/dev/zero): `partop kill PID` and the
+/// simulator's `amd-smi set` (2 commands) read one bounded line, decline, and change nothing.
+#[test]
+fn a_confirmation_from_an_endless_stdin_is_bounded_and_declines() {
+    let e = SimEnv::new(&quick("hio-stdin", "7.0.2", "SPX", "NPS1", ""));
+    let mut c = sleeper();
+    let zero = || std::fs::File::open("/dev/zero").unwrap();
+    let mut cases = 0;
+    let mut kill = partop();
+    kill.env("XDG_STATE_HOME", e.xdg())
+        .env("XDG_CONFIG_HOME", e.xdg())
+        .args(["kill", &c.id().to_string()]);
+    let mut set = partop();
+    set.args(["sim", "amd-smi", "--state"])
+        .arg(&e.node.state)
+        .args(["set", "-g", "0", "-M", "NPS2"]);
+    for (what, cmd) in [("kill", &mut kill), ("amd-smi set", &mut set)] {
+        let (o, took) = run_within_stdin(cmd, 20, zero().into());
+        assert!(took < Duration::from_secs(10), "{what}: {took:?}");
+        assert_ne!(o.code, 0, "{what} went on: {}", o.stdout);
+        cases += 1;
+    }
+    assert!(alive(c.id()), "the process was signalled");
+    assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
+    let _ = c.kill();
+    let _ = c.wait();
+    assert_eq!(cases, 2);
 }

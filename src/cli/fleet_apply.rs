@@ -630,9 +630,7 @@ pub fn stage_interactive(
     ))?;
     let ask = |what: &str| -> Result<Option<String>> {
         out(what)?;
-        let mut a = String::new();
-        std::io::stdin().read_line(&mut a)?;
-        let a = a.trim().to_uppercase();
+        let a = crate::cli::out::answer()?.trim().to_uppercase();
         Ok((!a.is_empty()).then_some(a))
     };
     let compute = ask("compute mode (SPX, DPX, QPX, CPX; Enter keeps): ")?;

@@ -129,8 +129,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                                             say(&format!("{e:#}\n"));
                                         }
                                         say("\nEnter returns to the fleet view ");
-                                        let mut line = String::new();
-                                        let _ = std::io::stdin().read_line(&mut line);
+                                        let _ = crate::cli::out::answer();
                                         terminal = ratatui::try_init()?;
                                         terminal.clear()?;
                                         let (ktx2, krx2) = mpsc::channel(64);
