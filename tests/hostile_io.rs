@@ -916,3 +916,72 @@ fn a_confirmation_from_an_endless_stdin_is_bounded_and_declines() {
     let _ = c.wait();
     assert_eq!(cases, 2);
 }
+
+/// An NVIDIA node whose every MiB figure (total, used, per instance, per process) is 2^50 MiB:
+/// as bytes each passes 8 PiB, and a shift would drop the high bits and show 0. Each is N/A.
+#[test]
+fn nvidia_mib_figures_that_overflow_as_bytes_are_na_never_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/nvidia-smi/h200-nvml-record.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    fn absurd(v: &mut serde_json::Value, n: &mut usize) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if k.ends_with("_mib") && x.is_u64() {
+                        *x = (1u64 << 50).into();
+                        *n += 1;
+                    } else {
+                        absurd(x, n);
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| absurd(x, n)),
+            _ => {}
+        }
+    }
+    let mut figures = 0;
+    absurd(&mut v, &mut figures);
+    assert!(figures >= 3, "{figures} MiB figures");
+    let f = dir.path().join("rec.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    let (o, _) = run_within(
+        partop()
+            .env("XDG_STATE_HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path())
+            .arg("--nvidia-replay")
+            .arg(&f)
+            .args(["snapshot", "--json"]),
+        30,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let mut shown = Vec::new();
+    for g in s["gpus"].as_array().unwrap() {
+        shown.push(("hbm_bytes", g["hbm_bytes"].clone()));
+        for l in g["partitions"].as_array().unwrap() {
+            for k in ["vram_used_bytes", "vram_total_bytes", "vram_share_bytes"] {
+                shown.push((k, l[k].clone()));
+            }
+        }
+    }
+    for p in s["processes"].as_array().unwrap() {
+        for u in p["gpus"].as_array().unwrap() {
+            shown.push(("vram_bytes", u["vram_bytes"].clone()));
+        }
+    }
+    assert!(shown.len() >= 5, "{shown:?}");
+    for (k, x) in &shown {
+        assert!(
+            x.is_null(),
+            "{k} = {x} from a 2^50 MiB figure ({} figures)",
+            figures
+        );
+    }
+}
