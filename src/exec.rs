@@ -10,4 +10,5 @@ pub mod mig;
 pub mod models;
 pub mod registry;
 pub mod runlog;
+pub mod safe_file;
 pub mod signal;

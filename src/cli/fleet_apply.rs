@@ -285,8 +285,11 @@ fn plan(
         nodes: set,
     };
     s.fingerprint = s.computed();
-    std::fs::write(file, serde_json::to_string_pretty(&s)? + "\n")
-        .with_context(|| format!("cannot write {}", file.display()))?;
+    crate::exec::safe_file::write_atomic(
+        file,
+        (serde_json::to_string_pretty(&s)? + "\n").as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", file.display()))?;
     out(&format!(
         "\nfleet: {} node(s) · {stops} process(es) stop · {lost} model(s) NOT relaunched · about {downtime} s of downtime one node at a time\nplan set {} saved to {}: partop fleet apply {} (one confirmation covers exactly these nodes and plans)\n",
         s.nodes.len(),
@@ -627,9 +630,7 @@ pub fn stage_interactive(
     ))?;
     let ask = |what: &str| -> Result<Option<String>> {
         out(what)?;
-        let mut a = String::new();
-        std::io::stdin().read_line(&mut a)?;
-        let a = a.trim().to_uppercase();
+        let a = crate::cli::out::answer()?.trim().to_uppercase();
         Ok((!a.is_empty()).then_some(a))
     };
     let compute = ask("compute mode (SPX, DPX, QPX, CPX; Enter keeps): ")?;

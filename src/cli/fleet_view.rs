@@ -25,11 +25,7 @@ fn say(s: &str) {
 /// Key-to-screen latency for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`, µs per line).
 fn latency_log() -> Option<std::fs::File> {
     let p = std::env::var_os("PARTOP_KEY_LATENCY_LOG")?;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(p)
-        .ok()
+    crate::exec::safe_file::append(std::path::Path::new(&p), false).ok()
 }
 
 fn input_thread(tx: mpsc::Sender<(Event, std::time::Instant)>, stop: Arc<AtomicBool>) {
@@ -133,8 +129,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
                                             say(&format!("{e:#}\n"));
                                         }
                                         say("\nEnter returns to the fleet view ");
-                                        let mut line = String::new();
-                                        let _ = std::io::stdin().read_line(&mut line);
+                                        let _ = crate::cli::out::answer();
                                         terminal = ratatui::try_init()?;
                                         terminal.clear()?;
                                         let (ktx2, krx2) = mpsc::channel(64);

@@ -243,8 +243,11 @@ pub fn nvidia(src: &SourceArgs, action: NvidiaCmd) -> Result<u8> {
             let access = node.nvidia.clone().unwrap_or(NvidiaAccess::Nvml);
             let mut s = access.source(&node.nvidia_smi);
             let n = s.read().map_err(anyhow::Error::msg)?;
-            std::fs::write(&out, serde_json::to_string_pretty(&n)? + "\n")
-                .with_context(|| format!("cannot write {}", out.display()))?;
+            crate::exec::safe_file::write_atomic(
+                &out,
+                (serde_json::to_string_pretty(&n)? + "\n").as_bytes(),
+            )
+            .with_context(|| format!("cannot write {}", out.display()))?;
             say(&format!(
                 "recorded {} GPU(s) from {} to {}\n",
                 n.gpus.len(),

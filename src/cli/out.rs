@@ -27,9 +27,19 @@ pub fn say(text: &str) -> Result<()> {
 /// Asks for `word` on stdin; true only when exactly that was typed.
 pub fn confirm(prompt: &str, word: &str) -> Result<bool> {
     out(prompt)?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    Ok(answer.trim() == word)
+    Ok(answer()?.trim() == word)
+}
+
+/// The most one typed answer may be: stdin may be /dev/zero or an endless pipe.
+const ANSWER_MAX: u64 = 4096;
+
+/// One line the operator typed on stdin, at most [`ANSWER_MAX`] bytes (the one bounded read of
+/// an answer: confirmations, prompts, "Enter returns").
+pub fn answer() -> Result<String> {
+    use std::io::Read as _;
+    let mut a = String::new();
+    std::io::stdin().lock().take(ANSWER_MAX).read_line(&mut a)?;
+    Ok(a)
 }
 
 /// The runtime of a one-shot command: one thread (collection mostly waits on subprocesses).

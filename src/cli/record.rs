@@ -17,8 +17,11 @@ pub fn record(src: &SourceArgs, path: &std::path::Path) -> Result<u8> {
     if let Some(s) = node.scenario() {
         rec.host = format!("simulated:{s}");
     }
-    std::fs::write(path, serde_json::to_string_pretty(&rec)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    crate::exec::safe_file::write_atomic(
+        path,
+        (serde_json::to_string_pretty(&rec)? + "\n").as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
     out(&format!(
         "recorded {} amd-smi outputs and {} partition files ({} GPUs, {} logical) to {}\n",
         rec.outputs.len(),

@@ -239,7 +239,7 @@ fn sim_fleet(
             hosts.push_str(&format!("http://127.0.0.1:{port}\n"));
         }
         if let Some(p) = hosts_out {
-            std::fs::write(p, &hosts).with_context(|| format!("cannot write {}", p.display()))?;
+            crate::exec::safe_file::write_atomic(p, hosts.as_bytes()).with_context(|| format!("cannot write {}", p.display()))?;
         }
         out(&format!(
             "{nodes} simulated nodes on 127.0.0.1:{base}-{}; partop fleet --hosts-file FILE reads them\n",

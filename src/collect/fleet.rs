@@ -120,6 +120,13 @@ pub fn parse_hosts(text: &str, default_partop: &str) -> Result<Vec<NodeSpec>, St
 
 /// A node from a word of the command line.
 pub fn spec(word: &str, partop: &str) -> Result<NodeSpec, String> {
+    // A node's name is printed in every row: a control character is never part of a host name.
+    if word.chars().any(char::is_control) {
+        return Err(format!(
+            "{} holds a control character: not a node name",
+            crate::domain::text::escape_controls(word)
+        ));
+    }
     if let Some(addr) = word.strip_prefix("http://") {
         let addr = addr.trim_end_matches('/');
         if addr.is_empty() || addr.contains('/') {
@@ -222,7 +229,9 @@ pub fn ssh_reason(code: Option<i32>, stderr: &str, had_samples: bool) -> String 
 pub fn parse_line(line: &str) -> Option<NodeSummary> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     if v.get("gpus").is_some() {
-        let snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        let mut snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        // A node's document is outside data: its last check runs here too.
+        crate::domain::sanity::check(&mut snap);
         let findings: Vec<crate::domain::findings::Finding> = v
             .get("findings")
             .and_then(|f| serde_json::from_value(f.clone()).ok())
@@ -271,8 +280,32 @@ pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
     a
 }
 
+/// Every event leaves here, so every string a node sent (its rows, its reasons, ssh's stderr)
+/// has its control characters escaped before anything prints it. (Node names, the events'
+/// keys, never hold one: [`spec`] refuses them.)
 async fn send(tx: &mpsc::Sender<FleetEvent>, e: FleetEvent) -> bool {
-    tx.send(e).await.is_ok()
+    tx.send(escaped(e)).await.is_ok()
+}
+
+/// `e` with every outside string escaped.
+pub fn escaped(e: FleetEvent) -> FleetEvent {
+    match e {
+        FleetEvent::Row(n, mut row) => {
+            escape_row(&mut row);
+            FleetEvent::Row(n, row)
+        }
+        FleetEvent::Reach(n, Reach::Down(why)) => FleetEvent::Reach(
+            n,
+            Reach::Down(crate::domain::text::escape_controls(&why).into_owned()),
+        ),
+        other => other,
+    }
+}
+
+/// A fleet row from a node with every string escaped and every figure in range (the
+/// snapshot's last check, for rows).
+pub fn escape_row(row: &mut NodeSummary) {
+    crate::domain::sanity::check_row(row);
 }
 
 /// One node's reports: the first row also says the node is up and lets go of its handshake
@@ -581,7 +614,13 @@ pub async fn full_stream(
     target: &Target,
     tx: &tokio::sync::watch::Sender<Arc<crate::domain::Snapshot>>,
 ) -> String {
-    let parse = |l: &str| -> Option<crate::domain::Snapshot> { serde_json::from_str(l).ok() };
+    // A node's document is outside data like any source's: the snapshot's last check (numbers
+    // in range, every string escaped) runs on it here.
+    let parse = |l: &str| -> Option<crate::domain::Snapshot> {
+        let mut s = serde_json::from_str(l).ok()?;
+        crate::domain::sanity::check(&mut s);
+        Some(s)
+    };
     match target {
         Target::Ssh { dest, partop } => {
             let remote = vec![

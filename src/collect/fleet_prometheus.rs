@@ -189,6 +189,8 @@ pub fn read(base: &str, timeout: Duration) -> Result<Vec<NodeSummary>, String> {
             if r.host != k {
                 r.host = format!("{k} ({})", r.host);
             }
+            // Labels are anyone's text: escaped like every row from a node.
+            super::fleet::escape_row(&mut r);
             r
         })
         .collect())

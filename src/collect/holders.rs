@@ -77,7 +77,7 @@ pub struct Holder {
 fn target(p: &Path) -> Option<String> {
     match std::fs::read_link(p) {
         Ok(t) => Some(t.to_string_lossy().into_owned()),
-        Err(e) if e.raw_os_error() == Some(22) => crate::collect::small_file::text(p)
+        Err(e) if e.raw_os_error() == Some(22) => crate::collect::small_file::proc_text(p)
             .ok()
             .map(|s| s.trim().to_string()),
         Err(_) => None,
@@ -342,15 +342,18 @@ fn scan_with(roots: &Roots, targets: &Targets, pid: u32) -> Result<Option<Holder
     }
     h.render_minors.sort_unstable();
     h.drm_fds.sort_unstable();
-    h.comm = crate::collect::small_file::text(&dir.join("comm"))
+    // Every /proc file through the one bounded reader: on a captured --proc-root any of them
+    // may be /dev/zero or a FIFO.
+    h.comm = crate::collect::small_file::proc_text(&dir.join("comm"))
         .ok()
         .map(|s| s.trim().to_string());
-    let cmdline = std::fs::read(dir.join("cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+    let cmdline = crate::collect::small_file::proc_text(&dir.join("cmdline"))
+        .map(|s| s.replace('\0', " "))
         .unwrap_or_default();
     h.agent = agent_of(h.comm.as_deref().unwrap_or(""), &cmdline);
-    match std::fs::read(dir.join("environ")) {
-        Ok(env) => {
+    let mut env = Vec::new();
+    match crate::collect::small_file::proc_read(&dir.join("environ"), &mut env) {
+        Ok(()) => {
             for kv in env.split(|b| *b == 0) {
                 let kv = String::from_utf8_lossy(kv);
                 if let Some((k, v)) = kv.split_once('=')

@@ -65,11 +65,15 @@ pub fn parse_cgroup(text: &str) -> CgroupOwner {
 
 /// Fills user, command line, start time, parent and cgroup owner for every process.
 pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
-    use procfs::FromReadSI as _;
-    let boot_ms =
-        procfs::KernelStats::from_file(proc_root.join("stat"), procfs::current_system_info())
-            .ok()
-            .map(|k| k.btime * 1000);
+    use crate::collect::small_file::proc_read;
+    use procfs::{FromRead as _, FromReadSI as _};
+    // Every /proc file through the one bounded reader (never the crate's unbounded reads): on a
+    // captured --proc-root any of them may be /dev/zero or a FIFO.
+    let mut buf = Vec::new();
+    let boot_ms = proc_read(&proc_root.join("stat"), &mut buf)
+        .ok()
+        .and_then(|()| procfs::KernelStats::from_read(&buf[..], procfs::current_system_info()).ok())
+        .and_then(|k| k.btime.checked_mul(1000));
     let tps = procfs::ticks_per_second();
     let at = snap.taken_at_ms;
     for p in &mut snap.processes {
@@ -90,10 +94,16 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
         };
         let _ = pid;
         let stat_src = "/proc/PID/stat";
-        if let Ok(st) = proc_.stat() {
+        let dir = proc_root.join(p.pid.to_string());
+        if let Ok(st) = proc_read(&dir.join("stat"), &mut buf)
+            .map_err(procfs::ProcError::from)
+            .and_then(|()| procfs::process::Stat::from_read(&buf[..]))
+        {
             p.ppid = u32::try_from(st.ppid).ok();
             p.start_ticks = Some(st.starttime);
-            p.started_at_ms = boot_ms.map(|b| b + st.starttime * 1000 / tps.max(1));
+            // Checked: a captured /proc may hold any number (never a wrapped start time).
+            p.started_at_ms =
+                boot_ms.and_then(|b| b.checked_add(st.starttime.checked_mul(1000)? / tps.max(1)));
             note(
                 &mut p.provenance,
                 "ppid",
@@ -122,9 +132,16 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
                 );
             }
         }
-        match proc_.cmdline() {
+        let cmdline = proc_read(&dir.join("cmdline"), &mut buf).map(|()| {
+            String::from_utf8_lossy(&buf)
+                .split('\0')
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        match cmdline {
             Ok(c) if !c.is_empty() => {
-                p.command = Some(c.join(" "));
+                p.command = Some(c);
                 note(
                     &mut p.provenance,
                     "command",
@@ -176,7 +193,7 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
             ),
         }
         let cg = "/proc/PID/cgroup";
-        match std::fs::read_to_string(proc_root.join(p.pid.to_string()).join("cgroup")) {
+        match crate::collect::small_file::proc_text(&dir.join("cgroup")) {
             Ok(text) => {
                 let o = parse_cgroup(&text);
                 let na = |what: &str| Some(Missing::NotApplicable(format!("not in a {what}")));

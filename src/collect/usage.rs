@@ -102,7 +102,7 @@ impl Usage {
     }
 
     fn host_usage(&mut self, at: u64) -> Option<HostUsage> {
-        let stat = std::fs::read_to_string(self.proc_root.join("stat")).ok()?;
+        let stat = crate::collect::small_file::proc_text(&self.proc_root.join("stat")).ok()?;
         let (busy, all, cpus) = parse_stat(&stat)?;
         let cpu_percent = match self.host.replace((busy, all)) {
             Some((b0, a0)) if all > a0 => {
@@ -112,11 +112,11 @@ impl Usage {
             }
             _ => None,
         };
-        let load = std::fs::read_to_string(self.proc_root.join("loadavg"))
+        let load = crate::collect::small_file::proc_text(&self.proc_root.join("loadavg"))
             .ok()
             .and_then(|t| parse_loadavg(&t))
             .unwrap_or_default();
-        let (total, avail) = std::fs::read_to_string(self.proc_root.join("meminfo"))
+        let (total, avail) = crate::collect::small_file::proc_text(&self.proc_root.join("meminfo"))
             .ok()
             .and_then(|t| parse_meminfo(&t))?;
         Some(HostUsage {
@@ -130,14 +130,13 @@ impl Usage {
     }
 }
 
-/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages). Read like a kernel
-/// attribute (no stat, bounded), into a buffer kept between reads: this runs for every holder
-/// on every sample.
+/// `/proc/PID/stat`: (start ticks, utime + stime ticks, RSS pages). Read bounded, without
+/// blocking, into a buffer kept between reads: this runs for every holder on every sample.
 fn read_stat(root: &Path, pid: u32, buf: &mut Vec<u8>) -> Option<(u64, u64, u64)> {
     let mut p = root.to_path_buf();
     p.push(pid.to_string());
     p.push("stat");
-    crate::collect::small_file::read(&p, buf).ok()?;
+    crate::collect::small_file::proc_read(&p, buf).ok()?;
     // The command name may hold any bytes; the fields after it are ASCII.
     parse_pid_stat(&String::from_utf8_lossy(buf))
 }
@@ -149,7 +148,8 @@ pub fn parse_pid_stat(text: &str) -> Option<(u64, u64, u64)> {
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
     // After the name: state(0) ppid(1) … utime(11) stime(12) … starttime(19) vsize(20) rss(21).
     let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
-    Some((n(19)?, n(11)? + n(12)?, n(21)?))
+    // Checked: a captured /proc may hold any number, and a wrapped sum reads as plausible.
+    Some((n(19)?, n(11)?.checked_add(n(12)?)?, n(21)?))
 }
 
 /// `/proc/stat`: (busy ticks, all ticks, CPUs).
@@ -161,8 +161,12 @@ pub fn parse_stat(text: &str) -> Option<(u64, u64, u32)> {
         .filter_map(|x| x.parse().ok())
         .collect();
     // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let all: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    let all = v.iter().take(8).try_fold(0u64, |a, x| a.checked_add(*x))?;
+    let idle = v
+        .get(3)
+        .copied()
+        .unwrap_or(0)
+        .checked_add(v.get(4).copied().unwrap_or(0))?;
     let cpus = lines
         .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .count();
@@ -186,7 +190,7 @@ pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
             .find_map(|l| l.strip_prefix(key))
             .and_then(|r| r.split_ascii_whitespace().next())
             .and_then(|v| v.parse::<u64>().ok())
-            .map(|v| v * 1024)
+            .and_then(|v| v.checked_mul(1024))
     };
     Some((kb("MemTotal:")?, kb("MemAvailable:")?))
 }

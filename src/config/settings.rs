@@ -36,7 +36,7 @@ pub fn resolve(
     journal_flag: Option<&std::path::Path>,
 ) -> anyhow::Result<Settings> {
     let path = crate::config::paths::config_dir().join("config.toml");
-    let config = match std::fs::read_to_string(&path) {
+    let config = match crate::collect::small_file::operator_text(&path) {
         Ok(text) => {
             let c: super::Config = toml::from_str(&text).map_err(|e| {
                 anyhow::anyhow!(

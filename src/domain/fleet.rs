@@ -92,11 +92,15 @@ pub fn summarize(snap: &Snapshot, findings: &[Finding], apply: Option<ApplyInfo>
         .collect();
     #[expect(clippy::cast_precision_loss, reason = "a mean of percentages")]
     let gfx_mean = (!busy.is_empty()).then(|| busy.iter().sum::<f64>() / busy.len() as f64);
-    let vram_used = snap.logical().filter_map(|(_, l)| l.vram_used_bytes).sum();
+    // Saturating: a node's figures are outside numbers, and a wrapped sum reads as plausible.
+    let vram_used = snap
+        .logical()
+        .filter_map(|(_, l)| l.vram_used_bytes)
+        .fold(0u64, u64::saturating_add);
     let vram_total = snap
         .logical()
         .filter_map(|(_, l)| l.vram_capacity_bytes())
-        .sum();
+        .fold(0u64, u64::saturating_add);
     let worst = snap
         .sources
         .iter()

@@ -361,7 +361,10 @@ impl Process {
 
     /// VRAM over all GPUs.
     pub fn vram_total(&self) -> u64 {
-        self.gpus.iter().filter_map(|g| g.vram_bytes).sum()
+        self.gpus
+            .iter()
+            .filter_map(|g| g.vram_bytes)
+            .fold(0, u64::saturating_add)
     }
 }
 

@@ -28,6 +28,97 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(o)
 }
 
+/// Escapes every string of `t`, whatever its type (a snapshot, a fleet row, a journal entry):
+/// the one sanitiser for a whole document from outside, so a field added later can never be
+/// missed. Free when nothing needs escaping (one serialization, scanned); otherwise the value is
+/// rebuilt through JSON with every string and every map key escaped. Returns whether anything
+/// changed; a value that does not come back from JSON (a non-finite number where the type has
+/// no N/A) is left as it was and `Err` says why.
+pub fn escape_all<T>(t: &mut T) -> Result<bool, String>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let json = serde_json::to_string(t).map_err(|e| e.to_string())?;
+    if !json_has_controls(&json) {
+        return Ok(false);
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    escape_value(&mut v);
+    *t = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    Ok(true)
+}
+
+/// Escapes control characters in every string and every object key of `v`.
+pub fn escape_value(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) => {
+            if let Cow::Owned(o) = escape_controls(s) {
+                *s = o;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(escape_value),
+        serde_json::Value::Object(m) => {
+            if m.keys().any(|k| k.chars().any(char::is_control)) {
+                let old = std::mem::take(m);
+                for (k, mut x) in old {
+                    escape_value(&mut x);
+                    m.insert(escape_controls(&k).into_owned(), x);
+                }
+            } else {
+                m.values_mut().for_each(escape_value);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether JSON text holds a control character in any string once decoded: an escape for one
+/// (`\n`, `\t`, `\r`, `\b`, `\f`, `\u0000`-`\u001f`, `\u007f`-`\u009f`) or a raw DEL or C1
+/// character (JSON allows those unescaped).
+pub fn json_has_controls(json: &str) -> bool {
+    scan_controls(json, false)
+}
+
+/// [`json_has_controls`], not counting newlines and tabs (multi-line tool output a journal
+/// keeps as it was).
+pub fn json_has_controls_besides_newlines(json: &str) -> bool {
+    scan_controls(json, true)
+}
+
+fn scan_controls(json: &str, newlines_ok: bool) -> bool {
+    let b = json.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                match b.get(i + 1) {
+                    Some(b'n' | b't') if newlines_ok => {}
+                    Some(b'n' | b't' | b'r' | b'b' | b'f') => return true,
+                    Some(b'u') => {
+                        let code = json
+                            .get(i + 2..i + 6)
+                            .and_then(|h| u32::from_str_radix(h, 16).ok());
+                        let allowed = |c: u32| newlines_ok && (c == 0x0a || c == 0x09);
+                        if code.is_some_and(|c| {
+                            (c < 0x20 || (0x7f..=0x9f).contains(&c)) && !allowed(c)
+                        }) {
+                            return true;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 2;
+            }
+            0x7f => return true,
+            // C1 in UTF-8: C2 80 to C2 9F.
+            0xc2 if b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) => return true,
+            c if c < 0x20 => return true,
+            _ => i += 1,
+        }
+    }
+    false
+}
+
 /// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
 /// decimal below 100 GiB, none above (`23.5`, `192`).
 pub fn gib(b: u64) -> String {
@@ -95,5 +186,41 @@ mod tests {
             "\\x1b]0;owned\\x07x\\x9b2J"
         );
         assert_eq!(escape_controls("a\tb\nc"), "a b\\x0ac");
+    }
+
+    /// Every control character (C0, DEL, C1: 65 of them), in a value and in a key, at the start,
+    /// middle and end of a string: detected in the JSON and escaped by `escape_all`; plain text
+    /// and an escaped backslash are not flagged.
+    #[test]
+    fn escape_all_finds_and_escapes_every_control_character_anywhere() {
+        use std::collections::BTreeMap;
+        let controls: Vec<char> = (0u32..0x20)
+            .chain(0x7f..0xa0)
+            .filter_map(char::from_u32)
+            .collect();
+        assert_eq!(controls.len(), 65);
+        let mut cases = 0;
+        for c in &controls {
+            for s in [format!("{c}x"), format!("a{c}b"), format!("x{c}")] {
+                let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                m.insert(s.clone(), vec!["ok".into(), s.clone()]);
+                assert!(
+                    json_has_controls(&serde_json::to_string(&m).unwrap()),
+                    "{c:?}"
+                );
+                assert!(escape_all(&mut m).unwrap());
+                let out = serde_json::to_string(&m).unwrap();
+                assert!(!json_has_controls(&out), "{c:?}: {out}");
+                assert!(
+                    !m.keys()
+                        .chain(m.values().flatten())
+                        .any(|k| k.chars().any(char::is_control))
+                );
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 65 * 3);
+        let mut plain = vec!["vllm \\x1b already escaped".to_string(), "é ü 漢".into()];
+        assert!(!escape_all(&mut plain).unwrap());
     }
 }

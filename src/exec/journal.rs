@@ -150,12 +150,9 @@ pub fn append(path: &Path, e: &Entry) -> Result<(), JournalError> {
     }
     let mut line = serde_json::to_string(e).map_err(|x| err(std::io::Error::other(x)))?;
     line.push('\n');
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(path)
-        .map_err(err)?;
+    // Never through a symlink or into a FIFO, a device or a hard link (journal first: a
+    // refused journal means nothing is done).
+    let mut f = crate::exec::safe_file::append(path, true).map_err(err)?;
     if ends_torn(&mut f) {
         line.insert(0, '\n');
     }
@@ -178,20 +175,17 @@ fn ends_torn(f: &mut std::fs::File) -> bool {
 /// Reads the journal: the entries, and a warning for each line that could not be read (torn,
 /// not UTF-8, not an entry). One bad line never hides another line.
 pub fn read(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
-    // Only a regular file is read: a device (/dev/zero, /dev/full) or a FIFO would never end.
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return Err(std::io::Error::other(format!(
-                "{} is not a regular file, so it cannot be read as a journal",
-                path.display()
-            )));
-        }
-        _ => {}
-    }
-    let bytes = match std::fs::read(path) {
+    // Only a regular file is read, bounded: a device (/dev/zero, /dev/full) or a FIFO would
+    // never end.
+    let bytes = match crate::collect::small_file::operator_bytes(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}; it cannot be read as a journal", path.display()),
+            ));
+        }
     };
     Ok(parse(&path.display().to_string(), &bytes))
 }
@@ -213,7 +207,14 @@ pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
             continue;
         }
         match serde_json::from_str::<Entry>(line) {
-            Ok(e) => entries.push(e),
+            Ok(mut e) => {
+                // A journal anyone could edit is outside text when shown (`partop journal`,
+                // the monitor's Journal view): escaped like every other.
+                if crate::domain::text::json_has_controls_besides_newlines(line) {
+                    let _ = crate::domain::text::escape_all(&mut e);
+                }
+                entries.push(e);
+            }
             Err(err) => {
                 // A line written by an older partop after a torn fragment holds the fragment
                 // and then a whole entry: keep the entry.

@@ -90,13 +90,7 @@ pub fn acquire(path: &Path, me: &Holder) -> Result<NodeLock, LockError> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d).map_err(io)?;
     }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io)?;
+    let f = crate::exec::safe_file::open_rw(path, true).map_err(io)?;
     match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(mut l) => {
             let text = serde_json::to_string(me).unwrap_or_default();
@@ -107,8 +101,7 @@ pub fn acquire(path: &Path, me: &Holder) -> Result<NodeLock, LockError> {
             Ok(NodeLock { _lock: l })
         }
         Err((mut f, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut text = String::new();
-            let _ = f.read_to_string(&mut text);
+            let text = bounded_text(&mut f);
             let h = serde_json::from_str(&text).unwrap_or_else(|_| Holder {
                 what: "a change".into(),
                 id: "?".into(),
@@ -122,18 +115,19 @@ pub fn acquire(path: &Path, me: &Holder) -> Result<NodeLock, LockError> {
 
 /// Who holds the lock at `path` now, if anyone (without taking it).
 pub fn holder(path: &Path) -> Option<Holder> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .ok()?;
+    let f = crate::exec::safe_file::open_rw(path, false).ok()?;
     match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(_free) => None,
         Err((mut f, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut text = String::new();
-            let _ = f.read_to_string(&mut text);
-            serde_json::from_str(&text).ok()
+            serde_json::from_str(&bounded_text(&mut f)).ok()
         }
         Err(_) => None,
     }
+}
+
+/// What the lock file says about its holder (a few hundred bytes; never more than 64 KiB read).
+fn bounded_text(f: &mut std::fs::File) -> String {
+    let mut buf = Vec::new();
+    let _ = f.take(64 << 10).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }

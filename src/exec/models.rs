@@ -81,11 +81,7 @@ pub fn launch(
             if let Some(d) = log.parent() {
                 std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
             }
-            let out = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log)
-                .map_err(|e| format!("{}: {e}", log.display()))?;
+            let out = crate::exec::safe_file::append(&log, false).map_err(|e| e.to_string())?;
             let err = out.try_clone().map_err(|e| e.to_string())?;
             let argv: Vec<String> = command
                 .iter()

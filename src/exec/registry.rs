@@ -5,7 +5,11 @@ use anyhow::{Context, Result};
 
 /// Appends a registry entry, refusing one that would make the file invalid; journaled.
 pub fn append_entry(path: &std::path::Path, entry: &str, journal: &std::path::Path) -> Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
+    // A registry that exists but cannot be read is an error, never an empty file to append to
+    // (that would replace every entry with the new one).
+    let old = crate::collect::small_file::operator_text_if_exists(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .unwrap_or_default();
     let new = format!("{old}{entry}");
     crate::domain::models::parse(&path.display().to_string(), &new)
         .map_err(|e| anyhow::anyhow!("not written: the registry would be invalid: {e}"))?;
@@ -21,6 +25,7 @@ pub fn append_entry(path: &std::path::Path, entry: &str, journal: &std::path::Pa
             serde_json::json!({"entry": entry}),
         ),
     )?;
-    std::fs::write(path, new).with_context(|| format!("cannot write {}", path.display()))?;
+    crate::exec::safe_file::write_atomic(path, new.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

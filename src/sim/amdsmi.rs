@@ -83,18 +83,11 @@ pub fn main(
     };
     // What the real tool costs: the first call after the node starts (cold caches) and every
     // call after it, scaled by the node's logical GPU count.
-    let first = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(state_path.with_extension("amdsmi-warm"))
-        .is_ok();
+    let first =
+        crate::exec::safe_file::create_new(&state_path.with_extension("amdsmi-warm")).is_ok();
     // Every call is logged beside the state (time, caller, arguments): the rehearsal and the
     // benchmarks count what partop asks of amd-smi.
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(calls_log(state_path))
-    {
+    if let Ok(mut f) = crate::exec::safe_file::append(&calls_log(state_path), false) {
         // One write per line: calls run side by side, and O_APPEND keeps a single write whole
         // where `writeln!` on a File would write the pieces separately and interleave them.
         let line = format!(

@@ -17,7 +17,6 @@ use super::scenario::Kind;
 use super::state::SimState;
 use crate::collect::clock;
 use std::collections::BTreeSet;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -136,10 +135,7 @@ fn put(p: &Path, bytes: &[u8]) -> Result<(), String> {
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
     }
-    let tmp = p.with_extension("twin-tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, &e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, &e))?;
-    std::fs::rename(&tmp, p).map_err(|e| io_err(p, &e))
+    crate::exec::safe_file::replace(p, bytes).map_err(|e| e.to_string())
 }
 
 fn put_text(p: &Path, s: &str) -> Result<(), String> {

@@ -90,7 +90,7 @@ impl NvSimState {
 
     /// Loads the state file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let t = std::fs::read_to_string(path).map_err(|e| {
+        let t = crate::collect::small_file::operator_text(path).map_err(|e| {
             format!(
                 "{}: {e}; create one with `partop sim nvidia-init --state {}`",
                 path.display(),
@@ -102,10 +102,13 @@ impl NvSimState {
 
     /// Saves it (atomically).
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_string_pretty(self).unwrap_or_default())
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        crate::exec::safe_file::replace(
+            path,
+            serde_json::to_string_pretty(self)
+                .unwrap_or_default()
+                .as_bytes(),
+        )
+        .map_err(|e| e.to_string())
     }
 
     fn live(&mut self) {

@@ -80,6 +80,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
                 model: None,
                 port: 0,
                 ignore_sigterm: false,
+                metrics: None,
             });
         }
     }

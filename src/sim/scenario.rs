@@ -99,6 +99,11 @@ pub struct WorkloadSpec {
     /// Ignore SIGTERM (needs SIGKILL).
     #[serde(default)]
     pub ignore_sigterm: bool,
+    /// Prometheus text a model server answers on `/metrics` instead of its load's figures: a
+    /// broken or hostile server (1e30 requests running, a KV cache 750 % full) to rehearse
+    /// against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 const fn default_swing() -> f64 {
@@ -233,10 +238,11 @@ impl Scenario {
             return super::replay::scenario_from_recording(p);
         }
         if p.extension().is_some_and(|e| e == "toml") || p.exists() {
-            let text = std::fs::read_to_string(p).map_err(|e| ScenarioError::Io {
-                path: p.display().to_string(),
-                error: e.to_string(),
-            })?;
+            let text =
+                crate::collect::small_file::operator_text(p).map_err(|e| ScenarioError::Io {
+                    path: p.display().to_string(),
+                    error: e.to_string(),
+                })?;
             return Self::parse(&p.display().to_string(), &text);
         }
         Err(ScenarioError::Unknown {

@@ -126,10 +126,7 @@ pub fn start_twin(state_path: &Path) -> Result<(), SessionError> {
         })?;
     let exe = std::env::current_exe().map_err(spawn_err)?;
     let _ = std::fs::create_dir_all(&state.log_dir);
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(state.log_dir.join("kernel-twin.log"))
+    let out = crate::exec::safe_file::append(&state.log_dir.join("kernel-twin.log"), false)
         .map_err(spawn_err)?;
     let errf = out.try_clone().map_err(spawn_err)?;
     let mut cmd = Command::new(exe);
@@ -202,9 +199,11 @@ fn write_registry(state: &SimState, state_path: &Path) -> Result<(), SessionErro
             state = state_path.display().to_string(),
         );
     }
-    std::fs::write(registry_path(state_path), o).map_err(|e| SessionError::Spawn {
-        name: "models.toml".into(),
-        error: e.to_string(),
+    crate::exec::safe_file::write_atomic(&registry_path(state_path), o.as_bytes()).map_err(|e| {
+        SessionError::Spawn {
+            name: "models.toml".into(),
+            error: e.to_string(),
+        }
     })
 }
 
@@ -314,11 +313,7 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
         name: w.spec.name.clone(),
         error: e.to_string(),
     };
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(spawn_err)?;
+    let out = crate::exec::safe_file::append(&log, false).map_err(spawn_err)?;
     let errf = out.try_clone().map_err(spawn_err)?;
     // The workload shows the command line of the server it stands for (`vllm serve ...`) in
     // /proc, exactly as discovery and operators see real ones; partop recognises itself by the
@@ -607,10 +602,7 @@ fn device_files(state: &SimState, i: usize, state_path: &Path) -> Vec<PathBuf> {
         )));
     }
     for f in &files {
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(f);
+        let _ = crate::exec::safe_file::append(f, false);
     }
     files
 }

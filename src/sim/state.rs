@@ -213,7 +213,7 @@ impl SimState {
     /// Reads a state file.
     pub fn load(path: &Path) -> Result<Self, StateError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::collect::small_file::operator_text(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 StateError::Missing { path: p.clone() }
             } else {
@@ -241,12 +241,8 @@ impl SimState {
         f: impl FnOnce(&mut Self) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
         let lock_path = path.with_extension("lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StateError::Write {
+        let file =
+            crate::exec::safe_file::open_rw(&lock_path, true).map_err(|e| StateError::Write {
                 path: lock_path.display().to_string(),
                 error: e.to_string(),
             })?;
@@ -281,13 +277,11 @@ impl SimState {
             path: path.display().to_string(),
             error: e.to_string(),
         };
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let text = serde_json::to_string_pretty(self).map_err(|e| StateError::Write {
             path: path.display().to_string(),
             error: e.to_string(),
         })?;
-        std::fs::write(&tmp, text).map_err(err)?;
-        std::fs::rename(&tmp, path).map_err(err)
+        crate::exec::safe_file::replace(path, text.as_bytes()).map_err(err)
     }
 
     /// The product.

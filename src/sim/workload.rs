@@ -44,6 +44,9 @@ pub fn from_env() -> Option<i32> {
 
 /// Prometheus text for model server `i`, as vLLM names its metrics.
 pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
+    if let Some(text) = &state.workloads[i].spec.metrics {
+        return text.clone();
+    }
     let t = load::elapsed(state, now_ms);
     let f = load::model_figures(state, i, t);
     let model = state.workloads[i].spec.model.clone().unwrap_or_default();

@@ -34,11 +34,7 @@ mod latency {
     fn log() -> Option<&'static Pending> {
         LOG.get_or_init(|| {
             let p = std::env::var_os("PARTOP_KEY_LATENCY_LOG")?;
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .ok()?;
+            let f = crate::exec::safe_file::append(std::path::Path::new(&p), false).ok()?;
             Some(Mutex::new((f, VecDeque::new())))
         })
         .as_ref()

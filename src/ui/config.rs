@@ -21,7 +21,7 @@ pub struct Loaded {
 }
 
 fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    crate::collect::small_file::operator_text(path).ok()
 }
 
 /// Loads configuration from `dir` (the XDG config dir), with CLI overrides.

@@ -158,12 +158,14 @@ fn spawn_detached(
     let dir = exec.apply_dir.clone();
     std::fs::create_dir_all(&dir)?;
     let file = dir.join(format!("{name}.json"));
-    std::fs::write(
+    crate::exec::safe_file::write_atomic(
         &file,
-        serde_json::to_string_pretty(plan).map_err(std::io::Error::other)?,
+        serde_json::to_string_pretty(plan)
+            .map_err(std::io::Error::other)?
+            .as_bytes(),
     )?;
     let log = dir.join(format!("{name}.log"));
-    let out = std::fs::File::create(&log)?;
+    let out = crate::exec::safe_file::truncate(&log)?;
     let mut child = std::process::Command::new(&exec.exe)
         .arg("--journal")
         .arg(&exec.journal)
@@ -179,7 +181,7 @@ fn spawn_detached(
     let exit_file = dir.join(format!("{name}.exit"));
     std::thread::spawn(move || {
         if let Ok(st) = child.wait() {
-            let _ = std::fs::write(exit_file, st.to_string());
+            let _ = crate::exec::safe_file::write_atomic(&exit_file, st.to_string().as_bytes());
         }
     });
     Ok((pid, file, log))
@@ -204,7 +206,10 @@ fn spawn_apply(
     let (pid, file, log) = spawn_detached(exec, &plan.fingerprint, plan, &args)?;
     let pointer =
         serde_json::json!({"fingerprint": plan.fingerprint, "pid": pid, "plan": file, "log": log});
-    std::fs::write(exec.apply_dir.join("current.json"), pointer.to_string())?;
+    crate::exec::safe_file::write_atomic(
+        &exec.apply_dir.join("current.json"),
+        pointer.to_string().as_bytes(),
+    )?;
     let mut p = crate::ui::stage::Progress::new(plan.clone(), log.display().to_string());
     p.pid = Some(pid);
     Ok(p)
@@ -253,12 +258,16 @@ pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Pro
             return None;
         }
         let log = std::path::Path::new(&p.log);
-        let status = std::fs::read_to_string(log.with_extension("exit"))
-            .unwrap_or_else(|_| "exit status unknown".into());
-        let last = std::fs::read_to_string(log)
+        let status = crate::collect::small_file::operator_text(&log.with_extension("exit"))
+            .map_or_else(
+                |_| "exit status unknown".into(),
+                |s| crate::domain::text::escape_controls(s.trim()).into_owned(),
+            );
+        let last = crate::collect::small_file::tail(log, 16 << 10)
             .ok()
             .and_then(|t| {
-                t.lines()
+                String::from_utf8_lossy(&t)
+                    .lines()
                     .rev()
                     .find(|l| !l.trim().is_empty())
                     .map(str::to_string)
@@ -274,11 +283,17 @@ pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Pro
 
 /// A detached apply still running from an earlier partop, to attach to.
 pub fn running_apply(dir: &std::path::Path) -> Option<crate::ui::stage::Progress> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("current.json")).ok()?).ok()?;
+    let v: serde_json::Value = serde_json::from_str(
+        &crate::collect::small_file::operator_text(&dir.join("current.json")).ok()?,
+    )
+    .ok()?;
     let pid = u32::try_from(v["pid"].as_u64()?).ok()?;
     crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid)?;
-    let plan = serde_json::from_str(&std::fs::read_to_string(v["plan"].as_str()?).ok()?).ok()?;
+    let plan = serde_json::from_str(
+        &crate::collect::small_file::operator_text(std::path::Path::new(v["plan"].as_str()?))
+            .ok()?,
+    )
+    .ok()?;
     let mut p = crate::ui::stage::Progress::new(plan, v["log"].as_str()?.to_string());
     p.pid = Some(pid);
     Some(p)

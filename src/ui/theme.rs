@@ -155,7 +155,7 @@ fn sources(name: &str, user_dir: &Path) -> Vec<(String, String)> {
         v.push((format!("themes/{n}.toml"), (*t).to_string()));
     }
     let p = user_dir.join(format!("{name}.toml"));
-    if let Ok(t) = std::fs::read_to_string(&p) {
+    if let Ok(t) = crate::collect::small_file::operator_text(&p) {
         v.push((p.display().to_string(), t));
     }
     v

@@ -9,6 +9,7 @@
 //! - a secondary's GFX busy comes from the primary's per-XCP `gfx_busy_inst.xcp_N`;
 //! - a primary's reported VRAM total is the whole device: its own share comes from the layout.
 
+use super::json::Q;
 use super::schema::{ListEntry, MetricEntry, PartitionDoc, ProcessEntry, StaticEntry};
 use crate::domain::layout::{PartitionShape, shapes};
 use crate::domain::modes::{ComputeMode, MemoryMode, parse_memory_caps};
@@ -68,6 +69,16 @@ fn rec<T: ?Sized>(
         at,
         if v.is_some() { None } else { Some(missing) },
     );
+}
+
+/// A byte figure under the one range policy: the value, and what its absence means (N/A, or
+/// out of range with the reason).
+fn checked(q: Option<Q>) -> (Option<u64>, Missing) {
+    match q.map(Q::bytes_checked) {
+        Some(Ok(v)) => (v, Missing::NotAvailable),
+        Some(Err(why)) => (None, Missing::OutOfRange(why)),
+        None => (None, Missing::NotAvailable),
+    }
 }
 
 /// Assembles GPUs and processes.
@@ -498,17 +509,19 @@ pub fn assemble(
                 );
             }
             let shape = layout.iter().find(|s| s.partition_id == b.partition_id);
+            // The one range policy: 1e308 CUs is N/A with the reason, never 4294967295.
             let own_cus = statics
                 .get(&b.gpu)
-                .and_then(|s| s.asic.as_ref()?.get()?.num_compute_units?.num());
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "CU counts"
-            )]
+                .and_then(|s| s.asic.as_ref()?.get()?.num_compute_units)
+                .map(|q| q.count_checked(crate::domain::sanity::MAX_CUS, "CUs"));
+            let (own_cus, cus_absurd) = match own_cus {
+                Some(Ok(c)) => (c, None),
+                Some(Err(why)) => (None, Some(why)),
+                None => (None, None),
+            };
             match (own_cus, shape) {
                 (Some(c), _) => {
-                    l.cu_count = Some(c as u32);
+                    l.cu_count = Some(c);
                     note(
                         lp,
                         "cu_count",
@@ -524,7 +537,14 @@ pub fn assemble(
                         lp,
                         "cu_count",
                         SourceKind::Derived,
-                        "layout of the current modes",
+                        &cus_absurd.map_or_else(
+                            || "layout of the current modes".to_string(),
+                            |why| {
+                                format!(
+                                    "layout of the current modes (amd-smi's figure not used: {why})"
+                                )
+                            },
+                        ),
                         at,
                         None,
                     );
@@ -535,7 +555,7 @@ pub fn assemble(
                     SourceKind::AmdSmi,
                     STATIC,
                     at,
-                    Some(Missing::NotAvailable),
+                    Some(cus_absurd.map_or(Missing::NotAvailable, Missing::OutOfRange)),
                 ),
             }
             if let Some(c) = l.cu_count {
@@ -557,8 +577,10 @@ pub fn assemble(
             if metric.is_some() {
                 let m = metrics.get(&b.gpu).copied();
                 let mu = m.and_then(|m| m.mem_usage.as_ref()?.get());
-                l.vram_used_bytes = mu.and_then(|u| u.used_vram?.bytes());
-                l.vram_total_bytes = mu.and_then(|u| u.total_vram?.bytes());
+                let (used, used_miss) = checked(mu.and_then(|u| u.used_vram));
+                let (total, total_miss) = checked(mu.and_then(|u| u.total_vram));
+                l.vram_used_bytes = used;
+                l.vram_total_bytes = total;
                 rec(
                     lp,
                     "vram_used_bytes",
@@ -566,7 +588,7 @@ pub fn assemble(
                     SourceKind::AmdSmi,
                     "amd-smi metric -m used_vram",
                     m_at,
-                    Missing::NotAvailable,
+                    used_miss,
                 );
                 rec(
                     lp,
@@ -575,7 +597,7 @@ pub fn assemble(
                     SourceKind::AmdSmi,
                     "amd-smi metric -m total_vram",
                     m_at,
-                    Missing::NotAvailable,
+                    total_miss,
                 );
                 let own = m.and_then(|m| m.usage.as_ref()?.get());
                 let key = format!("xcp_{}", b.partition_id);
@@ -676,14 +698,17 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 p
             });
             let mem = info.memory_usage.as_ref().and_then(|m| m.get());
-            let vram = mem.and_then(|m| m.vram_mem?.bytes());
-            let gtt = mem.and_then(|m| m.gtt_mem?.bytes());
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                reason = "CU counts"
-            )]
-            let cu = info.cu_occupancy.and_then(|q| q.num()).map(|v| v as u32);
+            // The one range policy: -86 GB is N/A with the reason, never 0.0; 1e308 CUs too.
+            let (vram, vram_miss) = checked(mem.and_then(|m| m.vram_mem));
+            let (gtt, gtt_miss) = checked(mem.and_then(|m| m.gtt_mem));
+            let (cu, cu_absurd) = match info
+                .cu_occupancy
+                .map(|q| q.count_checked(crate::domain::sanity::MAX_CUS, "CUs"))
+            {
+                Some(Ok(c)) => (c, None),
+                Some(Err(why)) => (None, Some(Missing::OutOfRange(why))),
+                None => (None, None),
+            };
             let cu_percent = cu.zip(cus.get(&e.gpu)).map(|(c, total)| {
                 if *total == 0 {
                     0.0
@@ -692,10 +717,12 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 }
             });
             let gid = e.gpu;
-            let miss_mem = if mem.is_none() {
-                Missing::NotReported
-            } else {
-                Missing::NotAvailable
+            let miss_mem = |absurd: Missing| {
+                if mem.is_none() {
+                    Missing::NotReported
+                } else {
+                    absurd
+                }
             };
             rec(
                 &mut p.provenance,
@@ -704,7 +731,7 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 SourceKind::AmdSmi,
                 PROCESS,
                 at,
-                miss_mem.clone(),
+                miss_mem(vram_miss),
             );
             rec(
                 &mut p.provenance,
@@ -713,12 +740,12 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 SourceKind::AmdSmi,
                 PROCESS,
                 at,
-                miss_mem,
+                miss_mem(gtt_miss),
             );
             let miss_cu = if info.cu_occupancy.is_none() {
                 Missing::NotReported
             } else {
-                Missing::NotAvailable
+                cu_absurd.unwrap_or(Missing::NotAvailable)
             };
             rec(
                 &mut p.provenance,

@@ -29,6 +29,16 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// How amd-smi writes a byte multiplier.
+    const fn bytes_name(m: u64) -> &'static str {
+        match m {
+            1 => "B",
+            1024 => "KB",
+            1_048_576 => "MB",
+            _ => "GB",
+        }
+    }
+
     fn parse(s: &str) -> Self {
         match s {
             "" => Self::None,
@@ -62,17 +72,29 @@ impl Q {
         }
     }
 
-    /// The value in bytes (bare numbers are taken as bytes).
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "rounded, clamped"
-    )]
+    /// The value in bytes (bare numbers are taken as bytes); N/A when absent or out of range
+    /// (see [`Q::bytes_checked`] for the reason).
     pub fn bytes(self) -> Option<u64> {
+        self.bytes_checked().ok().flatten()
+    }
+
+    /// The value in bytes under the one range policy ([`crate::domain::sanity::bytes_of`]):
+    /// `Err` with the reason for -86 GB or 1e308 B (never clamped to 0 or saturated).
+    pub fn bytes_checked(self) -> Result<Option<u64>, String> {
+        let (v, m, unit) = match self {
+            Self::Val(v, Unit::Bytes(m)) => (v, m, Unit::bytes_name(m)),
+            Self::Val(v, Unit::None) => (v, 1, "B"),
+            _ => return Ok(None),
+        };
+        crate::domain::sanity::bytes_of(v, m, unit).map(Some)
+    }
+
+    /// The value as a count from 0 to `max` under the one range policy
+    /// ([`crate::domain::sanity::count_of`]): `Err` with the reason for 1e308 CUs or -5.
+    pub fn count_checked(self, max: u32, what: &str) -> Result<Option<u32>, String> {
         match self {
-            Self::Val(v, Unit::Bytes(m)) => Some((v.max(0.0) * m as f64).round() as u64),
-            Self::Val(v, Unit::None) => Some(v.max(0.0).round() as u64),
-            _ => None,
+            Self::Val(v, _) => crate::domain::sanity::count_of(v, max, what).map(Some),
+            Self::Na => Ok(None),
         }
     }
 }

@@ -187,7 +187,7 @@ impl Recording {
                 "available_memory_partition",
             ] {
                 let p = d.path().join(f);
-                if let Ok(t) = std::fs::read_to_string(&p) {
+                if let Ok(t) = crate::collect::small_file::text(&p) {
                     self.files.insert(p.display().to_string(), t);
                 }
             }

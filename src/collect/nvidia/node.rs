@@ -122,7 +122,7 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         let mut pg = PhysicalGpu {
             bdf,
             product: g.name.clone(),
-            hbm_bytes: g.mem_total_mib.map(|m| m << 20),
+            hbm_bytes: g.mem_total_mib.and_then(mib_bytes),
             power_watts: g.power_w,
             power_cap_watts: g.power_limit_w,
             hotspot_celsius: g.temp_c,
@@ -191,9 +191,9 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                     gpu_id: next_id,
                     partition_id: inst.gi,
                     bdf: format!("{}/gi{}", g.bdf, inst.gi),
-                    vram_total_bytes: inst.mem_total_mib.map(|m| m << 20),
-                    vram_share_bytes: inst.mem_total_mib.map(|m| m << 20),
-                    vram_used_bytes: inst.mem_used_mib.map(|m| m << 20),
+                    vram_total_bytes: inst.mem_total_mib.and_then(mib_bytes),
+                    vram_share_bytes: inst.mem_total_mib.and_then(mib_bytes),
+                    vram_used_bytes: inst.mem_used_mib.and_then(mib_bytes),
                     cu_count: inst.sms,
                     uuid: inst.uuid.clone(),
                     profile,
@@ -211,8 +211,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                 gpu_id: next_id,
                 partition_id: 0,
                 bdf: g.bdf.clone(),
-                vram_total_bytes: g.mem_total_mib.map(|m| m << 20),
-                vram_used_bytes: g.mem_used_mib.map(|m| m << 20),
+                vram_total_bytes: g.mem_total_mib.and_then(mib_bytes),
+                vram_used_bytes: g.mem_used_mib.and_then(mib_bytes),
                 gfx_busy_percent: g.util_gpu,
                 umc_busy_percent: g.util_mem,
                 uuid: g.uuid.clone(),
@@ -237,7 +237,7 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                 .map_or(ids.first().map_or(0, |x| x.1), |x| x.1);
             let u = GpuUse {
                 gpu_id: id,
-                vram_bytes: p.used_mib.map(|m| m << 20),
+                vram_bytes: p.used_mib.and_then(mib_bytes),
                 ..GpuUse::default()
             };
             match processes.iter_mut().find(|x| x.pid == p.pid) {
@@ -265,4 +265,10 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         gpus.push(pg);
     }
     (gpus, processes)
+}
+
+/// MiB as bytes, checked: a shift would drop the high bits of an absurd figure and show a
+/// plausible one.
+fn mib_bytes(m: u64) -> Option<u64> {
+    m.checked_mul(1 << 20)
 }

@@ -26,13 +26,13 @@ fn num(n: Node<'_, '_>, path: &str) -> Option<f64> {
     txt(n, path)?.split_whitespace().next()?.parse().ok()
 }
 
-#[expect(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "MiB, MHz"
-)]
+/// A whole figure (MiB, MHz) under the one range policy: -86 or 1e308 is N/A, never 0 or
+/// u64::MAX (at most 8 PiB in MiB).
 fn int(n: Node<'_, '_>, path: &str) -> Option<u64> {
-    num(n, path).map(|v| v as u64)
+    let v = num(n, path)?;
+    crate::domain::sanity::bytes_of(v, 1 << 20, "MiB")
+        .ok()
+        .map(|b| b >> 20)
 }
 
 /// Parses the XML of `nvidia-smi -q -x`.

@@ -51,14 +51,9 @@ pub fn log_path(spec: &crate::domain::models::ModelSpec, log_dir: &Path) -> Path
 
 /// The last `n` lines of a file (reads at most its last 16 KiB).
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
+    let Ok(buf) = crate::collect::small_file::tail(path, 16 << 10) else {
         return vec![];
     };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 << 10)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]

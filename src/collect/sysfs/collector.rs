@@ -547,20 +547,22 @@ impl SysfsCollector {
         // only the device-wide figure).
         for g in &mut gpus {
             for l in &mut g.partitions {
-                let used: u64 = processes
-                    .iter()
-                    .flat_map(|p| &p.gpus)
-                    .filter(|u| u.gpu_id == l.gpu_id)
-                    .filter_map(|u| u.vram_bytes)
-                    .sum();
-                l.vram_used_bytes = Some(used);
+                // Checked: a wrapped total reads as a plausible "1.0 GiB used".
+                let used = crate::domain::sanity::sum_bytes(
+                    processes
+                        .iter()
+                        .flat_map(|p| &p.gpus)
+                        .filter(|u| u.gpu_id == l.gpu_id)
+                        .filter_map(|u| u.vram_bytes),
+                );
+                l.vram_used_bytes = used.as_ref().ok().copied();
                 note(
                     &mut l.provenance,
                     "vram_used_bytes",
                     SourceKind::Derived,
                     "sum of its processes' VRAM (KFD vram_<gpu_id>, DRM fdinfo)",
                     now_ms,
-                    None,
+                    used.err().map(Missing::OutOfRange),
                 );
             }
         }
@@ -759,7 +761,7 @@ impl SysfsCollector {
                     Some(c) if cached => c.clone(),
                     _ => {
                         let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
-                        if let Err(e) = read_small(&path, buf) {
+                        if let Err(e) = crate::collect::small_file::proc_read(&path, buf) {
                             if e.kind() == std::io::ErrorKind::PermissionDenied {
                                 // Another user's process: fdinfo is owner-only (0400).
                                 denied = true;
@@ -786,7 +788,13 @@ impl SysfsCollector {
                 if u.vram_bytes.is_none() || u.vram_bytes == Some(0) {
                     u.vram_bytes = c.vram_bytes.filter(|v| *v > 0).or(u.vram_bytes);
                 }
-                u.gtt_bytes = Some(u.gtt_bytes.unwrap_or(0) + c.gtt_bytes.unwrap_or(0));
+                // Saturating: a figure near 2^64 must not wrap into a small one (the snapshot's
+                // last check makes it N/A with the reason).
+                u.gtt_bytes = Some(
+                    u.gtt_bytes
+                        .unwrap_or(0)
+                        .saturating_add(c.gtt_bytes.unwrap_or(0)),
+                );
                 for (engine, ns) in &c.engines {
                     let k = (key.0.clone(), key.1, engine.clone());
                     if cached {

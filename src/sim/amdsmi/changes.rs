@@ -47,7 +47,8 @@ fn confirm(stdin: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn Write) ->
     let _ = write!(out, "{}", texts::PROMPT);
     let _ = out.flush();
     let mut line = String::new();
-    match stdin.read_line(&mut line) {
+    // Bounded: stdin may be /dev/zero or an endless pipe.
+    match std::io::Read::take(stdin, 4096).read_line(&mut line) {
         Ok(0) | Err(_) => {
             let _ = writeln!(err, "EOFError: EOF when reading a line");
             Err(1)
