@@ -122,7 +122,10 @@ fn put_fresh(p: &Path, bytes: &[u8]) -> Option<Result<(), String>> {
                 std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
                 made.insert(d.to_path_buf());
             }
-            std::fs::write(p, bytes).map_err(|e| io_err(p, &e))
+            // A fresh file in a fresh directory: made with O_EXCL, never through a link.
+            crate::exec::safe_file::create_new(p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
+                .map_err(|e| io_err(p, &e))
         })())
     })
 }
