@@ -155,13 +155,17 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
     if !st.alive(small) {
         return Err(format!("the model is not running:\n{}", o.stdout));
     }
-    let needle = format!("--name small --port {}", st.workloads[small].port);
+    // One server of the model on this node (it shows itself as vLLM does, on its own port),
+    // never a second one started on resume.
+    let port = format!("--port {} ", st.workloads[small].port);
     let servers = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|d| {
-            std::fs::read_to_string(d.path().join("cmdline"))
-                .is_ok_and(|c| c.replace('\0', " ").contains(&needle))
+            std::fs::read_to_string(d.path().join("cmdline")).is_ok_and(|c| {
+                let c = c.replace('\0', " ");
+                c.contains("serve org/small ") && (c.contains(&port) || c.ends_with(port.trim()))
+            })
         })
         .count();
     if servers != 1 {
