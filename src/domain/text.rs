@@ -28,6 +28,17 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(o)
 }
 
+/// `s` as one word a POSIX shell reads back unchanged: as it is when every character is plain
+/// (letters, digits, `_./:=@%+,-`), else in single quotes (a `'` inside written `'\''`). For
+/// commands partop prints to be pasted (a resume), whatever the paths hold.
+pub fn shell_word(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
+}
+
 /// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
 /// decimal below 100 GiB, none above (`23.5`, `192`).
 pub fn gib(b: u64) -> String {
