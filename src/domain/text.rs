@@ -74,4 +74,13 @@ mod tests {
         );
         assert_eq!(escape_controls("a\tb\nc"), "a b\\x0ac");
     }
+
+    #[test]
+    fn shell_words_read_back_as_written() {
+        assert_eq!(shell_word("/tmp/a-b_c.json"), "/tmp/a-b_c.json");
+        assert_eq!(shell_word("/tmp/my plan.json"), "'/tmp/my plan.json'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("$(reboot)"), "'$(reboot)'");
+        assert_eq!(shell_word(""), "''");
+    }
 }
