@@ -153,14 +153,22 @@ fn every_transition_of(product: &str) -> usize {
             };
             let p = plan(&snapshot(&smi), &draft, "nvidia-smi")
                 .unwrap_or_else(|e| panic!("{product}: {from:?} -> {to:?} does not plan: {e:?}"));
-            apply(
-                &p,
-                &ctx(&smi, &journal),
-                &log(&journal, &p),
-                0,
-                |_, _, _| {},
-            )
-            .unwrap_or_else(|e| panic!("{product}: {from:?} -> {to:?}: {e}"));
+            let l = log(&journal, &p);
+            l.start(&serde_json::to_value(&p).unwrap(), None, p.steps.len())
+                .unwrap();
+            apply(&p, &ctx(&smi, &journal), &l, 0, |_, _, _| {})
+                .unwrap_or_else(|e| panic!("{product}: {from:?} -> {to:?}: {e}"));
+            // The journal tells the story: the plan, each step before and after it, the end.
+            let told = std::fs::read_to_string(&journal).unwrap();
+            assert_eq!(
+                told.lines().count(),
+                2 + 2 * p.steps.len(),
+                "{product}: {from:?} -> {to:?}"
+            );
+            assert!(
+                told.lines().last().unwrap().contains("\"mig.done\""),
+                "{product}: {from:?} -> {to:?}: {told}"
+            );
             let after = NvSimState::load(&state).unwrap();
             let g = &after.gpus[0];
             assert_eq!(
@@ -462,6 +470,68 @@ fn interrupted_everywhere(from: &str, to: &str, with_holder: bool) -> u32 {
             }
             runs += 1;
         }
+    }
+    if with_holder {
+        // Inside the stop step: the holder, on SIGTERM, SIGKILLs the partop holding the node
+        // lock (its pid is in the lock file), during the grace wait.
+        let k = Killable::new(from);
+        let lock = k.dir.path().join("node.lock");
+        let mut killer = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap 'kill -9 $(sed -n \"s/.*\\\"pid\\\":\\([0-9]*\\).*/\\1/p\" {}); kill $!; exit 0' TERM; sleep 60 & wait",
+                lock.display()
+            ))
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-attach", "--state"])
+                .arg(&k.state)
+                .args(["--pid", &killer.id().to_string()]),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let plan = k.dir.path().join("plan.json");
+        let o = run(
+            k.partop()
+                .args(["mig", "plan", "--instances", to, "--json"]),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        std::fs::write(&plan, &o.stdout).unwrap();
+        let killed = run(
+            k.partop()
+                .args(["mig", "apply"])
+                .arg(&plan)
+                .args(["--yes", "--grace", "5"]),
+            "",
+        );
+        let _ = killer.wait();
+        assert!(
+            killed.code != 0 && killed.stdout.contains("[1/") && !killed.stdout.contains("ok: "),
+            "not killed inside the stop step:\n{}",
+            killed.stdout
+        );
+        let cmd = killed
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("if this apply is interrupted, continue it with: "))
+            .unwrap();
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        let mut c = std::process::Command::new(words[0]);
+        c.args(&words[1..])
+            .env("XDG_STATE_HOME", k.dir.path().join("xdg"))
+            .env("PARTOP_LOCK", &lock);
+        let o = run(&mut c, &format!("{host}\n"));
+        assert_eq!(
+            o.code, 0,
+            "resume after a kill inside stop:\n{}{}",
+            o.stdout, o.stderr
+        );
+        assert_eq!(k.layout(), (to != "none", want.clone()));
+        runs += 1;
     }
     runs
 }

@@ -139,7 +139,7 @@ fn mig_info(g: &NvGpu, src: &str) -> MigInfo {
     let (profiles, profiles_source) = if reported.is_empty() {
         (
             table,
-            "partop's table (NVIDIA MIG user guide); the device lists its profiles only with MIG enabled".to_string(),
+            "partop's table (measured on H100 and H200, NVIDIA's guide for A100: docs/nvidia.md); the device lists its profiles only with MIG enabled".to_string(),
         )
     } else {
         (
