@@ -443,6 +443,16 @@ fn interrupted_everywhere(from: &str, to: &str, with_holder: bool) -> u32 {
                 }
                 // The resume command exactly as printed, confirmed by typing the host name.
                 Some(cmd) => {
+                    // A fresh apply is refused, pointing to the same command (the journal's).
+                    let fresh = run(
+                        k.partop().args(["mig", "apply"]).arg(&plan).arg("--yes"),
+                        "",
+                    );
+                    assert!(
+                        fresh.code != 0 && fresh.stderr.contains(&format!("`{cmd}`")),
+                        "{when}={n}: {}",
+                        fresh.stderr
+                    );
                     let words: Vec<&str> = cmd.split_whitespace().collect();
                     let mut c = std::process::Command::new(words[0]);
                     c.args(&words[1..])

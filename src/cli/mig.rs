@@ -269,6 +269,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 ))?;
                 return Ok(exit::OK);
             }
+            let resume_cmd = resume_command(src, &file, settings, kill_after_grace, grace);
             if !yes
                 && !crate::cli::out::confirm(
                     &format!(
@@ -282,7 +283,7 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 say("not confirmed: nothing changed\n")?;
                 return Ok(exit::FAILED);
             }
-            let resume_cmd = resume_command(src, &file, settings, kill_after_grace, grace);
+
             let ctx = MigCtx {
                 smi: std::sync::Arc::new(nvidia_smi(src)),
                 resume: resume_cmd.clone(),
@@ -310,7 +311,12 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                     p.steps[from].key
                 ))?;
             } else {
-                log.start(&serde_json::to_value(&p)?, Some(&file), p.steps.len())?;
+                log.start_resumable(
+                    &serde_json::to_value(&p)?,
+                    Some(&file),
+                    p.steps.len(),
+                    Some(&resume_cmd),
+                )?;
             }
             say(&format!(
                 "if this apply is interrupted, continue it with: {resume_cmd}\n"

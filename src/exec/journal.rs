@@ -263,6 +263,8 @@ pub struct Run {
     pub last: Option<(usize, String, Option<bool>, String)>,
     /// It finished (done) or was abandoned.
     pub closed: Option<String>,
+    /// The exact command that continues it, where the run journaled one.
+    pub resume: Option<String>,
 }
 
 impl Run {
@@ -273,6 +275,9 @@ impl Run {
 
     /// The command that continues it.
     pub fn resume_command(&self) -> String {
+        if let Some(exact) = &self.resume {
+            return exact.clone();
+        }
         let sub = if self.kind == "mig" {
             "partop mig apply"
         } else {
@@ -355,6 +360,7 @@ pub fn runs(entries: &[Entry]) -> Vec<Run> {
                 done: Vec::new(),
                 last: None,
                 closed: None,
+                resume: e.targets["resume"].as_str().map(str::to_string),
             });
             continue;
         }

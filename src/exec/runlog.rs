@@ -66,6 +66,18 @@ impl RunLog {
         plan_file: Option<&std::path::Path>,
         steps: usize,
     ) -> Result<(), JournalError> {
+        self.start_resumable(plan, plan_file, steps, None)
+    }
+
+    /// The run begins, with the exact command that continues it (what `partop journal`, an
+    /// apply's refusal and the monitor's footer then print).
+    pub fn start_resumable(
+        &self,
+        plan: &serde_json::Value,
+        plan_file: Option<&std::path::Path>,
+        steps: usize,
+        resume: Option<&str>,
+    ) -> Result<(), JournalError> {
         let file = plan_file.map(|p| {
             std::fs::canonicalize(p)
                 .unwrap_or_else(|_| p.to_path_buf())
@@ -74,7 +86,7 @@ impl RunLog {
         });
         self.append(
             "start",
-            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node}),
+            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node, "resume": resume}),
             json!({"steps": steps}),
         )
     }

@@ -324,4 +324,31 @@ mod tests {
         assert!(parse("<html/>").is_err());
         assert!(parse("not xml").is_err());
     }
+
+    #[test]
+    fn gpu_instances_as_lgi_lists_them() {
+        let t = "+---------------------------------------------------------+\n\
+| GPU instances:                                          |\n\
+| GPU   Name               Profile  Instance   Placement  |\n\
+|                            ID       ID       Start:Size |\n\
+|=========================================================|\n\
+|   0  MIG 3g.71gb           9        2          0:4      |\n\
++---------------------------------------------------------+\n\
+|   0  MIG 1g.18gb+me       20       13          6:1      |\n\
++---------------------------------------------------------+\n";
+        let rows = parse_lgi(t).unwrap();
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.name.as_str(), r.profile, r.gi, r.start, r.size))
+                .collect::<Vec<_>>(),
+            [("3g.71gb", 9, 2, 0, 4), ("1g.18gb+me", 20, 13, 6, 1)]
+        );
+        assert_eq!(
+            parse_lgi("No GPU instances found: Not Found\n").unwrap(),
+            []
+        );
+        // A row that does not read is an error (a resume decides what to create from it).
+        let e = parse_lgi("|   0  MIG 3g.71gb   9   2   ?:?   |").unwrap_err();
+        assert!(e.contains("cannot read the row"), "{e}");
+    }
 }
