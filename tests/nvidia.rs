@@ -497,3 +497,75 @@ fn the_simulated_nvidia_smi_has_nvidias_placement_rules() {
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("no MIG profile table"), "{}", o.stderr);
 }
+
+#[test]
+fn the_profile_tables_are_what_the_lent_cards_reported() {
+    // The raw read-only outputs of the lent H100 and H200 (NVML's profile info and possible
+    // placements, and `nvidia-smi mig -lgipp`): partop's tables must say the same, profile by
+    // profile, and the simulated nvidia-smi must print the same -lgipp.
+    for (file, product) in [
+        ("h100-mig-profiles.txt", "NVIDIA H100 80GB HBM3"),
+        ("h200-mig-profiles.txt", "NVIDIA H200"),
+    ] {
+        let raw = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/nvidia-smi")
+                .join(file),
+        )
+        .unwrap();
+        let table = partop::domain::mig::table_profiles(product).unwrap();
+        let mut seen = 0;
+        for line in raw
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("id"))
+        {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let field = |k: &str| -> u64 {
+                let i = w.iter().position(|x| *x == k).unwrap();
+                w[i + 1].parse().unwrap()
+            };
+            let p = table
+                .iter()
+                .find(|p| u64::from(p.id) == field("id"))
+                .unwrap_or_else(|| panic!("{product}: no profile {line}"));
+            assert_eq!(u64::from(p.compute_slices), field("sl"), "{product} {line}");
+            assert_eq!(
+                u64::from(p.max_instances),
+                field("inst"),
+                "{product} {line}"
+            );
+            assert_eq!(u64::from(p.sms), field("sm"), "{product} {line}");
+            assert_eq!(p.memory_mib, field("mem"), "{product} {line}");
+            assert_eq!(u64::from(p.ofa), field("ofa"), "{product} {line}");
+            let placements = &line[line.find('[').unwrap()..];
+            let want: String = p
+                .starts()
+                .iter()
+                .map(|s| format!("({s}, {})", p.memory_slices))
+                .collect::<Vec<_>>()
+                .join(", ");
+            assert_eq!(placements, format!("[{want}]"), "{product} {line}");
+            seen += 1;
+        }
+        assert_eq!(seen, table.len(), "{product}: every profile measured");
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("nv.json");
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-init", "--product", product, "--state"])
+                .arg(&state),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-smi", "--state"])
+                .arg(&state)
+                .args(["mig", "-lgipp"]),
+            "",
+        );
+        let measured: Vec<&str> = raw.lines().filter(|l| l.starts_with("GPU ")).collect();
+        let simulated: Vec<&str> = o.stdout.lines().collect();
+        assert_eq!(simulated, measured, "{product}: -lgipp");
+    }
+}
