@@ -158,11 +158,14 @@ impl Fake {
     fn instances(&self) -> Vec<String> {
         let o = run(self.partop().args(["snapshot", "--json"]), "");
         let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
-        s.gpus[0]
+        // The layout, as a sorted list (the order devices are listed in is the tool's).
+        let mut v: Vec<String> = s.gpus[0]
             .partitions
             .iter()
             .filter_map(|l| l.profile.clone())
-            .collect()
+            .collect();
+        v.sort();
+        v
     }
 }
 
@@ -180,7 +183,7 @@ fn mig_enable_create_relayout_disable_through_the_fake_nvidia_smi() {
     let o = f.apply(&p, "--dry-run");
     assert!(
         o.stdout
-            .contains(&format!("$ {} mig -i 0 -cgi 19,19,9 -C", f.smi.display())),
+            .contains(&format!("$ {} mig -i 0 -cgi 9:0 -C", f.smi.display())),
         "{}",
         o.stdout
     );
@@ -188,7 +191,8 @@ fn mig_enable_create_relayout_disable_through_the_fake_nvidia_smi() {
     let o = f.apply(&p, "--yes --grace 3");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
-        o.stdout.contains("ok: MIG on with 3 instance(s)"),
+        o.stdout
+            .contains("ok: MIG on with exactly 1g.18gb, 1g.18gb, 3g.71gb"),
         "{}",
         o.stdout
     );
@@ -215,15 +219,18 @@ fn mig_enable_create_relayout_disable_through_the_fake_nvidia_smi() {
 #[test]
 fn impossible_layouts_are_refused_at_planning() {
     let f = Fake::new();
+    // Refusals go to stderr: with --json, stdout holds a plan or nothing.
     let (o, _) = f.plan("3g.71gb,3g.71gb,1g.18gb");
     assert_eq!(o.code, 2);
-    assert!(o.stdout.contains("9 of 8 memory slices"), "{}", o.stdout);
+    assert!(o.stderr.contains("9 of 8 memory slices"), "{}", o.stderr);
+    assert_eq!(o.stdout, "");
     let (o, _) = f.plan("2g.20gb");
     assert!(
-        o.stdout.contains("does not offer profile 2g.20gb"),
+        o.stderr.contains("does not offer profile 2g.20gb"),
         "{}",
-        o.stdout
+        o.stderr
     );
+    assert_eq!(o.stdout, "");
 }
 
 #[test]
@@ -317,7 +324,9 @@ fn the_recorded_nvml_read_of_the_h200() {
         "",
     );
     assert!(
-        o.stdout.contains("nvidia-smi mig -i 0 -cgi 19,19,15,9 -C"),
+        ["9:0", "15:6", "19:4", "19:5"].iter().all(|c| o
+            .stdout
+            .contains(&format!("nvidia-smi mig -i 0 -cgi {c} -C"))),
         "{}",
         o.stdout
     );
@@ -328,4 +337,235 @@ fn the_recorded_nvml_read_of_the_h200() {
     .unwrap();
     let n = smi::parse(&x).unwrap();
     assert_eq!(n.gpus[0].processes[0].pid, 469);
+}
+
+#[test]
+fn a_mig_dry_run_makes_the_apply_checks_and_says_it_would_refuse() {
+    let f = Fake::new();
+    let (_, p) = f.plan("3g.71gb,2g.35gb,1g.18gb");
+    let o = f.apply(&p, "--dry-run");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("dry run: the node is as planned"),
+        "{}",
+        o.stdout
+    );
+    // The node changes (a process appears): the dry run refuses as the apply would.
+    let mut job = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    f.attach(&job);
+    let o = f.apply(&p, "--dry-run");
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr
+            .contains("the node changed since this plan was made"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("nothing changed"), "{}", o.stdout);
+    let o = f.apply(&p, "--yes");
+    assert_eq!(o.code, 1, "the apply refuses alike: {}", o.stderr);
+    let _ = job.kill();
+    let _ = job.wait();
+}
+
+#[test]
+fn mig_plan_refusals_go_to_stderr_and_absurd_counts_are_usage_errors() {
+    let f = Fake::new();
+    for (asked, says) in [
+        ("99999999999x1g.18gb", "a GPU holds 1 to 7 instances"),
+        (
+            "999999999999999999999999999x1g.18gb",
+            "a GPU holds 1 to 7 instances",
+        ),
+        ("0x1g.18gb", "a GPU holds 1 to 7 instances"),
+        ("4x1g.18gb,4x1g.18gb", "at most 7"),
+        ("8x1g.18gb", "a GPU holds 1 to 7 instances"),
+        ("7g.141gb,1g.18gb", "compute slices"),
+    ] {
+        let (o, _) = f.plan(asked);
+        assert_eq!(o.code, 2, "{asked}: {}{}", o.stdout, o.stderr);
+        assert_eq!(o.stdout, "", "{asked}: --json prints a plan or nothing");
+        assert!(o.stderr.contains(says), "{asked}: {}", o.stderr);
+    }
+}
+
+#[test]
+fn a_mig_resume_asks_for_the_host_and_refuses_a_state_the_plan_cannot_have_made() {
+    let f = Fake::new();
+    let mut stubborn = std::process::Command::new("sh")
+        .args(["-c", "trap '' TERM; sleep 60 & wait"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    f.attach(&stubborn);
+    let (_, p) = f.plan("3g.71gb,3g.71gb");
+    let o = f.apply(&p, "--yes --grace 1");
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    // The resume is confirmed like the apply: a wrong host name changes nothing.
+    let o = run(
+        f.partop().args(["mig", "apply"]).arg(&p).args([
+            "--resume",
+            "--kill-after-grace",
+            "--grace",
+            "1",
+        ]),
+        "not-this-host\n",
+    );
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(o.stdout.contains("not confirmed"), "{}", o.stdout);
+    assert!(f.instances().is_empty());
+    let _ = stubborn.kill();
+    let _ = stubborn.wait();
+    // Someone enables MIG and makes an instance by hand: not a state of this plan.
+    for args in [
+        vec!["-i", "0", "-mig", "1"],
+        vec!["mig", "-i", "0", "-cgi", "19:6", "-C"],
+    ] {
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-smi", "--state"])
+                .arg(&f.state)
+                .args(&args),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    }
+    let o = f.apply(&p, "--yes --resume --kill-after-grace --grace 1");
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("cannot be resumed") && o.stderr.contains("1g.18gb"),
+        "{}",
+        o.stderr
+    );
+    // Closing it by hand: the hint names NVIDIA's tool, not amd-smi.
+    let j = partop::exec::journal::unfinished(&f.dir.path().join("xdg/partop/journal.jsonl"));
+    let o = run(f.partop().args(["journal", "--abandon", &j[0].run]), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("nvidia-smi") && !o.stdout.contains("amd-smi"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn the_simulated_nvidia_smi_has_nvidias_placement_rules() {
+    // Instances created in the order typed, with no start, take the lowest free start: a small
+    // instance first leaves no room for the 4g, "Insufficient Resources" as on hardware; the
+    // planner's order and starts place it.
+    let f = Fake::new();
+    let smi = |args: &[&str]| {
+        run(
+            partop()
+                .args(["sim", "nvidia-smi", "--state"])
+                .arg(&f.state)
+                .args(args),
+            "",
+        )
+    };
+    assert_eq!(smi(&["-i", "0", "-mig", "1"]).code, 0);
+    let o = smi(&["mig", "-i", "0", "-cgi", "19,14,5", "-C"]);
+    assert_ne!(o.code, 0, "{}", o.stdout);
+    assert!(o.stderr.contains("Insufficient Resources"), "{}", o.stderr);
+    // A start the profile does not allow is refused.
+    let o = smi(&["mig", "-i", "0", "-cgi", "9:2", "-C"]);
+    assert!(o.stderr.contains("Invalid Argument"), "{}", o.stderr);
+    let o = smi(&["mig", "-lgipp"]);
+    assert!(
+        o.stdout.contains("Profile ID  9 Placements: {0,4}:4"),
+        "{}",
+        o.stdout
+    );
+    let o = smi(&["mig", "-i", "0", "-lgi"]);
+    let rows = smi::parse_lgi(&o.stdout).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.profile, r.start))
+            .collect::<Vec<_>>(),
+        [(19, 0), (14, 2)]
+    );
+    // An unknown product is refused, not given made-up placements.
+    let o = run(
+        partop()
+            .args(["sim", "nvidia-init", "--product", "NVIDIA B200", "--state"])
+            .arg(f.dir.path().join("b200.json")),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("no MIG profile table"), "{}", o.stderr);
+}
+
+#[test]
+fn the_profile_tables_are_what_the_lent_cards_reported() {
+    // The raw read-only outputs of the lent H100 and H200 (NVML's profile info and possible
+    // placements, and `nvidia-smi mig -lgipp`): partop's tables must say the same, profile by
+    // profile, and the simulated nvidia-smi must print the same -lgipp.
+    for (file, product) in [
+        ("h100-mig-profiles.txt", "NVIDIA H100 80GB HBM3"),
+        ("h200-mig-profiles.txt", "NVIDIA H200"),
+    ] {
+        let raw = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/nvidia-smi")
+                .join(file),
+        )
+        .unwrap();
+        let table = partop::domain::mig::table_profiles(product).unwrap();
+        let mut seen = 0;
+        for line in raw
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("id"))
+        {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let field = |k: &str| -> u64 {
+                let i = w.iter().position(|x| *x == k).unwrap();
+                w[i + 1].parse().unwrap()
+            };
+            let p = table
+                .iter()
+                .find(|p| u64::from(p.id) == field("id"))
+                .unwrap_or_else(|| panic!("{product}: no profile {line}"));
+            assert_eq!(u64::from(p.compute_slices), field("sl"), "{product} {line}");
+            assert_eq!(
+                u64::from(p.max_instances),
+                field("inst"),
+                "{product} {line}"
+            );
+            assert_eq!(u64::from(p.sms), field("sm"), "{product} {line}");
+            assert_eq!(p.memory_mib, field("mem"), "{product} {line}");
+            assert_eq!(u64::from(p.ofa), field("ofa"), "{product} {line}");
+            let placements = &line[line.find('[').unwrap()..];
+            let want: String = p
+                .starts()
+                .iter()
+                .map(|s| format!("({s}, {})", p.memory_slices))
+                .collect::<Vec<_>>()
+                .join(", ");
+            assert_eq!(placements, format!("[{want}]"), "{product} {line}");
+            seen += 1;
+        }
+        assert_eq!(seen, table.len(), "{product}: every profile measured");
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("nv.json");
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-init", "--product", product, "--state"])
+                .arg(&state),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let o = run(
+            partop()
+                .args(["sim", "nvidia-smi", "--state"])
+                .arg(&state)
+                .args(["mig", "-lgipp"]),
+            "",
+        );
+        let measured: Vec<&str> = raw.lines().filter(|l| l.starts_with("GPU ")).collect();
+        let simulated: Vec<&str> = o.stdout.lines().collect();
+        assert_eq!(simulated, measured, "{product}: -lgipp");
+    }
 }

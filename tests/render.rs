@@ -323,7 +323,7 @@ fn mig_staging_overlay_and_confirmation() {
     assert!(s.mig_staging.is_some(), "p on an NVIDIA GPU stages MIG");
     let text = draw(&s, 110, 36);
     assert!(
-        text.contains("7x 1g.18gb") && text.contains("-cgi 19,19,19,19,19,19,19 -C"),
+        text.contains("7x 1g.18gb") && (0..7).all(|k| text.contains(&format!("-cgi 19:{k} -C"))),
         "{text}"
     );
     insta::assert_snapshot!("mig_staging__110x36", text);
@@ -354,10 +354,9 @@ fn mig_staging_overlay_and_confirmation() {
     match key(&mut s, ratatui::crossterm::event::KeyCode::Enter).as_slice() {
         [partop::ui::state::Effect::MigApply(p)] => {
             assert_eq!(p.after, vec!["2g.35gb".to_string(); 3]);
+            // One instance a command, each at its memory slice.
             assert!(p.steps.iter().any(|st| {
-                st.commands
-                    .iter()
-                    .any(|c| c == "nvidia-smi mig -i 0 -cgi 14,14,14 -C")
+                st.commands == [0, 2, 4].map(|k| format!("nvidia-smi mig -i 0 -cgi 14:{k} -C"))
             }));
         }
         other => panic!("{other:?}"),

@@ -217,8 +217,14 @@ pub fn journal(
             anyhow::bail!("no unfinished run {id} in {}", path.display());
         };
         crate::exec::runlog::abandon(&path, &run, false)?;
+        // Each kind of run is checked with its own tool.
+        let check = if run.kind == "mig" {
+            "nvidia-smi --query-gpu=index,mig.mode.current,mig.mode.pending --format=csv; nvidia-smi mig -lgi"
+        } else {
+            "amd-smi partition -c -m"
+        };
         say(&format!(
-            "run {id} is closed as abandoned; make sure the node is as you want it (amd-smi partition -c -m)\n"
+            "run {id} is closed as abandoned; make sure the node is as you want it ({check})\n"
         ))?;
         return Ok(exit::OK);
     }

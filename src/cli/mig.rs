@@ -8,6 +8,7 @@ use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
 use crate::exec::mig::{MigCtx, apply};
 use crate::node::{NvidiaAccess, nvidia_smi, open};
 use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
@@ -46,6 +47,125 @@ fn smi_name(src: &SourceArgs) -> String {
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string())
 }
 
+/// The exact command that continues a run of the plan in `file` on this node: this partop as it
+/// was started, the options that choose the node, the journal and the stop policy, the plan's
+/// absolute path. What partop prints for a resume is this, so pasting it works.
+fn resume_command(
+    src: &SourceArgs,
+    file: &Path,
+    settings: &crate::config::Settings,
+    kill_after_grace: bool,
+    grace: f64,
+) -> String {
+    let word = |s: &str| crate::domain::text::shell_word(s).into_owned();
+    // Run as a bare name, it is found on PATH again; by a path, that path made absolute, so
+    // the command works from any directory.
+    let argv0 = std::env::args_os()
+        .next()
+        .map_or_else(|| "partop".into(), |a| a.to_string_lossy().into_owned());
+    let me = if argv0.contains('/') {
+        std::env::current_exe().map_or(argv0, |p| p.display().to_string())
+    } else {
+        argv0
+    };
+    let mut w = vec![word(&me), "--source".into(), "nvidia".into()];
+    if let Some(p) = &src.nvidia_smi {
+        w.extend([
+            "--nvidia-smi".into(),
+            word(&absolute(p).display().to_string()),
+        ]);
+    }
+    w.extend([
+        "--journal".into(),
+        word(&absolute(&settings.journal).display().to_string()),
+        "mig".into(),
+        "apply".into(),
+        word(&absolute(file).display().to_string()),
+        "--resume".into(),
+        "--grace".into(),
+        format!("{grace}"),
+    ]);
+    if kill_after_grace {
+        w.push("--kill-after-grace".into());
+    }
+    w.join(" ")
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p)
+        .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+}
+
+/// The plan as it will run, and the step it starts at, after every check a real apply makes
+/// (a dry run makes the same ones): a fresh apply re-plans on the node as it is and must come
+/// out identical; a resume continues the journaled run, with the GPU in a state the plan can
+/// have produced (`still_valid`).
+fn checked(
+    src: &SourceArgs,
+    fp: &MigPlan,
+    resume: bool,
+    settings: &crate::config::Settings,
+) -> Result<(MigPlan, usize, Option<String>)> {
+    let journal = &settings.journal;
+    let here = crate::collect::host::hostname();
+    if !resume {
+        if let Some(u) = crate::exec::journal::unfinished_on(journal, "host").first() {
+            bail!("{}", u.describe());
+        }
+        // The node must still be the node the plan was made for; the re-derived plan is what
+        // runs.
+        let snap = snapshot(src)?;
+        return match plan(&snap, &fp.draft, &smi_name(src)) {
+            Ok(now) if now == *fp => Ok((now, 0, None)),
+            Ok(now) => bail!(
+                "the node changed since this plan was made (plan {}, now {}); make it again with `partop mig plan`",
+                fp.fingerprint,
+                now.fingerprint
+            ),
+            Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
+        };
+    }
+    let Some(run) = crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint) else {
+        bail!(
+            "the journal {} has no run of MIG plan {}: apply it without --resume",
+            journal.display(),
+            fp.fingerprint
+        );
+    };
+    if run.closed.as_deref() == Some("abandoned") {
+        bail!(
+            "run {} of this plan was abandoned; make a new plan with `partop mig plan`",
+            run.run
+        );
+    }
+    let journaled: MigPlan = serde_json::from_value(run.plan.clone())
+        .context("the journaled plan of this run cannot be read")?;
+    if journaled != *fp {
+        bail!(
+            "{} differs from the plan run {} confirmed: nothing is resumed",
+            fp.fingerprint,
+            run.run
+        );
+    }
+    let from = if run.closed.is_some() {
+        journaled.steps.len()
+    } else {
+        run.resume_point()
+    };
+    if from < journaled.steps.len() {
+        let snap = snapshot(src)?;
+        let why = crate::domain::mig::still_valid(&journaled, &snap, &here);
+        if !why.is_empty() {
+            bail!(
+                "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
+                run.run,
+                why.join("\n  ")
+            );
+        }
+    }
+    Ok((journaled, from, Some(run.run)))
+}
+
 /// `partop mig ...`.
 pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings) -> Result<u8> {
     match action {
@@ -54,12 +174,13 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
             instances,
             json,
         } => {
-            let snap = snapshot(src)?;
+            // Refusals are errors (stderr, exit 2): with --json, stdout holds a plan or nothing.
             let list = if instances.trim() == "none" {
                 vec![]
             } else {
-                parse_instances(&instances)
+                parse_instances(&instances).map_err(|e| exit::Usage(format!("cannot plan: {e}")))?
             };
+            let snap = snapshot(src)?;
             let draft = MigDraft {
                 gpu,
                 instances: list,
@@ -73,12 +194,13 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                     }
                     Ok(exit::OK)
                 }
-                Err(e) => {
-                    for x in e {
-                        say(&format!("cannot plan: {x}\n"))?;
-                    }
-                    Ok(exit::USAGE)
-                }
+                Err(e) => Err(exit::Usage(
+                    e.iter()
+                        .map(|x| format!("cannot plan: {x}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+                .into()),
             }
         }
         MigCmd::Apply(crate::cli::ApplyArgs {
@@ -113,23 +235,29 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 );
             }
             say(&crate::report::mig_plan_text(&fp))?;
-            if dry_run {
-                say("dry run: nothing changed\n")?;
-                return Ok(exit::OK);
-            }
-            if settings.read_only {
+            if settings.read_only && !dry_run {
                 say(&crate::cli::out::read_only_refusal("changed"))?;
                 return Ok(exit::USAGE);
             }
-            let ctx = MigCtx {
-                smi: nvidia_smi(src),
-                journal: settings.journal.clone(),
-                grace: Duration::from_secs_f64(grace),
-                kill_after_grace,
-                proc_root: "/proc".into(),
-                simulated: false,
-            };
             let journal = &settings.journal;
+            if dry_run {
+                // The same checks as the apply: a plan the apply would refuse is refused here.
+                let (p, from, run) = checked(src, &fp, resume, settings)?;
+                say(&match run {
+                    Some(run) if from >= p.steps.len() => {
+                        format!(
+                            "dry run: run {run} of this plan is already complete; nothing changed\n"
+                        )
+                    }
+                    Some(run) => format!(
+                        "dry run: run {run} would resume at step {} ({}); nothing changed\n",
+                        from + 1,
+                        p.steps[from].key
+                    ),
+                    None => "dry run: the node is as planned; nothing changed\n".into(),
+                })?;
+                return Ok(exit::OK);
+            }
             let run_id = if resume {
                 crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
                     .map(|r| r.run)
@@ -141,65 +269,38 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 &crate::exec::lock::host_path(),
                 &crate::exec::lock::Holder::me("mig apply", &run_id, journal),
             )?;
-            let (p, from) = if resume {
-                let Some(run) = crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
-                else {
-                    bail!(
-                        "the journal has no run of MIG plan {}: apply it without --resume",
-                        fp.fingerprint
-                    );
-                };
-                if run.closed.is_some() {
-                    say(&format!(
-                        "run {} of this plan is {}\n",
-                        run.run,
-                        run.closed.as_deref().unwrap_or("closed")
-                    ))?;
-                    return Ok(exit::OK);
-                }
-                let journaled: MigPlan = serde_json::from_value(run.plan.clone())
-                    .context("the journaled plan of this run cannot be read")?;
-                if journaled != fp {
-                    bail!(
-                        "{} differs from the plan run {} confirmed",
-                        file.display(),
-                        run.run
-                    );
-                }
-                let from = run.resume_point();
+            let (p, from, run) = checked(src, &fp, resume, settings)?;
+            if let Some(run) = &run
+                && from >= p.steps.len()
+            {
                 say(&format!(
-                    "resuming run {} of plan {} at step {}\n",
-                    run.run,
-                    journaled.fingerprint,
-                    from + 1
+                    "run {run} of this plan is done: nothing to resume\n"
                 ))?;
-                (journaled, from)
-            } else {
-                if let Some(u) = crate::exec::journal::unfinished_on(journal, "host").first() {
-                    bail!("{}", u.describe());
-                }
-                // The node must still be the node the plan was made for; the re-derived plan
-                // is what runs.
-                let snap = snapshot(src)?;
-                let now = match plan(&snap, &fp.draft, &smi_name(src)) {
-                    Ok(now) if now == fp => now,
-                    Ok(now) => bail!(
-                        "the node changed since this plan was made (plan {}, now {}); make it again with `partop mig plan`",
-                        fp.fingerprint,
-                        now.fingerprint
+                return Ok(exit::OK);
+            }
+            let resume_cmd = resume_command(src, &file, settings, kill_after_grace, grace);
+            if !yes
+                && !crate::cli::out::confirm(
+                    &format!(
+                        "Type this machine's host name ({here}) to {} plan {}: ",
+                        if resume { "resume" } else { "apply" },
+                        p.fingerprint
                     ),
-                    Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
-                };
-                if !yes
-                    && !crate::cli::out::confirm(
-                        &format!("Type this machine's host name ({here}) to apply: "),
-                        &here,
-                    )?
-                {
-                    say("not confirmed: nothing changed\n")?;
-                    return Ok(exit::FAILED);
-                }
-                (now, 0)
+                    &here,
+                )?
+            {
+                say("not confirmed: nothing changed\n")?;
+                return Ok(exit::FAILED);
+            }
+
+            let ctx = MigCtx {
+                smi: std::sync::Arc::new(nvidia_smi(src)),
+                resume: resume_cmd.clone(),
+                journal: journal.clone(),
+                grace: Duration::from_secs_f64(grace),
+                kill_after_grace,
+                proc_root: "/proc".into(),
+                simulated: false,
             };
             let log = crate::exec::runlog::RunLog {
                 node: "host".into(),
@@ -211,9 +312,24 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
             };
             if resume {
                 log.resumed(from)?;
+                say(&format!(
+                    "resuming run {} of plan {} at step {} ({})\n",
+                    log.run,
+                    p.fingerprint,
+                    from + 1,
+                    p.steps[from].key
+                ))?;
             } else {
-                log.start(&serde_json::to_value(&p)?, Some(&file), p.steps.len())?;
+                log.start_resumable(
+                    &serde_json::to_value(&p)?,
+                    Some(&file),
+                    p.steps.len(),
+                    Some(&resume_cmd),
+                )?;
             }
+            say(&format!(
+                "if this apply is interrupted, continue it with: {resume_cmd}\n"
+            ))?;
             let r = apply(&p, &ctx, &log, from, |i, title, r| {
                 let _ = match r {
                     None => say(&format!("[{}/{}] {title}\n", i + 1, p.steps.len())),

@@ -139,7 +139,8 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             product,
             gpus,
         } => {
-            crate::sim::nvidia::NvSimState::new(&product, gpus)
+            crate::sim::nvidia::NvSimState::create(&product, gpus)
+                .map_err(anyhow::Error::msg)?
                 .save(&state)
                 .map_err(anyhow::Error::msg)?;
             out(&format!(

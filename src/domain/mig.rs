@@ -1,12 +1,16 @@
 //! NVIDIA MIG, the other hardware partitioning: the GPU-instance profiles a device offers, and
-//! the MIG planner (a target list of instances on one GPU → the exact `nvidia-smi` commands,
-//! what must stop, warnings, a fingerprint), the same stage → plan → confirm → execute as AMD
-//! repartitions. Pure.
+//! the MIG planner (a target list of instances on one GPU → where each instance goes, the exact
+//! `nvidia-smi` commands, what must stop, warnings, a fingerprint), the same stage → plan →
+//! confirm → execute as AMD repartitions; and what a resume may find on the GPU
+//! ([`still_valid`]). Pure.
 
-use super::snapshot::Snapshot;
+use super::snapshot::{PhysicalGpu, Snapshot};
 use serde::{Deserialize, Serialize};
 
-pub use super::mig_profiles::{MigInfo, MigProfile, table_profiles};
+pub use super::mig_profiles::{
+    InstanceShape, KNOWN_PRODUCTS, MEMORY_SLICES, MigInfo, MigProfile, identify, layouts, place,
+    table_profiles,
+};
 
 /// What the operator asks for on one GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +43,17 @@ pub struct MigStep {
     pub commands: Vec<String>,
 }
 
+/// One GPU instance to create, where it goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigCreate {
+    /// Profile id.
+    pub profile: u32,
+    /// Profile name.
+    pub name: String,
+    /// First memory slice (`-cgi ID:START`).
+    pub start: u32,
+}
+
 /// A MIG plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigPlan {
@@ -56,8 +71,8 @@ pub struct MigPlan {
     pub before: Vec<String>,
     /// Instances after.
     pub after: Vec<String>,
-    /// Profile ids to create, in order.
-    pub create: Vec<u32>,
+    /// The instances to create, in order (largest first), each at its planned start.
+    pub create: Vec<MigCreate>,
     /// MIG mode must change: Some(true) enable, Some(false) disable.
     pub set_mode: Option<bool>,
     /// What must stop.
@@ -80,25 +95,48 @@ impl MigPlan {
     }
 }
 
-/// Plans `draft` on the node in `snap`, with `smi` as the command name printed.
-pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec<String>> {
-    let Some(g) = snap
-        .gpus
+/// The GPU `draft.gpu` names: the n-th MIG-capable GPU of the node.
+fn mig_gpu(snap: &Snapshot, gpu: u32) -> Result<&PhysicalGpu, String> {
+    snap.gpus
         .iter()
         .filter(|g| g.mig.is_some())
-        .nth(draft.gpu as usize)
-    else {
-        return Err(vec![format!(
-            "no NVIDIA GPU {} on this node (MIG-capable GPUs: {})",
-            draft.gpu,
-            snap.gpus.iter().filter(|g| g.mig.is_some()).count()
-        )]);
-    };
-    let mig = g.mig.clone().unwrap_or_default();
+        .nth(gpu as usize)
+        .ok_or_else(|| {
+            format!(
+                "no NVIDIA GPU {gpu} on this node (MIG-capable GPUs: {})",
+                snap.gpus.iter().filter(|g| g.mig.is_some()).count()
+            )
+        })
+}
+
+/// The instances a GPU has now, by profile name (`?` for one whose profile is not known);
+/// empty with MIG off.
+pub fn instances_now(g: &PhysicalGpu) -> Vec<String> {
+    if !g.mig.as_ref().is_some_and(|m| m.enabled) {
+        return vec![];
+    }
+    // With MIG on and no instance, the whole GPU is listed as one logical GPU; the instances
+    // are the logical GPUs named after their GPU instance (`BDF/giN`).
+    g.partitions
+        .iter()
+        .filter(|l| l.bdf.contains("/gi"))
+        .map(|l| l.profile.clone().unwrap_or_else(|| "?".into()))
+        .collect()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// Where each instance of `names` goes on a GPU with `profiles`: the largest first, each at a
+/// start its profile allows, none overlapping. Errors name what is not offered, what exceeds a
+/// profile's limit or the GPU's slices, and a layout no placement holds.
+fn placed(g: &PhysicalGpu, mig: &MigInfo, names: &[String]) -> Result<Vec<MigCreate>, Vec<String>> {
     let mut errors = Vec::new();
-    let mut create = Vec::new();
+    let mut ids = Vec::new();
     let (mut c, mut m) = (0, 0);
-    for name in &draft.instances {
+    for name in names {
         match mig.profiles.iter().find(|p| &p.name == name) {
             None => errors.push(format!(
                 "{} does not offer profile {name} (offered: {}; source: {})",
@@ -113,12 +151,12 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
             Some(p) => {
                 c += p.compute_slices;
                 m += p.memory_slices;
-                create.push(p.id);
+                ids.push(p.id);
             }
         }
     }
     for p in &mig.profiles {
-        let n = draft.instances.iter().filter(|x| **x == p.name).count();
+        let n = names.iter().filter(|x| **x == p.name).count();
         if n > p.max_instances as usize {
             errors.push(format!(
                 "{}: at most {} instance(s) per GPU, {n} asked",
@@ -126,28 +164,42 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
             ));
         }
     }
-    if c > 7 || m > 8 {
+    if c > 7 || m > MEMORY_SLICES {
         errors.push(format!(
-            "the instances need {c} of 7 compute slices and {m} of 8 memory slices"
+            "the instances need {c} of 7 compute slices and {m} of {MEMORY_SLICES} memory slices"
         ));
     }
     if !errors.is_empty() {
         return Err(errors);
     }
-    let before: Vec<String> = if mig.enabled {
-        g.partitions
-            .iter()
-            .filter_map(|l| l.profile.clone())
-            .collect()
-    } else {
-        vec![]
+    let Some(at) = place(&mig.profiles, &ids, &[]) else {
+        return Err(vec![format!(
+            "{} cannot be placed on this GPU: each profile may start only at certain memory slices (`nvidia-smi mig -lgipp`), and no choice of starts keeps these instances apart",
+            names.join(", ")
+        )]);
     };
-    let mut after = draft.instances.clone();
-    after.sort();
-    let mut sorted_before = before.clone();
-    sorted_before.sort();
+    Ok(at
+        .into_iter()
+        .filter_map(|(id, start)| {
+            let p = mig.profiles.iter().find(|p| p.id == id)?;
+            Some(MigCreate {
+                profile: id,
+                name: p.name.clone(),
+                start,
+            })
+        })
+        .collect())
+}
+
+/// Plans `draft` on the node in `snap`, with `smi` as the command name printed.
+pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec<String>> {
+    let g = mig_gpu(snap, draft.gpu).map_err(|e| vec![e])?;
+    let mig = g.mig.clone().unwrap_or_default();
+    let create = placed(g, &mig, &draft.instances)?;
+    let before = instances_now(g);
+    let after = sorted(draft.instances.clone());
     let want_mig = !draft.instances.is_empty();
-    if sorted_before == after && want_mig == mig.enabled {
+    if sorted(before.clone()) == after && want_mig == mig.enabled {
         return Err(vec![
             "nothing to change: the GPU already has these instances".into(),
         ]);
@@ -208,26 +260,25 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
         steps.push(MigStep {
             key: "create".into(),
             title: format!(
-                "create {} GPU instance(s) with a compute instance each",
+                "create {} GPU instance(s), largest first, each at its memory slice, with a compute instance each (one already there at its slice is kept, not made twice)",
                 create.len()
             ),
-            commands: vec![format!(
-                "{smi} mig -i {i} -cgi {} -C",
-                create
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )],
+            commands: create
+                .iter()
+                .map(|c| format!("{smi} mig -i {i} -cgi {}:{} -C", c.profile, c.start))
+                .collect(),
         });
     }
     steps.push(MigStep {
         key: "verify".into(),
-        title: format!(
-            "verify: MIG {} with {} instance(s) read back",
-            if want_mig { "on" } else { "off" },
-            after.len()
-        ),
+        title: if want_mig {
+            format!(
+                "verify: MIG on with exactly {} (each instance's profile read back)",
+                after.join(", ")
+            )
+        } else {
+            "verify: MIG off".into()
+        },
         commands: vec![format!("{smi} -q -x -i {i}")],
     });
     if want_mig {
@@ -252,6 +303,84 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     };
     plan.fingerprint = plan.content_fingerprint();
     Ok(plan)
+}
+
+/// Whether a run of `plan` may go on with the node as `snap` shows it (a resume): the same host
+/// and GPU; the GPU's MIG mode where the plan started or where it goes; its instances those the
+/// plan started from, or some of its target (none yet, or a create cut short), or the target;
+/// and no process on the GPU but those the plan stops. Each finding names what differs; empty
+/// when it may go on.
+pub fn still_valid(plan: &MigPlan, snap: &Snapshot, host: &str) -> Vec<String> {
+    let mut why = Vec::new();
+    if plan.host != host {
+        why.push(format!(
+            "this plan was made for host {}, and this is {host}",
+            plan.host
+        ));
+    }
+    let g = match mig_gpu(snap, plan.draft.gpu) {
+        Ok(g) if g.bdf == plan.bdf => g,
+        Ok(g) => {
+            why.push(format!(
+                "NVIDIA GPU {} is {} now, the plan was made for {}",
+                plan.draft.gpu, g.bdf, plan.bdf
+            ));
+            return why;
+        }
+        Err(e) => {
+            why.push(e);
+            return why;
+        }
+    };
+    let Some(mig) = &g.mig else {
+        return why;
+    };
+    let started_on = plan.set_mode.map_or(!plan.after.is_empty(), |on| !on);
+    let goes_to = !plan.after.is_empty();
+    if mig.enabled != started_on && mig.enabled != goes_to {
+        why.push(format!(
+            "MIG is {} on GPU {}, neither where the plan started nor its target",
+            if mig.enabled { "on" } else { "off" },
+            plan.draft.gpu
+        ));
+    }
+    let now = sorted(instances_now(g));
+    let mut left = plan.after.clone();
+    let part_of_target = now.iter().all(|n| {
+        left.iter()
+            .position(|x| x == n)
+            .map(|k| left.remove(k))
+            .is_some()
+    });
+    if now != sorted(plan.before.clone()) && !part_of_target {
+        why.push(format!(
+            "GPU {} has {} now: neither the instances the plan started from ({}) nor part of its target ({}); another change ran since",
+            plan.draft.gpu,
+            if now.is_empty() { "no instance".to_string() } else { now.join(", ") },
+            if plan.before.is_empty() { "none".to_string() } else { plan.before.join(", ") },
+            plan.after.join(", ")
+        ));
+    }
+    let ids: Vec<u32> = g.partitions.iter().map(|l| l.gpu_id).collect();
+    for p in snap
+        .processes
+        .iter()
+        .filter(|p| p.gpus.iter().any(|u| ids.contains(&u.gpu_id)))
+    {
+        let planned = plan
+            .stops
+            .iter()
+            .any(|s| s.pid == p.pid && (s.start_ticks.is_none() || s.start_ticks == p.start_ticks));
+        if !planned {
+            why.push(format!(
+                "pid {} ({}) uses GPU {} and is not among the processes the plan stops",
+                p.pid,
+                super::text::escape_controls(p.name.as_deref().unwrap_or("?")),
+                plan.draft.gpu
+            ));
+        }
+    }
+    why
 }
 
 /// Layouts worth proposing for a GPU with `profiles`: each profile repeated as often as it
@@ -302,22 +431,52 @@ pub fn presets(profiles: &[MigProfile]) -> Vec<Vec<String>> {
             out.push(l);
         }
     }
+    // Only what places: a mix that fits the slice counts may still find no starts.
+    out.retain(|l| {
+        let ids: Option<Vec<u32>> = l
+            .iter()
+            .map(|n| profiles.iter().find(|p| &p.name == n).map(|p| p.id))
+            .collect();
+        ids.is_some_and(|ids| place(profiles, &ids, &[]).is_some())
+    });
     out.push(Vec::new());
     out
 }
 
-/// Parses `1g.18gb,1g.18gb,3g.71gb` or `3x1g.18gb,3g.71gb`.
-pub fn parse_instances(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .flat_map(|x| match x.split_once('x') {
-            Some((n, name)) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => {
-                vec![name.to_string(); n.parse().unwrap_or(1)]
+/// Most GPU instances a MIG GPU holds (seven compute slices).
+pub const MAX_INSTANCES: usize = 7;
+
+/// Parses `1g.18gb,1g.18gb,3g.71gb` or `3x1g.18gb,3g.71gb`. A count must be a number of
+/// instances a GPU can hold (1-7), and so must the total: `99999999999x1g.18gb` is an error
+/// naming the limit, never an allocation.
+pub fn parse_instances(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for x in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let (n, name) = match x.split_once('x') {
+            Some((n, name)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                let k = n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|k| (1..=MAX_INSTANCES).contains(k))
+                    .ok_or_else(|| {
+                        format!(
+                            "{x:?}: a GPU holds 1 to {MAX_INSTANCES} instances, not {}",
+                            super::text::escape_controls(n)
+                        )
+                    })?;
+                (k, name)
             }
-            _ => vec![x.to_string()],
-        })
-        .collect()
+            _ => (1, x),
+        };
+        if out.len() + n > MAX_INSTANCES {
+            return Err(format!(
+                "{} instances asked: a MIG GPU holds at most {MAX_INSTANCES}",
+                out.len() + n
+            ));
+        }
+        out.extend(std::iter::repeat_n(name.to_string(), n));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -332,6 +491,7 @@ mod tests {
                 .enumerate()
                 .map(|(k, n)| LogicalGpu {
                     gpu_id: k as u32,
+                    bdf: format!("0000:00:06.0/gi{}", k + 1),
                     profile: Some((*n).to_string()),
                     ..LogicalGpu::default()
                 })
@@ -361,7 +521,7 @@ mod tests {
     fn enabling_mig_with_instances() {
         let d = MigDraft {
             gpu: 0,
-            instances: parse_instances("2x1g.18gb,3g.71gb"),
+            instances: parse_instances("2x1g.18gb,3g.71gb").unwrap(),
         };
         let p = plan(&node(false, &[]), &d, "nvidia-smi").unwrap();
         let cmds: Vec<&str> = p
@@ -373,7 +533,9 @@ mod tests {
             cmds,
             [
                 "nvidia-smi -i 0 -mig 1",
-                "nvidia-smi mig -i 0 -cgi 19,19,9 -C",
+                "nvidia-smi mig -i 0 -cgi 9:0 -C",
+                "nvidia-smi mig -i 0 -cgi 19:4 -C",
+                "nvidia-smi mig -i 0 -cgi 19:5 -C",
                 "nvidia-smi -q -x -i 0"
             ]
         );
@@ -384,7 +546,7 @@ mod tests {
     fn capacity_and_offer_are_checked() {
         let d = MigDraft {
             gpu: 0,
-            instances: parse_instances("3g.71gb,3g.71gb,1g.18gb"),
+            instances: parse_instances("3g.71gb,3g.71gb,1g.18gb").unwrap(),
         };
         let e = plan(&node(false, &[]), &d, "nvidia-smi").unwrap_err();
         assert_eq!(
@@ -397,11 +559,12 @@ mod tests {
         };
         let e = plan(&node(false, &[]), &d, "nvidia-smi").unwrap_err();
         assert!(e[0].contains("does not offer profile 1g.10gb"), "{e:?}");
-        let d = MigDraft {
-            gpu: 0,
-            instances: parse_instances("8x1g.18gb"),
-        };
-        assert!(plan(&node(false, &[]), &d, "nvidia-smi").is_err());
+        assert!(parse_instances("8x1g.18gb").is_err());
+        assert!(parse_instances("99999999999x1g.18gb").is_err());
+        assert!(parse_instances("99999999999999999999999x1g.18gb").is_err());
+        assert!(parse_instances("4x1g.18gb,4x1g.18gb").is_err());
+        assert!(parse_instances("0x1g.18gb").is_err());
+        assert_eq!(parse_instances("7x1g.18gb").unwrap().len(), 7);
     }
 
     #[test]
@@ -425,7 +588,7 @@ mod tests {
     fn relayout_destroys_first_and_disable() {
         let d = MigDraft {
             gpu: 0,
-            instances: parse_instances("7g.141gb"),
+            instances: parse_instances("7g.141gb").unwrap(),
         };
         let p = plan(&node(true, &["3g.71gb", "3g.71gb"]), &d, "smi").unwrap();
         assert_eq!(

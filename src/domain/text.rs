@@ -119,6 +119,17 @@ fn scan_controls(json: &str, newlines_ok: bool) -> bool {
     false
 }
 
+/// `s` as one word a POSIX shell reads back unchanged: as it is when every character is plain
+/// (letters, digits, `_./:=@%+,-`), else in single quotes (a `'` inside written `'\''`). For
+/// commands partop prints to be pasted (a resume), whatever the paths hold.
+pub fn shell_word(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
+}
+
 /// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
 /// decimal below 100 GiB, none above (`23.5`, `192`).
 pub fn gib(b: u64) -> String {
@@ -140,42 +151,9 @@ pub fn sanitize(s: &mut Option<String>) {
     }
 }
 
-/// `s` quoted for a POSIX shell, so that a command printed for pasting runs exactly what was
-/// meant: words of safe characters stay bare; anything else goes in single quotes (a single
-/// quote inside becomes `'\''`).
-pub fn shell_quote(s: &str) -> Cow<'_, str> {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
-    if !s.is_empty() && s.chars().all(safe) {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shell_quote_round_trips_through_sh() {
-        let words = [
-            "plain",
-            "with space",
-            "it's",
-            "a;b",
-            "$(x)",
-            "",
-            "/p/x.json",
-        ];
-        for w in words {
-            let q = shell_quote(w);
-            let out = std::process::Command::new("sh")
-                .args(["-c", &format!("printf %s {q}")])
-                .output()
-                .expect("sh runs");
-            assert_eq!(String::from_utf8_lossy(&out.stdout), w, "{q}");
-        }
-    }
 
     #[test]
     fn escapes_terminal_sequences_and_keeps_plain_text() {
@@ -222,5 +200,14 @@ mod tests {
         assert_eq!(cases, 65 * 3);
         let mut plain = vec!["vllm \\x1b already escaped".to_string(), "é ü 漢".into()];
         assert!(!escape_all(&mut plain).unwrap());
+    }
+
+    #[test]
+    fn shell_words_read_back_as_written() {
+        assert_eq!(shell_word("/tmp/a-b_c.json"), "/tmp/a-b_c.json");
+        assert_eq!(shell_word("/tmp/my plan.json"), "'/tmp/my plan.json'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("$(reboot)"), "'$(reboot)'");
+        assert_eq!(shell_word(""), "''");
     }
 }

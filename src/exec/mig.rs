@@ -1,21 +1,27 @@
 //! Applying a confirmed MIG plan with `nvidia-smi`: stop the GPU's processes (SIGTERM, grace,
 //! SIGKILL only if allowed), destroy the old instances, set the MIG mode (a mode left pending
-//! stops the plan: partop never resets a GPU), create the new instances, verify by reading the
-//! node back. nvidia-smi reports some failures with exit status 0, so its text is scanned too.
-//! Every step is journaled with the plan's fingerprint; `--resume` skips steps already done.
+//! stops the plan: partop never resets a GPU), create the new instances one by one at their
+//! planned memory slices, verify each instance's profile by reading the node back.
+//! nvidia-smi reports some failures with exit status 0, so its text is scanned too. Every step
+//! is journaled with the plan's fingerprint; `--resume` skips steps already done, and the steps
+//! it repeats are idempotent: destroy has nothing to do once the instances are gone, create
+//! makes only the instances the GPU lacks (`-lgi`, against the plan's profiles and starts).
 
 use super::kill::KillJob;
-use crate::collect::nvidia::smi::{NvidiaSmi, parse};
+use crate::collect::nvidia::smi::{GpuInstanceRow, RunSmi, parse, parse_lgi};
 use crate::domain::kill::{Sig, Target};
 use crate::domain::mig::{MigPlan, MigStep};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the executor needs.
 #[derive(Debug, Clone)]
 pub struct MigCtx {
     /// nvidia-smi.
-    pub smi: NvidiaSmi,
+    pub smi: Arc<dyn RunSmi>,
+    /// The exact command that continues this run (named in every failure).
+    pub resume: String,
     /// The journal.
     pub journal: PathBuf,
     /// SIGTERM grace.
@@ -31,11 +37,16 @@ pub struct MigCtx {
 /// A failed MIG step (the same type as an AMD step's).
 pub type MigFailed = super::runlog::StepFailed;
 
-const RESUME: &str = "fix the cause, then: partop mig apply PLAN.json --resume";
+impl MigCtx {
+    /// What to do after a failure that needs the operator first.
+    fn next(&self) -> String {
+        format!("fix the cause, then: {}", self.resume)
+    }
+}
 
 fn run(ctx: &MigCtx, cmd: &str) -> Result<String, String> {
     let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
-    let (code, out, err) = ctx.smi.run(&args)?;
+    let (code, out, err) = ctx.smi.call(&args)?;
     let text = format!("{out}{err}");
     let bad: Vec<&str> = text
         .lines()
@@ -76,20 +87,27 @@ fn stop(plan: &MigPlan, ctx: &MigCtx) -> Result<String, (String, String)> {
         simulated: ctx.simulated,
     };
     let r = super::kill::term_then_kill(&job, ctx.kill_after_grace, |_| {})
-        .map_err(|e| (e.to_string(), RESUME.to_string()))?;
+        .map_err(|e| (e.to_string(), ctx.next()))?;
     if r.after_term.is_empty() {
         return Ok(format!("{} stopped", plan.stops.len()));
     }
     if !ctx.kill_after_grace {
         return Err((
-            format!("still running after SIGTERM and {}s: pids {:?}", ctx.grace.as_secs(), r.after_term),
-            "stop them yourself, or allow SIGKILL: partop mig apply PLAN.json --resume --kill-after-grace".into(),
+            format!(
+                "still running after SIGTERM and {}s: pids {:?}",
+                ctx.grace.as_secs(),
+                r.after_term
+            ),
+            format!(
+                "stop them yourself, or allow SIGKILL: {} --kill-after-grace",
+                ctx.resume.trim_end_matches(" --kill-after-grace")
+            ),
         ));
     }
     if !r.after_kill.is_empty() {
         return Err((
             format!("still running after SIGKILL: {:?}", r.after_kill),
-            RESUME.into(),
+            ctx.next(),
         ));
     }
     Ok(format!(
@@ -99,68 +117,188 @@ fn stop(plan: &MigPlan, ctx: &MigCtx) -> Result<String, (String, String)> {
     ))
 }
 
+/// The GPU instances of GPU `gpu` now (`nvidia-smi mig -i N -lgi`): none with MIG off or no
+/// instance (the tool says so with a non-zero status), else the table's rows.
+fn instances(ctx: &MigCtx, gpu: u32) -> Result<Vec<GpuInstanceRow>, String> {
+    let i = gpu.to_string();
+    let (code, out, err) = ctx.smi.call(&["mig", "-i", &i, "-lgi"])?;
+    let text = format!("{out}{err}");
+    if text.contains("No GPU instances found") || text.contains("No MIG-enabled devices found") {
+        return Ok(vec![]);
+    }
+    if code != 0 {
+        return Err(format!(
+            "`nvidia-smi mig -i {i} -lgi` exited with {code}: {}",
+            text.trim()
+        ));
+    }
+    parse_lgi(&out)
+}
+
+/// Destroys the GPU's instances, unless none is left (a resume after they went).
+fn destroy(ctx: &MigCtx, plan: &MigPlan, s: &MigStep) -> Result<String, (String, String)> {
+    let now = instances(ctx, plan.draft.gpu).map_err(|e| (e, ctx.next()))?;
+    if now.is_empty() {
+        return Ok("no instance left to destroy".into());
+    }
+    let mut n = 0;
+    for c in &s.commands {
+        match run(ctx, c) {
+            Ok(text) => n += text.matches("Successfully").count(),
+            // A resume after the compute instances went: nothing of that kind is left.
+            Err(e) if e.contains("Not Found") => {}
+            Err(e) => return Err((e, ctx.next())),
+        }
+    }
+    Ok(format!("{n} x Successfully"))
+}
+
+/// Creates the instances the GPU lacks, each at its planned start; one already there (same
+/// profile, same start) is kept. An instance the plan did not make stops the step: creating
+/// around it would give a layout nobody confirmed.
+fn create(ctx: &MigCtx, plan: &MigPlan, s: &MigStep) -> Result<String, (String, String)> {
+    let now = instances(ctx, plan.draft.gpu).map_err(|e| (e, ctx.next()))?;
+    let foreign: Vec<String> = now
+        .iter()
+        .filter(|r| {
+            !plan
+                .create
+                .iter()
+                .any(|c| c.profile == r.profile && c.start == r.start)
+        })
+        .map(|r| format!("{} (GI {}) at slice {}", r.name, r.gi, r.start))
+        .collect();
+    if !foreign.is_empty() {
+        return Err((
+            format!(
+                "GPU {} has instance(s) this plan does not make: {}",
+                plan.draft.gpu,
+                foreign.join(", ")
+            ),
+            format!(
+                "destroy them (nvidia-smi mig -i {i} -dci; nvidia-smi mig -i {i} -dgi) or make a new plan with `partop mig plan`; then: {}",
+                ctx.resume,
+                i = plan.draft.gpu
+            ),
+        ));
+    }
+    let (mut made, mut kept) = (0, 0);
+    for (c, cmd) in plan.create.iter().zip(&s.commands) {
+        if now
+            .iter()
+            .any(|r| r.profile == c.profile && r.start == c.start)
+        {
+            kept += 1;
+            continue;
+        }
+        run(ctx, cmd).map_err(|e| (e, ctx.next()))?;
+        made += 1;
+    }
+    Ok(if kept == 0 {
+        format!("{made} instance(s) created")
+    } else {
+        format!("{made} instance(s) created, {kept} already there (kept)")
+    })
+}
+
+/// Reads the GPU back: MIG mode; with MIG on, every instance's profile two ways, both of which
+/// must be exactly the confirmed layout: the GPU instances by profile id and start (`-lgi`),
+/// and the MIG devices by SMs and memory together (`-q -x`, named against the product's
+/// table). Never a count.
 fn verify(plan: &MigPlan, ctx: &MigCtx) -> Result<String, (String, String)> {
     let i = plan.draft.gpu.to_string();
     let (_, out, _) = ctx
         .smi
-        .run(&["-q", "-x", "-i", &i])
-        .map_err(|e| (e, RESUME.to_string()))?;
-    let node = parse(&out).map_err(|e| (e, RESUME.to_string()))?;
-    let g = node
-        .gpus
+        .call(&["-q", "-x", "-i", &i])
+        .map_err(|e| (e, ctx.next()))?;
+    let node = parse(&out).map_err(|e| (e, ctx.next()))?;
+    let (gpus, _) = crate::collect::nvidia::assemble(&node, 0);
+    let g = gpus
         .first()
-        .ok_or_else(|| ("nvidia-smi lists no GPU".to_string(), RESUME.to_string()))?;
+        .ok_or_else(|| ("nvidia-smi lists no GPU".to_string(), ctx.next()))?;
     let want = !plan.after.is_empty();
-    let mut wrong = Vec::new();
-    if g.mig_enabled != Some(want) {
-        wrong.push(format!(
-            "MIG is {}, expected {}",
-            if g.mig_enabled == Some(true) {
-                "on"
-            } else {
-                "off"
-            },
-            if want { "on" } else { "off" }
+    let on = g.mig.as_ref().is_some_and(|m| m.enabled);
+    if on != want {
+        return Err((
+            format!(
+                "MIG is {}, expected {}",
+                if on { "on" } else { "off" },
+                if want { "on" } else { "off" }
+            ),
+            ctx.next(),
         ));
     }
-    if want && g.instances.len() != plan.after.len() {
+    if !want {
+        return Ok("MIG off".into());
+    }
+    let mut wrong = Vec::new();
+    let rows = instances(ctx, plan.draft.gpu).map_err(|e| (e, ctx.next()))?;
+    let mut by_id: Vec<(u32, u32)> = rows.iter().map(|r| (r.profile, r.start)).collect();
+    let mut planned: Vec<(u32, u32)> = plan.create.iter().map(|c| (c.profile, c.start)).collect();
+    by_id.sort_unstable();
+    planned.sort_unstable();
+    if by_id != planned {
         wrong.push(format!(
-            "{} GPU instances, expected {}",
-            g.instances.len(),
-            plan.after.len()
+            "GPU instances (profile id:start) are {}, the plan made {}",
+            pairs(&by_id),
+            pairs(&planned)
         ));
+    }
+    let has_table = crate::domain::mig::table_profiles(&plan.product).is_some();
+    if has_table {
+        let mut seen: Vec<String> = crate::domain::mig::instances_now(g);
+        seen.sort();
+        if seen != plan.after {
+            wrong.push(format!(
+                "MIG devices read back as {} (by SMs and memory), the plan made {}",
+                if seen.is_empty() {
+                    "none".into()
+                } else {
+                    seen.join(", ")
+                },
+                plan.after.join(", ")
+            ));
+        }
     }
     if wrong.is_empty() {
         Ok(format!(
-            "MIG {} with {} instance(s)",
-            if want { "on" } else { "off" },
-            g.instances.len()
+            "MIG on with exactly {}{}",
+            plan.after.join(", "),
+            if has_table {
+                " (profile ids and starts, SMs and memory read back)"
+            } else {
+                " (profile ids and starts read back; no table for this product's SMs)"
+            }
         ))
     } else {
-        Err((wrong.join("; "), RESUME.into()))
+        Err((wrong.join("; "), ctx.next()))
     }
+}
+
+fn pairs(v: &[(u32, u32)]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter()
+        .map(|(p, s)| format!("{p}:{s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, String)> {
     match s.key.as_str() {
         "stop" => stop(plan, ctx),
-        "destroy" | "create" => {
-            let mut out = Vec::new();
-            for c in &s.commands {
-                out.push(run(ctx, c).map_err(|e| (e, RESUME.to_string()))?);
-            }
-            let n = out
-                .iter()
-                .map(|t| t.matches("Successfully").count())
-                .sum::<usize>();
-            Ok(format!("{n} x Successfully"))
-        }
+        "destroy" => destroy(ctx, plan, s),
+        "create" => create(ctx, plan, s),
         "mig_mode" => {
-            let text = run(ctx, &s.commands[0]).map_err(|e| (e, RESUME.to_string()))?;
+            let text = run(ctx, &s.commands[0]).map_err(|e| (e, ctx.next()))?;
             if text.contains("pending") {
                 return Err((
                     text.lines().next().unwrap_or("").trim().to_string(),
-                    "the MIG mode is pending: stop every client of this GPU (CUDA programs, nvidia-persistenced, DCGM, monitors), reset the GPU yourself (partop never resets one), then --resume".into(),
+                    format!(
+                        "the MIG mode is pending: stop every client of this GPU (CUDA programs, nvidia-persistenced, DCGM, monitors), reset the GPU yourself (partop never resets one), then: {}",
+                        ctx.resume
+                    ),
                 ));
             }
             Ok(text.lines().next().unwrap_or("").trim().to_string())
@@ -190,7 +328,7 @@ pub fn apply(
             next,
         };
         log.step_begin(idx, &s.key)
-            .map_err(|e| fail(e.to_string(), RESUME.into()))?;
+            .map_err(|e| fail(e.to_string(), ctx.next()))?;
         emit(idx, &s.title, None);
         let r = step(plan, ctx, s);
         let journaled = log.step_end(

@@ -2,10 +2,13 @@
 //! executor's tests): a state file of GPUs, MIG mode, GPU/compute instances and the processes
 //! on them (real pids, checked against /proc), with the tool's rules: a MIG mode change with
 //! clients goes pending (and says so, with exit status 0, as the real one does); instances need
-//! MIG on and free slices; instances in use cannot be destroyed. `-q -x` prints the same XML
-//! shape as the real capture.
+//! MIG on and a free placement (NVIDIA's start slices per profile, `-lgipp`; `-cgi ID:START`
+//! asks for one, a bare `-cgi ID` takes the lowest free start, so an order that leaves no room
+//! for a later large instance fails with "Insufficient Resources" as on hardware); instances in
+//! use cannot be destroyed. `-q -x` prints the same XML shape as the real capture, with each
+//! profile's SMs, memory and optical-flow unit.
 
-use crate::domain::mig::{MigProfile, table_profiles};
+use crate::domain::mig::{KNOWN_PRODUCTS, MEMORY_SLICES, MigProfile, table_profiles};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -32,6 +35,9 @@ pub struct NvSimInstance {
     pub profile: u32,
     /// Compute instance id, when one exists.
     pub ci: Option<u32>,
+    /// First memory slice it occupies.
+    #[serde(default)]
+    pub start: u32,
 }
 
 /// One fake GPU.
@@ -64,7 +70,33 @@ pub struct NvSimState {
     pub gpus: Vec<NvSimGpu>,
 }
 
+/// The memory `nvidia-smi` reports for a product, MiB (measured on the lent H100 and H200).
+fn memory_of(product: &str) -> u64 {
+    let n = product.to_ascii_uppercase();
+    if n.contains("H200") {
+        143_771
+    } else if n.contains("H100") {
+        81_559
+    } else if n.contains("80GB") {
+        81_920
+    } else {
+        40_960
+    }
+}
+
 impl NvSimState {
+    /// `n` GPUs of `product` with MIG off; refused for a product partop has no profile table
+    /// for (its placements and SMs would be made up).
+    pub fn create(product: &str, n: u32) -> Result<Self, String> {
+        if table_profiles(product).is_none() {
+            return Err(format!(
+                "partop has no MIG profile table for {product:?}; simulated products: {}",
+                KNOWN_PRODUCTS.join(", ")
+            ));
+        }
+        Ok(Self::new(product, n))
+    }
+
     /// `n` GPUs of `product` with MIG off.
     pub fn new(product: &str, n: u32) -> Self {
         Self {
@@ -74,11 +106,7 @@ impl NvSimState {
                     bdf: format!("0000:{:02x}:00.0", 0x18 + i * 0x10),
                     name: product.into(),
                     uuid: format!("GPU-5a1e0000-0000-4000-8000-{i:012x}"),
-                    mem_total_mib: if product.contains("H100") {
-                        81_559
-                    } else {
-                        143_771
-                    },
+                    mem_total_mib: memory_of(product),
                     mig: false,
                     mig_pending: false,
                     instances: vec![],
@@ -165,10 +193,11 @@ fn xml(s: &NvSimState, only: Option<usize>) -> String {
                 .sum();
             let _ = writeln!(
                 o,
-                "\t\t\t<mig_device>\n\t\t\t\t<index>{k}</index>\n\t\t\t\t<gpu_instance_id>{}</gpu_instance_id>\n\t\t\t\t<compute_instance_id>{}</compute_instance_id>\n\t\t\t\t<device_attributes>\n\t\t\t\t\t<shared>\n\t\t\t\t\t\t<multiprocessor_count>{}</multiprocessor_count>\n\t\t\t\t\t</shared>\n\t\t\t\t</device_attributes>\n\t\t\t\t<fb_memory_usage>\n\t\t\t\t\t<total>{mem} MiB</total>\n\t\t\t\t\t<used>{used} MiB</used>\n\t\t\t\t</fb_memory_usage>\n\t\t\t</mig_device>",
+                "\t\t\t<mig_device>\n\t\t\t\t<index>{k}</index>\n\t\t\t\t<gpu_instance_id>{}</gpu_instance_id>\n\t\t\t\t<compute_instance_id>{}</compute_instance_id>\n\t\t\t\t<device_attributes>\n\t\t\t\t\t<shared>\n\t\t\t\t\t\t<multiprocessor_count>{}</multiprocessor_count>\n\t\t\t\t\t\t<ofa_count>{}</ofa_count>\n\t\t\t\t\t</shared>\n\t\t\t\t</device_attributes>\n\t\t\t\t<fb_memory_usage>\n\t\t\t\t\t<total>{mem} MiB</total>\n\t\t\t\t\t<used>{used} MiB</used>\n\t\t\t\t</fb_memory_usage>\n\t\t\t</mig_device>",
                 inst.gi,
                 inst.ci.map_or_else(|| "N/A".to_string(), |c| c.to_string()),
-                p.map_or(0, |p| p.compute_slices * 16),
+                p.map_or(0, |p| p.sms),
+                p.map_or(0, |p| p.ofa),
             );
         }
         o.push_str("\t\t</mig_devices>\n");
@@ -231,6 +260,86 @@ fn gpu_index(args: &[String]) -> Option<usize> {
         .position(|a| a == "-i" || a == "--id")
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
+}
+
+/// The memory slices the instances of `g` occupy.
+fn occupied(g: &NvSimGpu, ps: &[MigProfile]) -> [bool; MEMORY_SLICES as usize] {
+    let mut used = [false; MEMORY_SLICES as usize];
+    for x in &g.instances {
+        let size = ps
+            .iter()
+            .find(|p| p.id == x.profile)
+            .map_or(0, |p| p.memory_slices);
+        for s in x.start..(x.start + size).min(MEMORY_SLICES) {
+            used[s as usize] = true;
+        }
+    }
+    used
+}
+
+/// `-cgi` for one profile tuple (`ID`, `NAME`, either with `:START`): the instance, with a
+/// compute instance when `-C`, at the start asked for, else the lowest free one its profile
+/// allows. The tool's own lines on success, its error line otherwise.
+fn create(
+    g: &mut NvSimGpu,
+    ps: &[MigProfile],
+    k: usize,
+    tuple: &str,
+    with_ci: bool,
+) -> Result<String, String> {
+    let (what, at) = match tuple.split_once(':') {
+        Some((w, a)) => (w, Some(a)),
+        None => (tuple, None),
+    };
+    let unable = |why: &str| {
+        format!("Unable to create a GPU instance on GPU  {k} using profile {what}: {why}\n")
+    };
+    let Some(p) = ps
+        .iter()
+        .find(|p| what.parse::<u32>().ok() == Some(p.id) || p.name == what)
+    else {
+        return Err(unable("Invalid Argument"));
+    };
+    if !g.mig {
+        return Err(unable("Not Supported"));
+    }
+    let start = match at.map(str::parse::<u32>) {
+        Some(Err(_)) => return Err(unable("Invalid Argument")),
+        Some(Ok(s)) if !p.starts().contains(&s) => return Err(unable("Invalid Argument")),
+        Some(Ok(s)) => Some(s),
+        None => None,
+    };
+    let used = occupied(g, ps);
+    let free = |s: u32| (s..s + p.memory_slices).all(|x| x < MEMORY_SLICES && !used[x as usize]);
+    let same = g.instances.iter().filter(|x| x.profile == p.id).count() as u32;
+    let start = match start {
+        _ if same >= p.max_instances => None,
+        Some(s) => free(s).then_some(s),
+        None => p.starts().into_iter().find(|s| free(*s)),
+    };
+    let Some(start) = start else {
+        return Err(unable("Insufficient Resources"));
+    };
+    let gi = (1..)
+        .find(|n| !g.instances.iter().any(|x| x.gi == *n))
+        .unwrap_or(1);
+    g.instances.push(NvSimInstance {
+        gi,
+        profile: p.id,
+        ci: with_ci.then_some(0),
+        start,
+    });
+    let mut out = format!(
+        "Successfully created GPU instance ID {gi:>2} on GPU {k:>2} using profile MIG {} (ID {:>2})\n",
+        p.name, p.id
+    );
+    if with_ci {
+        out.push_str(&format!(
+            "Successfully created compute instance ID  0 on GPU {k:>2} GPU instance ID {gi:>2} using profile MIG {} (ID  0)\n",
+            p.name
+        ));
+    }
+    Ok(out)
 }
 
 /// Runs one fake `nvidia-smi` call. Returns (exit status, stdout, stderr).
@@ -299,6 +408,27 @@ pub fn main(path: &Path, args: &[String]) -> (i32, String, String) {
         return (6, String::new(), format!("No GPU with index {k}\n"));
     };
     let ps = profiles(g);
+    if has("-lgipp") {
+        // Placements are the device's, MIG on or off (as NVML's possible placements are).
+        let mut o = String::new();
+        for p in &ps {
+            let starts = p.starts();
+            let list = starts.iter().map(u32::to_string).collect::<Vec<_>>();
+            let _ = writeln!(
+                o,
+                "GPU {k:>2} Profile ID {:>2} {}: {{{}}}:{}",
+                p.id,
+                if starts.len() == 1 {
+                    "Placement "
+                } else {
+                    "Placements"
+                },
+                list.join(","),
+                p.memory_slices
+            );
+        }
+        return (0, o, String::new());
+    }
     if has("-lgip") || has("-lgi") {
         if !g.mig {
             return (6, "No MIG-enabled devices found.\n".into(), String::new());
@@ -316,82 +446,50 @@ pub fn main(path: &Path, args: &[String]) -> (i32, String, String) {
                     p.max_instances as usize - used.min(p.max_instances as usize),
                     p.max_instances,
                     p.memory_mib as f64 / 1024.0,
-                    p.compute_slices * 16
+                    p.sms
                 );
             }
         } else {
-            o.push_str("+-------------------------------------------------------+\n| GPU instances:                                        |\n| GPU   Name             Profile  Instance   Placement  |\n|                          ID       ID       Start:Size |\n|=======================================================|\n");
-            for x in &g.instances {
-                let n = ps
-                    .iter()
-                    .find(|p| p.id == x.profile)
-                    .map_or("?", |p| p.name.as_str());
-                let _ = writeln!(
-                    o,
-                    "|   {k}  MIG {n:<13} {:>3}       {:>3}          ?:?     |",
-                    x.profile, x.gi
+            if g.instances.is_empty() {
+                return (
+                    6,
+                    "No GPU instances found: Not Found\n".into(),
+                    String::new(),
                 );
             }
+            o.push_str("+-------------------------------------------------------+\n| GPU instances:                                        |\n| GPU   Name             Profile  Instance   Placement  |\n|                          ID       ID       Start:Size |\n|=======================================================|\n");
+            for x in &g.instances {
+                let (n, size) = ps
+                    .iter()
+                    .find(|p| p.id == x.profile)
+                    .map_or(("?", 0), |p| (p.name.as_str(), p.memory_slices));
+                let _ = writeln!(
+                    o,
+                    "|   {k}  MIG {n:<13} {:>3}       {:>3}          {}:{}     |",
+                    x.profile, x.gi, x.start, size
+                );
+            }
+            o.push_str("+-------------------------------------------------------+\n");
         }
         return (0, o, String::new());
     }
     if let Some(pos) = args.iter().position(|a| a == "-cgi") {
-        let list: Vec<u32> = args
+        let tuples: Vec<&str> = args
             .get(pos + 1)
-            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
         let with_ci = has("-C");
         let mut out = String::new();
         let mut err = String::new();
-        for id in list {
-            let Some(p) = ps.iter().find(|p| p.id == id) else {
-                let _ = writeln!(
-                    err,
-                    "Unable to create a GPU instance on GPU  {k} using profile {id}: Invalid Argument"
-                );
-                continue;
-            };
-            if !g.mig {
-                let _ = writeln!(
-                    err,
-                    "Unable to create a GPU instance on GPU  {k} using profile {id}: Not Supported"
-                );
-                continue;
-            }
-            let (c, m): (u32, u32) = g
-                .instances
-                .iter()
-                .filter_map(|x| ps.iter().find(|p| p.id == x.profile))
-                .fold((0, 0), |(c, m), p| {
-                    (c + p.compute_slices, m + p.memory_slices)
-                });
-            let same = g.instances.iter().filter(|x| x.profile == id).count() as u32;
-            if c + p.compute_slices > 7 || m + p.memory_slices > 8 || same >= p.max_instances {
-                let _ = writeln!(
-                    err,
-                    "Unable to create a GPU instance on GPU  {k} using profile {id}: Insufficient Resources"
-                );
-                continue;
-            }
-            let gi = (1..)
-                .find(|n| !g.instances.iter().any(|x| x.gi == *n))
-                .unwrap_or(1);
-            g.instances.push(NvSimInstance {
-                gi,
-                profile: id,
-                ci: with_ci.then_some(0),
-            });
-            let _ = writeln!(
-                out,
-                "Successfully created GPU instance ID {gi:>2} on GPU {k:>2} using profile MIG {} (ID {id:>2})",
-                p.name
-            );
-            if with_ci {
-                let _ = writeln!(
-                    out,
-                    "Successfully created compute instance ID  0 on GPU {k:>2} GPU instance ID {gi:>2} using profile MIG {} (ID  0)",
-                    p.name
-                );
+        for tuple in tuples {
+            match create(g, &ps, k, tuple, with_ci) {
+                Ok(text) => out.push_str(&text),
+                Err(text) => err.push_str(&text),
             }
         }
         if let Err(e) = s.save(path) {

@@ -1,8 +1,8 @@
 //! What partop reads of an NVIDIA node, in a form that can be recorded as JSON (CI has no GPU),
 //! and its assembly into the domain snapshot. The assembly is pure.
 
-use crate::domain::mig::{MigInfo, MigProfile, table_profiles};
-use crate::domain::provenance::{SourceKind, note};
+use crate::domain::mig::{InstanceShape, MigInfo, MigProfile, identify, table_profiles};
+use crate::domain::provenance::{Missing, SourceKind, note};
 use crate::domain::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Process};
 use serde::{Deserialize, Serialize};
 
@@ -15,8 +15,17 @@ pub struct NvInstance {
     pub ci: Option<u32>,
     /// MIG device UUID.
     pub uuid: Option<String>,
-    /// Profile name when known.
+    /// Profile name when the source names it.
     pub profile: Option<String>,
+    /// Profile id when the source gives it.
+    #[serde(default)]
+    pub profile_id: Option<u32>,
+    /// Compute slices of its GPU instance (NVML's device attributes).
+    #[serde(default)]
+    pub slices: Option<u32>,
+    /// Optical-flow accelerators (tells a `+me` instance from its plain twin).
+    #[serde(default)]
+    pub ofa: Option<u32>,
     /// Memory, MiB.
     pub mem_total_mib: Option<u64>,
     /// Memory used, MiB.
@@ -108,6 +117,66 @@ impl NvSource for Recorded {
     }
 }
 
+/// The MIG state of `g`: the profiles the device reported, named as nvidia-smi names them (by
+/// profile id in NVIDIA's table for this product; NVML's profile info has no name) and given
+/// the table's SMs and placements where the source left them out; else the table itself.
+fn mig_info(g: &NvGpu, src: &str) -> MigInfo {
+    let table = table_profiles(&g.name).unwrap_or_default();
+    let mut reported = g.profiles.clone();
+    for p in &mut reported {
+        if let Some(t) = table.iter().find(|t| t.id == p.id) {
+            p.name.clone_from(&t.name);
+            if p.sms == 0 {
+                p.sms = t.sms;
+                p.ofa = t.ofa;
+            }
+            if p.placements.is_empty() {
+                p.placements.clone_from(&t.placements);
+            }
+        }
+    }
+    let enabled = g.mig_enabled.unwrap_or(false);
+    let (profiles, profiles_source) = if reported.is_empty() {
+        (
+            table,
+            "partop's table (measured on H100 and H200, NVIDIA's guide for A100: docs/nvidia.md); the device lists its profiles only with MIG enabled".to_string(),
+        )
+    } else {
+        (
+            reported,
+            format!("{src}; names by profile id, as nvidia-smi shows them"),
+        )
+    };
+    MigInfo {
+        enabled,
+        pending: g.mig_pending.unwrap_or(enabled),
+        profiles,
+        profiles_source,
+    }
+}
+
+/// The profile an instance read back is of: its name where the source gives one that the
+/// device offers, else by profile id, else by SMs and memory together (never by memory alone).
+fn instance_profile(profiles: &[MigProfile], inst: &NvInstance) -> Result<String, String> {
+    if let Some(name) = &inst.profile
+        && (profiles.is_empty() || profiles.iter().any(|p| &p.name == name))
+    {
+        return Ok(name.clone());
+    }
+    identify(
+        profiles,
+        &InstanceShape {
+            profile_id: inst.profile_id,
+            slices: inst.slices,
+            sms: inst.sms,
+            memory_mib: inst.mem_total_mib,
+            ofa: inst.ofa,
+        },
+    )
+    .map(|p| p.name.clone())
+    .map_err(|e| format!("profile not known: {e}"))
+}
+
 /// The physical and logical GPUs and processes of `n`, as of `at_ms`.
 pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
     let mut gpus = Vec::new();
@@ -142,51 +211,18 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         ] {
             note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
         }
-        if let Some(enabled) = g.mig_enabled {
-            // NVML has no profile names (its v1 info): name them as nvidia-smi does, by the
-            // profile id in NVIDIA's table for this product, else from slices and memory.
-            let mut reported = g.profiles.clone();
-            let table = table_profiles(&g.name).unwrap_or_default();
-            for p in &mut reported {
-                if let Some(t) = table.iter().find(|t| t.id == p.id) {
-                    p.name.clone_from(&t.name);
-                }
-            }
-            let (profiles, source) = if reported.is_empty() {
-                (
-                    table_profiles(&g.name).unwrap_or_default(),
-                    "partop's table (NVIDIA MIG user guide); the device lists its profiles only with MIG enabled".to_string(),
-                )
-            } else {
-                (
-                    reported,
-                    format!("{src}; names by profile id, as nvidia-smi shows them"),
-                )
-            };
-            pg.mig = Some(MigInfo {
-                enabled,
-                pending: g.mig_pending.unwrap_or(enabled),
-                profiles,
-                profiles_source: source,
-            });
+        if g.mig_enabled.is_some() {
+            pg.mig = Some(mig_info(g, src));
         }
         let mut ids: Vec<(Option<u32>, u32)> = Vec::new();
         if g.mig_enabled == Some(true) && !g.instances.is_empty() {
             for inst in &g.instances {
-                let profile = inst.profile.clone().or_else(|| {
-                    // -q -x does not name the profile: match the instance's memory.
-                    let table = pg
-                        .mig
-                        .as_ref()
-                        .map(|m| m.profiles.clone())
-                        .unwrap_or_default();
-                    let mem = inst.mem_total_mib?;
-                    table
-                        .iter()
-                        .filter(|p| !p.name.contains('+'))
-                        .min_by_key(|p| p.memory_mib.abs_diff(mem))
-                        .map(|p| p.name.clone())
-                });
+                let profiles = pg
+                    .mig
+                    .as_ref()
+                    .map(|m| m.profiles.as_slice())
+                    .unwrap_or(&[]);
+                let named = instance_profile(profiles, inst);
                 let mut l = LogicalGpu {
                     gpu_id: next_id,
                     partition_id: inst.gi,
@@ -196,12 +232,20 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                     vram_used_bytes: inst.mem_used_mib.and_then(mib_bytes),
                     cu_count: inst.sms,
                     uuid: inst.uuid.clone(),
-                    profile,
+                    profile: named.as_ref().ok().cloned(),
                     ..LogicalGpu::default()
                 };
-                for f in ["vram_total_bytes", "vram_used_bytes", "cu_count", "profile"] {
+                for f in ["vram_total_bytes", "vram_used_bytes", "cu_count"] {
                     note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
                 }
+                note(
+                    &mut l.provenance,
+                    "profile",
+                    SourceKind::Nvidia,
+                    src,
+                    at_ms,
+                    named.err().map(Missing::NotApplicable),
+                );
                 ids.push((Some(inst.gi), next_id));
                 pg.partitions.push(l);
                 next_id += 1;

@@ -95,7 +95,7 @@ fn profiles_of(d: &nvml_wrapper::Device<'_>, mem_total: Option<u64>) -> Vec<MigP
                 "{}g.{}gb{}",
                 p.slice_count,
                 p.memory_size_mb.div_ceil(1024),
-                if p.jpeg_count > 0 && p.slice_count == 1 && p.instance_count == 1 {
+                if p.ofa_count > 0 && p.slice_count == 1 {
                     "+me"
                 } else {
                     ""
@@ -109,6 +109,10 @@ fn profiles_of(d: &nvml_wrapper::Device<'_>, mem_total: Option<u64>) -> Vec<MigP
             }),
             max_instances: p.instance_count,
             memory_mib: p.memory_size_mb,
+            sms: p.multiprocessor_count,
+            ofa: p.ofa_count,
+            // NVML's possible placements need root; the table's (or the standard ones) serve.
+            placements: vec![],
         })
         .collect()
 }
@@ -216,13 +220,12 @@ impl NvSource for NvmlSource {
                         gi,
                         ci: None,
                         uuid: m.uuid().ok(),
-                        profile: attrs.as_ref().map(|a| {
-                            format!(
-                                "{}g.{}gb",
-                                a.gpu_instance_slice_count,
-                                a.memory_size_mb.div_ceil(1024)
-                            )
-                        }),
+                        // Named later by the device's own profiles: slices, SMs, memory and
+                        // the optical-flow unit together (never a name made up from memory).
+                        profile: None,
+                        profile_id: None,
+                        slices: attrs.as_ref().map(|a| a.gpu_instance_slice_count),
+                        ofa: attrs.as_ref().map(|a| a.shared_ofa_count),
                         mem_total_mib: mm.as_ref().map(|x| mib(x.total)),
                         mem_used_mib: mm.as_ref().map(|x| mib(x.used)),
                         sms: attrs.map(|a| a.multiprocessor_count),

@@ -79,6 +79,10 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
                         ci: int(m, "compute_instance_id").and_then(|v| u32::try_from(v).ok()),
                         uuid: txt(m, "uuid"),
                         profile: txt(m, "profile_name"),
+                        profile_id: None,
+                        slices: None,
+                        ofa: int(m, "device_attributes/shared/ofa_count")
+                            .and_then(|v| u32::try_from(v).ok()),
                         mem_total_mib: int(m, "fb_memory_usage/total"),
                         mem_used_mib: int(m, "fb_memory_usage/used"),
                         sms: int(m, "device_attributes/shared/multiprocessor_count")
@@ -136,6 +140,54 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
         driver,
         gpus,
     })
+}
+
+/// One GPU instance as `nvidia-smi mig -lgi` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInstanceRow {
+    /// GPU index.
+    pub gpu: u32,
+    /// Profile name.
+    pub name: String,
+    /// Profile id.
+    pub profile: u32,
+    /// GPU instance id.
+    pub gi: u32,
+    /// First memory slice.
+    pub start: u32,
+    /// Memory slices.
+    pub size: u32,
+}
+
+/// Parses `nvidia-smi mig -lgi` (the table; "No GPU instances found" is an empty list). Rows
+/// that do not read as `| GPU MIG NAME PROFILE INSTANCE START:SIZE |` are an error, not skipped:
+/// a resume decides what to create from this list.
+pub fn parse_lgi(text: &str) -> Result<Vec<GpuInstanceRow>, String> {
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.trim().trim_matches('|').split_whitespace().collect();
+        if cells.get(1) != Some(&"MIG") {
+            continue;
+        }
+        let row = (|| {
+            let (start, size) = cells.get(5)?.split_once(':')?;
+            Some(GpuInstanceRow {
+                gpu: cells.first()?.parse().ok()?,
+                name: (*cells.get(2)?).to_string(),
+                profile: cells.get(3)?.parse().ok()?,
+                gi: cells.get(4)?.parse().ok()?,
+                start: start.parse().ok()?,
+                size: size.parse().ok()?,
+            })
+        })();
+        rows.push(row.ok_or_else(|| {
+            format!(
+                "nvidia-smi mig -lgi: cannot read the row {:?}",
+                crate::domain::text::escape_controls(line.trim())
+            )
+        })?);
+    }
+    Ok(rows)
 }
 
 /// `nvidia-smi` as a source (a subprocess per read, killed past its time limit).
@@ -229,6 +281,20 @@ impl NvidiaSmi {
     }
 }
 
+/// Runs nvidia-smi with arguments: (exit status, stdout, stderr), or why it could not run. The
+/// MIG executor goes through this: the program (real, or `partop sim nvidia-smi` behind a
+/// script), or the simulator called in process where a test drives thousands of layouts.
+pub trait RunSmi: Send + Sync + std::fmt::Debug {
+    /// One call.
+    fn call(&self, args: &[&str]) -> Result<(i32, String, String), String>;
+}
+
+impl RunSmi for NvidiaSmi {
+    fn call(&self, args: &[&str]) -> Result<(i32, String, String), String> {
+        self.run(args)
+    }
+}
+
 impl NvSource for NvidiaSmi {
     fn read(&mut self) -> Result<NvNode, String> {
         let (code, out, err) = self.run(&["-q", "-x"])?;
@@ -257,5 +323,32 @@ mod tests {
         assert_eq!(g.instances[0].sms, Some(42));
         assert!(parse("<html/>").is_err());
         assert!(parse("not xml").is_err());
+    }
+
+    #[test]
+    fn gpu_instances_as_lgi_lists_them() {
+        let t = "+---------------------------------------------------------+\n\
+| GPU instances:                                          |\n\
+| GPU   Name               Profile  Instance   Placement  |\n\
+|                            ID       ID       Start:Size |\n\
+|=========================================================|\n\
+|   0  MIG 3g.71gb           9        2          0:4      |\n\
++---------------------------------------------------------+\n\
+|   0  MIG 1g.18gb+me       20       13          6:1      |\n\
++---------------------------------------------------------+\n";
+        let rows = parse_lgi(t).unwrap();
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.name.as_str(), r.profile, r.gi, r.start, r.size))
+                .collect::<Vec<_>>(),
+            [("3g.71gb", 9, 2, 0, 4), ("1g.18gb+me", 20, 13, 6, 1)]
+        );
+        assert_eq!(
+            parse_lgi("No GPU instances found: Not Found\n").unwrap(),
+            []
+        );
+        // A row that does not read is an error (a resume decides what to create from it).
+        let e = parse_lgi("|   0  MIG 3g.71gb   9   2   ?:?   |").unwrap_err();
+        assert!(e.contains("cannot read the row"), "{e}");
     }
 }
