@@ -318,7 +318,7 @@ fn resume_command(
             .display()
             .to_string()
     };
-    let mut argv = vec!["partop".to_string()];
+    let mut argv = vec![crate::cli::out::invoked_as()];
     let mut opt = |flag: &str, v: Option<String>| {
         if let Some(v) = v {
             argv.push(flag.into());

@@ -58,17 +58,7 @@ fn resume_command(
     grace: f64,
 ) -> String {
     let word = |s: &str| crate::domain::text::shell_word(s).into_owned();
-    // Run as a bare name, it is found on PATH again; by a path, that path made absolute, so
-    // the command works from any directory.
-    let argv0 = std::env::args_os()
-        .next()
-        .map_or_else(|| "partop".into(), |a| a.to_string_lossy().into_owned());
-    let me = if argv0.contains('/') {
-        std::env::current_exe().map_or(argv0, |p| p.display().to_string())
-    } else {
-        argv0
-    };
-    let mut w = vec![word(&me), "--source".into(), "nvidia".into()];
+    let mut w = vec![word(&crate::cli::out::invoked_as()), "--source".into(), "nvidia".into()];
     if let Some(p) = &src.nvidia_smi {
         w.extend([
             "--nvidia-smi".into(),

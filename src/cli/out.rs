@@ -48,3 +48,17 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()?)
 }
+
+/// This partop as the operator started it, for a command printed to be pasted (a resume): run
+/// as a bare name, it is found on PATH again; by a path, that path made absolute, so the command
+/// works from any directory.
+pub fn invoked_as() -> String {
+    let argv0 = std::env::args_os()
+        .next()
+        .map_or_else(|| "partop".into(), |a| a.to_string_lossy().into_owned());
+    if argv0.contains('/') {
+        std::env::current_exe().map_or(argv0, |p| p.display().to_string())
+    } else {
+        argv0
+    }
+}
