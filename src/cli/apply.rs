@@ -345,9 +345,9 @@ fn resume_command(
     } else {
         abs(plan)
     });
-    argv.push("--resume".into());
     argv.push("--grace".into());
     argv.push(grace.to_string());
+    argv.push("--resume".into());
     if kill_after_grace {
         argv.push("--kill-after-grace".into());
     }

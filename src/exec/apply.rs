@@ -199,7 +199,11 @@ pub async fn apply(
             idx,
             key: step.key.clone(),
             message,
-            next: format!("{next}\nresume with: {}", ctx.resume_command),
+            next: if next.contains(&ctx.resume_command) {
+                next.to_string()
+            } else {
+                format!("{next}\nresume with: {}", ctx.resume_command)
+            },
         };
         log.step_begin_limited(idx, &step.key, step.limit_secs)
             .map_err(|e| {
