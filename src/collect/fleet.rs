@@ -84,16 +84,53 @@ pub struct Transport {
     pub concurrency: usize,
 }
 
-/// Reads the hosts file: one node per line, `#` comments, `HOST partop=/path` options, and
-/// `http://host:port` for `partop serve` endpoints.
+/// The words of a hosts-file line: split at blanks, `"…"` quoting inside a word (with `\"` and
+/// `\\`), so `partop="/opt/my tools/partop"` is one word; `#` outside quotes starts a comment.
+fn host_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut w: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '#' => break,
+            c if c.is_whitespace() => {
+                if let Some(x) = w.take() {
+                    words.push(x);
+                }
+            }
+            '"' => {
+                let cur = w.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        None => return Err("a quote is not closed".into()),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\')) => cur.push(e),
+                            Some(e) => {
+                                cur.push('\\');
+                                cur.push(e);
+                            }
+                            None => return Err("a quote is not closed".into()),
+                        },
+                        Some(x) => cur.push(x),
+                    }
+                }
+            }
+            c => w.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(w);
+    Ok(words)
+}
+
+/// Reads the hosts file: one node per line, `#` comments, `HOST partop=/path` options (quoted
+/// when the path has blanks: `partop="/opt/my tools/partop"`), and `http://host:port` for
+/// `partop serve` endpoints.
 pub fn parse_hosts(text: &str, default_partop: &str) -> Result<Vec<NodeSpec>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
+        let words = host_words(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let mut words = words.iter().map(String::as_str);
         let Some(first) = words.next() else { continue };
         let mut partop = default_partop.to_string();
         let mut amd_smi = None;
@@ -218,11 +255,11 @@ pub fn ssh_reason(code: Option<i32>, stderr: &str, had_samples: bool) -> String 
     )
 }
 
-/// One line of a stream: a fleet row, or a whole document reduced to one.
-pub fn parse_line(line: &str) -> Option<NodeSummary> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+/// One line of a stream: a fleet row, or a whole document reduced to one; or why it is neither.
+pub fn parse_line(line: &str) -> Result<NodeSummary, serde_json::Error> {
+    let v: serde_json::Value = serde_json::from_str(line)?;
     if v.get("gpus").is_some() {
-        let snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        let snap: crate::domain::Snapshot = serde_json::from_value(v.clone())?;
         let findings: Vec<crate::domain::findings::Finding> = v
             .get("findings")
             .and_then(|f| serde_json::from_value(f.clone()).ok())
@@ -230,9 +267,39 @@ pub fn parse_line(line: &str) -> Option<NodeSummary> {
         let apply = v
             .get("apply")
             .and_then(|a| serde_json::from_value(a.clone()).ok());
-        return Some(crate::domain::fleet::summarize(&snap, &findings, apply));
+        return Ok(crate::domain::fleet::summarize(&snap, &findings, apply));
     }
-    serde_json::from_value(v).ok()
+    serde_json::from_value(v)
+}
+
+/// Why line `n` of a node's stream is not a sample, in words for the row: serde's reason placed
+/// on the stream's line, and the start of the line, escaped and cut (a hostile node's text
+/// reaches the operator's terminal only as visible escapes, and only so much of it).
+pub fn invalid_stream(n: usize, line: &str, e: &serde_json::Error) -> String {
+    let mut why = e.to_string();
+    let at = if e.line() > 0 {
+        let own = format!(" at line {} column {}", e.line(), e.column());
+        if let Some(x) = why.strip_suffix(&own) {
+            why = x.to_string();
+        }
+        format!("line {n} column {}", e.column())
+    } else {
+        format!("line {n}")
+    };
+    format!(
+        "invalid stream: {} at {at} (the line begins {:?})",
+        cut(&why, 160),
+        cut(line.trim(), 60)
+    )
+}
+
+/// `s` with control characters escaped, at most `max` characters of it, `…` when cut.
+fn cut(s: &str, max: usize) -> String {
+    let e = crate::domain::text::escape_controls(s);
+    if e.chars().count() <= max {
+        return e.into_owned();
+    }
+    e.chars().take(max).chain(std::iter::once('…')).collect()
 }
 
 /// The ssh argv that runs `args` on `dest`.
@@ -267,7 +334,14 @@ pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
     }
     a.push(dest.into());
     a.push("--".into());
-    a.extend(remote.iter().cloned());
+    // ssh hands the node's shell one line: each word quoted for it, so a path with blanks or
+    // `;` (a hosts file's partop=, --remote-partop) is run as that one path, never split or
+    // run as a second command.
+    a.extend(
+        remote
+            .iter()
+            .map(|w| crate::domain::text::shell_quote(w).into_owned()),
+    );
     a
 }
 
@@ -344,16 +418,30 @@ async fn ssh_once(
     };
     // Silence past this is a stuck stream: cut and reconnect.
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + t.connect_timeout.as_secs() + 10);
+    let mut n = 0usize;
     loop {
         match tokio::time::timeout(silence, lines.next_line()).await {
             Ok(Ok(Some(l))) => {
+                n += 1;
                 if l.len() > 4 << 20 {
-                    break;
+                    let _ = child.start_kill();
+                    return (rep.had, format!("invalid stream: line {n} is over 4 MiB"));
                 }
-                if let Some(row) = parse_line(&l)
-                    && !rep.row(row).await
-                {
-                    return (rep.had, String::new());
+                if l.trim().is_empty() {
+                    continue;
+                }
+                match parse_line(&l) {
+                    Ok(row) => {
+                        if !rep.row(row).await {
+                            return (rep.had, String::new());
+                        }
+                    }
+                    // Not partop's stream (a login script printing on stdout, another
+                    // program, another version): said, not waited on as "connecting".
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        return (rep.had, invalid_stream(n, &l, &e));
+                    }
                 }
             }
             Ok(Ok(None) | Err(_)) => break,
@@ -416,7 +504,7 @@ async fn http_once(
         _ => return (false, format!("{addr}: no answer")),
     };
     if !status.contains(" 200") {
-        return (false, format!("{addr}: {status}"));
+        return (false, format!("{addr}: {}", cut(&status, 120)));
     }
     let mut rep = Reporter {
         name,
@@ -426,16 +514,31 @@ async fn http_once(
     };
     let mut data = String::new();
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + 15);
+    // Lines of the response (the status line is line 1), for the reason of a bad event.
+    let mut n = 1usize;
+    let mut data_at = 0usize;
     loop {
         match tokio::time::timeout(silence, lines.next_line()).await {
             Ok(Ok(Some(l))) => {
+                n += 1;
                 if let Some(d) = l.strip_prefix("data: ") {
+                    if data.is_empty() {
+                        data_at = n;
+                    }
                     data.push_str(d);
                 } else if l.is_empty() && !data.is_empty() {
-                    if let Some(row) = parse_line(&data)
-                        && !rep.row(row).await
-                    {
-                        return (rep.had, String::new());
+                    match parse_line(&data) {
+                        Ok(row) => {
+                            if !rep.row(row).await {
+                                return (rep.had, String::new());
+                            }
+                        }
+                        Err(e) => {
+                            return (
+                                rep.had,
+                                format!("{addr}: {}", invalid_stream(data_at, &data, &e)),
+                            );
+                        }
                     }
                     data.clear();
                 }

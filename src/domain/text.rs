@@ -49,6 +49,27 @@ pub fn sanitize(s: &mut Option<String>) {
     }
 }
 
+/// `word` as a POSIX shell reads it back as one word, unchanged: left bare when it holds only
+/// characters no shell treats specially, else single-quoted (a `'` inside written `'\''`). The
+/// one quoting for every command line partop shows or hands to a shell (ssh's remote command,
+/// a launch in a confirmation and a dry run), so what is pasted or run is what was meant.
+pub fn shell_quote(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./-_".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return Cow::Borrowed(word);
+    }
+    Cow::Owned(format!("'{}'", word.replace('\'', "'\\''")))
+}
+
+/// Words joined into one shell command line, each [`shell_quote`]d.
+pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
+    words
+        .iter()
+        .map(|w| shell_quote(w.as_ref()).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,82 @@
+//! Hostile conditions, second pass (services, fleet, smaller): the parts that need no server
+//! or ssh, each through the real code path (a real `sh`, the real binary on loopback or on a
+//! simulated node).
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stderr,
+    reason = "tests panic on failure"
+)]
+
+mod common;
+
+/// `shell_quote`, the one quoting of every command line partop shows or hands to a shell: every
+/// word of length 0 to 2 over a hostile alphabet (shell metacharacters, quotes, spaces, control
+/// characters, non-ASCII), a sample of length 3 and two paths come back unchanged through a
+/// real `sh` (the count is in the assertion).
+#[test]
+fn a_shell_reads_every_quoted_word_back_unchanged() {
+    let alphabet: Vec<char> = " ';\"$`\\|&<>()*?[]#~!{}\n\ta-é=%".chars().collect();
+    let mut words: Vec<String> = vec![String::new()];
+    for a in &alphabet {
+        words.push(a.to_string());
+        for b in &alphabet {
+            words.push(format!("{a}{b}"));
+        }
+    }
+    for (i, a) in alphabet.iter().enumerate() {
+        let b = alphabet[(i * 7 + 3) % alphabet.len()];
+        let c = alphabet[(i * 11 + 5) % alphabet.len()];
+        words.push(format!("{a}{b}{c}"));
+    }
+    words.push("/opt/my dir;echo pwned/partop".into());
+    words.push("it's".into());
+    // printf '%s\0' WORDS...: each word back, NUL-separated.
+    let script = format!(
+        "printf '%s\\0' {}",
+        partop::domain::text::shell_line(&words)
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect();
+    // An empty word prints as an empty field: split_terminator keeps it.
+    assert_eq!(back.len(), words.len(), "{} words sent", words.len());
+    assert_eq!(back, words, "{} words round-tripped", words.len());
+    assert_eq!(
+        partop::domain::text::shell_quote("/usr/bin/partop"),
+        "/usr/bin/partop"
+    );
+    assert_eq!(partop::domain::text::shell_quote("a b"), "'a b'");
+}
+
+/// `fleet plan` exits 2 (usage, as docs/cli.md says) when it has no node to plan on, or a node
+/// it cannot change (a `partop serve` endpoint is read only): 2 cases.
+#[test]
+fn fleet_plan_without_a_changeable_node_is_a_usage_error() {
+    let home = tempfile::tempdir().unwrap();
+    let cases: [&[&str]; 2] = [
+        &["fleet", "plan", "--compute", "DPX"],
+        &["fleet", "http://127.0.0.1:9", "plan", "--compute", "DPX"],
+    ];
+    for args in cases {
+        let o = common::run(
+            common::partop()
+                .env("XDG_STATE_HOME", home.path())
+                .args(args),
+            "",
+        );
+        assert_eq!(o.code, 2, "{args:?}: {}{}", o.stdout, o.stderr);
+        assert!(!o.stderr.is_empty(), "{args:?}: says why");
+    }
+}
