@@ -80,3 +80,47 @@ fn fleet_plan_without_a_changeable_node_is_a_usage_error() {
         assert!(!o.stderr.is_empty(), "{args:?}: says why");
     }
 }
+
+/// A keymap of 40,000 bindings (three-key sequences in [processes]) is checked by the real
+/// binary's `check-config` well within a generous bound: prefix clashes are found by looking
+/// each binding's prefixes up, not by comparing every pair (13.8 s before, quadratic).
+#[test]
+fn forty_thousand_keymap_bindings_load_in_linear_time() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("config/partop");
+    std::fs::create_dir_all(&dir).unwrap();
+    let first: Vec<String> = ('a'..='z')
+        .chain('0'..='9')
+        .map(|c| format!("alt-{c}"))
+        .collect();
+    let rest: Vec<char> = ('a'..='z').chain('0'..='9').collect();
+    let mut text = String::from("[processes]\n");
+    let mut n = 0;
+    'all: for f in &first {
+        for a in &rest {
+            for b in &rest {
+                if n == 40_000 {
+                    break 'all;
+                }
+                text.push_str(&format!("\"{f} {a} {b}\" = \"refresh_now\"\n"));
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 40_000);
+    std::fs::write(dir.join("keymap.toml"), &text).unwrap();
+    let t = std::time::Instant::now();
+    let o = common::run(
+        common::partop()
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .arg("check-config"),
+        "",
+    );
+    let took = t.elapsed();
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "check-config of {n} bindings took {took:?}"
+    );
+}
