@@ -124,3 +124,40 @@ fn forty_thousand_keymap_bindings_load_in_linear_time() {
         "check-config of {n} bindings took {took:?}"
     );
 }
+
+/// `sim start` refuses a scenario whose `reload_secs` is not a usable number when it reads the
+/// file, naming file:line:column and the key, and starts nothing (it used to start, write
+/// `null` into its state file and then call that file unreadable): 5 values.
+#[test]
+fn sim_start_refuses_a_scenario_with_an_absurd_reload_time() {
+    let mut ran = 0;
+    for v in ["inf", "-inf", "nan", "-1", "1e308"] {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("odd.toml");
+        std::fs::write(
+            &f,
+            common::quick("odd", "7.0.2", "SPX", "NPS1", "")
+                .replace("reload_secs = 0.3", &format!("reload_secs = {v}")),
+        )
+        .unwrap();
+        let state = dir.path().join("node.json");
+        let o = common::run(
+            common::partop()
+                .args(["sim", "start"])
+                .arg(&f)
+                .arg("--state")
+                .arg(&state),
+            "",
+        );
+        assert_ne!(o.code, 0, "{v}: {}{}", o.stdout, o.stderr);
+        assert!(
+            o.stderr
+                .contains(&format!("{}:8:1: reload_secs = ", f.display())),
+            "{v}: {}",
+            o.stderr
+        );
+        assert!(!state.exists(), "{v}: a node was started");
+        ran += 1;
+    }
+    assert_eq!(ran, 5);
+}
