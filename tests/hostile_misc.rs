@@ -161,3 +161,78 @@ fn sim_start_refuses_a_scenario_with_an_absurd_reload_time() {
     }
     assert_eq!(ran, 5);
 }
+
+/// `sim fleet --base-port 0` puts each node on a port the kernel picks and writes those ports
+/// to the hosts file (it wrote `http://127.0.0.1:0`): 3 nodes, each port distinct, non-zero and
+/// answering.
+#[test]
+fn sim_fleet_with_base_port_zero_writes_the_ports_it_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::run(
+        common::partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .args(["--sim", "spx-nps1-one-model", "snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let template = dir.path().join("template.json");
+    std::fs::write(&template, &o.stdout).unwrap();
+    let hosts = dir.path().join("hosts.txt");
+    let mut child = common::partop()
+        .args([
+            "sim",
+            "fleet",
+            "--nodes",
+            "3",
+            "--base-port",
+            "0",
+            "--every",
+            "0.5",
+        ])
+        .arg("--template")
+        .arg(&template)
+        .arg("--hosts-out")
+        .arg(&hosts)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _stop = Stop(child);
+    common::wait_until("the hosts file", || {
+        std::fs::read_to_string(&hosts).is_ok_and(|t| t.lines().count() == 3)
+    });
+    let text = std::fs::read_to_string(&hosts).unwrap();
+    let ports: Vec<u16> = text
+        .lines()
+        .map(|l| {
+            l.strip_prefix("http://127.0.0.1:")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("{l:?} in {text}"))
+        })
+        .collect();
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{text}");
+    for p in ports {
+        assert_ne!(p, 0, "{text}");
+        common::wait_until("the node to answer", || {
+            use std::io::{Read as _, Write as _};
+            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", p)) else {
+                return false;
+            };
+            let _ = s.write_all(b"GET /-/ready HTTP/1.0\r\n\r\n");
+            let mut b = String::new();
+            let _ = s.read_to_string(&mut b);
+            b.starts_with("HTTP/1.1 200") || b.starts_with("HTTP/1.0 200")
+        });
+    }
+}

@@ -294,7 +294,7 @@ pub enum SimCmd {
         /// Nodes.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
         nodes: u16,
-        /// First port.
+        /// First port (0: a port the kernel picks for each node, written to the hosts file).
         #[arg(long, default_value_t = 19000)]
         base_port: u16,
         /// The template: a `partop snapshot --json` document (of `partop --sim SCENARIO`, or of
