@@ -179,7 +179,7 @@ fn sim_fleet_with_base_port_zero_writes_the_ports_it_bound() {
     let template = dir.path().join("template.json");
     std::fs::write(&template, &o.stdout).unwrap();
     let hosts = dir.path().join("hosts.txt");
-    let mut child = common::partop()
+    let child = common::partop()
         .args([
             "sim",
             "fleet",
@@ -235,4 +235,149 @@ fn sim_fleet_with_base_port_zero_writes_the_ports_it_bound() {
             b.starts_with("HTTP/1.1 200") || b.starts_with("HTTP/1.0 200")
         });
     }
+}
+
+/// The words a real `sh` reads from `line` (a command line partop printed).
+fn shell_words(line: &str) -> Vec<String> {
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("set -- {line}\nprintf '%s\\0' \"$@\""))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{line}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect()
+}
+
+/// The command line under `start NAME on logical GPU N (BDF):` and N.
+fn shown_launch(stdout: &str) -> (String, String) {
+    let mut lines = stdout.lines();
+    let head = lines
+        .find(|l| l.starts_with("start ") && l.contains(" on logical GPU "))
+        .unwrap_or_else(|| panic!("no launch shown: {stdout}"));
+    let gpu = head
+        .split(" on logical GPU ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap()
+        .to_string();
+    (lines.next().unwrap().trim().to_string(), gpu)
+}
+
+/// A launch shown in the confirmation and the dry run is quoted for a shell: pasted, it runs
+/// the same words partop runs (an `sh -c "…"` launch was shown unquoted). A docker launch runs
+/// on the GPU the confirmation names: `docker run` with the GPU devices and
+/// `HIP_VISIBLE_DEVICES`, and the argv docker receives is the confirmation's words exactly.
+/// 2 launches (command with `sh -c`, docker), each through the real binary.
+#[test]
+fn launches_are_shown_quoted_and_docker_runs_what_the_confirmation_names() {
+    let node = common::Node::start(&common::quick("q", "7.0.2", "SPX", "NPS1", ""));
+    let dir = node.dir.path();
+    let recorded = dir.join("docker-argv");
+    let bin = dir.join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // docker as a program that records what it was given (NUL-separated) and succeeds.
+    std::fs::write(
+        bin.join("docker"),
+        format!(
+            "#!/bin/sh\nprintf '%s\\0' \"$@\" > {}\necho 0123456789ab\n",
+            recorded.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("docker"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let registry = dir.join("models.toml");
+    std::fs::write(
+        &registry,
+        r#"
+[[model]]
+name = "shc"
+model = "org/m-7b"
+port = 18999
+memory_gb = 10
+health_timeout_secs = 1
+launch.command = ["sh", "-c", "echo '{model}' && exec vllm serve {model} --port {port}; echo \"$HOME\" `id`"]
+
+[[model]]
+name = "dock"
+model = "org/d-7b"
+port = 18998
+memory_gb = 10
+health_timeout_secs = 1
+launch.docker = "vllm-{name}"
+launch.image = "rocm/vllm:latest"
+launch.args = ["vllm", "serve", "{model}", "--port", "{port}", "--served-model-name", "my model; x"]
+launch.env = { VLLM_USE_V1 = "1" }
+"#,
+    )
+    .unwrap();
+    let cmd = || {
+        let mut c = common::partop();
+        c.env("XDG_STATE_HOME", dir.join("xdg"))
+            .env("XDG_CONFIG_HOME", dir.join("xdg"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .arg("--sim-state")
+            .arg(&node.state)
+            .arg("--models")
+            .arg(&registry);
+        c
+    };
+    let o = common::run(cmd().args(["models", "start", "shc", "--dry-run"]), "");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let (line, gpu) = shown_launch(&o.stdout);
+    assert_eq!(
+        shell_words(&line),
+        [
+            format!("HIP_VISIBLE_DEVICES={gpu}"),
+            "sh".into(),
+            "-c".into(),
+            "echo 'org/m-7b' && exec vllm serve org/m-7b --port 18999; echo \"$HOME\" `id`".into()
+        ],
+        "pasting {line:?}"
+    );
+    // Docker: the confirmation, then what docker was given.
+    let o = common::run(cmd().args(["models", "start", "dock", "--yes"]), "");
+    let (line, gpu) = shown_launch(&o.stdout);
+    let shown = shell_words(&line);
+    let ran: Vec<String> = std::fs::read_to_string(&recorded)
+        .unwrap_or_else(|e| panic!("docker was not run ({e}): {}{}", o.stdout, o.stderr))
+        .split_terminator('\0')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(shown[0], "docker");
+    assert_eq!(
+        shown[1..],
+        ran[..],
+        "the confirmation is what docker received"
+    );
+    let has = |pair: [&str; 2]| ran.windows(2).any(|w| w[0] == pair[0] && w[1] == pair[1]);
+    assert!(ran[0] == "run" && has(["--name", "vllm-dock"]), "{ran:?}");
+    assert!(
+        has(["--device", "/dev/kfd"]) && has(["--device", "/dev/dri"]),
+        "{ran:?}"
+    );
+    assert!(
+        has(["--env", &format!("HIP_VISIBLE_DEVICES={gpu}")]) && has(["--env", "VLLM_USE_V1=1"]),
+        "{ran:?}"
+    );
+    assert_eq!(
+        ran.last().map(String::as_str),
+        Some("my model; x"),
+        "{ran:?}"
+    );
 }
