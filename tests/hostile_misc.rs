@@ -381,3 +381,53 @@ launch.env = { VLLM_USE_V1 = "1" }
         "{ran:?}"
     );
 }
+
+/// 40,000 problems in one keymap (unknown top-level settings; unknown commands) are each
+/// reported at their line, within a generous bound: each is located through one line index,
+/// not by scanning the file before it (97 s before for the first file, quadratic). 2 files.
+#[test]
+fn forty_thousand_keymap_problems_are_located_in_linear_time() {
+    let files = [
+        (0..40_000)
+            .map(|i| format!("k{i} = 1\n"))
+            .collect::<String>(),
+        std::iter::once("[processes]\n".to_string())
+            .chain((0..40_000).map(|i| {
+                let (a, b, c) = (i / 1296, i / 36 % 36, i % 36);
+                let k = |n: usize| char::from_digit(u32::try_from(n).unwrap(), 36).unwrap();
+                format!("\"alt-{} {} {}\" = \"no_such_command\"\n", k(a), k(b), k(c))
+            }))
+            .collect::<String>(),
+    ];
+    for (n, text) in files.iter().enumerate() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("config/partop");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keymap.toml"), text).unwrap();
+        let t = std::time::Instant::now();
+        let o = common::run(
+            common::partop()
+                .env("XDG_CONFIG_HOME", home.path().join("config"))
+                .env("XDG_STATE_HOME", home.path().join("state"))
+                .arg("check-config"),
+            "",
+        );
+        let took = t.elapsed();
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert_eq!(
+            o.code,
+            2,
+            "file {n}: {}",
+            &all[all.len().saturating_sub(500)..]
+        );
+        let last_line = text.lines().count();
+        assert!(
+            all.contains(&format!("keymap.toml:{last_line}:")),
+            "file {n}: the last problem located at line {last_line}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "file {n}: {took:?}"
+        );
+    }
+}

@@ -324,6 +324,31 @@ pub fn memory_need_gb(params_b: f64, precision: Precision, tp: u32) -> f64 {
     (params_b * precision.bytes_per_param() * 1.2 + 2.0) / f64::from(tp.max(1))
 }
 
+/// Where each line of a text starts, for locating many offsets in one text (each a binary
+/// search): [`line_col`] scans the text before the offset, which, once per error over a file of
+/// 40,000 bad lines, is quadratic.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Indexes `text`.
+    pub fn new(text: &str) -> Self {
+        Self {
+            starts: std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
+        }
+    }
+
+    /// 1-based line and column (bytes) of `offset`, as [`line_col`] gives them.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let line = self.starts.partition_point(|&s| s <= offset).max(1);
+        (line, offset - self.starts[line - 1] + 1)
+    }
+}
+
 /// 1-based line and column of a byte offset (for file:line:column errors).
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -741,6 +766,26 @@ launch.systemd = "vllm@{device}.service"
         assert_eq!((e.origin.as_str(), e.line), ("m.toml", 2), "{e}");
         let e = parse("m.toml", "[[model]]\nnmae = \"x\"\n").unwrap_err();
         assert!(e.message.contains("nmae"), "{e}");
+    }
+
+    /// The index locates every offset as the scan does: every character boundary (end included)
+    /// of 6 texts (empty, no newline, leading, trailing and doubled newlines, multi-byte
+    /// characters).
+    #[test]
+    fn line_index_agrees_with_line_col_at_every_offset() {
+        let mut ran = 0;
+        for text in ["", "abc", "\nabc", "a\nb\n", "a\n\n\nbé\ncd", "é\nü\n"] {
+            let index = LineIndex::new(text);
+            for off in (0..=text.len()).filter(|o| text.is_char_boundary(*o)) {
+                assert_eq!(
+                    index.line_col(off),
+                    line_col(text, off),
+                    "{text:?} at {off}"
+                );
+                ran += 1;
+            }
+        }
+        assert_eq!(ran, 30, "{ran} offsets");
     }
 
     #[test]
