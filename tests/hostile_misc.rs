@@ -431,3 +431,55 @@ fn forty_thousand_keymap_problems_are_located_in_linear_time() {
         );
     }
 }
+
+/// A registry of 20,000 entries with a problem each (an unknown placeholder; a port used
+/// twice) is checked by `check-config --models` within a generous bound, every problem at its
+/// line (28 s before: each located by scanning the text before it). 2 files.
+#[test]
+fn twenty_thousand_registry_problems_are_located_in_linear_time() {
+    let entry = |i: usize, port: usize, arg: &str| {
+        format!(
+            "[[model]]\nname = \"m{i}\"\nmodel = \"x\"\nport = {port}\nmemory_gb = 1\nlaunch.command = [\"x\", \"{arg}\"]\n"
+        )
+    };
+    let files = [
+        (0..20_000)
+            .map(|i| entry(i, 1000 + i, "{bogus}"))
+            .collect::<String>(),
+        (0..20_000)
+            .map(|i| entry(i, 1000, "ok"))
+            .collect::<String>(),
+    ];
+    for (n, text) in files.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("models.toml");
+        std::fs::write(&f, text).unwrap();
+        let t = std::time::Instant::now();
+        let o = common::run(
+            common::partop()
+                .env("XDG_CONFIG_HOME", dir.path().join("config"))
+                .env("XDG_STATE_HOME", dir.path().join("state"))
+                .args(["check-config", "--models"])
+                .arg(&f),
+            "",
+        );
+        let took = t.elapsed();
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert_eq!(
+            o.code,
+            2,
+            "file {n}: {}",
+            &all[all.len().saturating_sub(400)..]
+        );
+        let want = if n == 0 { 20_000 } else { 19_999 };
+        assert!(
+            all.contains(&format!("{want} problem(s)")),
+            "file {n}: {}",
+            &all[all.len().saturating_sub(400)..]
+        );
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "file {n}: {took:?}"
+        );
+    }
+}

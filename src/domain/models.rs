@@ -417,8 +417,13 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
 /// Parses a registry and reports every problem in it (not only the first), each with the
 /// file, line and column of the line at fault; the entries without problems are returned.
 pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
+    // Located through one index, names and ports looked up: linear in the entries (20,000 bad
+    // entries took 28 s when each was located by scanning the text before it).
+    let index = LineIndex::new(text);
+    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut ports: std::collections::HashMap<u16, String> = std::collections::HashMap::new();
     let err = |offset: usize, message: String| {
-        let (line, column) = line_col(text, offset);
+        let (line, column) = index.line_col(offset);
         RegistryError {
             origin: origin.to_string(),
             line,
@@ -476,16 +481,16 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
         let n0 = errors.len();
         let launch_at = key_at(text, &span, "launch");
         let l = e.launch;
-        if models.iter().any(|m| m.name == e.name) {
+        if names.contains(&e.name) {
             errors.push(err(
                 key_at(text, &span, "name"),
                 format!("model name {:?} is used twice", e.name),
             ));
         }
-        if let Some(m) = models.iter().find(|m| m.port == e.port) {
+        if let Some(m) = ports.get(&e.port) {
             errors.push(err(
                 key_at(text, &span, "port"),
-                format!("port {} is already used by model {:?}", e.port, m.name),
+                format!("port {} is already used by model {m:?}", e.port),
             ));
         }
         if e.port == 0 {
@@ -669,7 +674,9 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
             continue;
         }
         let base = format!("http://127.0.0.1:{}", e.port);
-        let (line, _) = line_col(text, at);
+        let (line, _) = index.line_col(at);
+        names.insert(e.name.clone());
+        ports.insert(e.port, e.name.clone());
         models.push(ModelSpec {
             name: e.name,
             model: e.model,
