@@ -593,7 +593,7 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
 
 /// `fleet --once` over ssh judges each node on a settled row (a node's first sample is taken
 /// while amd-smi's first read runs: that row is `pending`, not down); a node whose stream is not
-/// partop's says why, escaped and bounded (4 hostile streams); a partop path with blanks and
+/// partop's says why, escaped and bounded (5 hostile streams, an endless line among them); a partop path with blanks and
 /// `;` (quoted in the hosts file) reaches the node's shell as one path, and the `;` runs nothing.
 #[test]
 fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths() {
@@ -616,6 +616,8 @@ fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths(
             "escapedvalue",
             "printf '{\"host\": \"\\\\u001b[2J\", \"physical\": \"\\033]0;x\\007\"}\\n'",
         ),
+        // An endless line: refused at 4 MiB, never buffered without end.
+        ("endless", "head -c 6000000 /dev/zero | tr '\\0' a"),
     ];
     let mut hosts = format!(
         "good\nodd partop=\"{}\"\n",
@@ -677,7 +679,7 @@ fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths(
     for (name, _) in hostile {
         let why = node(name)["reason"].as_str().unwrap_or("").to_string();
         assert!(
-            why.starts_with("invalid stream: ") && why.contains(" at line 1"),
+            why.starts_with("invalid stream: ") && why.contains("line 1"),
             "{name}: {why}"
         );
         assert!(
@@ -687,7 +689,7 @@ fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths(
         assert!(why.len() < 400, "{name}: {} bytes", why.len());
         ran += 1;
     }
-    assert_eq!(ran, 4);
+    assert_eq!(ran, 5);
     // The table: no healthy node shown DOWN.
     let o = once(false);
     for l in o

@@ -81,16 +81,41 @@ fn ssh_run(
     if let Some(mut i) = child.stdin.take() {
         let _ = i.write_all(stdin.as_bytes());
     }
+    // Each output read to at most 64 MiB (a plan, a snapshot, a journal: far less), the rest
+    // drained unread, so a node cannot grow this machine's memory without end.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                use std::io::Read as _;
+                let _ = (&mut r).take(64 << 20).read_to_end(&mut buf);
+                let _ = std::io::copy(&mut r, &mut std::io::sink());
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
     let (tx, rx) = std::sync::mpsc::channel();
     let pid = child.id();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
+        let _ = tx.send(child.wait());
     });
     match rx.recv_timeout(limit) {
-        Ok(Ok(o)) => (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
+        Ok(Ok(st)) => (
+            st.code(),
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
         ),
         Ok(Err(e)) => (None, String::new(), e.to_string()),
         Err(_) => {
@@ -107,8 +132,6 @@ fn ssh_run(
     }
 }
 
-/// The nodes a change can reach: ssh nodes only (asking to change a read-only one is a usage
-/// error, exit 2, as is naming none).
 fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
     if nodes.is_empty() {
         return Err(exit::Usage(

@@ -345,6 +345,55 @@ pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
     a
 }
 
+/// The most a node may send in one line (a whole snapshot document of a large node is well
+/// under it).
+const MAX_LINE: usize = 4 << 20;
+
+/// A node's stream, read a line at a time and never more than [`MAX_LINE`] of one: a node
+/// that sends an endless line is an error at that size, not memory without end (`lines()`
+/// buffers a line whole before anyone can look at its length).
+struct BoundedLines<R> {
+    r: R,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> BoundedLines<R> {
+    /// The next line without its `\n` (or `\r\n`), invalid UTF-8 replaced; None at the end.
+    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let chunk = self.r.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok((!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned()));
+            }
+            let (n, done) = chunk
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or((chunk.len(), false), |i| (i + 1, true));
+            if buf.len() + n > MAX_LINE + 2 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a line over {} MiB", MAX_LINE >> 20),
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            self.r.consume(n);
+            if done {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+                return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+            }
+        }
+    }
+}
+
+fn bounded_lines<R: tokio::io::AsyncRead + Unpin>(r: R) -> BoundedLines<tokio::io::BufReader<R>> {
+    BoundedLines {
+        r: tokio::io::BufReader::new(r),
+    }
+}
+
 async fn send(tx: &mpsc::Sender<FleetEvent>, e: FleetEvent) -> bool {
     tx.send(e).await.is_ok()
 }
@@ -409,7 +458,7 @@ async fn ssh_once(
         }
         String::from_utf8_lossy(&buf).into_owned()
     });
-    let mut lines = tokio::io::BufReader::new(stdout.take(u64::MAX)).lines();
+    let mut lines = bounded_lines(stdout);
     let mut rep = Reporter {
         name,
         tx,
@@ -423,10 +472,6 @@ async fn ssh_once(
         match tokio::time::timeout(silence, lines.next_line()).await {
             Ok(Ok(Some(l))) => {
                 n += 1;
-                if l.len() > 4 << 20 {
-                    let _ = child.start_kill();
-                    return (rep.had, format!("invalid stream: line {n} is over 4 MiB"));
-                }
                 if l.trim().is_empty() {
                     continue;
                 }
@@ -444,7 +489,11 @@ async fn ssh_once(
                     }
                 }
             }
-            Ok(Ok(None) | Err(_)) => break,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                let _ = child.start_kill();
+                return (rep.had, format!("invalid stream: line {}: {e}", n + 1));
+            }
             Err(_) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
@@ -498,7 +547,7 @@ async fn http_once(
     {
         return (false, format!("{addr}: {e}"));
     }
-    let mut lines = tokio::io::BufReader::new(r).lines();
+    let mut lines = bounded_lines(r);
     let status = match tokio::time::timeout(t.connect_timeout, lines.next_line()).await {
         Ok(Ok(Some(l))) => l,
         _ => return (false, format!("{addr}: no answer")),
@@ -706,7 +755,7 @@ pub async fn full_stream(
             let Some(out) = child.stdout.take() else {
                 return "no stdout".into();
             };
-            let mut lines = tokio::io::BufReader::new(out).lines();
+            let mut lines = bounded_lines(out);
             while let Ok(Some(l)) = lines.next_line().await {
                 if let Some(s) = parse(&l)
                     && tx.send(Arc::new(s)).is_err()
@@ -733,7 +782,7 @@ pub async fn full_stream(
             {
                 return format!("{addr}: write failed");
             }
-            let mut lines = tokio::io::BufReader::new(r).lines();
+            let mut lines = bounded_lines(r);
             while let Ok(Some(l)) = lines.next_line().await {
                 if let Some(d) = l.strip_prefix("data: ")
                     && let Some(s) = parse(d)
