@@ -592,7 +592,8 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
 }
 
 /// `fleet --once` over ssh judges each node on a settled row (a node's first sample is taken
-/// while amd-smi's first read runs: that row is `pending`, not down); a node whose stream is not
+/// while amd-smi's first read runs: that row is `pending`, not down), and says `pending` for a
+/// node that never settles within the bound; a node whose stream is not
 /// partop's says why, escaped and bounded (5 hostile streams, an endless line among them); a partop path with blanks and
 /// `;` (quoted in the hosts file) reaches the node's shell as one path, and the `;` runs nothing.
 #[test]
@@ -635,6 +636,29 @@ fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths(
         hosts.push_str(&format!("{name} partop={}\n", script.display()));
         nodes.push((name, Some(&good.state), ""));
     }
+    // A node whose rows never settle (its amd-smi still on its first read): said as pending
+    // at the bound, not as down and not as reporting fine.
+    let row = d.join("pending-row.json");
+    std::fs::write(
+        &row,
+        "{\"host\":\"stuck\",\"products\":[],\"modes\":\"SPX/NPS1×8\",\"physical\":8,\"logical\":8,\"gfx_mean\":null,\"vram_used\":0,\"vram_total\":0,\"models_healthy\":0,\"models_total\":0,\"findings_warn\":0,\"findings_info\":0,\"idle_partitions\":0,\"mismatched\":0,\"health\":\"pending\",\"trouble\":\"amd-smi static: amd-smi's first read is running\",\"taken_at_ms\":1,\"generation\":1,\"apply\":null,\"simulated\":true}\n",
+    )
+    .unwrap();
+    let stuck = d.join("stuck.sh");
+    std::fs::write(
+        &stuck,
+        format!(
+            "#!/bin/sh\nwhile true; do cat {}; sleep 1; done\n",
+            row.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&stuck, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    hosts.push_str(&format!("stuck partop={}\n", stuck.display()));
+    nodes.push(("stuck", Some(&good.state), ""));
     let cfg = sshd.config(&nodes);
     let hosts_file = d.join("hosts");
     std::fs::write(&hosts_file, hosts).unwrap();
@@ -675,6 +699,15 @@ fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths(
         assert_eq!(x["summary"]["modes"], "SPX/NPS1×8", "{x}");
     }
     assert!(!home_marker.exists(), "the `;` in the path ran a command");
+    let stuck = node("stuck");
+    assert!(
+        stuck["reporting"] == true
+            && stuck["settled"] == false
+            && stuck["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("pending: no settled sample within 25s")),
+        "{stuck}"
+    );
     let mut ran = 0;
     for (name, _) in hostile {
         let why = node(name)["reason"].as_str().unwrap_or("").to_string();
