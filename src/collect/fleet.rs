@@ -823,6 +823,28 @@ mod tests {
         );
     }
 
+    /// Hosts-file words: quoted paths with blanks, `;`, `#` and escaped quotes are one word; a
+    /// `#` outside quotes starts a comment; an unclosed quote is an error at its line. 6 lines.
+    #[test]
+    fn hosts_file_values_can_be_quoted() {
+        let h = parse_hosts(
+            "a partop=\"/opt/my tools;x/partop\"  # c\nb partop=\"/p/with \\\"q\\\" #h\"\nc#x\nd partop=/plain\n",
+            "partop",
+        )
+        .unwrap();
+        let partop = |i: usize| match &h[i].target {
+            Target::Ssh { partop, .. } => partop.clone(),
+            t => panic!("{t:?}"),
+        };
+        assert_eq!(partop(0), "/opt/my tools;x/partop");
+        assert_eq!(partop(1), "/p/with \"q\" #h");
+        assert_eq!(h[2].name, "c");
+        assert_eq!(partop(3), "/plain");
+        let e = parse_hosts("ok\nbad partop=\"/open\n", "partop").unwrap_err();
+        assert!(e.starts_with("line 2: a quote is not closed"), "{e}");
+        assert_eq!(h.len(), 4);
+    }
+
     #[test]
     fn ssh_failures_read_as_what_to_do() {
         assert!(ssh_reason(Some(255), "@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.\n", false).starts_with("host key mismatch"));
