@@ -23,6 +23,7 @@ pub fn table(s: &Snapshot) -> String {
         let h = match src.status {
             Health::Ok => "ok",
             Health::Degraded => "degraded",
+            Health::Pending => "pending",
             Health::Stale => "STALE",
             Health::Down => "DOWN",
         };

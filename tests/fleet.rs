@@ -590,3 +590,234 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
         .args(["-L", &sock, "kill-server"])
         .status();
 }
+
+/// `fleet --once` over ssh judges each node on a settled row (a node's first sample is taken
+/// while amd-smi's first read runs: that row is `pending`, not down), and says `pending` for a
+/// node that never settles within the bound; a node whose stream is not
+/// partop's says why, escaped and bounded (5 hostile streams, an endless line among them); a partop path with blanks and
+/// `;` (quoted in the hosts file) reaches the node's shell as one path, and the `;` runs nothing.
+#[test]
+fn once_waits_for_a_settled_row_names_an_invalid_stream_and_quotes_remote_paths() {
+    let sshd = Sshd::start();
+    let good = Node::start(&quick("good", "7.0.2", "SPX", "NPS1", ONE));
+    let d = sshd.dir.path();
+    // partop under a directory whose name a shell would split and run.
+    let odd_dir = d.join("my tools;touch partop-quoting-pwned");
+    std::fs::create_dir_all(&odd_dir).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_partop"), odd_dir.join("partop")).unwrap();
+    let home_marker = std::path::Path::new(&std::env::var("HOME").unwrap_or_default())
+        .join("partop-quoting-pwned");
+    let _ = std::fs::remove_file(&home_marker);
+    // Streams that are not partop's: each a script in place of partop on the node.
+    let hostile = [
+        ("garbage", "printf 'Welcome to node07\\n'"),
+        ("wrongshape", "printf '{\"host\": 5}\\n'"),
+        ("escapes", "printf '\\033]0;owned\\007\\033[2J{not json\\n'"),
+        (
+            "escapedvalue",
+            "printf '{\"host\": \"\\\\u001b[2J\", \"physical\": \"\\033]0;x\\007\"}\\n'",
+        ),
+        // An endless line: refused at 4 MiB, never buffered without end.
+        ("endless", "head -c 6000000 /dev/zero | tr '\\0' a"),
+    ];
+    let mut hosts = format!(
+        "good\nodd partop=\"{}\"\n",
+        odd_dir.join("partop").display()
+    );
+    let mut nodes: Vec<(&str, Option<&Path>, &str)> = vec![
+        ("good", Some(&good.state), ""),
+        ("odd", Some(&good.state), ""),
+    ];
+    for (name, body) in hostile {
+        let script = d.join(format!("{name}.sh"));
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\nsleep 30\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        hosts.push_str(&format!("{name} partop={}\n", script.display()));
+        nodes.push((name, Some(&good.state), ""));
+    }
+    // A node whose rows never settle (its amd-smi still on its first read): said as pending
+    // at the bound, not as down and not as reporting fine.
+    let row = d.join("pending-row.json");
+    std::fs::write(
+        &row,
+        "{\"host\":\"stuck\",\"products\":[],\"modes\":\"SPX/NPS1×8\",\"physical\":8,\"logical\":8,\"gfx_mean\":null,\"vram_used\":0,\"vram_total\":0,\"models_healthy\":0,\"models_total\":0,\"findings_warn\":0,\"findings_info\":0,\"idle_partitions\":0,\"mismatched\":0,\"health\":\"pending\",\"trouble\":\"amd-smi static: amd-smi's first read is running\",\"taken_at_ms\":1,\"generation\":1,\"apply\":null,\"simulated\":true}\n",
+    )
+    .unwrap();
+    let stuck = d.join("stuck.sh");
+    std::fs::write(
+        &stuck,
+        format!(
+            "#!/bin/sh\nwhile true; do cat {}; sleep 1; done\n",
+            row.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&stuck, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    hosts.push_str(&format!("stuck partop={}\n", stuck.display()));
+    nodes.push(("stuck", Some(&good.state), ""));
+    let cfg = sshd.config(&nodes);
+    let hosts_file = d.join("hosts");
+    std::fs::write(&hosts_file, hosts).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let once = |json: bool| {
+        let mut c = partop();
+        c.env("XDG_STATE_HOME", home.path().join("state"))
+            .args(["fleet", "--ssh-config"])
+            .arg(&cfg)
+            .arg("--hosts-file")
+            .arg(&hosts_file)
+            .args(["--remote-partop", env!("CARGO_BIN_EXE_partop")])
+            .args(["--connect-timeout", "5", "--once"]);
+        if json {
+            c.arg("--json");
+        }
+        run(&mut c, "")
+    };
+    let o = once(true);
+    assert_eq!(
+        o.code, 3,
+        "the hostile nodes do not report: {}{}",
+        o.stdout, o.stderr
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let node = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["node"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{n} missing: {v}"))
+    };
+    for n in ["good", "odd"] {
+        let x = node(n);
+        assert_eq!(x["settled"], true, "{x}");
+        assert_eq!(x["summary"]["health"], "ok", "judged on a settled row: {x}");
+        assert_eq!(x["summary"]["modes"], "SPX/NPS1×8", "{x}");
+    }
+    assert!(!home_marker.exists(), "the `;` in the path ran a command");
+    let stuck = node("stuck");
+    assert!(
+        stuck["reporting"] == true
+            && stuck["settled"] == false
+            && stuck["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("pending: no settled sample within 25s")),
+        "{stuck}"
+    );
+    let mut ran = 0;
+    for (name, _) in hostile {
+        let why = node(name)["reason"].as_str().unwrap_or("").to_string();
+        assert!(
+            why.starts_with("invalid stream: ") && why.contains("line 1"),
+            "{name}: {why}"
+        );
+        assert!(
+            !why.chars().any(char::is_control),
+            "{name}: raw control: {why:?}"
+        );
+        assert!(why.len() < 400, "{name}: {} bytes", why.len());
+        ran += 1;
+    }
+    assert_eq!(ran, 5);
+    // The table: no healthy node shown DOWN.
+    let o = once(false);
+    for l in o
+        .stdout
+        .lines()
+        .filter(|l| l.contains("good") || l.contains("odd"))
+    {
+        assert!(!l.contains("DOWN"), "{}", o.stdout);
+    }
+    assert!(!o.stdout.contains('\u{1b}'), "{}", o.stdout);
+}
+
+/// A node whose ssh failed before its first step left no run on the node: `fleet apply
+/// --resume` asks the node's journal and applies it afresh (it used to send --resume, which the
+/// node refused, for ever); a fresh `fleet apply` of the unfinished set is refused with the way
+/// to continue.
+#[test]
+fn a_node_whose_ssh_failed_before_its_first_step_is_resumed() {
+    let sshd = Sshd::start();
+    let n1 = Node::start(&quick("n1", "7.0.2", "SPX", "NPS1", ONE));
+    let n2 = Node::start(&quick("n2", "7.0.2", "SPX", "NPS1", ONE));
+    let cfg = sshd.config(&[
+        ("node1", Some(&n1.state), ""),
+        ("node2", Some(&n2.state), ""),
+    ]);
+    let reachable = std::fs::read_to_string(&cfg).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let set = home.path().join("set.json");
+    let o = run(
+        fleet(&cfg, home.path())
+            .args(["plan", "--compute", "DPX", "--memory", "NPS2", "--out"])
+            .arg(&set),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let fp = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("plan set "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap()
+        .to_string();
+    // node2 unreachable for the rollout (ssh takes the first Port it reads).
+    std::fs::write(
+        &cfg,
+        format!("Host node2\n  Port {}\n{reachable}", free_port()),
+    )
+    .unwrap();
+    let o = run(
+        fleet(&cfg, home.path()).arg("apply").arg(&set),
+        &format!("{fp}\n"),
+    );
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("node1: applied and verified")
+            && o.stdout.contains("node2: failed at before its first step"),
+        "{}",
+        o.stdout
+    );
+    std::fs::write(&cfg, &reachable).unwrap();
+    // A fresh apply of the same set would redo node1 on a plan it no longer matches.
+    let o = run(
+        fleet(&cfg, home.path()).arg("apply").arg(&set),
+        &format!("{fp}\n"),
+    );
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("is unfinished") && o.stderr.contains("--resume"),
+        "{}",
+        o.stderr
+    );
+    let o = run(
+        fleet(&cfg, home.path())
+            .args(["apply", "--resume"])
+            .arg(&set),
+        &format!("{fp}\n"),
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("(1 done before: skipped)")
+            && o.stdout.contains("node2: no run on the node yet")
+            && o.stdout.contains("node2: applied and verified")
+            && o.stdout.contains("rollout done"),
+        "{}",
+        o.stdout
+    );
+    let o = run(
+        partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .arg("--sim-state")
+            .arg(&n2.state)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["gpus"][0]["compute_partition"], "DPX");
+    assert_eq!(v["gpus"][0]["memory_partition"], "NPS2");
+}

@@ -763,3 +763,128 @@ fn the_fleet_view_opens_a_node_and_comes_back() {
     t.keys(&["q"]);
     t.wait_for("EXITED 0");
 }
+
+/// Readers that ask for `/events` and never read, as many as the server takes: while they hold
+/// every slot, `/-/healthy` and `/-/ready` are still answered at once (from the reserve) and the
+/// data endpoints get 503; once each reader has taken nothing for the stall limit its connection
+/// is cut, its slot freed and counted. 4 stalled readers, 5 endpoints asked while full.
+#[test]
+fn stalled_event_readers_are_cut_and_health_is_always_answered() {
+    let serve = Serve::start_serving(
+        &["--sim", "cpx-nps4-small-models", "--refresh", "0.2"],
+        &["--max-connections", "4", "--stall-secs", "2"],
+        &[],
+    );
+    serve.ready();
+    let p = serve.port;
+    let t = Instant::now();
+    let stalled: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+            s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    wait_until("the stalled readers to hold every slot", || {
+        get(p, "/metrics", "").0 == 503
+    });
+    let asked = [
+        ("/-/healthy", 200),
+        ("/-/ready", 200),
+        ("/metrics", 503),
+        ("/snapshot", 503),
+        ("/events", 503),
+    ];
+    for (path, want) in asked {
+        let at = Instant::now();
+        let (code, body) = get(p, path, "");
+        assert_eq!(code, want, "{path} while every slot is held: {body}");
+        assert!(
+            at.elapsed() < Duration::from_secs(2),
+            "{path} took {:?}",
+            at.elapsed()
+        );
+    }
+    // Not read meanwhile: their buffers fill, the writes wait, the stall limit cuts them.
+    let end = Instant::now() + Duration::from_secs(60);
+    while get(p, "/metrics", "").0 != 200 {
+        assert!(
+            Instant::now() < end,
+            "the stalled readers still hold every slot after {:?}",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Each stalled socket ends: what the kernel buffered, then the close.
+    for mut s in stalled {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut sink = [0u8; 65536];
+        let mut got = 0usize;
+        loop {
+            match s.read(&mut sink) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("a stalled reader was never cut: {e}"),
+            }
+            assert!(got < 64 << 20, "a cut stream kept coming");
+        }
+    }
+    let (_, body) = get(p, "/metrics", "");
+    let counter = |name: &str| {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(counter("partop_serve_stalled_connections"), 4.0, "{body}");
+    assert!(counter("partop_serve_refused_connections") >= 5.0, "{body}");
+}
+
+/// The `Bearer` scheme in any letter case (RFC 7235: schemes are case-insensitive), with one or
+/// more spaces before the token, is accepted; other schemes and wrong tokens are not. Every
+/// case spelling of "bearer" runs (64), then 5 refusals.
+#[test]
+fn the_bearer_scheme_is_read_in_any_case() {
+    let home = tempfile::tempdir().unwrap();
+    let tok = home.path().join("token");
+    std::fs::write(&tok, "s3cret-token\n").unwrap();
+    let serve = Serve::start_serving(
+        &["--sim", "spx-nps1-one-model"],
+        &["--token-file", tok.to_str().unwrap()],
+        &[],
+    );
+    serve.ready();
+    let p = serve.port;
+    let mut ran = 0;
+    for mask in 0u32..64 {
+        let scheme: String = "bearer"
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if mask & (1 << i) == 0 {
+                    c
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
+            .collect();
+        let spaces = " ".repeat(1 + (mask % 3) as usize);
+        let h = format!("Authorization: {scheme}{spaces}s3cret-token\r\n");
+        assert_eq!(get(p, "/snapshot", &h).0, 200, "{h}");
+        ran += 1;
+    }
+    for bad in [
+        "Authorization: Basic s3cret-token\r\n",
+        "Authorization: Bearers3cret-token\r\n",
+        "Authorization: bearer wrong\r\n",
+        "Authorization: bearer\r\n",
+        "Authorization: s3cret-token\r\n",
+    ] {
+        assert_eq!(get(p, "/snapshot", bad).0, 401, "{bad}");
+        ran += 1;
+    }
+    assert_eq!(ran, 69);
+}

@@ -352,7 +352,7 @@ fn resume_command(
         argv.push("--kill-after-grace".into());
     }
     argv.iter()
-        .map(|a| crate::domain::text::shell_word(a))
+        .map(|a| crate::domain::text::shell_quote(a))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -145,6 +145,10 @@ pub struct ServeArgs {
     /// Connections served at once; more are answered 503 at once.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub max_connections: u16,
+    /// Seconds a client may take none of what is written to it (an event stream it stopped
+    /// reading) before its connection is cut and its slot freed.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=3600))]
+    pub stall_secs: u16,
     /// Print the systemd unit for this service and exit.
     #[arg(long)]
     pub print_unit: bool,
@@ -290,7 +294,7 @@ pub enum SimCmd {
         /// Nodes.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
         nodes: u16,
-        /// First port.
+        /// First port (0: a port the kernel picks for each node, written to the hosts file).
         #[arg(long, default_value_t = 19000)]
         base_port: u16,
         /// The template: a `partop snapshot --json` document (of `partop --sim SCENARIO`, or of

@@ -62,6 +62,8 @@ pub struct Row {
     pub reach: Option<Reach>,
     /// When the last row arrived (this machine's clock), ms.
     pub seen_ms: u64,
+    /// The last row is settled: no source of it is still on its first read.
+    pub settled: bool,
 }
 
 /// `partop fleet`.
@@ -85,7 +87,10 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
     crate::cli::fleet_view::run(a, nodes, settings)
 }
 
-/// Every node once (its first row, or why none came), then a table or JSON.
+/// Every node once, judged on its first settled row (one no source of which is still on its
+/// first read: a node's first sample is taken while amd-smi warms up), or why none came, within
+/// the connect timeout and 20 s; a node still pending then is said as pending, not down. Then a
+/// table or JSON.
 fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
     let t = transport(a, nodes.len());
     let rt = crate::cli::out::runtime()?;
@@ -103,7 +108,7 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
         let deadline = tokio::time::Instant::now() + t.connect_timeout + Duration::from_secs(20);
         let done = |rows: &[Row]| {
             rows.iter()
-                .all(|r| r.summary.is_some() || matches!(r.reach, Some(Reach::Down(_))))
+                .all(|r| r.settled || matches!(r.reach, Some(Reach::Down(_))))
         };
         while !done(&rows) {
             let Ok(Some(e)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
@@ -111,14 +116,17 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
             };
             match e {
                 FleetEvent::Row(n, s) => {
-                    if let Some(r) = rows.iter_mut().find(|r| r.name == n) {
+                    if let Some(r) = rows.iter_mut().find(|r| r.name == n)
+                        && !r.settled
+                    {
+                        r.settled = s.health != crate::domain::snapshot::Health::Pending;
                         r.summary = Some(*s);
                         r.reach = Some(Reach::Up);
                     }
                 }
                 FleetEvent::Reach(n, reach) => {
                     if let Some(r) = rows.iter_mut().find(|r| r.name == n)
-                        && r.summary.is_none()
+                        && !r.settled
                     {
                         r.reach = Some(reach);
                     }
@@ -138,7 +146,16 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
                 serde_json::json!({
                     "node": r.name,
                     "reporting": r.summary.is_some(),
-                    "reason": match &r.reach { Some(Reach::Down(w)) => Some(w.clone()), _ => None },
+                    "settled": r.settled,
+                    "reason": match &r.reach {
+                        Some(Reach::Down(w)) => Some(w.clone()),
+                        _ if r.summary.is_some() && !r.settled => Some(format!(
+                            "pending: no settled sample within {}s ({})",
+                            (t.connect_timeout + Duration::from_secs(20)).as_secs(),
+                            r.summary.as_ref().and_then(|s| s.trouble.clone()).unwrap_or_default()
+                        )),
+                        _ => None,
+                    },
                     "summary": r.summary,
                 })
             })
@@ -147,7 +164,7 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
     } else {
         out(&crate::ui::fleet::table_text(&rows_to_view(&rows)))?;
     }
-    Ok(if rows.iter().all(|r| r.summary.is_some()) {
+    Ok(if rows.iter().all(|r| r.settled) {
         exit::OK
     } else {
         exit::PARTIAL

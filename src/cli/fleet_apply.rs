@@ -81,16 +81,41 @@ fn ssh_run(
     if let Some(mut i) = child.stdin.take() {
         let _ = i.write_all(stdin.as_bytes());
     }
+    // Each output read to at most 64 MiB (a plan, a snapshot, a journal: far less), the rest
+    // drained unread, so a node cannot grow this machine's memory without end.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                use std::io::Read as _;
+                let _ = (&mut r).take(64 << 20).read_to_end(&mut buf);
+                let _ = std::io::copy(&mut r, &mut std::io::sink());
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
     let (tx, rx) = std::sync::mpsc::channel();
     let pid = child.id();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
+        let _ = tx.send(child.wait());
     });
     match rx.recv_timeout(limit) {
-        Ok(Ok(o)) => (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
+        Ok(Ok(st)) => (
+            st.code(),
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
         ),
         Ok(Err(e)) => (None, String::new(), e.to_string()),
         Err(_) => {
@@ -108,18 +133,60 @@ fn ssh_run(
 }
 
 fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
+    if nodes.is_empty() {
+        return Err(exit::Usage(
+            "no nodes: name them, or give --hosts-file or --ssh-config".into(),
+        )
+        .into());
+    }
     nodes
         .into_iter()
         .map(|n| match n.target {
             Target::Ssh { dest, partop } => Ok((n.name, dest, partop)),
-            Target::Http { addr } => Err(anyhow::anyhow!(
+            Target::Http { addr } => Err(exit::Usage(format!(
                 "{addr}: a partop serve endpoint is read only; changes go over ssh"
-            )),
-            Target::SshAmdSmi { dest, .. } => Err(anyhow::anyhow!(
+            ))
+            .into()),
+            Target::SshAmdSmi { dest, .. } => Err(exit::Usage(format!(
                 "{dest}: partop is not installed there; its amd-smi is only read"
-            )),
+            ))
+            .into()),
         })
         .collect()
+}
+
+/// What a node's own journal says of its plan: the fleet asks before it continues a node it
+/// attempted, since an attempt that failed before the node's first step (ssh refused, the
+/// node's partop refused before journaling) left no run there to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeRun {
+    /// No run of this plan: it starts afresh.
+    None,
+    /// A run of it, finished or not: `--resume` continues it (or says it is complete).
+    Some,
+}
+
+/// Reads the node's journal over ssh (`partop journal --json`) for a run of `n`'s plan.
+fn node_run(t: &Transport, n: &NodePlan) -> Result<NodeRun, String> {
+    let remote = vec![n.partop.clone(), "journal".into(), "--json".into()];
+    let (code, o, e) = ssh_run(t, &n.dest, &remote, "", Duration::from_secs(120));
+    if code != Some(0) {
+        return Err(format!(
+            "cannot read its journal to know where it stopped: {}",
+            crate::collect::fleet::ssh_reason(code, &e, false)
+        ));
+    }
+    let (entries, _) = journal::parse(&n.node, o.as_bytes());
+    Ok(
+        if journal::runs(&entries)
+            .iter()
+            .any(|r| r.kind == "repartition" && r.fingerprint == n.plan.fingerprint)
+        {
+            NodeRun::Some
+        } else {
+            NodeRun::None
+        },
+    )
 }
 
 /// `partop fleet plan|apply`.
@@ -172,9 +239,6 @@ fn plan(
     memory: Option<&str>,
     file: &Path,
 ) -> Result<u8> {
-    if nodes.is_empty() {
-        anyhow::bail!("no nodes: name them, or give --hosts-file or --ssh-config");
-    }
     let mut remote_args = vec!["plan".to_string(), "--gpu".into(), "all".into()];
     if let Some(c) = compute {
         remote_args.extend(["--compute".into(), c.to_string()]);
@@ -348,6 +412,20 @@ fn verify_once(t: &Transport, n: &NodePlan) -> Result<(), String> {
     Ok(())
 }
 
+/// The newest rollout of set `set` in the fleet journal, when it has not finished: its id.
+fn unfinished_rollout(fj: &Path, set: &str) -> Option<String> {
+    let (entries, _) = journal::read(fj).ok()?;
+    let start = entries
+        .iter()
+        .rev()
+        .find(|e| e.action == "fleet.rollout.start" && e.targets["set"] == set)?;
+    let id = start.outcome["rollout"].as_str()?.to_string();
+    let finished = entries
+        .iter()
+        .any(|e| e.action == "fleet.rollout.done" && e.outcome["rollout"] == id.as_str());
+    (!finished).then_some(id)
+}
+
 fn journal_or_stop(
     path: &Path,
     action: &str,
@@ -435,6 +513,14 @@ fn apply(
         failed.dedup();
         (id, done, failed)
     } else {
+        if let Some(id) = unfinished_rollout(fj, &set.fingerprint) {
+            anyhow::bail!(
+                "rollout {id} of set {} is unfinished in {}: its done nodes no longer match their plans. Continue it: partop fleet apply {} --resume",
+                set.fingerprint,
+                fj.display(),
+                set_path.display()
+            );
+        }
         (
             format!("{}-{}", set.fingerprint, crate::collect::clock::now_ms()),
             Vec::new(),
@@ -489,29 +575,51 @@ fn apply(
         )?;
     }
     for chunk in todo.chunks(parallel.max(1)) {
+        // A node attempted before continues its own run when the node has one; an attempt
+        // that never reached its first step starts afresh (asked of the node, not guessed).
+        let mut how: Vec<Result<bool, String>> = Vec::new();
         for n in chunk {
+            let h = if failed.contains(&n.node) {
+                node_run(t, n).map(|r| r == NodeRun::Some)
+            } else {
+                Ok(false)
+            };
             journal_or_stop(
                 fj,
                 "fleet.node.start",
                 json!({"node": n.node, "dest": n.dest, "plan": n.plan.fingerprint}),
-                json!({"rollout": rollout}),
+                json!({"rollout": rollout, "resume": h.as_ref().ok(), "error": h.as_ref().err()}),
             )?;
             out(&format!(
-                "\n== {}: applying plan {}\n",
-                n.node, n.plan.fingerprint
+                "\n== {}: {} plan {}\n",
+                n.node,
+                match &h {
+                    Ok(true) => "resuming its run of",
+                    Ok(false) if failed.contains(&n.node) => {
+                        "no run on the node yet (its last attempt stopped before its first step): applying"
+                    }
+                    _ => "applying",
+                },
+                n.plan.fingerprint
             ))?;
+            how.push(h);
         }
         let results: Vec<(&NodePlan, Result<String, String>)> = std::thread::scope(|s| {
             let hs: Vec<_> = chunk
                 .iter()
-                .map(|n| {
-                    let failed = &failed;
+                .zip(how)
+                .map(|(n, how)| {
                     s.spawn(move || {
+                        let resume_run = match how {
+                            Ok(r) => r,
+                            Err(e) => {
+                                return (*n, Err(format!("failed before its first step: {e}")));
+                            }
+                        };
                         let plan = serde_json::to_string(&n.plan).unwrap_or_default();
                         let mut remote =
                             vec![n.partop.clone(), "apply".into(), "-".into(), "--yes".into()];
-                        // The node that stopped the rollout continues its own run.
-                        if failed.contains(&n.node) {
+                        if resume_run {
                             remote.push("--resume".into());
                         }
                         let (code, o, e) =

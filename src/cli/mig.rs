@@ -57,8 +57,12 @@ fn resume_command(
     kill_after_grace: bool,
     grace: f64,
 ) -> String {
-    let word = |s: &str| crate::domain::text::shell_word(s).into_owned();
-    let mut w = vec![word(&crate::cli::out::invoked_as()), "--source".into(), "nvidia".into()];
+    let word = |s: &str| crate::domain::text::shell_quote(s).into_owned();
+    let mut w = vec![
+        word(&crate::cli::out::invoked_as()),
+        "--source".into(),
+        "nvidia".into(),
+    ];
     if let Some(p) = &src.nvidia_smi {
         w.extend([
             "--nvidia-smi".into(),

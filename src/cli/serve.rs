@@ -70,6 +70,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs, settings: &crate::config::Settings) -> Re
                 thresholds,
                 limits: crate::serve::http::Limits {
                     max_connections: usize::from(a.max_connections),
+                    stream_stall: Duration::from_secs(u64::from(a.stall_secs)),
                     token,
                     ..crate::serve::http::Limits::default()
                 },

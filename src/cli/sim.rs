@@ -218,13 +218,21 @@ fn sim_fleet(
     rt.block_on(async move {
         let mut txs = Vec::new();
         let mut hosts = String::new();
+        let mut ports = Vec::new();
         for i in 0..nodes {
-            let port = base
-                .checked_add(i)
-                .ok_or_else(|| anyhow::anyhow!("ports past 65535"))?;
-            let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            // --base-port 0: each node on a port the kernel picks; what is written is the port
+            // bound, never the 0 asked for.
+            let ask = if base == 0 {
+                0
+            } else {
+                base.checked_add(i)
+                    .ok_or_else(|| anyhow::anyhow!("ports past 65535"))?
+            };
+            let l = tokio::net::TcpListener::bind(("127.0.0.1", ask))
                 .await
-                .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+                .with_context(|| format!("cannot listen on 127.0.0.1:{ask}"))?;
+            let port = l.local_addr()?.port();
+            ports.push(port);
             let (tx, rx) = tokio::sync::watch::channel(Arc::new(
                 crate::serve::http::Published::default(),
             ));
@@ -242,9 +250,20 @@ fn sim_fleet(
         if let Some(p) = hosts_out {
             crate::exec::safe_file::write_atomic(p, hosts.as_bytes()).with_context(|| format!("cannot write {}", p.display()))?;
         }
+        let range = if base == 0 {
+            format!(
+                "ports the kernel picked ({})",
+                ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("{base}-{}", u32::from(base) + u32::from(nodes) - 1)
+        };
         out(&format!(
-            "{nodes} simulated nodes on 127.0.0.1:{base}-{}; partop fleet --hosts-file FILE reads them\n",
-            u32::from(base) + u32::from(nodes) - 1
+            "{nodes} simulated nodes on 127.0.0.1:{range}; partop fleet --hosts-file FILE reads them\n"
         ))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

@@ -84,16 +84,53 @@ pub struct Transport {
     pub concurrency: usize,
 }
 
-/// Reads the hosts file: one node per line, `#` comments, `HOST partop=/path` options, and
-/// `http://host:port` for `partop serve` endpoints.
+/// The words of a hosts-file line: split at blanks, `"…"` quoting inside a word (with `\"` and
+/// `\\`), so `partop="/opt/my tools/partop"` is one word; `#` outside quotes starts a comment.
+fn host_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut w: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '#' => break,
+            c if c.is_whitespace() => {
+                if let Some(x) = w.take() {
+                    words.push(x);
+                }
+            }
+            '"' => {
+                let cur = w.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        None => return Err("a quote is not closed".into()),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(e @ ('"' | '\\')) => cur.push(e),
+                            Some(e) => {
+                                cur.push('\\');
+                                cur.push(e);
+                            }
+                            None => return Err("a quote is not closed".into()),
+                        },
+                        Some(x) => cur.push(x),
+                    }
+                }
+            }
+            c => w.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(w);
+    Ok(words)
+}
+
+/// Reads the hosts file: one node per line, `#` comments, `HOST partop=/path` options (quoted
+/// when the path has blanks: `partop="/opt/my tools/partop"`), and `http://host:port` for
+/// `partop serve` endpoints.
 pub fn parse_hosts(text: &str, default_partop: &str) -> Result<Vec<NodeSpec>, String> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
+        let words = host_words(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let mut words = words.iter().map(String::as_str);
         let Some(first) = words.next() else { continue };
         let mut partop = default_partop.to_string();
         let mut amd_smi = None;
@@ -225,11 +262,11 @@ pub fn ssh_reason(code: Option<i32>, stderr: &str, had_samples: bool) -> String 
     )
 }
 
-/// One line of a stream: a fleet row, or a whole document reduced to one.
-pub fn parse_line(line: &str) -> Option<NodeSummary> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+/// One line of a stream: a fleet row, or a whole document reduced to one; or why it is neither.
+pub fn parse_line(line: &str) -> Result<NodeSummary, serde_json::Error> {
+    let v: serde_json::Value = serde_json::from_str(line)?;
     if v.get("gpus").is_some() {
-        let mut snap: crate::domain::Snapshot = serde_json::from_value(v.clone()).ok()?;
+        let mut snap: crate::domain::Snapshot = serde_json::from_value(v.clone())?;
         // A node's document is outside data: its last check runs here too.
         crate::domain::sanity::check(&mut snap);
         let findings: Vec<crate::domain::findings::Finding> = v
@@ -239,9 +276,39 @@ pub fn parse_line(line: &str) -> Option<NodeSummary> {
         let apply = v
             .get("apply")
             .and_then(|a| serde_json::from_value(a.clone()).ok());
-        return Some(crate::domain::fleet::summarize(&snap, &findings, apply));
+        return Ok(crate::domain::fleet::summarize(&snap, &findings, apply));
     }
-    serde_json::from_value(v).ok()
+    serde_json::from_value(v)
+}
+
+/// Why line `n` of a node's stream is not a sample, in words for the row: serde's reason placed
+/// on the stream's line, and the start of the line, escaped and cut (a hostile node's text
+/// reaches the operator's terminal only as visible escapes, and only so much of it).
+pub fn invalid_stream(n: usize, line: &str, e: &serde_json::Error) -> String {
+    let mut why = e.to_string();
+    let at = if e.line() > 0 {
+        let own = format!(" at line {} column {}", e.line(), e.column());
+        if let Some(x) = why.strip_suffix(&own) {
+            why = x.to_string();
+        }
+        format!("line {n} column {}", e.column())
+    } else {
+        format!("line {n}")
+    };
+    format!(
+        "invalid stream: {} at {at} (the line begins {:?})",
+        cut(&why, 160),
+        cut(line.trim(), 60)
+    )
+}
+
+/// `s` with control characters escaped, at most `max` characters of it, `…` when cut.
+fn cut(s: &str, max: usize) -> String {
+    let e = crate::domain::text::escape_controls(s);
+    if e.chars().count() <= max {
+        return e.into_owned();
+    }
+    e.chars().take(max).chain(std::iter::once('…')).collect()
 }
 
 /// The ssh argv that runs `args` on `dest`.
@@ -276,8 +343,64 @@ pub fn ssh_argv(t: &Transport, dest: &str, remote: &[String]) -> Vec<String> {
     }
     a.push(dest.into());
     a.push("--".into());
-    a.extend(remote.iter().cloned());
+    // ssh hands the node's shell one line: each word quoted for it, so a path with blanks or
+    // `;` (a hosts file's partop=, --remote-partop) is run as that one path, never split or
+    // run as a second command.
+    a.extend(
+        remote
+            .iter()
+            .map(|w| crate::domain::text::shell_quote(w).into_owned()),
+    );
     a
+}
+
+/// The most a node may send in one line (a whole snapshot document of a large node is well
+/// under it).
+const MAX_LINE: usize = 4 << 20;
+
+/// A node's stream, read a line at a time and never more than [`MAX_LINE`] of one: a node
+/// that sends an endless line is an error at that size, not memory without end (`lines()`
+/// buffers a line whole before anyone can look at its length).
+struct BoundedLines<R> {
+    r: R,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> BoundedLines<R> {
+    /// The next line without its `\n` (or `\r\n`), invalid UTF-8 replaced; None at the end.
+    async fn next_line(&mut self) -> std::io::Result<Option<String>> {
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let chunk = self.r.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok((!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned()));
+            }
+            let (n, done) = chunk
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or((chunk.len(), false), |i| (i + 1, true));
+            if buf.len() + n > MAX_LINE + 2 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a line over {} MiB", MAX_LINE >> 20),
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            self.r.consume(n);
+            if done {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+                return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+            }
+        }
+    }
+}
+
+fn bounded_lines<R: tokio::io::AsyncRead + Unpin>(r: R) -> BoundedLines<tokio::io::BufReader<R>> {
+    BoundedLines {
+        r: tokio::io::BufReader::new(r),
+    }
 }
 
 /// Every event leaves here, so every string a node sent (its rows, its reasons, ssh's stderr)
@@ -368,7 +491,7 @@ async fn ssh_once(
         }
         String::from_utf8_lossy(&buf).into_owned()
     });
-    let mut lines = tokio::io::BufReader::new(stdout.take(u64::MAX)).lines();
+    let mut lines = bounded_lines(stdout);
     let mut rep = Reporter {
         name,
         tx,
@@ -377,19 +500,33 @@ async fn ssh_once(
     };
     // Silence past this is a stuck stream: cut and reconnect.
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + t.connect_timeout.as_secs() + 10);
+    let mut n = 0usize;
     loop {
         match tokio::time::timeout(silence, lines.next_line()).await {
             Ok(Ok(Some(l))) => {
-                if l.len() > 4 << 20 {
-                    break;
+                n += 1;
+                if l.trim().is_empty() {
+                    continue;
                 }
-                if let Some(row) = parse_line(&l)
-                    && !rep.row(row).await
-                {
-                    return (rep.had, String::new());
+                match parse_line(&l) {
+                    Ok(row) => {
+                        if !rep.row(row).await {
+                            return (rep.had, String::new());
+                        }
+                    }
+                    // Not partop's stream (a login script printing on stdout, another
+                    // program, another version): said, not waited on as "connecting".
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        return (rep.had, invalid_stream(n, &l, &e));
+                    }
                 }
             }
-            Ok(Ok(None) | Err(_)) => break,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                let _ = child.start_kill();
+                return (rep.had, format!("invalid stream: line {}: {e}", n + 1));
+            }
             Err(_) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
@@ -443,13 +580,13 @@ async fn http_once(
     {
         return (false, format!("{addr}: {e}"));
     }
-    let mut lines = tokio::io::BufReader::new(r).lines();
+    let mut lines = bounded_lines(r);
     let status = match tokio::time::timeout(t.connect_timeout, lines.next_line()).await {
         Ok(Ok(Some(l))) => l,
         _ => return (false, format!("{addr}: no answer")),
     };
     if !status.contains(" 200") {
-        return (false, format!("{addr}: {status}"));
+        return (false, format!("{addr}: {}", cut(&status, 120)));
     }
     let mut rep = Reporter {
         name,
@@ -459,16 +596,31 @@ async fn http_once(
     };
     let mut data = String::new();
     let silence = Duration::from_secs(u64::from(t.refresh) * 3 + 15);
+    // Lines of the response (the status line is line 1), for the reason of a bad event.
+    let mut n = 1usize;
+    let mut data_at = 0usize;
     loop {
         match tokio::time::timeout(silence, lines.next_line()).await {
             Ok(Ok(Some(l))) => {
+                n += 1;
                 if let Some(d) = l.strip_prefix("data: ") {
+                    if data.is_empty() {
+                        data_at = n;
+                    }
                     data.push_str(d);
                 } else if l.is_empty() && !data.is_empty() {
-                    if let Some(row) = parse_line(&data)
-                        && !rep.row(row).await
-                    {
-                        return (rep.had, String::new());
+                    match parse_line(&data) {
+                        Ok(row) => {
+                            if !rep.row(row).await {
+                                return (rep.had, String::new());
+                            }
+                        }
+                        Err(e) => {
+                            return (
+                                rep.had,
+                                format!("{addr}: {}", invalid_stream(data_at, &data, &e)),
+                            );
+                        }
                     }
                     data.clear();
                 }
@@ -642,7 +794,7 @@ pub async fn full_stream(
             let Some(out) = child.stdout.take() else {
                 return "no stdout".into();
             };
-            let mut lines = tokio::io::BufReader::new(out).lines();
+            let mut lines = bounded_lines(out);
             while let Ok(Some(l)) = lines.next_line().await {
                 if let Some(s) = parse(&l)
                     && tx.send(Arc::new(s)).is_err()
@@ -669,7 +821,7 @@ pub async fn full_stream(
             {
                 return format!("{addr}: write failed");
             }
-            let mut lines = tokio::io::BufReader::new(r).lines();
+            let mut lines = bounded_lines(r);
             while let Ok(Some(l)) = lines.next_line().await {
                 if let Some(d) = l.strip_prefix("data: ")
                     && let Some(s) = parse(d)
@@ -708,6 +860,28 @@ mod tests {
             hosts_of_ssh_config("Host gpu-*\n  User x\nHost node1 node2\n  Port 22\nHost *\n"),
             ["node1", "node2"]
         );
+    }
+
+    /// Hosts-file words: quoted paths with blanks, `;`, `#` and escaped quotes are one word; a
+    /// `#` outside quotes starts a comment; an unclosed quote is an error at its line. 6 lines.
+    #[test]
+    fn hosts_file_values_can_be_quoted() {
+        let h = parse_hosts(
+            "a partop=\"/opt/my tools;x/partop\"  # c\nb partop=\"/p/with \\\"q\\\" #h\"\nc#x\nd partop=/plain\n",
+            "partop",
+        )
+        .unwrap();
+        let partop = |i: usize| match &h[i].target {
+            Target::Ssh { partop, .. } => partop.clone(),
+            t => panic!("{t:?}"),
+        };
+        assert_eq!(partop(0), "/opt/my tools;x/partop");
+        assert_eq!(partop(1), "/p/with \"q\" #h");
+        assert_eq!(h[2].name, "c");
+        assert_eq!(partop(3), "/plain");
+        let e = parse_hosts("ok\nbad partop=\"/open\n", "partop").unwrap_err();
+        assert!(e.starts_with("line 2: a quote is not closed"), "{e}");
+        assert_eq!(h.len(), 4);
     }
 
     #[test]

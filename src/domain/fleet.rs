@@ -67,8 +67,9 @@ fn rank(h: Health) -> u8 {
     match h {
         Health::Ok => 0,
         Health::Degraded => 1,
-        Health::Stale => 2,
-        Health::Down => 3,
+        Health::Pending => 2,
+        Health::Stale => 3,
+        Health::Down => 4,
     }
 }
 
@@ -107,12 +108,16 @@ pub fn summarize(snap: &Snapshot, findings: &[Finding], apply: Option<ApplyInfo>
         .map(|s| s.status)
         .max_by_key(|h| rank(*h))
         .unwrap_or(Health::Down);
+    // A failure first; else a source still on its first read (said, not a failure).
+    let why = |s: &super::snapshot::SourceStatus| {
+        format!("{}: {}", s.name, s.error.clone().unwrap_or_default())
+    };
     let trouble = snap
         .sources
         .iter()
-        .filter(|s| matches!(s.status, Health::Down | Health::Stale))
-        .map(|s| format!("{}: {}", s.name, s.error.clone().unwrap_or_default()))
-        .next();
+        .find(|s| matches!(s.status, Health::Down | Health::Stale))
+        .or_else(|| snap.sources.iter().find(|s| s.status == Health::Pending))
+        .map(why);
     let count =
         |k: Kind| u32::try_from(findings.iter().filter(|f| f.kind == k).count()).unwrap_or(0);
     NodeSummary {

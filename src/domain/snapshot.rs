@@ -15,6 +15,9 @@ pub enum Health {
     Ok,
     /// Last read succeeded with warnings (e.g. per-GPU status lines).
     Degraded,
+    /// Not answered yet: its first read is still running (amd-smi's first identity read takes
+    /// seconds). Not a failure: a node is judged on a later sample.
+    Pending,
     /// Last read failed; values shown are from an older read.
     Stale,
     /// Never read successfully.

@@ -119,17 +119,6 @@ fn scan_controls(json: &str, newlines_ok: bool) -> bool {
     false
 }
 
-/// `s` as one word a POSIX shell reads back unchanged: as it is when every character is plain
-/// (letters, digits, `_./:=@%+,-`), else in single quotes (a `'` inside written `'\''`). For
-/// commands partop prints to be pasted (a resume), whatever the paths hold.
-pub fn shell_word(s: &str) -> Cow<'_, str> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        return Cow::Borrowed(s);
-    }
-    Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
-}
-
 /// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
 /// decimal below 100 GiB, none above (`23.5`, `192`).
 pub fn gib(b: u64) -> String {
@@ -149,6 +138,27 @@ pub fn sanitize(s: &mut Option<String>) {
     {
         *v = o;
     }
+}
+
+/// `word` as a POSIX shell reads it back as one word, unchanged: left bare when it holds only
+/// characters no shell treats specially, else single-quoted (a `'` inside written `'\''`). The
+/// one quoting for every command line partop shows or hands to a shell (ssh's remote command,
+/// a launch in a confirmation and a dry run), so what is pasted or run is what was meant.
+pub fn shell_quote(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./-_".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return Cow::Borrowed(word);
+    }
+    Cow::Owned(format!("'{}'", word.replace('\'', "'\\''")))
+}
+
+/// Words joined into one shell command line, each [`shell_quote`]d.
+pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
+    words
+        .iter()
+        .map(|w| shell_quote(w.as_ref()).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -203,11 +213,11 @@ mod tests {
     }
 
     #[test]
-    fn shell_words_read_back_as_written() {
-        assert_eq!(shell_word("/tmp/a-b_c.json"), "/tmp/a-b_c.json");
-        assert_eq!(shell_word("/tmp/my plan.json"), "'/tmp/my plan.json'");
-        assert_eq!(shell_word("it's"), "'it'\\''s'");
-        assert_eq!(shell_word("$(reboot)"), "'$(reboot)'");
-        assert_eq!(shell_word(""), "''");
+    fn shell_quotes_read_back_as_written() {
+        assert_eq!(shell_quote("/tmp/a-b_c.json"), "/tmp/a-b_c.json");
+        assert_eq!(shell_quote("/tmp/my plan.json"), "'/tmp/my plan.json'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote("$(reboot)"), "'$(reboot)'");
+        assert_eq!(shell_quote(""), "''");
     }
 }

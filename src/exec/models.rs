@@ -113,12 +113,8 @@ pub fn launch(
             spec.expand(unit, devices, bdfs),
         ])
         .map(|()| None),
-        Launch::Docker { container } => run_status(&[
-            "docker".into(),
-            "start".into(),
-            spec.expand(container, devices, bdfs),
-        ])
-        .map(|()| None),
+        // Exactly the argv the confirmation showed (`docker run` with the GPU's devices).
+        Launch::Docker { .. } => run_status(&spec.launch_argv(devices, bdfs)).map(|()| None),
     };
     let _ = journal::append(
         &ops.journal,
@@ -171,7 +167,7 @@ pub fn stop(
             spec.expand(unit, devices, bdfs),
         ])
         .map(|()| "unit stopped".into()),
-        Launch::Docker { container } => run_status(&[
+        Launch::Docker { container, .. } => run_status(&[
             "docker".into(),
             "stop".into(),
             spec.expand(container, devices, bdfs),

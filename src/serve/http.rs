@@ -4,10 +4,13 @@
 //! Read only: no endpoint changes anything; only GET and HEAD are accepted.
 //!
 //! Bounds, because an exporter is reachable by whatever can reach its port: a fixed number of
-//! connections (the rest get 503 at once), 16 KiB of request head, no request body, 5 s to send
-//! the head, 10 s for a whole exchange (event streams excepted; a stream whose reader stops
-//! reading for 30 s is closed), one request per connection. hyper (HTTP/1.1 on tokio, the
-//! runtime partop already uses) does the protocol.
+//! connections (past it, a small reserve answers the health endpoints only, the rest get 503 at
+//! once), 16 KiB of request head, no request body, 5 s to send the head, 10 s for a whole
+//! exchange (event streams excepted), one request per connection. Every connection's socket is
+//! watched: a write the peer has not taken for the stall limit (30 s) cuts the connection, so a
+//! client that stops reading an event stream gives its slot back; an idle stream sends a comment
+//! line every half of that limit, so a peer that vanished is found the same way. hyper (HTTP/1.1
+//! on tokio, the runtime partop already uses) does the protocol.
 
 use super::metrics::{Exported, render, to_prometheus_text};
 use crate::domain::findings::Finding;
@@ -48,8 +51,12 @@ pub struct Limits {
     pub head_timeout: Duration,
     /// Time for a whole exchange (not event streams).
     pub exchange_timeout: Duration,
-    /// An event stream whose reader takes longer than this for one event is closed.
+    /// A connection whose peer takes none of what is written to it for this long is cut (an
+    /// event stream whose reader stopped reading; idle streams send a comment every half).
     pub stream_stall: Duration,
+    /// Connections past `max_connections` that are still read, to answer `/-/healthy` and
+    /// `/-/ready` (anything else gets 503): a full server stays observable.
+    pub health_reserve: usize,
     /// Bearer token every data endpoint requires (the health endpoints do not).
     pub token: Option<String>,
 }
@@ -62,6 +69,7 @@ impl Default for Limits {
             head_timeout: Duration::from_secs(5),
             exchange_timeout: Duration::from_secs(10),
             stream_stall: Duration::from_secs(30),
+            health_reserve: 16,
             token: None,
         }
     }
@@ -76,8 +84,10 @@ pub struct Stats {
     pub max_render_cpu_ns: AtomicU64,
     /// Series in the last scrape.
     pub last_series: AtomicU64,
-    /// Connections refused for the limit.
+    /// Connections past the limit (answered 503, or only a health probe served).
     pub refused: AtomicU64,
+    /// Connections cut because their peer stopped taking what was written.
+    pub stalled: AtomicU64,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -161,9 +171,10 @@ fn metrics(ctx: &Ctx, req: &Request<Incoming>) -> Response<Body> {
     ctx.stats.last_series.store(n as u64, Ordering::Relaxed);
     // The server's own figures (from the previous render: this one is being measured).
     let own = format!(
-        "# HELP partop_scrape_render_cpu_seconds CPU time the last /metrics render took.\n# TYPE partop_scrape_render_cpu_seconds gauge\npartop_scrape_render_cpu_seconds {}\n# HELP partop_scrape_series Series in the last scrape.\n# TYPE partop_scrape_series gauge\npartop_scrape_series {n}\n# HELP partop_serve_refused_connections Connections refused at the connection limit since start.\n# TYPE partop_serve_refused_connections gauge\npartop_serve_refused_connections {}\n",
+        "# HELP partop_scrape_render_cpu_seconds CPU time the last /metrics render took.\n# TYPE partop_scrape_render_cpu_seconds gauge\npartop_scrape_render_cpu_seconds {}\n# HELP partop_scrape_series Series in the last scrape.\n# TYPE partop_scrape_series gauge\npartop_scrape_series {n}\n# HELP partop_serve_refused_connections Connections past the connection limit since start (answered 503; health probes still served).\n# TYPE partop_serve_refused_connections gauge\npartop_serve_refused_connections {}\n# HELP partop_serve_stalled_connections Connections cut since start because their peer stopped taking what was written.\n# TYPE partop_serve_stalled_connections gauge\npartop_serve_stalled_connections {}\n",
         took as f64 / 1e9,
-        ctx.stats.refused.load(Ordering::Relaxed)
+        ctx.stats.refused.load(Ordering::Relaxed),
+        ctx.stats.stalled.load(Ordering::Relaxed)
     );
     if open_metrics {
         // Before the closing `# EOF`.
@@ -202,17 +213,33 @@ fn snapshot(ctx: &Ctx) -> Response<Body> {
     }
 }
 
-/// `/events`: the current sample at once, then one `snapshot` event per new sample. A reader
-/// that does not take an event within the stall limit is dropped (it cannot hold the server).
+/// `/events`: the current sample at once, then one `snapshot` event per new sample; with no
+/// sample for half the stall limit, a comment line (`: idle`). A reader that stops taking them
+/// is cut by the connection's write watch ([`Watched`]), not here.
 fn events(ctx: &Ctx, summary: bool) -> Response<Body> {
     let mut rx = ctx.rx.clone();
-    let stall = ctx.limits.stream_stall;
+    let idle = (ctx.limits.stream_stall / 2).max(Duration::from_millis(100));
     let (tx, out) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(2);
     tokio::spawn(async move {
         let mut first = true;
         loop {
-            if !first && rx.changed().await.is_err() {
-                return;
+            if !first {
+                match tokio::time::timeout(idle, rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        // Written so a vanished peer is found by the write watch as a
+                        // stalled one is; readers skip comment lines (SSE).
+                        if tx
+                            .send(Ok(Frame::data(Bytes::from_static(b": idle\n\n"))))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                }
             }
             first = false;
             let p = Arc::clone(&rx.borrow_and_update());
@@ -230,10 +257,9 @@ fn events(ctx: &Ctx, summary: bool) -> Response<Body> {
             let frame = Frame::data(Bytes::from(format!(
                 "event: snapshot\nid: {id}\ndata: {j}\n\n"
             )));
-            match tokio::time::timeout(stall, tx.send(Ok(frame))).await {
-                Ok(Ok(())) => {}
-                // The reader went away, or stopped reading: end the stream.
-                _ => return,
+            // Gone when the connection is: cut for a stalled reader, or closed by the peer.
+            if tx.send(Ok(frame)).await.is_err() {
+                return;
             }
         }
     });
@@ -260,7 +286,127 @@ impl<T> futures_core::Stream for Recv<T> {
     }
 }
 
-fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool) -> Response<Body> {
+/// A connection's socket with a write watch: when did a write start waiting for the peer to take
+/// bytes (ms on the watch's own clock, 0 when none waits). A peer that stops reading fills the
+/// kernel's buffers, hyper's writes then wait, and the connection is cut once that wait passes
+/// the stall limit, whatever the response is (an event stream, a large body).
+struct Watched {
+    io: tokio::net::TcpStream,
+    watch: Arc<WriteWatch>,
+}
+
+/// Shared between the socket (which marks) and the connection's task (which judges).
+struct WriteWatch {
+    epoch: std::time::Instant,
+    blocked_since_ms: AtomicU64,
+}
+
+impl WriteWatch {
+    fn new() -> Self {
+        Self {
+            epoch: std::time::Instant::now(),
+            blocked_since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        // +1: 0 means "no write waits".
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
+    }
+
+    /// Marks a write's outcome: waiting (kept from its first wait) or done.
+    fn mark<T>(&self, p: &std::task::Poll<T>) {
+        if p.is_pending() {
+            let _ = self.blocked_since_ms.compare_exchange(
+                0,
+                self.now_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        } else {
+            self.blocked_since_ms.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// How long the current write has waited for the peer.
+    fn blocked_for(&self) -> Duration {
+        match self.blocked_since_ms.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            t => Duration::from_millis(self.now_ms().saturating_sub(t)),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let p = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch.mark(&p);
+        p
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let p = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch.mark(&p);
+        p
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let p = std::pin::Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch.mark(&p);
+        p
+    }
+}
+
+/// The bearer token of an `Authorization` value: the scheme compared without regard to case
+/// (RFC 7235 §2.1), the token after one or more spaces.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
+/// Which requests a connection may make: all, or (past the connection limit) the health
+/// endpoints only.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Full,
+    HealthOnly,
+}
+
+fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool, lane: Lane) -> Response<Body> {
     let path = req.uri().path();
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         let mut r = text(
@@ -298,12 +444,15 @@ fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool) -> Response
         }
         _ => {}
     }
+    if lane == Lane::HealthOnly {
+        return text(StatusCode::SERVICE_UNAVAILABLE, TOO_MANY);
+    }
     if let Some(tok) = &ctx.limits.token {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .unwrap_or("");
         if !same(given.trim().as_bytes(), tok.as_bytes()) {
             let mut r = text(
@@ -337,6 +486,9 @@ fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool) -> Response
     }
 }
 
+/// What a request past the connection limit is told.
+const TOO_MANY: &str = "too many connections to partop serve; retry\n";
+
 /// Serves on `listener` until `stop` resolves; in-flight exchanges get a moment to finish.
 pub async fn serve(
     listener: TcpListener,
@@ -347,6 +499,7 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = Arc::new(Semaphore::new(limits.health_reserve));
     let ctx = Arc::new(Ctx {
         rx,
         limits,
@@ -367,58 +520,102 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            ctx.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(
-                    Duration::from_secs(1),
-                    stream.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 44\r\nConnection: close\r\n\r\ntoo many connections to partop serve; retry\n"),
-                )
-                .await;
-            });
-            continue;
+        let (permit, lane) = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(p) => (p, Lane::Full),
+            Err(_) => {
+                ctx.stats.refused.fetch_add(1, Ordering::Relaxed);
+                // Past the limit: a health probe is still answered from the reserve.
+                if let Ok(p) = Arc::clone(&reserve).try_acquire_owned() {
+                    (p, Lane::HealthOnly)
+                } else {
+                    tokio::spawn(async move {
+                        let head = format!(
+                            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{TOO_MANY}",
+                            TOO_MANY.len()
+                        );
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            stream.write_all(head.as_bytes()),
+                        )
+                        .await;
+                    });
+                    continue;
+                }
+            }
         };
         let ctx = Arc::clone(&ctx);
-        tokio::spawn(connection(stream, peer, ctx, permit));
+        tokio::spawn(connection(stream, peer, ctx, permit, lane));
     }
 }
 
+/// One connection: one exchange within the head and exchange limits (an event stream
+/// excepted), cut at any time when its peer stops taking what is written ([`Watched`]).
 async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     ctx: Arc<Ctx>,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    lane: Lane,
 ) {
     let streaming = Arc::new(AtomicBool::new(false));
     let svc_ctx = Arc::clone(&ctx);
     let flag = Arc::clone(&streaming);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let r = route(&svc_ctx, &req, &flag);
+        let r = route(&svc_ctx, &req, &flag, lane);
         async move { Ok::<_, Infallible>(r) }
     });
+    // A reserve connection holds a slot meant for probes: it gets little time.
+    let (head_timeout, exchange_timeout) = match lane {
+        Lane::Full => (ctx.limits.head_timeout, ctx.limits.exchange_timeout),
+        Lane::HealthOnly => (
+            ctx.limits.head_timeout.min(Duration::from_secs(2)),
+            ctx.limits.exchange_timeout.min(Duration::from_secs(2)),
+        ),
+    };
+    let watch = Arc::new(WriteWatch::new());
+    let io = Watched {
+        io: stream,
+        watch: Arc::clone(&watch),
+    };
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(ctx.limits.head_timeout)
+        .header_read_timeout(head_timeout)
         .max_buf_size(ctx.limits.max_head.max(8192))
         .keep_alive(false)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
     tokio::pin!(conn);
-    let limit = tokio::time::sleep(ctx.limits.exchange_timeout);
+    let limit = tokio::time::sleep(exchange_timeout);
     tokio::pin!(limit);
-    tokio::select! {
-        r = &mut conn => {
-            if let Err(e) = r {
-                log::debug!("{peer}: {e}");
-            }
-        }
-        () = &mut limit => {
-            // An event stream is exempt: its reader's pace is bounded per event instead.
-            if streaming.load(Ordering::Relaxed) {
-                if let Err(e) = conn.await {
+    let stall = ctx.limits.stream_stall;
+    let mut check =
+        tokio::time::interval((stall / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)));
+    let mut timed = true;
+    loop {
+        tokio::select! {
+            r = &mut conn => {
+                if let Err(e) = r {
                     log::debug!("{peer}: {e}");
                 }
-            } else {
-                log::debug!("{peer}: exchange over its time limit, closed");
+                return;
+            }
+            () = &mut limit, if timed => {
+                // An event stream is exempt: the write watch bounds its reader instead.
+                if !streaming.load(Ordering::Relaxed) {
+                    log::debug!("{peer}: exchange over its time limit, closed");
+                    return;
+                }
+                timed = false;
+            }
+            _ = check.tick() => {
+                let waited = watch.blocked_for();
+                if waited >= stall {
+                    ctx.stats.stalled.fetch_add(1, Ordering::Relaxed);
+                    log::info!(
+                        "{peer}: took nothing written to it for {}s: connection cut",
+                        waited.as_secs()
+                    );
+                    return;
+                }
             }
         }
     }

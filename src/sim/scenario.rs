@@ -211,6 +211,37 @@ pub enum ScenarioError {
 
 pub use crate::domain::models::line_col;
 
+/// Where `key` is written: at the top of the file (before any table; `[amd_smi_cost]` keys in
+/// that table) or in the `workload`-th `[[workload]]` table; 1-based line and column. None when
+/// written another way (an inline table): the error then names the key without a place.
+fn key_position(text: &str, workload: Option<usize>, key: &str) -> Option<(usize, usize)> {
+    let mut table = String::new();
+    let mut nth: Option<usize> = None;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        if t.starts_with("[[workload]]") {
+            nth = Some(nth.map_or(0, |n| n + 1));
+            table = "workload".into();
+            continue;
+        }
+        if let Some(h) = t.strip_prefix('[') {
+            table = h.trim_end().trim_end_matches(']').trim().to_string();
+            continue;
+        }
+        let here = match workload {
+            Some(w) => table == "workload" && nth == Some(w),
+            None => table.is_empty() || table == "amd_smi_cost",
+        };
+        if here
+            && let Some(rest) = t.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some((i + 1, line.len() - t.len() + 1));
+        }
+    }
+    None
+}
+
 /// Parses TOML text into `T`, with file:line:column errors.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(
     origin: &str,
@@ -258,8 +289,50 @@ impl Scenario {
     /// Parses and validates.
     pub fn parse(origin: &str, text: &str) -> Result<Self, ScenarioError> {
         let s: Self = parse_toml(origin, text)?;
+        s.check_numbers(origin, text)?;
         s.validate(origin)?;
         Ok(s)
+    }
+
+    /// Every number of the scenario, finite and within its range, or refused where it is
+    /// written (file:line:column and the key): `reload_secs = inf` used to be taken, written to
+    /// the node's state file as `null`, and `sim start` then called its own file unreadable.
+    fn check_numbers(&self, origin: &str, text: &str) -> Result<(), ScenarioError> {
+        let c = &self.amd_smi_cost;
+        let mut numbers: Vec<(Option<usize>, &str, f64, f64, f64)> = vec![
+            (None, "reload_secs", self.reload_secs, 0.0, 3600.0),
+            (None, "cpu_fixed_secs", c.cpu_fixed_secs, 0.0, 60.0),
+            (None, "cpu_per_gpu_secs", c.cpu_per_gpu_secs, 0.0, 60.0),
+            (None, "wall_factor", c.wall_factor, 0.0, 100.0),
+            (None, "first_call_secs", c.first_call_secs, 0.0, 600.0),
+        ];
+        for (i, w) in self.workloads.iter().enumerate() {
+            numbers.push((Some(i), "vram_gb", w.vram_gb, 0.0, 4096.0));
+            numbers.push((Some(i), "busy", w.busy, 0.0, 100.0));
+            numbers.push((Some(i), "swing", w.swing, 0.0, 100.0));
+        }
+        for (workload, key, v, lo, hi) in numbers {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                continue;
+            }
+            let whose = workload.map_or_else(String::new, |i| {
+                format!("workload {:?}: ", self.workloads[i].name)
+            });
+            let message = format!("{whose}{key} = {v}: must be a number from {lo} to {hi}");
+            return Err(match key_position(text, workload, key) {
+                Some((line, column)) => ScenarioError::Parse {
+                    origin: origin.into(),
+                    line,
+                    column,
+                    message,
+                },
+                None => ScenarioError::Invalid {
+                    origin: origin.into(),
+                    message,
+                },
+            });
+        }
+        Ok(())
     }
 
     fn validate(&self, origin: &str) -> Result<(), ScenarioError> {
@@ -330,6 +403,43 @@ mod tests {
                 "{stem} not registered in BUILTIN"
             );
         }
+    }
+
+    /// Every checked number, written in a file at a hostile value, is refused with
+    /// file:line:column and the key: 5 keys x 5 values (inf, -inf, NaN, negative, huge), and the
+    /// other 3 cost keys at inf: 28 cases.
+    #[test]
+    fn every_number_out_of_range_is_refused_with_file_line_and_key() {
+        let base = "name = \"x\"\ndescription = \"t\"\nproduct = \"mi300x\"\ncompute = \"SPX\"\nmemory = \"NPS1\"\nreload_secs = 1\n\n[amd_smi_cost]\nwall_factor = 1\n\n[[workload]]\nname = \"a\"\nkind = \"batch\"\n\n[[workload]]\nname = \"b\"\nkind = \"batch\"\nvram_gb = 1\nbusy = 1\nswing = 1\n";
+        Scenario::parse("s.toml", base).unwrap();
+        let keys = [
+            ("reload_secs", 6, "reload_secs = 1"),
+            ("wall_factor", 9, "wall_factor = 1"),
+            ("vram_gb", 18, "vram_gb = 1"),
+            ("busy", 19, "busy = 1"),
+            ("swing", 20, "swing = 1"),
+        ];
+        let values = ["inf", "-inf", "nan", "-5", "1e300"];
+        let mut ran = 0;
+        for (key, line, written) in keys {
+            for v in values {
+                let text = base.replacen(written, &format!("{key} = {v}"), 1);
+                let e = Scenario::parse("s.toml", &text).unwrap_err().to_string();
+                assert!(
+                    e.starts_with(&format!("s.toml:{line}:1: ")) && e.contains(key),
+                    "{key} = {v}: {e}"
+                );
+                ran += 1;
+            }
+        }
+        // Keys left to their defaults are in range; written ones are checked wherever they are.
+        for key in ["cpu_fixed_secs", "cpu_per_gpu_secs", "first_call_secs"] {
+            let text = base.replacen("wall_factor = 1", &format!("{key} = inf"), 1);
+            let e = Scenario::parse("s.toml", &text).unwrap_err().to_string();
+            assert!(e.starts_with("s.toml:9:1: ") && e.contains(key), "{e}");
+            ran += 1;
+        }
+        assert_eq!(ran, 28, "{ran} cases");
     }
 
     #[test]

@@ -430,6 +430,7 @@ fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
     let health = match s.health {
         Health::Ok => "ok",
         Health::Degraded => "warn",
+        Health::Pending => "pending",
         Health::Stale => "STALE",
         Health::Down => "DOWN",
     };

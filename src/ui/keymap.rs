@@ -5,6 +5,7 @@
 
 use super::command::{Command, Danger};
 use super::config::ConfigError;
+use crate::domain::models::LineIndex;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use toml::Spanned;
@@ -178,6 +179,17 @@ fn known_top(name: &str) -> bool {
     matches!(name, "preset" | "clear_defaults") || Section::from_name(name).is_some()
 }
 
+/// A problem at `offset` of the text `index` was made from.
+fn located(origin: &str, index: &LineIndex, offset: usize, message: String) -> ConfigError {
+    let (line, column) = index.line_col(offset);
+    ConfigError {
+        origin: origin.into(),
+        line: Some(line),
+        column: Some(column),
+        message,
+    }
+}
+
 /// `text` with every unknown top-level section blanked out (its lines kept as empty comments,
 /// so positions in the rest stay true), each reported at its header.
 fn without_unknown_sections(
@@ -187,12 +199,18 @@ fn without_unknown_sections(
 ) -> Result<String, ConfigError> {
     let table: toml::Table =
         toml::from_str(text).map_err(|e| ConfigError::from_toml(origin, text, &e))?;
-    let unknown: Vec<&String> = table.keys().filter(|k| !known_top(k)).collect();
+    let unknown: std::collections::HashSet<&str> = table
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known_top(k))
+        .collect();
     if unknown.is_empty() {
         return Ok(text.to_string());
     }
+    let index = LineIndex::new(text);
     let mut out = String::with_capacity(text.len());
     let mut skipping = false;
+    let mut in_table = false;
     let mut off = 0;
     for line in text.split_inclusive('\n') {
         let t = line.trim();
@@ -202,7 +220,8 @@ fn without_unknown_sections(
                 .trim()
                 .trim_matches('"');
             let head = name.split('.').next().unwrap_or(name);
-            skipping = unknown.iter().any(|u| *u == head);
+            in_table = true;
+            skipping = unknown.contains(head);
             if skipping && !name.contains('.') {
                 let col = line.len() - line.trim_start().len();
                 let near = Section::ALL
@@ -210,9 +229,9 @@ fn without_unknown_sections(
                     .map(|s| s.name())
                     .min_by_key(|n| crate::ui::command::distance(head, n))
                     .unwrap_or("global");
-                errors.push(ConfigError::at(
+                errors.push(located(
                     origin,
-                    text,
+                    &index,
                     off + col,
                     format!(
                         "unknown section [{head}] (did you mean [{near}]?); its bindings are ignored, the rest of the file is used"
@@ -223,12 +242,12 @@ fn without_unknown_sections(
             // A top-level `key = value` that is not known: reported and dropped too.
             if let Some((k, _)) = t.split_once('=')
                 && !t.starts_with('#')
-                && !out.contains('[')
-                && unknown.iter().any(|u| *u == k.trim().trim_matches('"'))
+                && !in_table
+                && unknown.contains(k.trim().trim_matches('"'))
             {
-                errors.push(ConfigError::at(
+                errors.push(located(
                     origin,
-                    text,
+                    &index,
                     off + (line.len() - line.trim_start().len()),
                     format!("unknown setting {:?}; a keymap file has preset, clear_defaults and sections", k.trim()),
                 ));
@@ -281,6 +300,8 @@ impl Keymap {
                 return None;
             }
         };
+        let index = LineIndex::new(text);
+        let mut hints: HashMap<String, String> = HashMap::new();
         let preset = file.preset.clone();
         let clear = file.clear_defaults.unwrap_or(false);
         if clear {
@@ -289,7 +310,7 @@ impl Keymap {
         for (section, binds) in file.sections() {
             for (keys, cmd) in binds {
                 let span = cmd.span();
-                let err = |m: String| ConfigError::at(origin, text, span.start, m);
+                let err = |m: String| located(origin, &index, span.start, m);
                 let seq = match parse_seq(&keys) {
                     Ok(s) => s,
                     Err(m) => {
@@ -308,9 +329,15 @@ impl Keymap {
                         entry.insert(seq, c);
                     }
                     None => {
-                        let hint = Command::suggest(&name)
-                            .map(|s| format!("; did you mean {s:?}?"))
-                            .unwrap_or_default();
+                        // Once per distinct name: a file of one typo repeated stays cheap.
+                        let hint = hints
+                            .entry(name.clone())
+                            .or_insert_with(|| {
+                                Command::suggest(&name)
+                                    .map(|s| format!("; did you mean {s:?}?"))
+                                    .unwrap_or_default()
+                            })
+                            .clone();
                         errors.push(err(format!(
                             "[{}] unknown command {name:?} for key {keys:?}{hint}",
                             section.name()
@@ -380,27 +407,32 @@ impl Keymap {
     fn validate(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
         for (section, binds) in &self.map {
-            let keys: Vec<&Vec<Key>> = binds.keys().collect();
-            for a in &keys {
-                for b in &keys {
-                    if a.len() < b.len() && b.starts_with(a) {
-                        let show = |s: &Vec<Key>| {
-                            s.iter()
-                                .map(ToString::to_string)
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        };
-                        errors.push(ConfigError::plain(
-                            "keymap",
-                            format!(
-                                "[{}] {:?} is both a key and the start of {:?}",
-                                section.name(),
-                                show(a),
-                                show(b)
-                            ),
-                        ));
-                    }
-                }
+            // Each binding's proper prefixes looked up (linear in the bindings, times their
+            // length), not every pair compared: 40,000 bindings load in milliseconds.
+            let mut clashes: Vec<(&Vec<Key>, &Vec<Key>)> = binds
+                .keys()
+                .flat_map(|b| {
+                    (1..b.len())
+                        .filter_map(move |i| binds.get_key_value(&b[..i]).map(|(a, _)| (a, b)))
+                })
+                .collect();
+            clashes.sort();
+            for (a, b) in clashes {
+                let show = |s: &Vec<Key>| {
+                    s.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                errors.push(ConfigError::plain(
+                    "keymap",
+                    format!(
+                        "[{}] {:?} is both a key and the start of {:?}",
+                        section.name(),
+                        show(a),
+                        show(b)
+                    ),
+                ));
             }
         }
         // Safety invariant: a dialog's buttons can only be pressed inside the dialog.

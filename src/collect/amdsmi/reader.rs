@@ -329,11 +329,13 @@ impl AmdSmi {
         let mut st = self.status.iter().find(|s| s.name == SRC_STATIC).cloned()?;
         st.cadence = self.lane.cadence();
         if st.status == Health::Down && st.error.is_none() {
-            st.error = Some(if self.lane.running() {
-                "amd-smi's first read is running; identity and profiles follow".into()
+            if self.lane.running() {
+                st.status = Health::Pending;
+                st.error =
+                    Some("amd-smi's first read is running; identity and profiles follow".into());
             } else {
-                "not read yet".into()
-            });
+                st.error = Some("not read yet".into());
+            }
         }
         Some(st)
     }

@@ -130,6 +130,7 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         ("STALE", "status.stale")
                     }
                     (Health::Degraded, false) => ("warn", "status.warn"),
+                    (Health::Pending, _) => ("pending", "status.warn"),
                     (Health::Down, _) => ("DOWN", "status.crit"),
                 };
                 let a = src
