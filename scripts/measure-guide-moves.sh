@@ -6,8 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reload=${1:-6}
-cargo build --release --quiet
-bin=$PWD/target/release/partop
+# PARTOP_BIN=target/debug/partop measures a debug build (the moves are waits, not CPU).
+if [ -z "${PARTOP_BIN:-}" ]; then
+    cargo build --release --quiet
+fi
+bin=$(realpath "${PARTOP_BIN:-target/release/partop}")
 dir=$(mktemp -d)
 trap '"$bin" sim stop --state "$dir/n.json" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 export XDG_STATE_HOME=$dir/xdg XDG_CONFIG_HOME=$dir/xdg PARTOP_SIM_AMD_SMI_COST=off

@@ -14,6 +14,7 @@ pub mod kfd;
 pub mod merge;
 pub mod nvidia;
 pub mod pipeline;
+pub mod ports;
 pub mod procinfo;
 pub mod served;
 pub mod small_file;

@@ -192,9 +192,11 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
     );
     assert_ne!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let said = format!("{}{}", o.stdout, o.stderr);
+    // Refused before anything starts (issue 28): a second server on a taken port would fail,
+    // or the program on it would answer the health check in the server's place.
     assert!(
-        said.contains("exited while starting")
-            && said.contains(&format!("cannot listen on port {port}")),
+        said.contains(&format!("port {port} is already served by pid {}", std::process::id()))
+            && said.contains("nothing was started"),
         "{said}"
     );
     drop(squatter);
@@ -318,5 +320,64 @@ fn advisor_proposes_a_layout_for_the_registry() {
         o.stdout.contains("the node is already in this layout"),
         "{}",
         o.stdout
+    );
+}
+
+/// A launch command that forks the server and exits (`sh -c "server &"`): the server is found
+/// in the launch's process group and followed; its health counts as the model's. A second
+/// start is refused on the taken port, never a second server (issue 28).
+#[test]
+fn a_launch_that_forks_its_server_is_followed_and_never_doubled() {
+    let node = Node::start("cpx-nps4-small-models");
+    healthy(&node, 3);
+    let o = run(cmd(&node).args(["models", "stop", "mistral-7b", "--yes"]), "");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // The node's own registry, with mistral-7b's launch wrapped in a shell that forks it.
+    let reg = partop::sim::session::registry_path(&node.state);
+    let text = std::fs::read_to_string(&reg).unwrap();
+    let at = text.find("name = \"mistral-7b\"").unwrap();
+    let line_at = at + text[at..].find("launch.command = [").unwrap();
+    let line_end = line_at + text[line_at..].find('\n').unwrap();
+    let words: Vec<String> = serde_json::from_str(
+        text[line_at + "launch.command = ".len()..line_end].trim(),
+    )
+    .unwrap();
+    let inner = words
+        .iter()
+        .map(|w| partop::domain::text::shell_quote(w).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let forked = format!(
+        "launch.command = [\"sh\", \"-c\", {}]",
+        serde_json::to_string(&format!("{inner} > /dev/null 2>&1 &")).unwrap()
+    );
+    let new = format!("{}{}{}", &text[..line_at], forked, &text[line_end..]);
+    let own = node.dir.path().join("forking.models.toml");
+    std::fs::write(&own, new).unwrap();
+    let o = run(
+        cmd(&node)
+            .arg("--models")
+            .arg(&own)
+            .args(["models", "start", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("exited; pid") && o.stdout.contains("mistral-7b healthy after"),
+        "{}",
+        o.stdout
+    );
+    let again = run(
+        cmd(&node)
+            .arg("--models")
+            .arg(&own)
+            .args(["models", "start", "mistral-7b", "--yes"]),
+        "",
+    );
+    assert_ne!(again.code, 0);
+    let said = format!("{}{}", again.stdout, again.stderr);
+    assert!(
+        said.contains("is already running (pid") || said.contains("is already served by pid"),
+        "{said}"
     );
 }

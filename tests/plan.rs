@@ -145,9 +145,10 @@ fn a_compute_only_change_touches_one_gpu() {
     assert_eq!(p.changes.len(), 1);
     assert_eq!(
         keys(&p),
-        vec!["wait_idle", "set_compute", "verify"],
-        "nothing runs on GPU 3: nothing to stop, no reload"
+        vec!["wait_idle", "set_compute", "wait_gpus", "verify"],
+        "nothing runs on GPU 3: nothing to stop, no reload; the new partitions are waited for before the read-back"
     );
+    assert_eq!(p.steps[2].count, Some(15));
     assert_eq!(p.steps[1].commands, vec!["amd-smi set -g 3 -C CPX"]);
     assert_eq!(p.after.len(), 15);
     assert_eq!(

@@ -248,3 +248,179 @@ fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
         MOVES.len()
     );
 }
+
+/// Pastes the resume command as printed, with the host name typed; returns its output.
+fn paste(e: &SimEnv, cmd: &str) -> common::Out {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path_var = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    run(
+        Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .env("PATH", path_var)
+            .env("XDG_STATE_HOME", e.xdg())
+            .env("XDG_CONFIG_HOME", e.xdg())
+            .env_remove("PARTOP_SIM_STATE"),
+        &format!("{}\n", partop::collect::host::hostname()),
+    )
+}
+
+fn servers_of(port: u16) -> usize {
+    let port = format!("--port {port}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            std::fs::read_to_string(d.path().join("cmdline")).is_ok_and(|c| {
+                let c = c.replace('\0', " ");
+                c.contains("serve org/small ") && c.trim_end().contains(&port)
+            })
+        })
+        .count()
+}
+
+/// Killed while the model it relaunched is still loading its weights: the resume waits for
+/// that server instead of starting a second one on the same port and GPU (issue 28).
+#[test]
+fn a_resume_while_a_relaunched_model_loads_waits_for_it() {
+    // Real speed for the model's load (a second), a short reload.
+    let e = SimEnv::new(&format!(
+        "name = \"rl\"\ndescription = \"resume\"\nproduct = \"mi300x\"\ncompute = \"SPX\"\nmemory = \"NPS1\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 0.3\n{MODELS}"
+    ));
+    let (mut path, mut p) = plan(&e, ("DPX", "NPS2"));
+    common::wait_until("the model to hold its GPU", || {
+        (path, p) = plan(&e, ("DPX", "NPS2"));
+        p.stops.len() == 2 && p.stops.iter().all(|s| !s.gpus.is_empty())
+    });
+    let mut child = e.spawn_apply(&path, "--yes --grace 3");
+    let t0 = Instant::now();
+    loop {
+        let launched = e.journal().iter().any(|x| {
+            x.action == "model.start.result" && x.outcome["ok"] == true
+        });
+        if launched {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no relaunch began");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let cmd = printed_resume(&e);
+    let o = paste(&e, &cmd);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("still loading: waiting for it, not starting another"),
+        "{}",
+        o.stdout
+    );
+    let st = e.state();
+    let small = st.workloads.iter().position(|w| w.spec.name == "small").unwrap();
+    assert_eq!(servers_of(st.workloads[small].port), 1, "one server, never two");
+    assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
+}
+
+/// A tmpfs of `size` for the journal, unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn new(dir: &std::path::Path, size: &str) -> Self {
+        let at = dir.join("jfs");
+        std::fs::create_dir_all(&at).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .output()
+            .expect("mount runs");
+        assert!(
+            o.status.success(),
+            "this test fills a small tmpfs and needs root to mount it: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Self(at)
+    }
+
+    fn fill(&self) {
+        let mut f = std::fs::File::create(self.0.join("fill")).unwrap();
+        let block = vec![0u8; 4096];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("fill")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The journal's disk fills while the driver reloads: the apply stops saying the node WAS
+/// changed (never "nothing was done"), and once space is free the printed resume finishes.
+#[test]
+fn a_journal_disk_full_after_the_reload_says_the_node_changed_and_resumes() {
+    let e = SimEnv::new(&format!(
+        "name = \"jf\"\ndescription = \"resume\"\nproduct = \"mi300x\"\ncompute = \"DPX\"\nmemory = \"NPS2\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 2\ntime_scale = 1\n{MODELS}"
+    ));
+    let disk = SmallDisk::new(e.node.dir.path(), "2m");
+    let journal = disk.0.join("journal.jsonl");
+    let path = e.node.dir.path().join("p.json");
+    common::wait_until("the model to hold its GPU", || {
+        let o = run(
+            e.cmd()
+                .arg("--journal")
+                .arg(&journal)
+                .args(["plan", "--compute", "SPX", "--memory", "NPS1", "--json"]),
+            "",
+        );
+        std::fs::write(&path, &o.stdout).unwrap();
+        let p: Plan = serde_json::from_str(&o.stdout).unwrap();
+        p.stops.len() == 2 && p.stops.iter().all(|s| !s.gpus.is_empty())
+    });
+    let p: Plan = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let reload = p.steps.iter().position(|s| s.key == "reload").unwrap();
+    let child = e
+        .cmd()
+        .arg("--journal")
+        .arg(&journal)
+        .arg("apply")
+        .arg(&path)
+        .args(["--yes", "--grace", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let (entries, _) = partop::exec::journal::read(&journal).unwrap();
+        if entries.iter().any(|x| {
+            x.action == "repartition.step" && x.targets["step"] == reload && x.outcome["state"] == "begin"
+        }) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the reload never began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    disk.fill();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("The node WAS changed by this step"), "{out}");
+    assert!(!out.contains("Nothing was done"), "{out}");
+    assert_eq!(e.modes().1, "NPS1", "the reload ran");
+    disk.free();
+    let text = run(e.cmd().arg("--journal").arg(&journal).arg("journal"), "");
+    let all = format!("{}{}", text.stdout, text.stderr);
+    let at = all.find("Continue it with `").expect("a resume command") + "Continue it with `".len();
+    let cmd = all[at..at + all[at..].find('`').unwrap()].to_string();
+    assert!(cmd.contains(&journal.display().to_string()), "{cmd}");
+    let r = paste(&e, &cmd);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
+}

@@ -440,7 +440,11 @@ fn an_unfinished_apply_is_pointed_to_and_its_run_resumed_after_a_b_a() {
     assert!(
         o.stderr.contains("unfinished repartition")
             && o.stderr.contains(&format!(
-                "partop apply {} --resume",
+                "--sim-state {} ",
+                std::fs::canonicalize(&e.node.state).unwrap().display()
+            ))
+            && o.stderr.contains(&format!(
+                " apply {} --grace 10 --resume`",
                 std::fs::canonicalize(&again).unwrap().display()
             )),
         "{}",

@@ -241,6 +241,36 @@ fn offered(g: &PhysicalGpu) -> (Vec<Profile>, String) {
     (g.profiles.clone(), src)
 }
 
+/// One warning per (mode now, new memory mode, default) for the GPUs whose kept compute mode
+/// the new memory mode does not offer, naming them (or "every GPU").
+fn default_warnings(
+    to_default: &[(String, ComputeMode, MemoryMode, ComputeMode)],
+    gpus: usize,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: Vec<(ComputeMode, MemoryMode, ComputeMode)> = Vec::new();
+    for (_, c, m, d) in to_default {
+        if seen.contains(&(*c, *m, *d)) {
+            continue;
+        }
+        seen.push((*c, *m, *d));
+        let which: Vec<&str> = to_default
+            .iter()
+            .filter(|x| (x.1, x.2, x.3) == (*c, *m, *d))
+            .map(|x| x.0.as_str())
+            .collect();
+        let who = if which.len() == gpus {
+            "every GPU".to_string()
+        } else {
+            which.join(", ")
+        };
+        out.push(format!(
+            "{c} is not offered with {m}: the compute mode of {who} returns to the default, {d}"
+        ));
+    }
+    out
+}
+
 /// Whether `compute` + `memory` is offered for `g`: by the device's own list where it gave one,
 /// else by the product table.
 fn offers_with(
@@ -412,6 +442,8 @@ pub fn plan(
     let mut changes = Vec::new();
     let mut after_in = Vec::new();
     let mut warnings = Vec::new();
+    // GPUs whose kept compute mode the new memory mode does not offer: (BDF, now, memory, default).
+    let mut to_default: Vec<(String, ComputeMode, MemoryMode, ComputeMode)> = Vec::new();
     for g in &snap.gpus {
         let (Some(c_now), Some(m_now)) = (g.compute_partition, g.memory_partition) else {
             if selected(g) || memory_change {
@@ -437,10 +469,7 @@ pub fn plan(
             None if !memory_change => c_now,
             None if offers_with(g, prod.as_ref(), c_now, m_to) => c_now,
             None => {
-                warnings.push(format!(
-                    "{}: {c_now} is not offered with {m_to}, so its compute mode returns to the default, {c_default}",
-                    g.bdf
-                ));
+                to_default.push((g.bdf.clone(), c_now, m_to, c_default));
                 c_default
             }
         };
@@ -494,6 +523,7 @@ pub fn plan(
     if changes.is_empty() {
         return Err(vec![PlanError::NoChange]);
     }
+    warnings.extend(default_warnings(&to_default, snap.gpus.len()));
     if memory_change && changes.iter().any(|c| c.hive_only) {
         warnings.push(format!("memory (NPS) modes are hive-wide: all {} GPUs change memory mode, not only the selected ones", snap.gpus.len()));
     }
@@ -596,10 +626,16 @@ pub fn plan(
     if !stops.is_empty() {
         steps.push(relaunch_step(snap, &stops, &models));
     }
-    for s in stops
-        .iter()
-        .filter(|s| s.unit.is_none() && s.model.is_none())
-    {
+    // What does not come back, said before the confirmation (a discovered server outside the
+    // registry has its own warning from `model_moves`).
+    for s in stops.iter().filter(|s| {
+        s.unit.is_none()
+            && s.model.is_none()
+            && !snap
+                .models
+                .iter()
+                .any(|m| m.spec.is_none() && m.pid == Some(s.pid))
+    }) {
         warnings.push(format!(
             "{} (pid {}) is stopped and does NOT come back: partop restarts only systemd units and registered models; its owner (a scheduler, a person) must start it again",
             s.name, s.pid

@@ -232,8 +232,11 @@ pub async fn apply(
             Ok(detail) => {
                 log.step_end(idx, &step.key, true, &detail).map_err(|e| {
                     fail(
-                        format!("the step was done ({detail}), but its result could not be journaled: {e}"),
-                        "free the journal (the step is safe to run again)",
+                        format!(
+                            "the step was done ({detail}), but its result could not be written to the journal {}: {}. The node WAS changed by this step",
+                            e.path, e.error
+                        ),
+                        "free space or fix the journal's permissions, then resume (this step runs again; it is safe to)",
                     )
                 })?;
                 emit(ApplyEvent::Done {
@@ -1015,19 +1018,14 @@ async fn relaunch(
     }
 }
 
-/// A live process that runs `spec`'s launch program on `spec`'s port (a server started
-/// before an interruption that has not opened its GPU yet, so the snapshot does not list it).
+/// A live process that serves on `spec`'s port by its own command line (a server started
+/// before an interruption that has not opened its GPU yet, so the snapshot does not list it;
+/// servers often rename themselves, vLLM's `vllm serve MODEL --port P`, so the port is what
+/// names it).
 fn starting_on_port(
     proc_root: &std::path::Path,
     spec: &crate::domain::models::ModelSpec,
 ) -> Option<u32> {
-    let crate::domain::models::Launch::Command { command, .. } = &spec.launch else {
-        return None;
-    };
-    let prog = std::path::Path::new(command.first()?)
-        .file_name()?
-        .to_string_lossy()
-        .to_string();
     let me = std::process::id();
     std::fs::read_dir(proc_root).ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
@@ -1035,19 +1033,15 @@ fn starting_on_port(
             return None;
         }
         let mut raw = Vec::new();
-        crate::collect::small_file::read(&e.path().join("cmdline"), &mut raw).ok()?;
-        let words: Vec<String> = raw
+        crate::collect::small_file::proc_read(&e.path().join("cmdline"), &mut raw).ok()?;
+        let line = raw
             .split(|b| *b == 0)
             .filter(|w| !w.is_empty())
             .map(|w| String::from_utf8_lossy(w).into_owned())
-            .collect();
-        let runs_prog = words.first().is_some_and(|w| {
-            std::path::Path::new(w)
-                .file_name()
-                .is_some_and(|f| f.to_string_lossy() == prog)
-        });
-        let line = words.join(" ");
-        (runs_prog && crate::domain::served::port_of(&line, "") == Some(spec.port)).then_some(pid)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let server = crate::domain::served::model_of(&line).map_or("", |(s, _)| s);
+        (crate::domain::served::port_of(&line, server) == Some(spec.port)).then_some(pid)
     })
 }
 

@@ -4,6 +4,7 @@
 //! `/health`, with progress. Every start and stop is journaled.
 
 use super::journal::{self, Entry};
+use crate::collect::ports;
 use crate::collect::served::{http, prober::log_path};
 use crate::domain::models::{Launch, ModelSpec};
 use serde_json::json;
@@ -66,6 +67,16 @@ pub fn launch(
 ) -> Result<Launched, String> {
     let what = spec.launch_text(devices, bdfs);
     let log = log_path(spec, &ops.log_dir);
+    // Its port must be free: a server already there (this model started before, or another
+    // program) would make a second start fail, or answer the health check in its place.
+    if let Some((pid, _)) = ports::listener(Path::new("/proc"), spec.port) {
+        return Err(format!(
+            "port {} is already served by pid {pid} ({}): {} runs already, or another program holds its port; nothing was started",
+            spec.port,
+            process_name(pid),
+            spec.name
+        ));
+    }
     journal::append(
         &ops.journal,
         &Entry::new(
@@ -240,6 +251,44 @@ fn signal_stop(
     Ok(format!("pid {pid} killed after the grace period"))
 }
 
+/// The name of `pid` (its `comm`), or `?`.
+fn process_name(pid: u32) -> String {
+    crate::collect::small_file::proc_text(&Path::new("/proc").join(pid.to_string()).join("comm"))
+        .map_or_else(|_| "?".into(), |c| crate::domain::text::escape_controls(c.trim()).into_owned())
+}
+
+/// A health answer counts only when it can come from the server partop started: the process
+/// listening on the model's port is of the launch's process group (`group`), or, where the
+/// listener is another process (a container's, behind `docker run`), something of the launch
+/// still runs. The port was free when the launch began (`launch` refuses a taken one), so an
+/// answer while nothing of the launch runs is another program's. A launch by systemd or docker
+/// (no process of partop's) is taken as it answers.
+fn answered_by_ours(spec: &ModelSpec, group: Option<u32>) -> Result<(), String> {
+    let Some(g) = group else {
+        return Ok(());
+    };
+    let proc_root = Path::new("/proc");
+    let owner = ports::listener(proc_root, spec.port);
+    if owner.is_some_and(|(o, og)| o == g || og == Some(g)) {
+        return Ok(());
+    }
+    let ours_alive = crate::exec::signal::start_ticks(proc_root, g).is_some()
+        || ports::group_member(proc_root, g).is_some();
+    if ours_alive {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: port {} answers, but the server partop started (pid {g}) has exited{}; stop that program, then start {} again",
+        spec.name,
+        spec.port,
+        owner.map_or_else(String::new, |(o, _)| format!(
+            " and pid {o} ({}) holds the port",
+            process_name(o)
+        )),
+        spec.name
+    ))
+}
+
 /// Waits until `spec`'s `/health` answers 200, at most its `health_timeout_secs` (or `limit`,
 /// if shorter), calling `progress` about once a second. On failure, the last error and the
 /// log's tail.
@@ -255,11 +304,29 @@ pub fn wait_healthy(
     let max = limit.map_or(max, |l| l.min(max));
     let mut last;
     let mut told = Instant::now();
+    // The process partop started, and its process group: a launch command that forks the
+    // server and exits leaves the server in that group, and it is the server then.
+    let group = pid;
+    let mut pid = pid;
     loop {
         match http::get(&spec.health_url, Duration::from_millis(800)) {
-            Ok(r) if r.status == 200 => return Ok(t0.elapsed()),
+            Ok(r) if r.status == 200 => match answered_by_ours(spec, group) {
+                Ok(()) => return Ok(t0.elapsed()),
+                Err(e) => return Err(e),
+            },
             Ok(r) => last = format!("HTTP {}", r.status),
             Err(e) => last = e,
+        }
+        if let Some(p) = pid
+            && crate::exec::signal::start_ticks(Path::new("/proc"), p).is_none()
+            && let Some(member) = group.and_then(|g| ports::group_member(Path::new("/proc"), g))
+        {
+            progress(&format!(
+                "{}: the launch command (pid {p}) exited; pid {member} of its process group runs on: following it",
+                spec.name
+            ));
+            pid = Some(member);
+            continue;
         }
         if let Some(p) = pid
             && crate::exec::signal::start_ticks(Path::new("/proc"), p).is_none()
