@@ -195,8 +195,10 @@ fn a_crashed_server_is_seen_and_a_restart_counted() {
     // Refused before anything starts (issue 28): a second server on a taken port would fail,
     // or the program on it would answer the health check in the server's place.
     assert!(
-        said.contains(&format!("port {port} is already served by pid {}", std::process::id()))
-            && said.contains("nothing was started"),
+        said.contains(&format!(
+            "port {port} is already served by pid {}",
+            std::process::id()
+        )) && said.contains("nothing was started"),
         "{said}"
     );
     drop(squatter);
@@ -330,7 +332,10 @@ fn advisor_proposes_a_layout_for_the_registry() {
 fn a_launch_that_forks_its_server_is_followed_and_never_doubled() {
     let node = Node::start("cpx-nps4-small-models");
     healthy(&node, 3);
-    let o = run(cmd(&node).args(["models", "stop", "mistral-7b", "--yes"]), "");
+    let o = run(
+        cmd(&node).args(["models", "stop", "mistral-7b", "--yes"]),
+        "",
+    );
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     // The node's own registry, with mistral-7b's launch wrapped in a shell that forks it.
     let reg = partop::sim::session::registry_path(&node.state);
@@ -338,10 +343,8 @@ fn a_launch_that_forks_its_server_is_followed_and_never_doubled() {
     let at = text.find("name = \"mistral-7b\"").unwrap();
     let line_at = at + text[at..].find("launch.command = [").unwrap();
     let line_end = line_at + text[line_at..].find('\n').unwrap();
-    let words: Vec<String> = serde_json::from_str(
-        text[line_at + "launch.command = ".len()..line_end].trim(),
-    )
-    .unwrap();
+    let words: Vec<String> =
+        serde_json::from_str(text[line_at + "launch.command = ".len()..line_end].trim()).unwrap();
     let inner = words
         .iter()
         .map(|w| partop::domain::text::shell_quote(w).into_owned())

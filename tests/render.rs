@@ -643,3 +643,78 @@ fn fleet_view() {
         );
     }
 }
+
+/// The monitor following an apply: the running step reads its elapsed time against its limit
+/// (a hang reads as a hang, not as a step), and a failure shows the exact resume command the
+/// run journaled (issue 23).
+#[test]
+fn progress_shows_elapsed_against_the_limit_and_the_journaled_resume_command() {
+    let mut s = state_for("dpx-nps2-two-models", 120, 30);
+    let plan = partop::domain::plan::plan(
+        &recorded("dpx-nps2-two-models"),
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: Some(partop::domain::ComputeMode::Dpx),
+            memory: Some(partop::domain::MemoryMode::Nps1),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    let keys: Vec<&str> = plan.steps.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "stop",
+            "wait_idle",
+            "set_memory",
+            "reload",
+            "wait_gpus",
+            "set_compute",
+            "wait_gpus",
+            "verify",
+            "relaunch"
+        ],
+        "after the reload: the default layout's count, then compute, then the final count"
+    );
+    assert_eq!(
+        plan.steps[4].count,
+        Some(8),
+        "the driver returns in SPX/NPS1"
+    );
+    assert_eq!(plan.steps[6].count, Some(16));
+    let fp = plan.fingerprint.clone();
+    let resume =
+        "partop --sim-state /x/n.json --journal /x/j.jsonl apply /x/p.json --grace 10 --resume";
+    let entry = |action: &str, targets: serde_json::Value, outcome: serde_json::Value| {
+        let mut e = partop::exec::journal::Entry::new(action, true, targets, outcome);
+        e.at = "2026-11-25T10:00:00Z".into();
+        e
+    };
+    let mut t = serde_json::json!({"run": "r1", "fingerprint": fp, "resume": resume});
+    let start = entry("repartition.start", t.clone(), serde_json::json!({}));
+    t["step"] = serde_json::json!(4);
+    t["key"] = serde_json::json!("wait_gpus");
+    let begin = entry(
+        "repartition.step",
+        t.clone(),
+        serde_json::json!({"state": "begin", "limit_secs": 300}),
+    );
+    let mut p = partop::ui::stage::Progress::new(plan, "/state/apply/abc.log".into());
+    p.update(&[start, begin]);
+    assert_eq!(p.resume.as_deref(), Some(resume));
+    s.applying = Some(p);
+    // 42 s after the step began.
+    s.now_ms = humantime::parse_rfc3339("2026-11-25T10:00:42Z")
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let screen = draw(&s, 120, 30);
+    assert!(screen.contains("running… 42s of 300s"), "{screen}");
+    let p = s.applying.as_mut().unwrap();
+    p.exited("pid 4242 signal: 9 (SIGKILL)".into());
+    let screen = draw(&s, 160, 40);
+    assert!(screen.contains("--grace 10 --resume"), "{screen}");
+}

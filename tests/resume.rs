@@ -5,6 +5,7 @@
 //! prints it is pasted into a shell, and the node must end in the target with its models
 //! healthy and the run closed.
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+#![allow(clippy::print_stderr, reason = "each test says how many cases it ran")]
 
 mod common;
 use common::env::SimEnv;
@@ -22,9 +23,12 @@ fn scenario(compute: &str, memory: &str, time_scale: f64) -> String {
     )
 }
 
+/// From compute, memory to compute, memory.
+type Move = (&'static str, &'static str, &'static str, &'static str);
+
 /// The transitions the issue names: a compute mode that is not the reload's default, into the
 /// smallest partitions, and out of a mode that is.
-const MOVES: [(&str, &str, &str, &str); 3] = [
+const MOVES: [Move; 3] = [
     ("DPX", "NPS2", "DPX", "NPS1"),
     ("SPX", "NPS1", "CPX", "NPS4"),
     ("QPX", "NPS4", "DPX", "NPS2"),
@@ -56,7 +60,7 @@ fn printed_resume(e: &SimEnv) -> String {
     rest[..rest.find('`').unwrap()].to_string()
 }
 
-fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
+fn one(mv: Move, kill: &Kill) -> Result<String, String> {
     let scale = if matches!(kill, Kill::InsideReload) {
         0.3
     } else {
@@ -187,7 +191,7 @@ fn one(mv: (&str, &str, &str, &str), kill: &Kill) -> Result<String, String> {
 fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
     // Every kill point of every move: after each step's first journal entry (before it acts),
     // after it acted (before its result is journaled), after its result; and inside the reload.
-    let mut jobs: Vec<((&str, &str, &str, &str), Kill)> = Vec::new();
+    let mut jobs: Vec<(Move, Kill)> = Vec::new();
     for mv in MOVES {
         let e = SimEnv::new(&scenario(mv.0, mv.1, 0.01));
         let (_, p) = plan(&e, (mv.2, mv.3));
@@ -255,7 +259,11 @@ fn paste(e: &SimEnv, cmd: &str) -> common::Out {
         .parent()
         .unwrap()
         .to_path_buf();
-    let path_var = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path_var = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     run(
         Command::new("sh")
             .arg("-c")
@@ -298,9 +306,10 @@ fn a_resume_while_a_relaunched_model_loads_waits_for_it() {
     let mut child = e.spawn_apply(&path, "--yes --grace 3");
     let t0 = Instant::now();
     loop {
-        let launched = e.journal().iter().any(|x| {
-            x.action == "model.start.result" && x.outcome["ok"] == true
-        });
+        let launched = e
+            .journal()
+            .iter()
+            .any(|x| x.action == "model.start.result" && x.outcome["ok"] == true);
         if launched {
             break;
         }
@@ -313,13 +322,22 @@ fn a_resume_while_a_relaunched_model_loads_waits_for_it() {
     let o = paste(&e, &cmd);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
-        o.stdout.contains("still loading: waiting for it, not starting another"),
+        o.stdout
+            .contains("still loading: waiting for it, not starting another"),
         "{}",
         o.stdout
     );
     let st = e.state();
-    let small = st.workloads.iter().position(|w| w.spec.name == "small").unwrap();
-    assert_eq!(servers_of(st.workloads[small].port), 1, "one server, never two");
+    let small = st
+        .workloads
+        .iter()
+        .position(|w| w.spec.name == "small")
+        .unwrap();
+    assert_eq!(
+        servers_of(st.workloads[small].port),
+        1,
+        "one server, never two"
+    );
     assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
 }
 
@@ -372,10 +390,14 @@ fn a_journal_disk_full_after_the_reload_says_the_node_changed_and_resumes() {
     let path = e.node.dir.path().join("p.json");
     common::wait_until("the model to hold its GPU", || {
         let o = run(
-            e.cmd()
-                .arg("--journal")
-                .arg(&journal)
-                .args(["plan", "--compute", "SPX", "--memory", "NPS1", "--json"]),
+            e.cmd().arg("--journal").arg(&journal).args([
+                "plan",
+                "--compute",
+                "SPX",
+                "--memory",
+                "NPS1",
+                "--json",
+            ]),
             "",
         );
         std::fs::write(&path, &o.stdout).unwrap();
@@ -400,11 +422,16 @@ fn a_journal_disk_full_after_the_reload_says_the_node_changed_and_resumes() {
     loop {
         let (entries, _) = partop::exec::journal::read(&journal).unwrap();
         if entries.iter().any(|x| {
-            x.action == "repartition.step" && x.targets["step"] == reload && x.outcome["state"] == "begin"
+            x.action == "repartition.step"
+                && x.targets["step"] == reload
+                && x.outcome["state"] == "begin"
         }) {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "the reload never began");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the reload never began"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     disk.fill();

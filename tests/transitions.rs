@@ -8,6 +8,7 @@
 //! so the whole space fits in CI's time; the cases run on several nodes at once (they mostly
 //! wait).
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+#![allow(clippy::print_stderr, reason = "each test says how many cases it ran")]
 
 mod common;
 use common::env::SimEnv;
@@ -18,6 +19,9 @@ use partop::domain::product::{self, Product};
 use std::sync::{Arc, Mutex};
 
 type State = (ComputeMode, MemoryMode);
+
+/// A node's walk: its product, the product's states, the edges it walks.
+type Walk = (Product, Vec<State>, Vec<(usize, usize)>);
 
 /// Every valid uniform state of a product, from its profile table.
 fn states(p: &Product) -> Vec<State> {
@@ -321,7 +325,7 @@ fn one(e: &SimEnv, p: &Product, gpus: &[String], to: State, want: &[State]) -> R
 #[test]
 fn every_transition_of_every_product_for_all_gpus_and_a_subset() {
     // The walks: each product's circuit cut into pieces of a few edges, a node per piece.
-    let mut walks: Vec<(Product, Vec<State>, Vec<(usize, usize)>)> = Vec::new();
+    let mut walks: Vec<Walk> = Vec::new();
     let mut pairs = 0;
     // PARTOP_TX_PRODUCT=KEY walks one product (to look at one while changing it); unset, all.
     let only = std::env::var("PARTOP_TX_PRODUCT").ok();

@@ -254,7 +254,10 @@ fn signal_stop(
 /// The name of `pid` (its `comm`), or `?`.
 fn process_name(pid: u32) -> String {
     crate::collect::small_file::proc_text(&Path::new("/proc").join(pid.to_string()).join("comm"))
-        .map_or_else(|_| "?".into(), |c| crate::domain::text::escape_controls(c.trim()).into_owned())
+        .map_or_else(
+            |_| "?".into(),
+            |c| crate::domain::text::escape_controls(c.trim()).into_owned(),
+        )
 }
 
 /// A health answer counts only when it can come from the server partop started: the process

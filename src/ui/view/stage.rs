@@ -393,13 +393,19 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, now_ms: u64, th
     let rect = centered(area, 100, h);
     frame.render_widget(Clear, rect);
     let mut lines = Vec::new();
-    let mut current = true;
+    // The step running: the one whose begin the journal holds last (a resumed run starts past
+    // steps an earlier run did), else the first without a result.
+    let open = |i: usize| p.steps.get(i).is_some_and(Option::is_none);
+    let running = p
+        .running
+        .map(|r| r.0)
+        .filter(|i| open(*i))
+        .or_else(|| (0..p.plan.steps.len()).find(|i| open(*i)));
     for (i, s) in p.plan.steps.iter().enumerate() {
         let (mark, style, detail) = match p.steps.get(i).cloned().flatten() {
             Some((true, d)) => ("✓", theme.get("status.ok"), d),
             Some((false, d)) => ("✗", theme.get("status.crit"), d),
-            None if current && p.finished.is_none() => {
-                current = false;
+            None if running == Some(i) && p.finished.is_none() => {
                 // Elapsed against the step's limit: a hang reads as a hang, not as a step.
                 let took = match p.running {
                     Some((r, at, limit)) if r == i && at > 0 => {
