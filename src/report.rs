@@ -10,8 +10,8 @@ fn opt<T: std::fmt::Display>(v: Option<T>, suffix: &str) -> String {
     v.map_or_else(|| "N/A".to_string(), |v| format!("{v}{suffix}"))
 }
 
-/// The readable table.
-pub fn table(s: &Snapshot) -> String {
+/// The readable table, then the findings one sample shows, each as a whole sentence.
+pub fn table(s: &Snapshot, findings: &[crate::domain::findings::Finding]) -> String {
     let mut o = String::new();
     let sim = if s.simulated {
         "  [SIMULATED NODE]"
@@ -25,6 +25,7 @@ pub fn table(s: &Snapshot) -> String {
             Health::Degraded => "degraded",
             Health::Stale => "STALE",
             Health::Down => "DOWN",
+            Health::Pending => "pending",
         };
         let _ = write!(o, "source {:<16} {h:<8}", src.name);
         if let Some(v) = &src.version {
@@ -113,7 +114,33 @@ pub fn table(s: &Snapshot) -> String {
             );
         }
     }
+    findings_text(&mut o, findings);
     o
+}
+
+/// The findings section: `findings (N)` and per finding its severity, where, and what was seen
+/// and what to do; `findings: none` says the check ran.
+fn findings_text(o: &mut String, findings: &[crate::domain::findings::Finding]) {
+    use crate::domain::findings::Severity;
+    if findings.is_empty() {
+        let _ = writeln!(o, "\nfindings: none");
+        return;
+    }
+    let _ = writeln!(o, "\nfindings ({}):", findings.len());
+    for f in crate::domain::findings::by_urgency(findings) {
+        let word = match (f.critical(), f.severity) {
+            (true, _) => "CRIT",
+            (false, Severity::Warn) => "WARN",
+            (false, Severity::Info) => "INFO",
+        };
+        // A process's finding names its pid in what it saw already.
+        let head = if f.kind.about_a_process() {
+            f.kind.label().to_string()
+        } else {
+            f.headline()
+        };
+        let _ = writeln!(o, "  {word} {head}: {}", f.saw);
+    }
 }
 
 /// What a process row says beside its numbers ([`Process::mark`], the words the kill prompt

@@ -124,6 +124,67 @@ fn noisy_neighbour_finding() {
     insta::assert_snapshot!("noisy_neighbour__100x30", text);
 }
 
+/// A finding is not left to a dim tab count: the worst one is a badge on the header's first
+/// line with the key that opens the Findings view, at the smallest and a large terminal.
+#[test]
+fn the_worst_finding_is_a_badge_in_the_header() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("noisy-neighbour", w, h);
+        let quiet = draw(&s, w, h);
+        assert!(!quiet.contains('▲'), "no finding yet, no badge: {quiet}");
+        let mut later = recorded("noisy-neighbour");
+        pin(&mut later, T + 45_000);
+        update(&mut s, Msg::Snapshot(Arc::new(later)));
+        update(&mut s, Msg::Tick(T + 46_000));
+        let text = draw(&s, w, h);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.contains("▲ noisy neighbour on GPU 1 · 5"),
+            "{w}x{h}: {first}"
+        );
+        insta::assert_snapshot!(format!("finding_badge__{w}x{h}"), text);
+    }
+}
+
+/// A source that has not answered yet is `pending` in a muted style, never `DOWN` in the
+/// critical one (amd-smi's first read takes 3 to 9 s on a healthy node); one whose reads failed
+/// is still `DOWN`.
+#[test]
+fn a_source_not_answered_yet_is_pending_not_down() {
+    let mut s = state_for("dpx-nps2-two-models", 120, 30);
+    let mut snap = (*s.snapshot.clone().unwrap()).clone();
+    let st = snap
+        .sources
+        .iter_mut()
+        .find(|x| x.name == "amd-smi static")
+        .unwrap();
+    *st = partop::domain::snapshot::SourceStatus::pending(
+        "amd-smi static",
+        Some("amd-smi's first read is running; identity and profiles follow".into()),
+    );
+    update(&mut s, Msg::Snapshot(Arc::new(snap.clone())));
+    let text = draw(&s, 120, 30);
+    assert!(
+        text.contains("static pending")
+            && !text.contains("DOWN")
+            && !text.contains("! amd-smi's first read"),
+        "{text}"
+    );
+    let st = snap
+        .sources
+        .iter_mut()
+        .find(|x| x.name == "amd-smi static")
+        .unwrap();
+    st.status = Health::Down;
+    st.error = Some("timed out after 10s".into());
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    let text = draw(&s, 120, 30);
+    assert!(
+        text.contains("static DOWN") && text.contains("! timed out after 10s"),
+        "{text}"
+    );
+}
+
 #[test]
 fn monochrome_keeps_partitions_and_staleness_apart_without_colour() {
     let th = Theme::load("monochrome", Path::new("/nonexistent")).0;

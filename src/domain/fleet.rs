@@ -65,7 +65,7 @@ pub struct NodeSummary {
 
 fn rank(h: Health) -> u8 {
     match h {
-        Health::Ok => 0,
+        Health::Ok | Health::Pending => 0,
         Health::Degraded => 1,
         Health::Stale => 2,
         Health::Down => 3,

@@ -17,9 +17,12 @@ pub enum Health {
     Degraded,
     /// Last read failed; values shown are from an older read.
     Stale,
-    /// Never read successfully.
+    /// Never read successfully: its reads failed.
     #[default]
     Down,
+    /// Not answered yet, and no read has failed: its first read is still running (amd-smi's
+    /// first answer takes 3 to 9 s on a healthy node). Said as `pending`, never as trouble.
+    Pending,
 }
 
 /// One data source (an amd-smi command family, sysfs, ...).
@@ -58,6 +61,14 @@ impl SourceStatus {
             last_ok_ms: None,
             took_ms: None,
             cadence: None,
+        }
+    }
+
+    /// A source whose first read has not answered yet (no failure seen), with what it waits on.
+    pub fn pending(name: &str, note: Option<String>) -> Self {
+        Self {
+            status: Health::Pending,
+            ..Self::down(name, note)
         }
     }
 }

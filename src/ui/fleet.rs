@@ -432,6 +432,7 @@ fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
         Health::Degraded => "warn",
         Health::Stale => "STALE",
         Health::Down => "DOWN",
+        Health::Pending => "pending",
     };
     let reach = match (&r.down, s.apply.as_ref()) {
         (Some(d), _) => format!("DOWN: {d}"),
