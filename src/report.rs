@@ -1,6 +1,8 @@
 //! Plain-text rendering of a snapshot for `partop snapshot` (the JSON form is the snapshot's own
 //! serialisation). Pure: takes a snapshot, returns a string.
 
+pub mod journal;
+
 use crate::domain::snapshot::{Health, Snapshot};
 use std::fmt::Write as _;
 

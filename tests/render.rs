@@ -704,3 +704,79 @@ fn fleet_view() {
         );
     }
 }
+
+/// The Journal view reads as words: an apply journaled by the real run log, its steps named by
+/// the plan's titles and counted from 1 as the apply's log counts them, the selected entry with
+/// its sentence above its fields.
+#[test]
+fn the_journal_view_names_steps_as_the_log_counts_them() {
+    let plan = partop::domain::plan::plan(
+        &recorded("dpx-nps2-two-models"),
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: None,
+            memory: Some(partop::domain::MemoryMode::Nps1),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = partop::exec::runlog::RunLog {
+        path: dir.path().join("journal.jsonl"),
+        kind: "repartition",
+        run: "4ba9c0de1f23".into(),
+        fingerprint: plan.fingerprint.clone(),
+        simulated: true,
+        node: "sim".into(),
+    };
+    log.start(
+        &serde_json::to_value(&plan).unwrap(),
+        None,
+        plan.steps.len(),
+    )
+    .unwrap();
+    for (i, step) in plan.steps.iter().enumerate().take(3) {
+        log.step_begin(i, &step.key).unwrap();
+        log.step_end(
+            i,
+            &step.key,
+            i < 2,
+            if i < 2 { "ok" } else { "amd-smi said no" },
+        )
+        .unwrap();
+    }
+    let (mut entries, bad) = partop::exec::journal::read(&log.path).unwrap();
+    // Stamps and the actor vary by machine and minute: fixed for the picture.
+    for (i, e) in entries.iter_mut().enumerate() {
+        e.at = format!("2026-11-20T03:{:02}:00Z", 10 + i);
+        e.host = "gpu-node-3".into();
+        e.who = partop::exec::journal::Who {
+            user: Some("ops".into()),
+            uid: 1000,
+            ..partop::exec::journal::Who::default()
+        };
+    }
+    let n = plan.steps.len();
+    let third = format!("step 3 of {n}: {}", plan.steps[2].title);
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        update(
+            &mut s,
+            Msg::Journal(entries.clone(), bad.clone(), None, None),
+        );
+        update(&mut s, Msg::Command(Command::ViewJournal));
+        let text = draw(&s, w, h);
+        let flat = joined(&text);
+        assert!(flat.contains("step 1 of"), "{w}x{h}: {text}");
+        if w == 200 {
+            assert!(
+                text.contains(&format!("{third} · FAILED: amd-smi said no")),
+                "{text}"
+            );
+        }
+        assert!(!text.contains("step 0"), "{text}");
+        insta::assert_snapshot!(format!("journal_words__{w}x{h}"), text);
+    }
+}
