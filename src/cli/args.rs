@@ -560,3 +560,38 @@ pub struct ApplyArgs {
     #[arg(long, default_value_t = 10.0, value_parser = crate::config::file::grace_secs)]
     pub grace: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn os(v: &[&str]) -> Vec<std::ffi::OsString> {
+        v.iter().map(Into::into).collect()
+    }
+
+    /// Every command name after a bare `--sim` is the command (the default scenario runs);
+    /// every built-in scenario's name stays the scenario; after `--` nothing is rewritten.
+    #[test]
+    fn sim_then_each_command_is_the_default_scenario_and_that_command() {
+        let default = format!("--sim={}", crate::sim::scenario::DEFAULT);
+        let mut cases = 0;
+        for c in Cli::command().get_subcommands() {
+            let name = c.get_name();
+            assert_eq!(
+                sim_before_command(os(&["partop", "--sim", name])),
+                os(&["partop", &default, name]),
+                "{name}"
+            );
+            cases += 1;
+        }
+        for (scenario, _) in crate::sim::scenario::BUILTIN {
+            let argv = os(&["partop", "--sim", scenario, "snapshot"]);
+            assert_eq!(sim_before_command(argv.clone()), argv, "{scenario}");
+            cases += 1;
+        }
+        let argv = os(&["partop", "--", "--sim", "snapshot"]);
+        assert_eq!(sim_before_command(argv.clone()), argv);
+        assert!(cases > 20, "{cases} cases");
+    }
+}
