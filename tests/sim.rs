@@ -637,3 +637,50 @@ fn the_fake_amd_smi_prints_partition_profiles_as_text() {
     let end = ours.iter().position(|l| l.is_empty()).unwrap();
     assert_eq!(end - at - 2, rows, "one text row per JSON profile row");
 }
+
+/// `partop sim list` says what each scenario runs, and the two it described wrongly say what
+/// their files hold: `cpx-64-busy` runs 4 busy workers on 4 of its 64 logical GPUs (it said
+/// "16 of the 64"), `spx-nps1-one-model` one model server on GPU 0 (it said "tensor-parallel
+/// over all GPUs"). Every built-in scenario is listed with its own description.
+#[test]
+fn sim_list_describes_each_scenario_as_its_file_runs() {
+    use partop::sim::scenario::{BUILTIN, Scenario};
+    let o = run(partop().args(["sim", "list"]), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (name, _) in BUILTIN {
+        let s = Scenario::load(name).unwrap();
+        assert!(
+            o.stdout
+                .lines()
+                .any(|l| l.starts_with(name) && l.ends_with(&s.description)),
+            "{name}: {}",
+            o.stdout
+        );
+    }
+    let busy = Scenario::load("cpx-64-busy").unwrap();
+    let places: BTreeSet<(u32, u32)> = busy
+        .workloads
+        .iter()
+        .map(|w| (w.gpu, w.partition))
+        .collect();
+    let n = busy.workloads.len();
+    assert_eq!(places.len(), n, "one worker per logical GPU");
+    assert!(
+        busy.description
+            .contains(&format!("{n} busy batch workers on {n} of them"))
+            && busy.description.contains("64 logical GPUs"),
+        "{}",
+        busy.description
+    );
+    let one = Scenario::load("spx-nps1-one-model").unwrap();
+    assert_eq!(one.workloads.len(), 1);
+    let gpu = one.workloads[0].gpu;
+    assert!(
+        one.description
+            .contains(&format!("one 405B model server on GPU {gpu}"))
+            && !one.description.contains("all GPUs"),
+        "{}",
+        one.description
+    );
+    eprintln!("{} scenarios listed", BUILTIN.len());
+}
