@@ -534,3 +534,60 @@ fn help_describes_source_auto_as_kernel_first() {
         "{text}"
     );
 }
+
+/// docs/user-guide.md's GPUs table says where each column comes from: by default the kernel
+/// (GFX from `xcp_metrics`/`gpu_metrics`, CUs, render node and BDF from the KFD topology), with
+/// `--source amd-smi` amd-smi. Checked on every logical GPU of the simulated node, both ways.
+#[test]
+fn the_gpus_views_columns_come_from_the_source_the_guide_names() {
+    let doc = |source: &[&str]| -> serde_json::Value {
+        let o = run(
+            partop()
+                .env("PARTOP_SIM_AMD_SMI_COST", "off")
+                .args(["--sim", "dpx-nps2-two-models"])
+                .args(source)
+                .args(["snapshot", "--json"]),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        serde_json::from_str(&o.stdout).unwrap()
+    };
+    let mut cases = 0;
+    for (args, want) in [
+        (&[][..], "sysfs"),
+        (&["--source", "amd-smi"][..], "amd-smi"),
+    ] {
+        let d = doc(args);
+        for g in d["gpus"].as_array().unwrap() {
+            for l in g["partitions"].as_array().unwrap() {
+                for field in ["gfx_busy_percent", "cu_count", "render_node"] {
+                    let p = &l["provenance"][field];
+                    // A value computed from amd-smi's (a partition's GFX: the mean of its
+                    // XCCs) is `derived` and names the amd-smi read it came from.
+                    let from = if p["source"] == "derived" {
+                        p["detail"]
+                            .as_str()
+                            .unwrap_or("")
+                            .split(' ')
+                            .next()
+                            .unwrap_or("")
+                    } else {
+                        p["source"].as_str().unwrap_or("")
+                    };
+                    assert_eq!(from, want, "{args:?} {field}: {p}");
+                    cases += 1;
+                }
+                if want == "sysfs" {
+                    let gfx = l["provenance"]["gfx_busy_percent"]["detail"]
+                        .as_str()
+                        .unwrap();
+                    assert!(
+                        gfx.ends_with("xcp_metrics") || gfx.ends_with("gpu_metrics"),
+                        "{gfx}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 2 * 16 * 3, "16 logical GPUs, 3 columns, 2 sources");
+}

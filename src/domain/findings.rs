@@ -153,6 +153,20 @@ fn holder(snap: &Snapshot, p: &super::snapshot::Process) -> String {
     }
 }
 
+/// A process holding device files in a few words: the agent it is, else its name, and its pod
+/// where known.
+fn process_words(p: &super::snapshot::Process) -> String {
+    let what = p
+        .agent
+        .clone()
+        .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+    let what = super::text::escape_controls(&what).into_owned();
+    match &p.k8s_pod_uid {
+        Some(pod) => format!("{what} (pod {})", super::text::escape_controls(pod)),
+        None => what,
+    }
+}
+
 /// "GPU 3 is held by pid 4242 python3 (model m)", or why no holder is named.
 fn held_by(snap: &Snapshot, gpu_id: u32) -> String {
     holders_of(snap, gpu_id).map_or_else(
@@ -290,10 +304,7 @@ impl Tracker {
             }
             let since = *self.unlisted_since.entry(p.pid).or_insert(now);
             seen_pids.push(p.pid);
-            let what = p
-                .agent
-                .clone()
-                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            let what = process_words(p);
             let holds = match (p.holds_kfd, nodes) {
                 (true, 0) => "/dev/kfd (every GPU)".to_string(),
                 (true, n) => format!("/dev/kfd and {n} render node(s)"),
@@ -317,10 +328,7 @@ impl Tracker {
             }
             let since = *self.unlisted_since.entry(p.pid).or_insert(now);
             seen_pids.push(p.pid);
-            let what = p
-                .agent
-                .clone()
-                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            let what = process_words(p);
             out.push(Finding {
                 kind: Kind::KfdOnlyHolder,
                 severity: Severity::Info,
@@ -745,5 +753,26 @@ mod tests {
         );
         assert_eq!(worst(&all[..2]).map(|f| f.kind), Some(Kind::NoisyNeighbour));
         assert!(worst(&[]).is_none());
+    }
+
+    #[test]
+    fn a_kfd_holder_names_its_pod() {
+        use crate::domain::snapshot::Process;
+        let mut n = node([0.0, 0.0], 0.0, [0, 0], 0, 1_000);
+        n.processes = vec![Process {
+            pid: 91,
+            name: Some("device-plugin".into()),
+            holds_kfd: true,
+            k8s_pod_uid: Some("5e6f-77".into()),
+            ..Process::default()
+        }];
+        let f = Tracker::default().observe(&n);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].saw
+                .starts_with("pid 91 device-plugin (pod 5e6f-77) holds /dev/kfd"),
+            "{}",
+            f[0].saw
+        );
     }
 }
