@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     if let Some(code) = partop::sim::workload::from_env() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(partop::cli::sim_before_command(std::env::args_os()));
     match partop::cli::commands::main(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -31,8 +31,9 @@ pub struct SourceArgs {
     /// brings its own).
     #[arg(long, value_name = "FILE", global = true)]
     pub models: Option<PathBuf>,
-    /// Where values come from: amd-smi overlaid with the kernel's fresher values (auto),
-    /// amd-smi only, or the kernel only (sysfs, KFD, fdinfo; no partition changes).
+    /// Where values come from: the kernel first with amd-smi beside it for identity, firmware
+    /// and profiles (auto), amd-smi only, or the kernel only (sysfs, KFD, fdinfo; no partition
+    /// changes).
     #[arg(long, value_enum, default_value_t = crate::collect::sysfs::SourceMode::Auto, global = true)]
     pub source: crate::collect::sysfs::SourceMode,
     /// Root of sysfs for the kernel collector (a captured tree, for tests and bug reports).

@@ -1,6 +1,8 @@
 //! Plain-text rendering of a snapshot for `partop snapshot` (the JSON form is the snapshot's own
 //! serialisation). Pure: takes a snapshot, returns a string.
 
+pub mod journal;
+
 use crate::domain::snapshot::{Health, Snapshot};
 use std::fmt::Write as _;
 
@@ -10,8 +12,8 @@ fn opt<T: std::fmt::Display>(v: Option<T>, suffix: &str) -> String {
     v.map_or_else(|| "N/A".to_string(), |v| format!("{v}{suffix}"))
 }
 
-/// The readable table.
-pub fn table(s: &Snapshot) -> String {
+/// The readable table, then the findings one sample shows, each as a whole sentence.
+pub fn table(s: &Snapshot, findings: &[crate::domain::findings::Finding]) -> String {
     let mut o = String::new();
     let sim = if s.simulated {
         "  [SIMULATED NODE]"
@@ -114,7 +116,33 @@ pub fn table(s: &Snapshot) -> String {
             );
         }
     }
+    findings_text(&mut o, findings);
     o
+}
+
+/// The findings section: `findings (N)` and per finding its severity, where, and what was seen
+/// and what to do; `findings: none` says the check ran.
+fn findings_text(o: &mut String, findings: &[crate::domain::findings::Finding]) {
+    use crate::domain::findings::Severity;
+    if findings.is_empty() {
+        let _ = writeln!(o, "\nfindings: none");
+        return;
+    }
+    let _ = writeln!(o, "\nfindings ({}):", findings.len());
+    for f in crate::domain::findings::by_urgency(findings) {
+        let word = match (f.critical(), f.severity) {
+            (true, _) => "CRIT",
+            (false, Severity::Warn) => "WARN",
+            (false, Severity::Info) => "INFO",
+        };
+        // A process's finding names its pid in what it saw already.
+        let head = if f.kind.about_a_process() {
+            f.kind.label().to_string()
+        } else {
+            f.headline()
+        };
+        let _ = writeln!(o, "  {word} {head}: {}", f.saw);
+    }
 }
 
 /// What a process row says beside its numbers ([`Process::mark`], the words the kill prompt

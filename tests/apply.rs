@@ -336,3 +336,74 @@ fn partop_killed_mid_apply_then_resume() {
     );
     assert_eq!(e.modes(), ("DPX".into(), "NPS2".into(), 16));
 }
+
+/// `partop journal` reads as words: every step of an apply is named by its plan title and
+/// counted from 1 exactly as the apply's own log counted it (`[3/6] title` there, `step 3 of 6:
+/// title` here), begun and done; `--json` gives the raw entries (0-based `step`), one a line.
+#[test]
+fn the_journal_names_each_step_as_the_apply_log_counts_it() {
+    let e = SimEnv::new(&quick("words", "7.0.2", "SPX", "NPS1", MODEL));
+    let p = e.plan("--compute DPX", "p.json");
+    let o = e.apply(&p, "--yes", "");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // The apply's log: `[i/N] title (limit …)`.
+    let logged: Vec<(String, String)> = o
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix('[')?;
+            let (count, title) = rest.split_once("] ")?;
+            let title = title.split(" (limit ").next().unwrap_or(title);
+            Some((count.to_string(), title.to_string()))
+        })
+        .collect();
+    assert!(logged.len() >= 3, "{}", o.stdout);
+    let words = run(e.cmd().arg("journal"), "");
+    assert_eq!(words.code, 0, "{}", words.stderr);
+    for (count, title) in &logged {
+        let (i, n) = count.split_once('/').unwrap();
+        let said = format!("step {i} of {n}: {title}");
+        for how in ["· begins", "· done"] {
+            assert!(
+                words
+                    .stdout
+                    .lines()
+                    .any(|l| l.contains(&said) && l.contains(how)),
+                "`{said} {how}` missing from partop journal:\n{}",
+                words.stdout
+            );
+        }
+    }
+    assert!(
+        words.stdout.contains("finished: every step done"),
+        "{}",
+        words.stdout
+    );
+    assert!(!words.stdout.contains("step 0 "), "{}", words.stdout);
+    assert!(
+        !words.stdout.contains("{\""),
+        "no raw JSON in words: {}",
+        words.stdout
+    );
+    // --json: the raw entries, one per line, as many as the words have lines.
+    let raw = run(e.cmd().args(["journal", "--json"]), "");
+    let entries: Vec<partop::exec::journal::Entry> = raw
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        words.stdout.lines().count(),
+        "{}",
+        raw.stdout
+    );
+    assert!(
+        entries
+            .iter()
+            .any(|x| x.action == "repartition.step" && x.targets["step"] == 0),
+        "the raw entries keep the 0-based index: {}",
+        raw.stdout
+    );
+    eprintln!("{} logged steps checked, begun and done", logged.len());
+}

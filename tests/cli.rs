@@ -430,3 +430,165 @@ fn a_replay_acts_on_nothing_and_an_endless_file_is_refused() {
         );
     }
 }
+
+/// `partop --sim snapshot` is the default scenario and the `snapshot` command (it was read as a
+/// scenario named "snapshot"); a scenario named after `--sim` stays a scenario. Both forms of
+/// each of the read-only commands that take a node are run.
+#[test]
+fn sim_followed_by_a_command_is_the_default_scenario() {
+    let mut cases = 0;
+    for args in [
+        &["--sim", "snapshot"][..],
+        &["--sim", "snapshot", "--json"],
+        &["--sim", "dpx-nps2-two-models", "snapshot"],
+        &["--sim", "models"],
+        &["snapshot", "--sim"],
+    ] {
+        let o = run(
+            partop().env("PARTOP_SIM_AMD_SMI_COST", "off").args(args),
+            "",
+        );
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        assert!(
+            !o.stderr.contains("unknown scenario"),
+            "{args:?}: {}",
+            o.stderr
+        );
+        cases += 1;
+    }
+    let o = run(
+        partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .args(["--sim", "snapshot"]),
+        "",
+    );
+    assert!(
+        o.stdout.contains("[SIMULATED NODE]") && o.stdout.contains("DPX/NPS2"),
+        "the default scenario (dpx-nps2-two-models): {}",
+        o.stdout
+    );
+    // A name that is neither is still refused as a scenario (exit 2).
+    let o = run(partop().args(["--sim", "nosuch", "snapshot"]), "");
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("unknown scenario \"nosuch\""),
+        "{}",
+        o.stderr
+    );
+    eprintln!("{} command lines ran", cases + 2);
+}
+
+/// The table `partop snapshot` prints ends with the findings one sample shows, each a whole
+/// sentence naming the process and what to do; `findings: none` where there are none. With the
+/// default source the agent holding /dev/kfd is `holds /dev/kfd only`; with `--source amd-smi`
+/// it is the holder amd-smi does not list (docs/user-guide.md says which appears when).
+#[test]
+fn snapshot_table_prints_the_findings() {
+    let table = |args: &[&str]| {
+        let o = run(
+            partop().env("PARTOP_SIM_AMD_SMI_COST", "off").args(args),
+            "",
+        );
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        o.stdout
+    };
+    let none = table(&["--sim", "dpx-nps2-two-models", "snapshot"]);
+    assert!(none.contains("\nfindings: none\n"), "{none}");
+    let kfd = table(&["--sim", "agent-holds-kfd", "snapshot"]);
+    let at = kfd
+        .find("\nfindings (1):\n")
+        .unwrap_or_else(|| panic!("{kfd}"));
+    let f = &kfd[at..];
+    assert!(
+        f.contains("INFO holds /dev/kfd only: pid ")
+            && f.contains("gpuagent (AMD GPU agent) holds /dev/kfd (every GPU)")
+            && f.contains("so a repartition stops it"),
+        "{f}"
+    );
+    let amd = table(&[
+        "--sim",
+        "agent-holds-kfd",
+        "--source",
+        "amd-smi",
+        "snapshot",
+    ]);
+    assert!(
+        amd.contains("INFO holder amd-smi does not list: pid ")
+            && amd.contains("but amd-smi does not list it"),
+        "{amd}"
+    );
+}
+
+/// `--help` says what `--source auto` does: the kernel first, amd-smi beside it (it said "amd-smi
+/// overlaid with the kernel's values").
+#[test]
+fn help_describes_source_auto_as_kernel_first() {
+    let o = run(partop().arg("--help"), "");
+    assert_eq!(o.code, 0);
+    let text = o.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(!text.contains("overlaid"), "{text}");
+    assert!(
+        text.contains(
+            "the kernel first with amd-smi beside it for identity, firmware and profiles (auto)"
+        ),
+        "{text}"
+    );
+}
+
+/// docs/user-guide.md's GPUs table says where each column comes from: by default the kernel
+/// (GFX from `xcp_metrics`/`gpu_metrics`, CUs, render node and BDF from the KFD topology), with
+/// `--source amd-smi` amd-smi. Checked on every logical GPU of the simulated node, both ways.
+#[test]
+fn the_gpus_views_columns_come_from_the_source_the_guide_names() {
+    let doc = |source: &[&str]| -> serde_json::Value {
+        let o = run(
+            partop()
+                .env("PARTOP_SIM_AMD_SMI_COST", "off")
+                .args(["--sim", "dpx-nps2-two-models"])
+                .args(source)
+                .args(["snapshot", "--json"]),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        serde_json::from_str(&o.stdout).unwrap()
+    };
+    let mut cases = 0;
+    for (args, want) in [
+        (&[][..], "sysfs"),
+        (&["--source", "amd-smi"][..], "amd-smi"),
+    ] {
+        let d = doc(args);
+        for g in d["gpus"].as_array().unwrap() {
+            for l in g["partitions"].as_array().unwrap() {
+                for field in ["gfx_busy_percent", "cu_count", "render_node"] {
+                    let p = &l["provenance"][field];
+                    // A value computed from amd-smi's (a partition's GFX: the mean of its
+                    // XCCs) is `derived` and names the amd-smi read it came from.
+                    let from = if p["source"] == "derived" {
+                        p["detail"]
+                            .as_str()
+                            .unwrap_or("")
+                            .split(' ')
+                            .next()
+                            .unwrap_or("")
+                    } else {
+                        p["source"].as_str().unwrap_or("")
+                    };
+                    // (The JSON spells the kind `amd_smi`.)
+                    assert_eq!(from.replace('_', "-"), want, "{args:?} {field}: {p}");
+                    cases += 1;
+                }
+                if want == "sysfs" {
+                    let gfx = l["provenance"]["gfx_busy_percent"]["detail"]
+                        .as_str()
+                        .unwrap();
+                    assert!(
+                        gfx.ends_with("xcp_metrics") || gfx.ends_with("gpu_metrics"),
+                        "{gfx}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 2 * 16 * 3, "16 logical GPUs, 3 columns, 2 sources");
+}

@@ -384,3 +384,43 @@ fn a_launch_that_forks_its_server_is_followed_and_never_doubled() {
         "{said}"
     );
 }
+
+/// `models advise` lists every layout the device offers, ranked (it listed the best and 5
+/// others: SPX/NPS1 was cut), with sizes in GiB, and docs/models.md's example is its output.
+#[test]
+fn advise_lists_every_offered_layout_and_the_docs_example_is_true() {
+    let text = |args: &[&str]| {
+        let o = run(
+            partop()
+                .env("PARTOP_SIM_AMD_SMI_COST", "off")
+                .args(["--sim", "cpx-nps4-small-models", "models", "advise"])
+                .args(args),
+            "",
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.stdout
+    };
+    let out = text(&[]);
+    let ranked: Vec<serde_json::Value> = serde_json::from_str(&text(&["--json"])).unwrap();
+    assert_eq!(ranked.len(), 7, "MI300X offers 7 compute/memory layouts");
+    for r in &ranked {
+        let summary = r["summary"].as_str().unwrap();
+        assert!(out.contains(summary), "{summary} missing from:\n{out}");
+    }
+    assert!(
+        out.contains("  SPX/NPS1: 8 logical GPUs of 192.0 GiB"),
+        "{out}"
+    );
+    assert!(!out.contains(" GB"), "GiB, not GB: {out}");
+    // The docs' example block is exactly this output.
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/models.md")).unwrap();
+    let start = doc
+        .find("$ partop --sim cpx-nps4-small-models models advise\n")
+        .unwrap();
+    let body = &doc[start..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    let body = &body[..body.find("```").unwrap()];
+    assert_eq!(body, out, "docs/models.md's advise example");
+    eprintln!("{} layouts checked", ranked.len());
+}

@@ -569,3 +569,38 @@ fn the_profile_tables_are_what_the_lent_cards_reported() {
         assert_eq!(simulated, measured, "{product}: -lgipp");
     }
 }
+
+/// `partop nvidia record` writes the host and time beside the node, so the replay's REPLAY
+/// banner names the recording's host and time, not the file (safety.md, rule 9); a recording
+/// made before it did still replays and its banner says what it lacks.
+#[test]
+fn an_nvidia_replay_banner_names_the_recordings_host_and_time() {
+    let f = Fake::new();
+    let rec = f.dir.path().join("rec.json");
+    let o = run(f.partop().args(["nvidia", "record", "--out"]).arg(&rec), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let banner = partop::cli::monitor::nvidia_replay_banner(&rec);
+    let host = partop::collect::host::hostname();
+    assert!(
+        banner.starts_with(&format!("of {host} recorded 20")) && !banner.contains("rec.json"),
+        "{banner}"
+    );
+    // It still replays.
+    let o = run(
+        partop()
+            .arg("--nvidia-replay")
+            .arg(&rec)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // An older recording: the node alone.
+    let old = f.dir.path().join("old.json");
+    let n: NvNode = smi::parse(&capture()).unwrap();
+    std::fs::write(&old, serde_json::to_string(&n).unwrap()).unwrap();
+    let banner = partop::cli::monitor::nvidia_replay_banner(&old);
+    assert!(
+        banner.contains("old.json (recorded without its host and time)"),
+        "{banner}"
+    );
+}

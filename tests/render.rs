@@ -718,3 +718,140 @@ fn progress_shows_elapsed_against_the_limit_and_the_journaled_resume_command() {
     let screen = draw(&s, 160, 40);
     assert!(screen.contains("--grace 10 --resume"), "{screen}");
 }
+
+/// A finding is not left to a dim tab count: the worst one is a badge on the header's first
+/// line with the key that opens the Findings view, at the smallest and a large terminal.
+#[test]
+fn the_worst_finding_is_a_badge_in_the_header() {
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("noisy-neighbour", w, h);
+        let quiet = draw(&s, w, h);
+        assert!(!quiet.contains('▲'), "no finding yet, no badge: {quiet}");
+        let mut later = recorded("noisy-neighbour");
+        pin(&mut later, T + 45_000);
+        update(&mut s, Msg::Snapshot(Arc::new(later)));
+        update(&mut s, Msg::Tick(T + 46_000));
+        let text = draw(&s, w, h);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.contains("▲ noisy neighbour on GPU 1 · 5"),
+            "{w}x{h}: {first}"
+        );
+        insta::assert_snapshot!(format!("finding_badge__{w}x{h}"), text);
+    }
+}
+
+/// A source that has not answered yet is `pending` in a muted style, never `DOWN` in the
+/// critical one (amd-smi's first read takes 3 to 9 s on a healthy node); one whose reads failed
+/// is still `DOWN`.
+#[test]
+fn a_source_not_answered_yet_is_pending_not_down() {
+    let mut s = state_for("dpx-nps2-two-models", 120, 30);
+    let mut snap = (*s.snapshot.clone().unwrap()).clone();
+    let st = snap
+        .sources
+        .iter_mut()
+        .find(|x| x.name == "amd-smi static")
+        .unwrap();
+    *st = partop::domain::snapshot::SourceStatus::pending(
+        "amd-smi static",
+        Some("amd-smi's first read is running; identity and profiles follow".into()),
+    );
+    update(&mut s, Msg::Snapshot(Arc::new(snap.clone())));
+    let text = draw(&s, 120, 30);
+    assert!(
+        text.contains("static pending")
+            && !text.contains("DOWN")
+            && !text.contains("! amd-smi's first read"),
+        "{text}"
+    );
+    let st = snap
+        .sources
+        .iter_mut()
+        .find(|x| x.name == "amd-smi static")
+        .unwrap();
+    st.status = Health::Down;
+    st.error = Some("timed out after 10s".into());
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    let text = draw(&s, 120, 30);
+    assert!(
+        text.contains("static DOWN") && text.contains("! timed out after 10s"),
+        "{text}"
+    );
+}
+
+/// The Journal view reads as words: an apply journaled by the real run log, its steps named by
+/// the plan's titles and counted from 1 as the apply's log counts them, the selected entry with
+/// its sentence above its fields.
+#[test]
+fn the_journal_view_names_steps_as_the_log_counts_them() {
+    let plan = partop::domain::plan::plan(
+        &recorded("dpx-nps2-two-models"),
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: None,
+            memory: Some(partop::domain::MemoryMode::Nps1),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = partop::exec::runlog::RunLog {
+        path: dir.path().join("journal.jsonl"),
+        kind: "repartition",
+        run: "4ba9c0de1f23".into(),
+        fingerprint: plan.fingerprint.clone(),
+        simulated: true,
+        node: "sim".into(),
+    };
+    log.start(
+        &serde_json::to_value(&plan).unwrap(),
+        None,
+        plan.steps.len(),
+    )
+    .unwrap();
+    for (i, step) in plan.steps.iter().enumerate().take(3) {
+        log.step_begin(i, &step.key).unwrap();
+        log.step_end(
+            i,
+            &step.key,
+            i < 2,
+            if i < 2 { "ok" } else { "amd-smi said no" },
+        )
+        .unwrap();
+    }
+    let (mut entries, bad) = partop::exec::journal::read(&log.path).unwrap();
+    // Stamps and the actor vary by machine and minute: fixed for the picture.
+    for (i, e) in entries.iter_mut().enumerate() {
+        e.at = format!("2026-11-20T03:{:02}:00Z", 10 + i);
+        e.host = "gpu-node-3".into();
+        e.who = partop::exec::journal::Who {
+            user: Some("ops".into()),
+            uid: 1000,
+            ..partop::exec::journal::Who::default()
+        };
+    }
+    let n = plan.steps.len();
+    let third = format!("step 3 of {n}: {}", plan.steps[2].title);
+    for (w, h) in [(80, 24), (200, 50)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        update(
+            &mut s,
+            Msg::Journal(entries.clone(), bad.clone(), None, None),
+        );
+        update(&mut s, Msg::Command(Command::ViewJournal));
+        let text = draw(&s, w, h);
+        let flat = joined(&text);
+        assert!(flat.contains("step 1 of"), "{w}x{h}: {text}");
+        if w == 200 {
+            assert!(
+                text.contains(&format!("{third} · FAILED: amd-smi said no")),
+                "{text}"
+            );
+        }
+        assert!(!text.contains("step 0"), "{text}");
+        insta::assert_snapshot!(format!("journal_words__{w}x{h}"), text);
+    }
+}

@@ -888,3 +888,55 @@ fn the_bearer_scheme_is_read_in_any_case() {
     }
     assert_eq!(ran, 69);
 }
+
+/// What docs/serve.md says of `/-/ready` with `--source amd-smi` when amd-smi hangs: 503 until
+/// the first sample, which comes once its reads have timed out in turn (the identity read, then
+/// `metric` and `process` together: two `--timeout`s when `version` answers), then 200 with the
+/// sources down and why.
+#[test]
+fn ready_waits_for_two_amd_smi_timeouts_when_only_version_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("amd-smi");
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6063;; esac\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = Instant::now();
+    let serve = Serve::start(
+        &[
+            "--source",
+            "amd-smi",
+            "--amd-smi",
+            script.to_str().unwrap(),
+            "--timeout",
+            "1.5",
+            "--sysfs-root",
+            dir.path().join("nosys").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (code, body) = get(serve.port, "/-/ready", "");
+    assert!(
+        t.elapsed() >= Duration::from_millis(2900) || code == 503,
+        "ready before two timeouts: {code} {body}"
+    );
+    serve.ready();
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "ready after {waited:?}, before two 1.5 s timeouts"
+    );
+    let snap = get(serve.port, "/snapshot", "").1;
+    assert!(snap.contains("timed out after 1.5s"), "{snap}");
+    // The two that timed out: the identity read, then metric and process; not version.
+    let log = serve.err.lock().unwrap().clone();
+    assert!(
+        log.contains("amd-smi static: timed out")
+            && log.contains("amd-smi metric: timed out")
+            && !log.contains("amd-smi version: timed out"),
+        "{log}"
+    );
+    drop(serve);
+    wait_until("the hung calls to be gone", || {
+        common::running("sleep 6063") == 0
+    });
+}

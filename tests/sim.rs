@@ -539,3 +539,148 @@ fn workloads_end_when_their_node_is_gone() {
     };
     wait_until("every workload to end", || !pids.iter().any(running));
 }
+
+/// The fake amd-smi refuses what the real argparse refuses: an unknown flag on each command it
+/// emulates exits 2 with argparse's words and prints nothing on stdout (it printed the metrics
+/// and exited 0); `-h` prints the command's usage and exits 0.
+#[test]
+fn the_fake_amd_smi_refuses_unknown_flags_as_argparse_does() {
+    let n = Node::start(&quick("flags", "7.0.2", "DPX", "NPS1", ""));
+    let mut cases = 0;
+    for cmd in [
+        "version",
+        "list",
+        "static",
+        "metric",
+        "process",
+        "monitor",
+        "partition",
+        "set",
+        "reset",
+    ] {
+        for bad in ["--nope", "-Z"] {
+            let o = n.amd(&format!("{cmd} {bad}"), "");
+            assert_eq!(o.code, 2, "{cmd} {bad}: {}{}", o.stdout, o.stderr);
+            assert!(
+                o.stderr
+                    .contains(&format!("amd-smi: error: unrecognized arguments: {bad}")),
+                "{cmd} {bad}: {}",
+                o.stderr
+            );
+            assert!(o.stdout.is_empty(), "{cmd} {bad}: {}", o.stdout);
+            cases += 1;
+        }
+        let o = n.amd(&format!("{cmd} -h"), "");
+        assert_eq!(o.code, 0, "{cmd} -h: {}", o.stderr);
+        assert!(
+            o.stdout.starts_with(&format!("usage: amd-smi {cmd} ")),
+            "{}",
+            o.stdout
+        );
+        cases += 1;
+    }
+    eprintln!("{cases} command lines refused or answered");
+}
+
+/// `amd-smi partition -a` without `--json` prints the profile and resource tables as the real
+/// tool does (it printed nothing): the same headings, column names, number of lines and legend
+/// as the real 16-GPU DPX/NPS1 output of ROCm/amdsmi#132 (compared word by word: the real tool
+/// pads some columns wider), and the same rows as its own `--json`.
+#[test]
+fn the_fake_amd_smi_prints_partition_profiles_as_text() {
+    let n = Node::start(&quick("acc", "7.0.2", "DPX", "NPS1", ""));
+    let o = n.amd("partition -a", "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let real = fixture("v-partition-accelerator-16gpu-dpx-nps1-rocm7.0.2-issue132.txt");
+    fn trimmed(mut v: Vec<&str>) -> Vec<&str> {
+        while v.last().is_some_and(|l| l.trim().is_empty()) {
+            v.pop();
+        }
+        v
+    }
+    let real = trimmed(
+        real.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with('$'))
+            .skip_while(|l| l.trim().is_empty())
+            .collect(),
+    );
+    let ours = trimmed(o.stdout.lines().collect());
+    assert_eq!(
+        ours.len(),
+        real.len(),
+        "first lines: {:?} / {:?}",
+        &ours[..3.min(ours.len())],
+        &real[..3.min(real.len())]
+    );
+    let words = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let mut same = 0;
+    for (a, b) in ours.iter().zip(&real) {
+        // Headings, column names, the legend and every resource row are the same words; a
+        // profile row's values come from the simulated node (compared with its JSON below).
+        let structural = b.ends_with(':')
+            || b.starts_with("GPU_ID")
+            || b.starts_with("RESOURCE_INDEX")
+            || b.contains("Current mode")
+            || b.trim().is_empty();
+        if structural {
+            assert_eq!(words(a), words(b), "{a:?} vs {b:?}");
+            same += 1;
+        }
+    }
+    assert!(same >= 6, "{same} structural lines compared");
+    let json: Value = serde_json::from_str(&n.amd("partition -a --json", "").stdout).unwrap();
+    let rows = json["partition_profiles"].as_array().unwrap().len();
+    let at = ours
+        .iter()
+        .position(|l| *l == "ACCELERATOR_PARTITION_PROFILES:")
+        .unwrap();
+    let end = ours.iter().position(|l| l.is_empty()).unwrap();
+    assert_eq!(end - at - 2, rows, "one text row per JSON profile row");
+}
+
+/// `partop sim list` says what each scenario runs, and the two it described wrongly say what
+/// their files hold: `cpx-64-busy` runs 4 busy workers on 4 of its 64 logical GPUs (it said
+/// "16 of the 64"), `spx-nps1-one-model` one model server on GPU 0 (it said "tensor-parallel
+/// over all GPUs"). Every built-in scenario is listed with its own description.
+#[test]
+fn sim_list_describes_each_scenario_as_its_file_runs() {
+    use partop::sim::scenario::{BUILTIN, Scenario};
+    let o = run(partop().args(["sim", "list"]), "");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for (name, _) in BUILTIN {
+        let s = Scenario::load(name).unwrap();
+        assert!(
+            o.stdout
+                .lines()
+                .any(|l| l.starts_with(name) && l.ends_with(&s.description)),
+            "{name}: {}",
+            o.stdout
+        );
+    }
+    let busy = Scenario::load("cpx-64-busy").unwrap();
+    let places: BTreeSet<(u32, u32)> = busy
+        .workloads
+        .iter()
+        .map(|w| (w.gpu, w.partition))
+        .collect();
+    let n = busy.workloads.len();
+    assert_eq!(places.len(), n, "one worker per logical GPU");
+    assert!(
+        busy.description
+            .contains(&format!("{n} busy batch workers on {n} of them"))
+            && busy.description.contains("64 logical GPUs"),
+        "{}",
+        busy.description
+    );
+    let one = Scenario::load("spx-nps1-one-model").unwrap();
+    assert_eq!(one.workloads.len(), 1);
+    let gpu = one.workloads[0].gpu;
+    assert!(
+        one.description
+            .contains(&format!("one 405B model server on GPU {gpu}"))
+            && !one.description.contains("all GPUs"),
+        "{}",
+        one.description
+    );
+    eprintln!("{} scenarios listed", BUILTIN.len());
+}

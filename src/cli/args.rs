@@ -28,6 +28,35 @@ pub mod exit {
     impl std::error::Error for Usage {}
 }
 
+/// The command line with `--sim` followed by a command (`partop --sim snapshot`) read as the
+/// default scenario and that command: `--sim` takes an optional scenario, so clap alone would
+/// take the command's name for a scenario. A built-in scenario's name stays a scenario.
+pub fn sim_before_command<I>(argv: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = std::ffi::OsString>,
+{
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let is_command = |a: &std::ffi::OsString| {
+        a.to_str().is_some_and(|a| {
+            !crate::sim::scenario::BUILTIN.iter().any(|(n, _)| *n == a)
+                && cmd
+                    .get_subcommands()
+                    .any(|c| c.get_name() == a || c.get_all_aliases().any(|x| x == a))
+        })
+    };
+    let mut out: Vec<std::ffi::OsString> = argv.into_iter().collect();
+    let end = out.iter().position(|a| a == "--").unwrap_or(out.len());
+    for i in 1..end {
+        if out[i] == "--sim" && out.get(i + 1).is_some_and(&is_command) {
+            out[i] = format!("--sim={}", crate::sim::scenario::DEFAULT).into();
+            // The first command word ends the options that could be read this way.
+            break;
+        }
+    }
+    out
+}
+
 /// partop: watch, understand and safely repartition AMD Instinct GPU nodes.
 #[derive(Debug, Parser)]
 #[command(name = "partop", version, about, long_about = None)]
@@ -534,4 +563,39 @@ pub struct ApplyArgs {
     /// SIGTERM grace period, seconds.
     #[arg(long, default_value_t = 10.0, value_parser = crate::config::file::grace_secs)]
     pub grace: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn os(v: &[&str]) -> Vec<std::ffi::OsString> {
+        v.iter().map(Into::into).collect()
+    }
+
+    /// Every command name after a bare `--sim` is the command (the default scenario runs);
+    /// every built-in scenario's name stays the scenario; after `--` nothing is rewritten.
+    #[test]
+    fn sim_then_each_command_is_the_default_scenario_and_that_command() {
+        let default = format!("--sim={}", crate::sim::scenario::DEFAULT);
+        let mut cases = 0;
+        for c in Cli::command().get_subcommands() {
+            let name = c.get_name();
+            assert_eq!(
+                sim_before_command(os(&["partop", "--sim", name])),
+                os(&["partop", &default, name]),
+                "{name}"
+            );
+            cases += 1;
+        }
+        for (scenario, _) in crate::sim::scenario::BUILTIN {
+            let argv = os(&["partop", "--sim", scenario, "snapshot"]);
+            assert_eq!(sim_before_command(argv.clone()), argv, "{scenario}");
+            cases += 1;
+        }
+        let argv = os(&["partop", "--", "--sim", "snapshot"]);
+        assert_eq!(sim_before_command(argv.clone()), argv);
+        assert!(cases > 20, "{cases} cases");
+    }
 }

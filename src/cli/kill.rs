@@ -233,19 +233,20 @@ pub fn journal(
         say(&format!("the journal is empty ({})\n", path.display()))?;
         return Ok(exit::OK);
     }
-    for e in &entries {
-        if json {
+    if json {
+        // The raw entries, one JSON object a line, as journaled.
+        for e in &entries {
             say(&(serde_json::to_string(e)? + "\n"))?;
-        } else {
+        }
+    } else {
+        // In words: an apply's steps named and counted from 1, as its log counts them.
+        for (e, sentence) in entries.iter().zip(crate::report::journal::words(&entries)) {
             let sim = if e.simulated { " [simulated]" } else { "" };
             say(&format!(
-                "{}  {}@{}  {}{sim}  targets {}  outcome {}\n",
-                e.at,
+                "{}  {}@{}{sim}  {sentence}\n",
+                crate::domain::text::escape_controls(&e.at),
                 e.who.describe(),
                 crate::domain::text::escape_controls(&e.host),
-                crate::domain::text::escape_controls(&e.action),
-                e.targets,
-                e.outcome
             ))?;
         }
     }

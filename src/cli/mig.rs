@@ -353,9 +353,19 @@ pub fn nvidia(src: &SourceArgs, action: NvidiaCmd) -> Result<u8> {
             let access = node.nvidia.clone().unwrap_or(NvidiaAccess::Nvml);
             let mut s = access.source(&node.nvidia_smi);
             let n = s.read().map_err(anyhow::Error::msg)?;
+            // Where and when, beside the node, as an AMD recording says them: a replay's banner
+            // names the recording's host and time, not the file.
+            let mut doc = serde_json::to_value(&n)?;
+            if let Some(o) = doc.as_object_mut() {
+                o.insert("host".into(), crate::collect::host::hostname().into());
+                o.insert(
+                    "recorded_at".into(),
+                    crate::collect::clock::rfc3339(crate::collect::clock::now_ms()).into(),
+                );
+            }
             crate::exec::safe_file::write_atomic(
                 &out,
-                (serde_json::to_string_pretty(&n)? + "\n").as_bytes(),
+                (serde_json::to_string_pretty(&doc)? + "\n").as_bytes(),
             )
             .with_context(|| format!("cannot write {}", out.display()))?;
             say(&format!(

@@ -325,7 +325,8 @@ pub fn advice_text(
         ));
     }
     o.push_str("others:\n");
-    for p in ranked.iter().skip(1).take(5) {
+    // Every layout the device offers, ranked (the docs say every one is; SPX/NPS1 was cut).
+    for p in ranked.iter().skip(1) {
         o.push_str(&format!("  {}\n", p.summary));
     }
     o

@@ -65,7 +65,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
             },
         );
     } else if let Some(p) = &cli.source.nvidia_replay {
-        state.replay = Some(format!("of {}", p.display()));
+        state.replay = Some(nvidia_replay_banner(p));
     }
     state.own_pid = std::process::id();
     #[expect(
@@ -143,4 +143,25 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     }
     drop(node);
     result.map(|()| exit::OK)
+}
+
+/// The REPLAY banner of an NVIDIA recording: its host and time (`partop nvidia record` writes
+/// them beside the node); a recording made before it did names its file and says so.
+pub fn nvidia_replay_banner(p: &std::path::Path) -> String {
+    let doc = crate::collect::small_file::operator_text(p)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let field = |k: &str| {
+        doc.as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(serde_json::Value::as_str)
+            .map(|v| crate::domain::text::escape_controls(v).into_owned())
+    };
+    match (field("host"), field("recorded_at")) {
+        (Some(h), Some(at)) => format!("of {h} recorded {at}"),
+        _ => format!(
+            "of {} (recorded without its host and time)",
+            crate::domain::text::escape_controls(&p.display().to_string())
+        ),
+    }
 }

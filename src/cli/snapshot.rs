@@ -22,16 +22,17 @@ pub fn snapshot(src: &SourceArgs, json: bool) -> Result<u8> {
     if snap.gpus.is_empty() && !failed.is_empty() {
         anyhow::bail!("{}", failed.join("\n"));
     }
+    // With the findings one sample shows (a partition count mismatch, a holder amd-smi does
+    // not list), in the table as in the JSON; those that need time (idle, noisy) need the
+    // monitor or serve.
+    let findings =
+        crate::domain::findings::Tracker::new(crate::domain::findings::Thresholds::default())
+            .observe(&snap);
     if json {
-        // With the findings one sample shows (a partition count mismatch, a holder amd-smi
-        // does not list); those that need time (idle, noisy) need the monitor or serve.
-        let findings =
-            crate::domain::findings::Tracker::new(crate::domain::findings::Thresholds::default())
-                .observe(&snap);
         let doc = crate::report::snapshot_document(&snap, &findings, snap.taken_at_ms);
         out(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
     } else {
-        out(&crate::report::table(&snap))?;
+        out(&crate::report::table(&snap, &findings))?;
     }
     if failed.is_empty() {
         Ok(exit::OK)

@@ -10,6 +10,10 @@
 //!   mode gives (CPX on an 8-XCD device is 8), named with both counts.
 //! - Unlisted holder: a process holding a GPU's device files that amd-smi does not list
 //!   (needs the /proc holder scan; reported when the snapshot carries holder data).
+//!
+//! Every finding on a logical GPU names who holds it (pid, name, the model it serves and its
+//! pod where known) and what to do, so the header badge, the Findings view, `partop snapshot`
+//! and `/snapshot` all say the same whole sentence.
 
 use super::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Snapshot};
 use serde::{Deserialize, Serialize};
@@ -60,6 +64,115 @@ pub struct Finding {
     pub saw: String,
     /// Since when (ms since epoch).
     pub since_ms: u64,
+}
+
+impl Kind {
+    /// The kind in a few words (the Findings view, the header badge, `partop snapshot`).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::NoisyNeighbour => "noisy neighbour",
+            Self::IdlePartition => "idle partition",
+            Self::UnlistedHolder => "holder amd-smi does not list",
+            Self::PartitionMismatch => "partitions missing",
+            Self::KfdOnlyHolder => "holds /dev/kfd only",
+            Self::HiddenHolders => "hidden from this user",
+        }
+    }
+
+    /// It names a process (or the node), not a logical GPU.
+    pub const fn about_a_process(self) -> bool {
+        matches!(
+            self,
+            Self::UnlistedHolder | Self::KfdOnlyHolder | Self::HiddenHolders
+        )
+    }
+}
+
+impl Finding {
+    /// The node itself is wrong (a partition missing): said in the critical style, before any
+    /// source error.
+    pub fn critical(&self) -> bool {
+        self.kind == Kind::PartitionMismatch
+    }
+
+    /// Where, in a few words: `noisy neighbour on GPU 3`, `holds /dev/kfd only: pid 77`.
+    pub fn headline(&self) -> String {
+        if self.kind.about_a_process() {
+            format!("{}: {}", self.kind.label(), self.subject)
+        } else if self.kind == Kind::PartitionMismatch {
+            format!("{} on {}", self.kind.label(), self.subject)
+        } else {
+            format!("{} on GPU {}", self.kind.label(), self.gpu_id)
+        }
+    }
+}
+
+/// The findings in the order to say them: critical before warn before info, then the oldest.
+pub fn by_urgency(findings: &[Finding]) -> Vec<&Finding> {
+    let mut v: Vec<&Finding> = findings.iter().collect();
+    v.sort_by_key(|f| (!f.critical(), std::cmp::Reverse(f.severity), f.since_ms));
+    v
+}
+
+/// The finding to say first (the header badge).
+pub fn worst(findings: &[Finding]) -> Option<&Finding> {
+    by_urgency(findings).first().copied()
+}
+
+/// Who works on logical GPU `gpu_id`, in words: `pid 4242 python3 (model qwen-32b, pod 1f2e…)`
+/// for each process using it (memory or compute units), the model it serves and its
+/// Kubernetes pod where known; `None` when no process is seen on it.
+pub fn holders_of(snap: &Snapshot, gpu_id: u32) -> Option<String> {
+    let named: Vec<String> = snap
+        .processes
+        .iter()
+        .filter(|p| {
+            p.gpus
+                .iter()
+                .any(|u| u.gpu_id == gpu_id && !u.attached_only())
+        })
+        .map(|p| holder(snap, p))
+        .collect();
+    (!named.is_empty()).then(|| named.join(", "))
+}
+
+/// One process in words: pid, name, and in brackets the model it serves and its pod.
+fn holder(snap: &Snapshot, p: &super::snapshot::Process) -> String {
+    let name = super::text::escape_controls(p.name.as_deref().unwrap_or("?")).into_owned();
+    let mut about = Vec::new();
+    if let Some(m) = snap.models.iter().find(|m| m.pid == Some(p.pid)) {
+        about.push(format!("model {}", super::text::escape_controls(&m.name)));
+    }
+    if let Some(pod) = &p.k8s_pod_uid {
+        about.push(format!("pod {}", super::text::escape_controls(pod)));
+    }
+    if about.is_empty() {
+        format!("pid {} {name}", p.pid)
+    } else {
+        format!("pid {} {name} ({})", p.pid, about.join(", "))
+    }
+}
+
+/// A process holding device files in a few words: the agent it is, else its name, and its pod
+/// where known.
+fn process_words(p: &super::snapshot::Process) -> String {
+    let what = p
+        .agent
+        .clone()
+        .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+    let what = super::text::escape_controls(&what).into_owned();
+    match &p.k8s_pod_uid {
+        Some(pod) => format!("{what} (pod {})", super::text::escape_controls(pod)),
+        None => what,
+    }
+}
+
+/// "GPU 3 is held by pid 4242 python3 (model m)", or why no holder is named.
+fn held_by(snap: &Snapshot, gpu_id: u32) -> String {
+    holders_of(snap, gpu_id).map_or_else(
+        || format!("GPU {gpu_id} shows no process (one hidden from this user, or memory an exited one left)"),
+        |h| format!("GPU {gpu_id} is held by {h}"),
+    )
 }
 
 /// Thresholds (from config).
@@ -164,15 +277,16 @@ impl Tracker {
                             subject: l.bdf.clone(),
                             gpu_id: l.gpu_id,
                             saw: format!(
-                                "holds {} with GFX busy below 1% for {}",
+                                "holds {} with GFX busy below 1% for {}; {}. If its work is done, stop it (`partop kill PID`, or K in Processes) to give the partition to a job that waits",
                                 gib(v),
-                                duration(now - since)
+                                duration(now - since),
+                                held_by(snap, l.gpu_id)
                             ),
                             since_ms: since,
                         });
                     }
                 }
-                if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot, &snap.models) {
+                if let Some(f) = self.hot(g, l, umc, now, &mut seen_hot, snap) {
                     out.push(f);
                 }
             }
@@ -190,10 +304,7 @@ impl Tracker {
             }
             let since = *self.unlisted_since.entry(p.pid).or_insert(now);
             seen_pids.push(p.pid);
-            let what = p
-                .agent
-                .clone()
-                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            let what = process_words(p);
             let holds = match (p.holds_kfd, nodes) {
                 (true, 0) => "/dev/kfd (every GPU)".to_string(),
                 (true, n) => format!("/dev/kfd and {n} render node(s)"),
@@ -217,10 +328,7 @@ impl Tracker {
             }
             let since = *self.unlisted_since.entry(p.pid).or_insert(now);
             seen_pids.push(p.pid);
-            let what = p
-                .agent
-                .clone()
-                .unwrap_or_else(|| p.name.clone().unwrap_or_else(|| "a process".into()));
+            let what = process_words(p);
             out.push(Finding {
                 kind: Kind::KfdOnlyHolder,
                 severity: Severity::Info,
@@ -293,8 +401,9 @@ impl Tracker {
         umc: Option<f64>,
         now: u64,
         seen: &mut Vec<String>,
-        models: &[super::model_status::ServedModel],
+        snap: &Snapshot,
     ) -> Option<Finding> {
+        let models = &snap.models;
         let t = self.thresholds;
         if g.partitions.len() < 2 || l.gfx_busy_percent? < t.hot_busy || umc? < t.hot_umc {
             return None;
@@ -337,11 +446,12 @@ impl Tracker {
             subject: l.bdf.clone(),
             gpu_id: l.gpu_id,
             saw: format!(
-                "GFX {:.0}% with the device's HBM bandwidth at {:.0}% for {}, sharing its memory domain with busy {}",
+                "GFX {:.0}% with the device's HBM bandwidth at {:.0}% for {}, sharing its memory domain with busy {}; {}. Move it or its neighbour to a partition in another memory domain (a finer NPS mode keeps them apart), or limit it",
                 l.gfx_busy_percent.unwrap_or(0.0),
                 umc.unwrap_or(0.0),
                 duration(now - since),
-                names.join(", ")
+                names.join(", "),
+                held_by(snap, l.gpu_id)
             ),
             since_ms: since,
         })
@@ -538,6 +648,131 @@ mod tests {
         assert!(
             t.observe(&node([0.0, 0.0], 0.0, [0, 1], 283 << 20, 0))
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn idle_and_noisy_findings_name_the_holder_and_the_action() {
+        use crate::domain::snapshot::Process;
+        let with_holder = |busy, umc, vram, at| {
+            let mut n = node(busy, umc, [0, 0], vram, at);
+            n.processes = vec![Process {
+                pid: 4242,
+                name: Some("python3".into()),
+                k8s_pod_uid: Some("1f2e3d4c-aaaa".into()),
+                gpus: vec![GpuUse {
+                    gpu_id: 1,
+                    vram_bytes: Some(vram),
+                    cu_occupancy: Some(150),
+                    ..GpuUse::default()
+                }],
+                ..Process::default()
+            }];
+            n.models = vec![crate::domain::model_status::ServedModel {
+                name: "chat-model".into(),
+                model: "Qwen/Qwen2.5-7B-Instruct".into(),
+                server: Some("vllm".into()),
+                spec: None,
+                pid: Some(4242),
+                start_ticks: None,
+                gpus: vec![1],
+                bdfs: vec![],
+                port: None,
+                state: crate::domain::model_status::ModelState::Healthy,
+                reason: None,
+                running: None,
+                waiting: None,
+                kv_cache: None,
+                tokens_per_sec: None,
+                restarts: 0,
+                log: None,
+                log_tail: vec![],
+                probed_ms: None,
+            }];
+            n
+        };
+        let mut t = Tracker::new(Thresholds {
+            idle_after_ms: 60_000,
+            ..Thresholds::default()
+        });
+        t.observe(&with_holder([0.0, 0.0], 0.0, 70 << 30, 0));
+        let f = t.observe(&with_holder([0.0, 0.0], 0.0, 70 << 30, 61_000));
+        let idle = f.iter().find(|f| f.gpu_id == 1).unwrap();
+        assert!(
+            idle.saw.contains(
+                "GPU 1 is held by pid 4242 python3 (model chat-model, pod 1f2e3d4c-aaaa)"
+            ) && idle.saw.contains("stop it (`partop kill PID`"),
+            "{}",
+            idle.saw
+        );
+        // GPU 0 has memory but no process seen: said, not left blank.
+        let other = f.iter().find(|f| f.gpu_id == 0).unwrap();
+        assert!(
+            other.saw.contains("GPU 0 shows no process"),
+            "{}",
+            other.saw
+        );
+        let mut t = Tracker::default();
+        t.observe(&with_holder([30.0, 99.0], 88.0, 0, 0));
+        let f = t.observe(&with_holder([30.0, 99.0], 88.0, 0, 45_000));
+        assert!(
+            f[0].saw
+                .contains("GPU 1 is held by pid 4242 python3 (model chat-model")
+                && f[0].saw.contains("another memory domain"),
+            "{}",
+            f[0].saw
+        );
+        assert_eq!(f[0].headline(), "noisy neighbour on GPU 1");
+    }
+
+    #[test]
+    fn the_worst_finding_is_critical_then_warn_then_the_oldest() {
+        let f = |kind, severity, since_ms| Finding {
+            kind,
+            severity,
+            subject: "s".into(),
+            gpu_id: 0,
+            saw: String::new(),
+            since_ms,
+        };
+        let all = [
+            f(Kind::KfdOnlyHolder, Severity::Info, 1),
+            f(Kind::NoisyNeighbour, Severity::Warn, 9),
+            f(Kind::HiddenHolders, Severity::Warn, 5),
+            f(Kind::PartitionMismatch, Severity::Warn, 20),
+        ];
+        let order: Vec<Kind> = by_urgency(&all).iter().map(|f| f.kind).collect();
+        assert_eq!(
+            order,
+            [
+                Kind::PartitionMismatch,
+                Kind::HiddenHolders,
+                Kind::NoisyNeighbour,
+                Kind::KfdOnlyHolder
+            ]
+        );
+        assert_eq!(worst(&all[..2]).map(|f| f.kind), Some(Kind::NoisyNeighbour));
+        assert!(worst(&[]).is_none());
+    }
+
+    #[test]
+    fn a_kfd_holder_names_its_pod() {
+        use crate::domain::snapshot::Process;
+        let mut n = node([0.0, 0.0], 0.0, [0, 0], 0, 1_000);
+        n.processes = vec![Process {
+            pid: 91,
+            name: Some("device-plugin".into()),
+            holds_kfd: true,
+            k8s_pod_uid: Some("5e6f-77".into()),
+            ..Process::default()
+        }];
+        let f = Tracker::default().observe(&n);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].saw
+                .starts_with("pid 91 device-plugin (pod 5e6f-77) holds /dev/kfd"),
+            "{}",
+            f[0].saw
         );
     }
 }

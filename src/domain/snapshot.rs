@@ -15,12 +15,13 @@ pub enum Health {
     Ok,
     /// Last read succeeded with warnings (e.g. per-GPU status lines).
     Degraded,
-    /// Not answered yet: its first read is still running (amd-smi's first identity read takes
-    /// seconds). Not a failure: a node is judged on a later sample.
+    /// Not answered yet, and no read has failed: its first read is still running (amd-smi's
+    /// first answer takes 3 to 9 s on a healthy node). Said as `pending`, never as trouble; a
+    /// node is judged on a later sample.
     Pending,
     /// Last read failed; values shown are from an older read.
     Stale,
-    /// Never read successfully.
+    /// Never read successfully: its reads failed.
     #[default]
     Down,
 }
@@ -61,6 +62,14 @@ impl SourceStatus {
             last_ok_ms: None,
             took_ms: None,
             cadence: None,
+        }
+    }
+
+    /// A source whose first read has not answered yet (no failure seen), with what it waits on.
+    pub fn pending(name: &str, note: Option<String>) -> Self {
+        Self {
+            status: Health::Pending,
+            ..Self::down(name, note)
         }
     }
 }

@@ -113,6 +113,10 @@ pub fn main(
             return 2;
         }
     };
+    if args.has("help") {
+        let _ = write!(out, "{}", args.usage());
+        return 0;
+    }
     let reading = state.reloading.is_some();
     let cmd = args.command.as_deref().unwrap_or("");
     if reading && cmd != "version" {

@@ -57,7 +57,7 @@ impl AmdSmi {
             metric: None,
             process: None,
             status: [SRC_STATIC, SRC_METRIC, SRC_PROCESS]
-                .map(|n| SourceStatus::down(n, None))
+                .map(|n| SourceStatus::pending(n, None))
                 .to_vec(),
             reread_static: false,
             policy: Policy::default(),
@@ -328,14 +328,12 @@ impl AmdSmi {
     pub fn identity_status(&mut self) -> Option<SourceStatus> {
         let mut st = self.status.iter().find(|s| s.name == SRC_STATIC).cloned()?;
         st.cadence = self.lane.cadence();
-        if st.status == Health::Down && st.error.is_none() {
-            if self.lane.running() {
-                st.status = Health::Pending;
-                st.error =
-                    Some("amd-smi's first read is running; identity and profiles follow".into());
+        if st.status == Health::Pending && st.error.is_none() {
+            st.error = Some(if self.lane.running() {
+                "amd-smi's first read is running; identity and profiles follow".into()
             } else {
-                st.error = Some("not read yet".into());
-            }
+                "not read yet".into()
+            });
         }
         Some(st)
     }

@@ -956,8 +956,9 @@ fn partition_busy(
 /// Where `--source` takes its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SourceMode {
-    /// amd-smi, overlaid with what the kernel gives fresher or more precisely (per-partition
-    /// busy, power, temperatures, engine use).
+    /// The kernel first, every sample (sysfs, KFD, fdinfo); amd-smi beside it on its own
+    /// cadence for what only it knows (identity, firmware, partition profiles); amd-smi alone
+    /// where the kernel shows no AMD GPU; NVIDIA where there is no amd-smi.
     #[default]
     Auto,
     /// amd-smi only.

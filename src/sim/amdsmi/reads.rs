@@ -544,6 +544,8 @@ fn partition(
             if flavor.rocm7 {
                 // 7.0.2 prints one all-N/A profile row per secondary (ROCm/amdsmi#132).
                 profiles.push(json!({"gpu_id": l.index, "profile_index": NA, "memory_partition_caps": NA, "accelerator_type": NA, "partition_id": pid, "num_partitions": NA, "num_resources": NA, "resource_index": NA, "resource_type": NA, "resource_instances": NA, "resources_shared": NA}));
+                // And one all-N/A resources row (the real 7.0.2 output and its JSON both).
+                resources_rows.push(json!({"resource_index": NA, "resource_type": NA, "resource_instances": NA, "resources_shared": NA}));
             }
         }
     }
@@ -573,69 +575,79 @@ fn partition(
         }
         return 0;
     }
+    // The human form: each section amd-smi prints, its heading and its columns (in the order
+    // of the JSON keys), blank cells where a profile's later resource rows repeat nothing.
     let text = |v: &Value| match v {
         Value::String(s) => s.clone(),
         o => o.to_string(),
     };
-    if let Some(Value::Array(rows)) = doc.get("current_partition") {
-        let _ = writeln!(out, "CURRENT_PARTITION:");
+    let sections: [(&str, &str, &[&str]); 4] = [
+        (
+            "current_partition",
+            "CURRENT_PARTITION",
+            &[
+                "gpu_id",
+                "memory",
+                "accelerator_type",
+                "accelerator_profile_index",
+                "partition_id",
+            ],
+        ),
+        (
+            "memory_partition",
+            "MEMORY_PARTITION",
+            &[
+                "gpu_id",
+                "memory_partition_caps",
+                "current_memory_partition",
+            ],
+        ),
+        (
+            "partition_profiles",
+            "ACCELERATOR_PARTITION_PROFILES",
+            &[
+                "gpu_id",
+                "profile_index",
+                "memory_partition_caps",
+                "accelerator_type",
+                "partition_id",
+                "num_partitions",
+                "num_resources",
+                "resource_index",
+                "resource_type",
+                "resource_instances",
+                "resources_shared",
+            ],
+        ),
+        (
+            "partition_resources",
+            "ACCELERATOR_PARTITION_RESOURCES",
+            &[
+                "resource_index",
+                "resource_type",
+                "resource_instances",
+                "resources_shared",
+            ],
+        ),
+    ];
+    let mut first = true;
+    for (key, heading, cols) in sections {
+        let Some(Value::Array(rows)) = doc.get(key) else {
+            continue;
+        };
         let r: Vec<Vec<String>> = rows
             .iter()
-            .map(|x| {
-                [
-                    "gpu_id",
-                    "memory",
-                    "accelerator_type",
-                    "accelerator_profile_index",
-                    "partition_id",
-                ]
-                .iter()
-                .map(|k| text(&x[*k]))
-                .collect()
-            })
+            .map(|x| cols.iter().map(|k| text(&x[*k])).collect())
             .collect();
-        let _ = write!(
-            out,
-            "{}",
-            human::table(
-                &[
-                    "GPU_ID",
-                    "MEMORY",
-                    "ACCELERATOR_TYPE",
-                    "ACCELERATOR_PROFILE_INDEX",
-                    "PARTITION_ID"
-                ],
-                &r
-            )
-        );
+        let heads: Vec<String> = cols.iter().map(|c| c.to_uppercase()).collect();
+        let heads: Vec<&str> = heads.iter().map(String::as_str).collect();
+        let _ = writeln!(out, "{}{heading}:", if first { "" } else { "\n" });
+        let _ = write!(out, "{}", human::table(&heads, &r));
+        first = false;
     }
-    if let Some(Value::Array(rows)) = doc.get("memory_partition") {
-        let _ = writeln!(out, "\nMEMORY_PARTITION:");
-        let r: Vec<Vec<String>> = rows
-            .iter()
-            .map(|x| {
-                [
-                    "gpu_id",
-                    "memory_partition_caps",
-                    "current_memory_partition",
-                ]
-                .iter()
-                .map(|k| text(&x[*k]))
-                .collect()
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "{}",
-            human::table(
-                &[
-                    "GPU_ID",
-                    "MEMORY_PARTITION_CAPS",
-                    "CURRENT_MEMORY_PARTITION"
-                ],
-                &r
-            )
-        );
+    if doc.contains_key("partition_profiles") {
+        // As amd-smi ends the profiles (ROCm/amdsmi#132's output).
+        let _ = write!(out, "\n\nLegend:\n  * = Current mode\n");
     }
     0
 }

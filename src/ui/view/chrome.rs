@@ -66,6 +66,35 @@ fn host_usage(state: &State, theme: &Theme) -> Vec<Span<'static>> {
     ]
 }
 
+/// The worst finding, in the critical or warn style on the first line, with the key that opens
+/// the Findings view: `▲ noisy neighbour on GPU 3 · 5` (a dim tab count alone is missed).
+fn finding_badge(state: &State, theme: &Theme) -> Vec<Span<'static>> {
+    let Some(f) = crate::domain::findings::worst(&state.findings) else {
+        return Vec::new();
+    };
+    let style = if f.critical() {
+        "status.crit"
+    } else if f.severity == crate::domain::findings::Severity::Warn {
+        "status.warn"
+    } else {
+        "finding.info"
+    };
+    let more = match state.findings.len() {
+        1 => String::new(),
+        n => format!(" +{}", n - 1),
+    };
+    let act = key(state, Command::ViewFindings).map_or_else(String::new, |k| format!(" · {k}"));
+    vec![
+        Span::styled(
+            format!(" ▲ {}{more}{act} ", f.headline()),
+            theme
+                .get(style)
+                .add_modifier(ratatui::style::Modifier::REVERSED),
+        ),
+        Span::raw(" "),
+    ]
+}
+
 /// The top three lines: who and what; modes, host load and tags; each source's health, age
 /// and last error. Each is cut with an ellipsis where it does not fit (all of it is in the
 /// Map and Detail views).
@@ -92,6 +121,7 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         spans.push(Span::styled(label, theme.get("header.sim")));
         spans.push(Span::raw(" "));
     }
+    spans.extend(finding_badge(state, theme));
     let mut sources = vec![Span::styled(" sources ", theme.get("ui.muted"))];
     match &state.snapshot {
         None => sources.push(Span::styled(
@@ -130,8 +160,9 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         ("STALE", "status.stale")
                     }
                     (Health::Degraded, false) => ("warn", "status.warn"),
-                    (Health::Pending, _) => ("pending", "status.warn"),
                     (Health::Down, _) => ("DOWN", "status.crit"),
+                    // Not answered yet is not trouble: amd-smi's first read takes seconds.
+                    (Health::Pending, _) => ("pending", "ui.muted"),
                 };
                 let a = src
                     .last_ok_ms
@@ -148,7 +179,7 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     theme.get(style),
                 ));
                 sources.push(Span::raw("  "));
-                if let Some(e) = &src.error {
+                if let Some(e) = src.error.as_ref().filter(|_| src.status != Health::Pending) {
                     errors.push(e.clone());
                 }
             }

@@ -1,6 +1,6 @@
 //! Findings: what was seen, where, and for how long.
 
-use crate::domain::findings::{Kind, Severity, duration};
+use crate::domain::findings::{Severity, duration};
 use crate::ui::state::State;
 use crate::ui::theme::Theme;
 use ratatui::Frame;
@@ -39,14 +39,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             Severity::Warn => ("WARN", theme.get("finding.warn")),
             Severity::Info => ("INFO", theme.get("finding.info")),
         };
-        let kind = match f.kind {
-            Kind::NoisyNeighbour => "noisy neighbour",
-            Kind::IdlePartition => "idle partition",
-            Kind::UnlistedHolder => "holder amd-smi does not list",
-            Kind::PartitionMismatch => "partitions missing",
-            Kind::KfdOnlyHolder => "holds /dev/kfd only",
-            Kind::HiddenHolders => "hidden from this user",
-        };
+        let kind = f.kind.label();
         let sel = if i == state.finding_sel {
             theme.get("table.row.selected")
         } else {
@@ -55,10 +48,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::styled(format!("{word} "), style),
             Span::styled(
-                if matches!(
-                    f.kind,
-                    Kind::UnlistedHolder | Kind::KfdOnlyHolder | Kind::HiddenHolders
-                ) {
+                if f.kind.about_a_process() {
                     format!(
                         "{kind} · {} · since {} ago",
                         f.subject,
