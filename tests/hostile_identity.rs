@@ -318,7 +318,7 @@ fn a_process_holding_only_kfd_is_listed_marked_and_a_finding() {
     }
     let o = run(e.cmd().args(["plan", "--memory", "NPS2"]), "");
     assert!(
-        o.stdout.contains(&format!("pid   {agent}")),
+        o.stdout.contains(&format!("pid {agent:>7}  ")),
         "a stop in the plan: {}",
         o.stdout
     );
