@@ -256,7 +256,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         registry: node.registry().ok().flatten(),
         model_log_dir: node.model_log_dir(),
         poll: Duration::from_secs_f64((0.5 * scale).max(0.02)),
-        settle: Duration::from_secs_f64((60.0 * scale).max(1.0)),
+        settle: Duration::from_secs_f64((60.0 * scale).max(5.0)),
         resumed: resume,
         resume_command,
     };
