@@ -205,11 +205,8 @@ fn without_unknown_sections(
             skipping = unknown.iter().any(|u| *u == head);
             if skipping && !name.contains('.') {
                 let col = line.len() - line.trim_start().len();
-                let near = Section::ALL
-                    .iter()
-                    .map(|s| s.name())
-                    .min_by_key(|n| crate::ui::command::distance(head, n))
-                    .unwrap_or("global");
+                let names: Vec<&str> = Section::ALL.iter().map(|s| s.name()).collect();
+                let near = crate::domain::text::nearest(head, &names).unwrap_or("global");
                 errors.push(ConfigError::at(
                     origin,
                     text,

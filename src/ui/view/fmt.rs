@@ -11,6 +11,12 @@ pub fn mem(b: u64) -> String {
     }
 }
 
+/// The selected row's mark, in a column of its own: a character, so no theme (one colour,
+/// no reverse video) can hide which row `K` or Enter acts on.
+pub const fn mark(selected: bool) -> &'static str {
+    if selected { "▶" } else { " " }
+}
+
 /// An age: "3s", "2m", "1h".
 pub fn age(now_ms: u64, at_ms: u64) -> String {
     let s = now_ms.saturating_sub(at_ms) / 1000;

@@ -2,7 +2,7 @@
 //! its recent history, VRAM as a bar, CU occupancy, holders, what runs there, and the
 //! device-wide power and temperature (on the primary only, marked *).
 
-use super::fmt::{bar, cut, gib, offset, pct, spark};
+use super::fmt::{bar, cut, gib, mark, offset, pct, spark};
 use crate::ui::state::State;
 use crate::ui::theme::Theme;
 use ratatui::Frame;
@@ -48,10 +48,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ("·".into(), "·".into())
         };
         let mut cells = vec![
-            Cell::from(Span::styled(
-                format!("{:>3}", l.gpu_id),
-                theme.partition(l.gpu_id),
-            )),
+            Cell::from(Line::from(vec![
+                Span::raw(mark(i == state.gpu_sel)),
+                Span::styled(format!("{:>3}", l.gpu_id), theme.partition(l.gpu_id)),
+            ])),
             Cell::from(l.bdf.trim_start_matches("0000:").to_string()),
         ];
         if wide {
@@ -93,7 +93,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let (header, widths): (Vec<&str>, Vec<Constraint>) = if wide {
         (
             vec![
-                "IDX",
+                " IDX",
                 "BDF.P",
                 "XCD",
                 "CUs",
@@ -107,7 +107,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 "TEMP*",
             ],
             vec![
-                Constraint::Length(3),
+                Constraint::Length(4),
                 Constraint::Length(9),
                 Constraint::Length(4),
                 Constraint::Length(4),
@@ -123,9 +123,9 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         )
     } else {
         (
-            vec!["IDX", "BDF.P", "GFX", "history", "VRAM GiB", "H", "RUNS"],
+            vec![" IDX", "BDF.P", "GFX", "history", "VRAM GiB", "H", "RUNS"],
             vec![
-                Constraint::Length(3),
+                Constraint::Length(4),
                 Constraint::Length(9),
                 Constraint::Length(5),
                 Constraint::Length(8),

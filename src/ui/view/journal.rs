@@ -239,7 +239,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui")
         };
         let text = format!(
-            "{when}  {:<8} {:<22} {}  → {}",
+            "{}{when}  {:<8} {:<22} {}  → {}",
+            super::fmt::mark(i == state.journal_sel),
             cut(&who(e), 8),
             cut(&e.action, 22),
             targets_summary(&e.targets),

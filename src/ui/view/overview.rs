@@ -137,7 +137,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     theme.get("ui")
                 };
                 spans.push(Span::styled(head, theme.partition(l.gpu_id)));
-                let text = format!(" {body}");
+                let text = format!("{}{body}", super::fmt::mark(Some(l.gpu_id) == sel_id));
                 let pad = cell.saturating_sub(3 + text.chars().count());
                 spans.push(Span::styled(text, style));
                 spans.push(Span::raw(" ".repeat(pad)));

@@ -1,7 +1,7 @@
 //! Processes: pid, user, name, logical GPU(s), VRAM, GTT, CU%, start time, container or unit,
 //! command line; sorted, filtered and grouped as the state's derived rows say.
 
-use super::fmt::{cut, mem, offset};
+use super::fmt::{cut, mark, mem, offset};
 use crate::domain::snapshot::Process;
 use crate::ui::state::{Col, Group, ProcRow, State, columns};
 use crate::ui::theme::Theme;
@@ -92,7 +92,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         .max()
         .unwrap_or(5)
         .max(5);
-    let pid_w = u16::try_from(pid_w + 1).unwrap_or(8);
+    // The selection mark, the tag mark, the pid.
+    let pid_w = u16::try_from(pid_w + 2).unwrap_or(9);
     let widths: Vec<Constraint> = cols.iter().map(|c| width(*c, pid_w)).collect();
     let cell_w = |c: Col| match width(c, pid_w) {
         Constraint::Length(n) => usize::from(n),
@@ -121,7 +122,11 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ProcRow::Heading(h) => {
                 // A heading spans the whole row (a table cell would cut it to its column):
                 // drawn over the empty row after the table.
-                headings.push((i - first, format!("▸ {h}"), style));
+                headings.push((
+                    i - first,
+                    format!("{}▸ {h}", mark(i == state.proc_sel)),
+                    style,
+                ));
                 rows.push(Row::new(Vec::<Cell<'_>>::new()).style(style));
             }
             ProcRow::Process { index, gpu } => {
@@ -167,14 +172,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         let w = cell_w(*c);
                         Cell::from(match c {
                             Col::Pid => format!(
-                                "{}{:>w$}",
+                                "{}{}{:>w$}",
+                                mark(i == state.proc_sel),
                                 if state.tagged.contains(&p.pid) {
                                     "+"
                                 } else {
                                     " "
                                 },
                                 p.pid,
-                                w = w - 1
+                                w = w - 2
                             ),
                             Col::User => cut(p.user.as_deref().unwrap_or("N/A"), w),
                             Col::Name => cut(&name_cell(p, lists), w),
