@@ -41,7 +41,8 @@ macro_rules! commands {
 }
 
 commands! {
-    Quit = "quit", "Quit partop (a simulated node is stopped)", Safe;
+    Quit = "quit", "Quit partop (a simulated node partop started is stopped)", Safe;
+    Back = "back", "Go back from a drill-down (Detail, an open journal entry, an overlay); quit where there is nothing to go back from", Safe;
     ToggleHelp = "toggle_help", "Show or hide this help", Safe;
     NextView = "next_view", "Next view", Safe;
     PrevView = "prev_view", "Previous view", Safe;

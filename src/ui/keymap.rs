@@ -423,11 +423,10 @@ impl Keymap {
                 }
             }
         }
-        if !self
-            .map
-            .values()
-            .any(|m| m.values().any(|c| *c == Command::Quit))
-        {
+        if !self.map.values().any(|m| {
+            m.values()
+                .any(|c| matches!(c, Command::Quit | Command::Back))
+        }) {
             errors.push(ConfigError::plain(
                 "keymap",
                 "no key is bound to quit".into(),

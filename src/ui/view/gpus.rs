@@ -16,6 +16,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let wide = area.width >= 120;
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.gpu_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: area.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (area.x + 1, area.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut rows = Vec::new();
     for (i, (g, l)) in snap.logical().enumerate().skip(first).take(visible) {
         let u = state.gpu_labels.get(&l.gpu_id).cloned().unwrap_or_default();

@@ -230,6 +230,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     }
     let room = usize::from(inner.height).saturating_sub(lines.len());
     let first = super::fmt::offset(state.journal_sel, room);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: inner.y + u16::try_from(lines.len()).unwrap_or(0),
+        height: u16::try_from(room).unwrap_or(0),
+        x: (inner.x, inner.right()),
+        first,
+        stride: 1,
+    });
     for (i, e) in entries.iter().enumerate().skip(first).take(room) {
         // Time of day and date apart from the RFC 3339 stamp; the whole stamp is in the entry.
         let when = e.at.get(5..19).unwrap_or(&e.at).replace('T', " ");

@@ -41,6 +41,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let w = usize::from(top.width.saturating_sub(2));
     let visible = usize::from(top.height.saturating_sub(3));
     let first = offset(state.model_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: top.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (top.x + 1, top.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut lines = vec![Line::styled(
         cut(
             &format!(

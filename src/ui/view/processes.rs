@@ -110,6 +110,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let cmd_w = usize::from(area.width.saturating_sub(2)).saturating_sub(fixed);
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.proc_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: area.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (area.x + 1, area.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut rows = Vec::new();
     let mut headings = Vec::new();
     for (i, r) in state.rows.iter().enumerate().skip(first).take(visible) {
@@ -187,19 +194,19 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                             Col::Gpu => cut(&gpus, w),
                             Col::Vram => {
                                 if has_vram {
-                                    format!("{:>6}", mem(vram))
+                                    format!("{:>7}", mem(vram))
                                 } else {
-                                    "   N/A".into()
+                                    "    N/A".into()
                                 }
                             }
-                            Col::Gtt => format!("{:>6}", mem(gtt)),
+                            Col::Gtt => format!("{:>7}", mem(gtt)),
                             Col::Cu => cu.map_or_else(|| "N/A".into(), |c| format!("{c:>3.0}%")),
                             Col::Cpu => p
                                 .cpu_percent
                                 .map_or_else(|| "  N/A".into(), |c| format!("{c:>4.0}%")),
                             Col::Rss => p
                                 .rss_bytes
-                                .map_or_else(|| "   N/A".into(), |b| format!("{:>6}", mem(b))),
+                                .map_or_else(|| "    N/A".into(), |b| format!("{:>7}", mem(b))),
                             Col::Up => p
                                 .running_secs
                                 .map_or_else(|| started(state.now_ms, p), uptime),
