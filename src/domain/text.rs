@@ -201,6 +201,49 @@ pub fn sanitize(s: &mut Option<String>) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nearest_prefers_abbreviations_then_fewest_edits_and_says_nothing_when_far() {
+        let sections = [
+            "global",
+            "overview",
+            "gpus",
+            "processes",
+            "models",
+            "detail",
+            "findings",
+            "log",
+            "journal",
+            "help",
+            "filter",
+            "dialog",
+            "stage",
+            "fleet",
+        ];
+        let cases = [
+            ("procs", Some("processes")),
+            ("procesess", Some("processes")),
+            ("gpu", Some("gpus")),
+            ("jrnl", Some("journal")),
+            ("modles", Some("models")),
+            ("Help", Some("help")),
+            ("xyzzy", None),
+        ];
+        for (word, want) in cases {
+            assert_eq!(nearest(word, &sections), want, "{word}");
+        }
+        let scopes = [
+            "ui",
+            "ui.title",
+            "table.header",
+            "table.row.selected",
+            "danger",
+        ];
+        assert_eq!(nearest("tabel", &scopes), Some("table.header"));
+        assert_eq!(nearest("table.hedaer", &scopes), Some("table.header"));
+        assert_eq!(nearest("dangr", &scopes), Some("danger"));
+    }
+
     use super::*;
 
     #[test]

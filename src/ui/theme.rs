@@ -1,6 +1,7 @@
 //! Themes: a palette plus styles by dotted scope with fallback (`table.row.selected` ->
-//! `table.row` -> `table` -> `ui`), `inherits` with cycle detection, embedded built-ins
-//! (`themes/*.toml`) with the user's same-named file merged over them key by key.
+//! `table.row` -> `table` -> `ui`), `inherits` with cycle detection (the default when a theme
+//! names none, nothing for `inherits = "none"`), embedded built-ins (`themes/*.toml`) with the
+//! user's same-named file merged over them key by key.
 
 use super::config::ConfigError;
 use ratatui::style::{Color, Modifier, Style};

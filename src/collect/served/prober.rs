@@ -40,8 +40,11 @@ pub struct ModelProber {
     seen: HashMap<String, Seen>,
     /// The registry file followed (re-read when it changes: `a` in the Models view adds to it),
     /// whether it must exist, and its (modified, length) when last read.
-    watch: Option<(PathBuf, bool, Option<(Option<std::time::SystemTime>, u64)>)>,
+    watch: Option<(PathBuf, bool, Option<FileStamp>)>,
 }
+
+/// A file's modification time and length: when either changes, it is read again.
+type FileStamp = (Option<std::time::SystemTime>, u64);
 
 /// The default log of a registered model.
 pub fn log_path(spec: &crate::domain::models::ModelSpec, log_dir: &Path) -> PathBuf {
