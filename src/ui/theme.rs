@@ -274,7 +274,11 @@ impl Theme {
             let missing: Vec<&str> = BASE_SCOPES
                 .iter()
                 .copied()
-                .filter(|b| !specs.contains_key(*b))
+                // Set itself or through a parent scope (`table` covers `table.row.selected`).
+                .filter(|b| {
+                    !std::iter::successors(Some(*b), |s| s.rfind('.').map(|i| &s[..i]))
+                        .any(|s| specs.contains_key(s))
+                })
                 .collect();
             if !missing.is_empty() {
                 errors.push(ConfigError::plain(
@@ -506,5 +510,48 @@ mod check_tests {
         assert_eq!(e.len(), 5, "{text:#?}");
         // The rest of the theme is still used.
         assert!(t.defines("status.warn"));
+    }
+
+    #[test]
+    fn a_theme_inherits_the_default_unless_it_says_none_and_then_needs_its_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            std::fs::write(dir.path().join("t.toml"), text).unwrap();
+            Theme::load("t", dir.path())
+        };
+        // (file, problems, whether the selected row is reversed as the default's)
+        let cases = [
+            ("[styles]\n\"ui\" = \"red\"\n", 0, true),
+            ("inherits = \"light\"\n", 0, true),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui\" = \"red\"\n\"table\" = { modifiers = [\"bold\"] }\n",
+                0,
+                false,
+            ),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui.title\" = \"red\"\n",
+                1,
+                false,
+            ),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui\" = \"red\"\n",
+                1,
+                false,
+            ),
+        ];
+        for (text, problems, reversed) in cases {
+            let (t, e) = load(text);
+            assert_eq!(e.len(), problems, "{text}: {e:?}");
+            assert_eq!(
+                t.get("table.row.selected")
+                    .add_modifier
+                    .contains(Modifier::REVERSED),
+                reversed,
+                "{text}"
+            );
+            if problems > 0 {
+                assert!(e[0].to_string().contains("inherits nothing"), "{e:?}");
+            }
+        }
     }
 }
