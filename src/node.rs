@@ -290,14 +290,17 @@ impl Node {
     /// The served-model prober: the registry (a bad one is reported, not fatal) and where
     /// partop-launched models log.
     pub fn prober(&self) -> crate::collect::served::ModelProber {
-        let (reg, err) = match &self.models {
-            Some(p) => match crate::collect::served::load_registry(p) {
-                Ok(r) => (Some(r), None),
-                Err(e) => (None, Some(e)),
+        // The file `a` adds to when none was given (ui::effect): followed, absent or not.
+        let (path, required) = self.models.clone().map_or_else(
+            || {
+                (
+                    crate::config::paths::config_dir().join("models.toml"),
+                    false,
+                )
             },
-            None => (None, None),
-        };
-        let mut m = crate::collect::served::ModelProber::new(reg, err);
+            |p| (p, true),
+        );
+        let mut m = crate::collect::served::ModelProber::new(None, None).following(path, required);
         if let Some(roots) = &self.roots {
             m.proc_root.clone_from(&roots.proc_root);
         }

@@ -10,6 +10,7 @@ pub mod confirm;
 pub mod dialog;
 pub mod effect;
 pub mod fleet;
+pub mod hit;
 pub mod keymap;
 pub mod logbuf;
 pub mod mig_stage;

@@ -310,8 +310,10 @@ fn completions_man_keys_and_help() {
     let o = run(partop().arg("man"), "");
     assert!(o.code == 0 && o.stdout.contains(".TH partop"));
     let o = run(partop().args(["keys"]), "");
+    // q goes back from a drill-down and quits at the top (issue 27); ctrl-c always quits.
     assert!(
-        o.stdout.contains("global     q            quit"),
+        o.stdout.contains("global     q            back")
+            && o.stdout.contains("global     ctrl-c       quit"),
         "{}",
         o.stdout
     );
@@ -591,4 +593,139 @@ fn the_gpus_views_columns_come_from_the_source_the_guide_names() {
         }
     }
     assert_eq!(cases, 2 * 16 * 3, "16 logical GPUs, 3 columns, 2 sources");
+}
+
+/// check-config in one configuration directory; its stdout lines and exit code.
+fn check_config_in(dir: &Path) -> (Vec<String>, i32) {
+    let o = run(partop().env("XDG_CONFIG_HOME", dir).arg("check-config"), "");
+    (o.stdout.lines().map(str::to_string).collect(), o.code)
+}
+
+/// Every problem is reported once, at its line and column, whatever else is wrong in the same
+/// files (issue 27): the cases that hid or doubled problems, each counted.
+#[test]
+fn check_config_reports_each_problem_once_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("partop");
+    std::fs::create_dir_all(cfg.join("themes")).unwrap();
+    let c = cfg.join("config.toml").display().to_string();
+    let t = cfg.join("themes/mine.toml").display().to_string();
+    let k = cfg.join("keymap.toml").display().to_string();
+    let m = cfg.join("models.toml").display().to_string();
+    // (config.toml, keymap.toml, models.toml, themes/mine.toml, the problems expected as
+    // (position, text)).
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Vec<(String, &'static str)>,
+    );
+    let theme = "[styles]\n\"ui\" = \"red\"\n\"tabel\" = \"blue\"\n\"ui.title\" = \"purplish\"\n";
+    let theme_problems = || {
+        vec![
+            (format!("{t}:3:11:"), "did you mean \"table.header\""),
+            (format!("{t}:4:14:"), "purplish"),
+        ]
+    };
+    let cases: Vec<Case> = vec![
+        // Out of range with a theme in use: each theme problem once, the range error located.
+        ("theme = \"mine\"\nrefresh_secs = 0\n", "", "", theme, {
+            let mut v = vec![(format!("{c}:2:16:"), "refresh_secs = 0 is out of range")];
+            v.extend(theme_problems());
+            v
+        }),
+        // An unknown field does not hide the range error, nor a value of the wrong type.
+        (
+            "refresh_secs = 0\nbogus = 1\ngrace_secs = \"long\"\nidle_minutes = -1\n",
+            "",
+            "",
+            "",
+            vec![
+                (format!("{c}:1:16:"), "refresh_secs = 0 is out of range"),
+                (format!("{c}:2:1:"), "unknown field `bogus`"),
+                (format!("{c}:3:14:"), "grace_secs: invalid type"),
+                (format!("{c}:4:16:"), "idle_minutes = -1 is out of range"),
+            ],
+        ),
+        // [procs] means [processes]; a misspelt field is named.
+        (
+            "refersh_secs = 1\n",
+            "[procs]\n\"x\" = \"quit\"\n",
+            "",
+            "",
+            vec![
+                (format!("{c}:1:1:"), "did you mean `refresh_secs`?"),
+                (
+                    format!("{k}:1:1:"),
+                    "unknown section [procs] (did you mean [processes]?)",
+                ),
+            ],
+        ),
+        // Five problems in one models.toml entry, five reports.
+        (
+            "",
+            "",
+            "[[model]]\nname = \"a\"\nmodel = \"x\"\nport = 8000\nmemory_gb = -5\ngpuu = \"0\"\n\
+             launch.command = [\"vllm\", \"{modle}\"]\nlaunch.comand = [\"x\"]\nhealth_timeout_secs = \"slow\"\n",
+            "",
+            vec![
+                (format!("{m}:5:1:"), "memory_gb = -5 is not a size"),
+                (format!("{m}:6:1:"), "unknown field `gpuu`"),
+                (format!("{m}:7:1:"), "unknown placeholder {modle}"),
+                (format!("{m}:8:1:"), "unknown field `launch.comand`"),
+                (format!("{m}:9:1:"), "health_timeout_secs: invalid type"),
+            ],
+        ),
+        // A theme that inherits nothing must carry the base styles.
+        (
+            "theme = \"mine\"\n",
+            "",
+            "",
+            "inherits = \"none\"\n[styles]\n\"ui.title\" = \"red\"\n",
+            vec![(
+                format!("{t}:"),
+                "inherits nothing and lacks the base style \"ui\", \"table.row.selected\"",
+            )],
+        ),
+    ];
+    let mut problems = 0;
+    for (i, (config, keymap, models, mine, expect)) in cases.iter().enumerate() {
+        for (f, text) in [
+            ("config.toml", config),
+            ("keymap.toml", keymap),
+            ("models.toml", models),
+            ("themes/mine.toml", mine),
+        ] {
+            let p = cfg.join(f);
+            if text.is_empty() {
+                let _ = std::fs::remove_file(&p);
+            } else {
+                std::fs::write(&p, text).unwrap();
+            }
+        }
+        let (lines, code) = check_config_in(dir.path());
+        assert_eq!(code, 2, "case {i}: {lines:#?}");
+        for (pos, what) in expect {
+            let hits = lines
+                .iter()
+                .filter(|l| l.starts_with(pos.as_str()) && l.contains(what))
+                .count();
+            assert_eq!(hits, 1, "case {i}: {pos} {what} once in {lines:#?}");
+        }
+        assert_eq!(
+            lines.len(),
+            expect.len() + 1,
+            "case {i}: exactly these problems and the closing line: {lines:#?}"
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with(&format!("{} problem(s)", expect.len())),
+            "case {i}: {lines:#?}"
+        );
+        problems += expect.len();
+    }
+    assert_eq!(problems, 15, "problems checked over {} cases", cases.len());
 }

@@ -233,3 +233,67 @@ fn a_dropped_terminal_or_a_killed_partop_leaves_nothing_of_the_simulated_node() 
     t.wait_for("EXITED 137");
     nothing_left(t.home.path(), &workloads);
 }
+
+/// The mouse in a real terminal: a click on a tab opens its view, a click on a row selects it
+/// (Enter opens that one), the wheel moves the selection; `q` goes back from Detail instead
+/// of quitting, then quits saying the simulated node stops; the terminal's mouse is released.
+#[test]
+fn mouse_selects_and_q_goes_back_before_quitting() {
+    let Some(t) = Tmux::start("--sim", 100, 30) else {
+        return;
+    };
+    t.wait_for("SIMULATED: dpx-nps2-two-models");
+    t.wait_for("q quit (stops the sim)");
+    assert!(t.mouse_on(), "mouse capture is on");
+    // The tab row is the fourth line: click the first letter of "Processes".
+    let screen = t.screen();
+    let tabs = screen.lines().nth(3).unwrap();
+    let x = tabs.find("Processes").expect("the Processes tab");
+    t.mouse(0, u16::try_from(tabs[..x].chars().count()).unwrap(), 3);
+    t.wait_for("Processes: 3 of 3");
+    // Rows start under the border (line 4) and the header (line 5): click the third.
+    t.mouse(0, 10, 8);
+    common::wait_until("the third row marked", || {
+        t.screen().lines().nth(8).is_some_and(|l| l.contains('▶'))
+    });
+    let row = t.screen().lines().nth(8).unwrap().to_string();
+    let pid: String = row
+        .trim_start_matches(['│', '▶', ' ', '+'])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert!(!pid.is_empty(), "a pid on the clicked row: {row}");
+    // The wheel: up twice from the third row is the first.
+    t.mouse(64, 10, 10);
+    t.mouse(64, 10, 10);
+    common::wait_until("the first row marked", || {
+        t.screen().lines().nth(6).is_some_and(|l| l.contains('▶'))
+    });
+    t.mouse(65, 10, 10);
+    t.mouse(65, 10, 10);
+    common::wait_until("the third row marked again", || {
+        t.screen().lines().nth(8).is_some_and(|l| l.contains('▶'))
+    });
+    // Enter opens the clicked process; q goes back to the list, the monitor still running.
+    t.keys(&["Enter"]);
+    t.wait_for(&format!("Process {pid}"));
+    t.wait_for("q back");
+    t.keys(&["q"]);
+    t.wait_for("Processes: 3 of 3");
+    assert!(t.alternate_on(), "q in Detail went back, it did not quit");
+    // Help: q closes it; then q quits and says the node stopped.
+    // The wheel scrolls the help down to its legend.
+    t.keys(&["?"]);
+    t.wait_for(" Help ");
+    for _ in 0..12 {
+        t.mouse(65, 50, 15);
+    }
+    t.wait_for("legend");
+    t.keys(&["q"]);
+    t.wait_for("q quit (stops the sim)");
+    t.keys(&["q"]);
+    t.wait_for("EXITED 0");
+    t.wait_for("stopped the simulated node (dpx-nps2-two-models)");
+    assert!(!t.alternate_on());
+    assert!(!t.mouse_on(), "the terminal's mouse is released on exit");
+}

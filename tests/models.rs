@@ -424,3 +424,62 @@ fn advise_lists_every_offered_layout_and_the_docs_example_is_true() {
     assert_eq!(body, out, "docs/models.md's advise example");
     eprintln!("{} layouts checked", ranked.len());
 }
+
+/// After `a` adds a discovered server, the next sample shows it registered (the collector
+/// follows the registry file), and a second add of the same server (the row not yet redrawn)
+/// writes nothing and is not an error.
+#[test]
+fn an_added_server_is_registered_at_the_next_sample_and_a_second_add_is_harmless() {
+    let node = Node::start("cpx-nps4-small-models");
+    healthy(&node, 3);
+    let reg = node.dir.path().join("added.toml");
+    std::fs::write(&reg, "").unwrap();
+    let n = partop::node::open_with(
+        &partop::node::SourceArgs {
+            sim_state: Some(node.state.clone()),
+            models: Some(reg.clone()),
+            timeout: 10.0,
+            ..partop::node::SourceArgs::default()
+        },
+        std::path::Path::new(env!("CARGO_BIN_EXE_partop")),
+    )
+    .unwrap();
+    let mut c = n.collector();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let snap = rt.block_on(c.sample());
+    let m = snap
+        .models
+        .iter()
+        .find(|m| m.spec.is_none() && m.pid.is_some())
+        .cloned()
+        .expect("a discovered server");
+    let entry = partop::domain::served::entry_for_model(&snap, &m).unwrap();
+    let journal = node.dir.path().join("journal.jsonl");
+    assert_eq!(
+        partop::exec::registry::append_entry(&reg, &entry, &journal).unwrap(),
+        partop::exec::registry::Added::Written
+    );
+    let written = std::fs::read_to_string(&reg).unwrap();
+    // The same collector, next sample: the server is the registry's now.
+    let snap = rt.block_on(c.sample());
+    let now = snap
+        .models
+        .iter()
+        .find(|x| x.port == m.port)
+        .expect("the server is still listed");
+    assert!(now.spec.is_some(), "{} still shows as discovered", now.name);
+    assert_eq!(
+        snap.models.iter().filter(|x| x.port == m.port).count(),
+        1,
+        "one row for the server"
+    );
+    // The second `a` (the old row): nothing written, no error.
+    assert_eq!(
+        partop::exec::registry::append_entry(&reg, &entry, &journal).unwrap(),
+        partop::exec::registry::Added::AlreadyThere
+    );
+    assert_eq!(std::fs::read_to_string(&reg).unwrap(), written);
+}

@@ -855,3 +855,120 @@ fn the_journal_view_names_steps_as_the_log_counts_them() {
         insta::assert_snapshot!(format!("journal_words__{w}x{h}"), text);
     }
 }
+
+fn draw_buffer(s: &State, th: &Theme, w: u16, h: u16) -> ratatui::buffer::Buffer {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| partop::ui::view::render(f, s, th)).unwrap();
+    t.backend().buffer().clone()
+}
+
+/// The screen row holding `needle`, and the row's text.
+fn row_with(b: &ratatui::buffer::Buffer, needle: &str) -> Option<(u16, String)> {
+    (0..b.area.height).find_map(|y| {
+        let text: String = (0..b.area.width).map(|x| b[(x, y)].symbol()).collect();
+        text.contains(needle).then_some((y, text))
+    })
+}
+
+/// A user's one-colour, one-style theme (themes/mine.toml, no `inherits`) inherits the default:
+/// the selected row stays reversed and SIMULATED keeps its badge. A theme that takes every
+/// style off the selection still shows `▶` on the selected row of every list.
+#[test]
+fn a_one_style_theme_keeps_a_visible_selection_and_the_sim_badge() {
+    use ratatui::style::Modifier;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("mine.toml"),
+        "[palette]\nfg = \"#ffffff\"\n[styles]\n\"ui\" = { fg = \"fg\" }\n",
+    )
+    .unwrap();
+    let (mine, errors) = Theme::load("mine", dir.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        mine.get("ui").fg,
+        Some(ratatui::style::Color::Rgb(255, 255, 255))
+    );
+    let mut s = state_for("dpx-nps2-two-models", 80, 24);
+    update(&mut s, Msg::Command(Command::ViewProcesses));
+    update(&mut s, Msg::Command(Command::SelectNext));
+    let b = draw_buffer(&s, &mine, 80, 24);
+    let (y, _) = row_with(&b, "▶").expect("a row marked ▶");
+    assert!(
+        (1..79).all(|x| b[(x, y)].modifier.contains(Modifier::REVERSED)),
+        "the selected row is reversed (inherited)"
+    );
+    let (hy, header) = row_with(&b, "SIMULATED").unwrap();
+    let bx = u16::try_from(header.chars().position(|c| c == 'S').unwrap()).unwrap();
+    assert_eq!(
+        b[(bx + 1, hy)].bg,
+        theme().get("header.sim").bg.unwrap(),
+        "the badge keeps its background"
+    );
+    insta::assert_snapshot!("one_style_theme_processes__80x24", draw(&s, 80, 24));
+
+    // No style at all on the selection: the mark alone shows it, in every list view.
+    std::fs::write(
+        dir.path().join("bare.toml"),
+        "[styles]\n\"table.row.selected\" = \"reset\"\n",
+    )
+    .unwrap();
+    let (bare, errors) = Theme::load("bare", dir.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut cases = 0;
+    for view in [
+        Command::ViewGpus,
+        Command::ViewProcesses,
+        Command::ViewModels,
+        Command::ViewOverview,
+    ] {
+        let mut s = with_models(80, 24);
+        update(&mut s, Msg::Command(view));
+        update(&mut s, Msg::Command(Command::SelectNext));
+        let b = draw_buffer(&s, &bare, 80, 24);
+        let marks = (0..24)
+            .filter(|y| row_with_at(&b, *y).contains('▶'))
+            .count();
+        assert_eq!(marks, 1, "{view:?}: exactly one row marked ▶");
+        cases += 1;
+    }
+    assert_eq!(cases, 4, "every list view that draws rows of its own");
+}
+
+fn row_with_at(b: &ratatui::buffer::Buffer, y: u16) -> String {
+    (0..b.area.width).map(|x| b[(x, y)].symbol()).collect()
+}
+
+/// The help ends with the legend of the marks and colours; scrolled to its end it is whole.
+#[test]
+fn help_legend() {
+    for (w, h) in [(80, 24), (200, 60)] {
+        let mut s = state_for("dpx-nps2-two-models", w, h);
+        update(&mut s, Msg::Command(Command::ToggleHelp));
+        // Drawn once so the pane knows how far it scrolls, then to the end.
+        draw(&s, w, h);
+        update(&mut s, Msg::Command(Command::Bottom));
+        let text = draw(&s, w, h);
+        for mark in ["legend", "▶", "+", "*name", "@name", "PWR* TEMP*", "stale"] {
+            assert!(text.contains(mark), "{mark} not in the legend:\n{text}");
+        }
+        insta::assert_snapshot!(format!("help_legend__{w}x{h}"), text);
+    }
+}
+
+/// The footer's hints are apart (`│`), and `q` is always among them, saying what it does.
+#[test]
+fn footer_hints_are_separated_and_q_says_what_it_does() {
+    let mut s = state_for("dpx-nps2-two-models", 80, 24);
+    update(&mut s, Msg::Command(Command::ViewProcesses));
+    let text = draw(&s, 80, 24);
+    let footer = text.lines().last().unwrap().to_string();
+    assert!(footer.contains("/ filter│s cycle sort│"), "{footer}");
+    assert!(footer.contains("q quit"), "{footer}");
+    s.stops_sim = true;
+    let footer = draw(&s, 80, 24).lines().last().unwrap().to_string();
+    assert!(footer.contains("q quit (stops the sim)"), "{footer}");
+    update(&mut s, Msg::Command(Command::OpenDetail));
+    let footer = draw(&s, 80, 24).lines().last().unwrap().to_string();
+    assert!(footer.contains("q back"), "{footer}");
+    insta::assert_snapshot!("footer_detail__80x24", footer);
+}

@@ -891,7 +891,8 @@ fn a_replay_is_look_only_and_says_so() {
         !help.contains("terminate"),
         "mutating commands are absent from help: {help}"
     );
-    t.keys(&["Escape", "q"]);
+    // The Enters above opened Detail: the first q goes back from it, the second quits.
+    t.keys(&["Escape", "q", "q"]);
     t.wait_for("EXITED 0");
     assert!(
         alive(m),

@@ -644,3 +644,175 @@ fn a_mig_apply_is_followed_to_its_end() {
             .contains("MIG plan f00d applied")
     );
 }
+
+/// `q` goes back from every drill-down (Detail opened from each list, an open journal entry,
+/// the help, the staging overlay) and quits only where there is nothing to go back from.
+#[test]
+fn q_goes_back_from_every_drill_down_and_quits_only_at_the_top() {
+    let mut cases = 0;
+    for from in [
+        View::Overview,
+        View::Gpus,
+        View::Processes,
+        View::Models,
+        View::Findings,
+    ] {
+        let mut s = state("default", "dpx-nps2-two-models");
+        update(&mut s, Msg::Command(from.command()));
+        update(&mut s, Msg::Command(Command::ViewDetail));
+        assert_eq!(s.view, View::Detail);
+        assert!(
+            key(&mut s, 'q').is_empty(),
+            "q in Detail from {from:?} quit"
+        );
+        assert_eq!(s.view, from, "q goes back to {from:?}");
+        assert_eq!(key(&mut s, 'q'), vec![Effect::Quit], "then q quits");
+        cases += 1;
+    }
+    // An open journal entry closes; the list stays.
+    let mut s = state("default", "dpx-nps2-two-models");
+    update(&mut s, Msg::Command(Command::ViewJournal));
+    let e = partop::exec::journal::Entry::new(
+        "kill",
+        false,
+        serde_json::json!({}),
+        serde_json::json!({}),
+    );
+    update(&mut s, Msg::Journal(vec![e], vec![], None, None));
+    update(&mut s, Msg::Command(Command::OpenDetail));
+    assert!(s.journal_open);
+    assert!(key(&mut s, 'q').is_empty());
+    assert!(!s.journal_open && s.view == View::Journal);
+    assert_eq!(key(&mut s, 'q'), vec![Effect::Quit]);
+    cases += 1;
+    // Overlays: help, and staging (its own section binds q to cancel).
+    let mut s = state("default", "dpx-nps2-two-models");
+    key(&mut s, '?');
+    assert!(key(&mut s, 'q').is_empty() && !s.help);
+    key(&mut s, 'p');
+    assert!(s.staging.is_some());
+    assert!(key(&mut s, 'q').is_empty() && s.staging.is_none());
+    assert_eq!(key(&mut s, 'q'), vec![Effect::Quit]);
+    cases += 2;
+    // ctrl-c quits from a drill-down too.
+    let mut s = state("default", "dpx-nps2-two-models");
+    update(&mut s, Msg::Command(Command::ViewDetail));
+    assert_eq!(
+        update(
+            &mut s,
+            Msg::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL))
+        ),
+        vec![Effect::Quit]
+    );
+    cases += 1;
+    assert_eq!(cases, 9, "drill-downs walked");
+}
+
+fn drawn(s: &State, w: u16, h: u16) -> String {
+    let th = partop::ui::theme::Theme::load("default", std::path::Path::new("/nonexistent")).0;
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+    t.draw(|f| partop::ui::view::render(f, s, &th)).unwrap();
+    format!("{}", t.backend())
+}
+
+fn mouse(s: &mut State, kind: ratatui::crossterm::event::MouseEventKind, x: u16, y: u16) {
+    update(
+        s,
+        Msg::Mouse(ratatui::crossterm::event::MouseEvent {
+            kind,
+            column: x,
+            row: y,
+            modifiers: KeyModifiers::NONE,
+        }),
+    );
+}
+
+/// A click on each tab opens its view; a click on every drawn row of each list selects that
+/// row (the one marked ▶ after the next frame); the wheel moves the selection; a click under an
+/// overlay that takes the keys does nothing.
+#[test]
+fn mouse_clicks_tabs_and_rows_and_the_wheel_scrolls() {
+    use ratatui::crossterm::event::{MouseButton, MouseEventKind};
+    let click = MouseEventKind::Down(MouseButton::Left);
+    let (w, h) = (120, 40);
+    let mut s = state("default", "cpx-nps4-small-models");
+    update(&mut s, Msg::Resize(w, h));
+    // Tabs: every view, by clicking the first cell of its title on the tab row.
+    let mut tabs = 0;
+    for v in View::ALL {
+        let text = drawn(&s, w, h);
+        let row = text.lines().nth(3).unwrap().trim_matches('"').to_string();
+        // ` 2 GPUs `: the title after its key, long or short as drawn.
+        let x = [v.title(), v.short_title()]
+            .iter()
+            .find_map(|t| row.find(&format!(" {t}")))
+            .unwrap_or_else(|| panic!("{v:?} in {row}"));
+        let x = u16::try_from(row[..x].chars().count() + 1).unwrap();
+        mouse(&mut s, click, x, 3);
+        assert_eq!(s.view, v, "click at {x} on the {v:?} tab");
+        tabs += 1;
+    }
+    // Rows: each list view, every row drawn.
+    let mut rows = 0;
+    for v in [View::Gpus, View::Processes] {
+        update(&mut s, Msg::Command(v.command()));
+        update(&mut s, Msg::Command(Command::Top));
+        drawn(&s, w, h);
+        // The first list row is under the table's header (row 4 border, 5 header).
+        let len = match v {
+            View::Gpus => 64,
+            _ => s.rows.len(),
+        };
+        let shown = len.min(usize::from(h) - 4 - 1 - 3);
+        for i in 0..shown {
+            let y = 6 + u16::try_from(i).unwrap();
+            mouse(&mut s, click, 10, y);
+            let sel = if v == View::Gpus {
+                s.gpu_sel
+            } else {
+                s.proc_sel
+            };
+            assert_eq!(sel, i, "{v:?}: click on screen row {y}");
+            let after = drawn(&s, w, h);
+            let marked = after.lines().nth(usize::from(y)).unwrap();
+            assert!(marked.contains('▶'), "{v:?} row {i} marked: {marked}");
+            rows += 1;
+        }
+        // Below the last row: nothing changes.
+        let before = if v == View::Gpus {
+            s.gpu_sel
+        } else {
+            s.proc_sel
+        };
+        mouse(&mut s, click, 10, h - 2);
+        let after = if v == View::Gpus {
+            s.gpu_sel
+        } else {
+            s.proc_sel
+        };
+        if shown < len {
+            // The list fills the screen: the last row drawn is still a row.
+        } else {
+            assert_eq!(before, after, "{v:?}: a click below the rows");
+        }
+    }
+    // The wheel: down 5, up 2.
+    update(&mut s, Msg::Command(Command::ViewGpus));
+    update(&mut s, Msg::Command(Command::Top));
+    for _ in 0..5 {
+        mouse(&mut s, MouseEventKind::ScrollDown, 10, 10);
+    }
+    for _ in 0..2 {
+        mouse(&mut s, MouseEventKind::ScrollUp, 10, 10);
+    }
+    assert_eq!(s.gpu_sel, 3);
+    // Under the help (it takes the keys) a click on a tab does nothing.
+    drawn(&s, w, h);
+    update(&mut s, Msg::Command(Command::ToggleHelp));
+    drawn(&s, w, h);
+    mouse(&mut s, click, 2, 3);
+    assert_eq!(s.view, View::Gpus);
+    eprintln!("{tabs} tabs and {rows} rows clicked");
+    assert_eq!(tabs, View::ALL.len());
+    assert!(rows > 30, "{rows} rows clicked");
+}

@@ -14,15 +14,6 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     let dir = crate::config::paths::config_dir();
     let loaded = load(&dir, None, None, false);
     let mut errors = loaded.errors;
-    let cfg = dir.join("config.toml").display().to_string();
-    if let Err(e) = loaded.config.validate(&cfg) {
-        errors.extend(e.lines().map(|m| ConfigError {
-            origin: cfg.clone(),
-            line: None,
-            column: None,
-            message: m.strip_prefix(&format!("{cfg}: ")).unwrap_or(m).to_string(),
-        }));
-    }
     // The served-model registry: --models, else the config dir's models.toml if there is one.
     let registry = models
         .map(Path::to_path_buf)
@@ -59,7 +50,10 @@ pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
             }
         }
     }
-    errors.dedup();
+    // The theme config.toml names is loaded by `load` and again with the others: each
+    // problem is said once, where it first came.
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.to_string()));
     let mut o = std::io::stdout().lock();
     for e in &errors {
         writeln!(o, "{e}")?;

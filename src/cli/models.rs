@@ -260,8 +260,14 @@ pub fn models(
                     .models
                     .clone()
                     .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
-                crate::exec::registry::append_entry(&path, &entry, &settings.journal)?;
-                say(&format!("appended to {}\n", path.display()))?;
+                match crate::exec::registry::append_entry(&path, &entry, &settings.journal)? {
+                    crate::exec::registry::Added::Written => {
+                        say(&format!("appended to {}\n", path.display()))?;
+                    }
+                    crate::exec::registry::Added::AlreadyThere => {
+                        say(&format!("already in {}: nothing written\n", path.display()))?;
+                    }
+                }
             }
             Ok(exit::OK)
         }

@@ -68,6 +68,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         state.replay = Some(nvidia_replay_banner(p));
     }
     state.own_pid = std::process::id();
+    state.stops_sim = node.sim.as_ref().is_some_and(|s| s.guard.is_some());
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
@@ -139,6 +140,16 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
             std::io::stderr(),
             "a repartition is still running on the simulated node; it keeps running. Follow it with `partop --sim-state {0}`, stop it with `partop sim stop --state {0}`",
             state.display()
+        );
+    }
+    // Said, not silent: the node this partop started goes with it (the footer said so too).
+    if node.sim.as_ref().is_some_and(|s| s.guard.is_some()) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "stopped the simulated node{} that this partop started; `partop --sim {}` starts a fresh one",
+            node.scenario()
+                .map_or_else(String::new, |n| format!(" ({n})")),
+            node.scenario().unwrap_or("SCENARIO")
         );
     }
     drop(node);

@@ -92,26 +92,103 @@ impl Default for Config {
     }
 }
 
+/// The fields of `config.toml`, for "did you mean" and the list in an unknown-field message.
+const FIELDS: &[&str] = &[
+    "theme",
+    "keymap",
+    "refresh_secs",
+    "read_only",
+    "idle_minutes",
+    "grace_secs",
+    "journal",
+];
+
 impl Config {
-    /// Checks the numbers: finite and within sense. Each problem names the file and key.
-    pub fn validate(&self, origin: &str) -> Result<(), String> {
-        let mut bad = Vec::new();
-        for (key, v, lo, hi) in [
+    /// The numbers with their limits: finite and within sense.
+    fn ranges(&self) -> [(&'static str, f64, f64, f64); 3] {
+        [
             ("refresh_secs", self.refresh_secs, 0.1, 3600.0),
             ("idle_minutes", self.idle_minutes, 0.0, 525_600.0),
             ("grace_secs", self.grace_secs, 0.0, 3600.0),
-        ] {
-            if !v.is_finite() || v < lo || v > hi {
-                bad.push(format!(
-                    "{origin}: {key} = {v} is out of range ({lo} to {hi})"
+        ]
+    }
+
+    /// Reads `config.toml` and reports every problem in it once, each at its line and column:
+    /// an unknown field, a value of the wrong type and a number out of range are found
+    /// together (one does not hide another). The fields without problems are kept; the others
+    /// take their defaults.
+    pub fn check(origin: &str, text: &str) -> (Self, Vec<ConfigError>) {
+        let root = match toml::de::DeTable::parse(text) {
+            Ok(t) => t.into_inner(),
+            Err(e) => {
+                return (
+                    Self::default(),
+                    vec![ConfigError::from_toml(origin, text, &e)],
+                );
+            }
+        };
+        let mut located: Vec<(usize, String)> = Vec::new();
+        let mut good = toml::Table::new();
+        let mut at = std::collections::HashMap::new();
+        for (k, v) in root {
+            let key = k.get_ref().to_string();
+            if !FIELDS.contains(&key.as_str()) {
+                let near = crate::domain::text::nearest(&key, FIELDS)
+                    .map_or_else(String::new, |n| format!("; did you mean `{n}`?"));
+                located.push((
+                    k.span().start,
+                    format!(
+                        "unknown field `{key}`{near} (fields: {})",
+                        FIELDS.join(", ")
+                    ),
                 ));
+                continue;
+            }
+            let start = v.span().start;
+            let value = <toml::Value as serde::Deserialize>::deserialize(
+                toml::de::ValueDeserializer::from(v),
+            );
+            let one = value
+                .map_err(|e| e.message().trim().to_string())
+                .and_then(|value| {
+                    let mut t = toml::Table::new();
+                    t.insert(key.clone(), value.clone());
+                    toml::Value::Table(t)
+                        .try_into::<Self>()
+                        .map(|_| value)
+                        .map_err(|e| e.message().trim().to_string())
+                });
+            match one {
+                Ok(value) => {
+                    good.insert(key.clone(), value);
+                    at.insert(key, start);
+                }
+                Err(m) => located.push((start, format!("{key}: {m}"))),
             }
         }
-        if bad.is_empty() {
-            Ok(())
-        } else {
-            Err(bad.join("\n"))
+        let mut config: Self = toml::Value::Table(good).try_into().unwrap_or_default();
+        let defaults = Self::default();
+        for ((key, v, lo, hi), (_, d, _, _)) in config.ranges().into_iter().zip(defaults.ranges()) {
+            if !v.is_finite() || v < lo || v > hi {
+                located.push((
+                    at.get(key).copied().unwrap_or(0),
+                    format!("{key} = {v} is out of range ({lo} to {hi})"),
+                ));
+                // Never used: the default stands in until the file is fixed.
+                match key {
+                    "refresh_secs" => config.refresh_secs = d,
+                    "idle_minutes" => config.idle_minutes = d,
+                    _ => config.grace_secs = d,
+                }
+            }
         }
+        // In the order they are written (the parser keeps keys sorted by name).
+        located.sort_by_key(|(o, _)| *o);
+        let errors = located
+            .into_iter()
+            .map(|(o, m)| ConfigError::at(origin, text, o, m))
+            .collect();
+        (config, errors)
     }
 }
 

@@ -38,14 +38,14 @@ pub fn resolve(
     let path = crate::config::paths::config_dir().join("config.toml");
     let config = match crate::collect::small_file::operator_text(&path) {
         Ok(text) => {
-            let c: super::Config = toml::from_str(&text).map_err(|e| {
-                anyhow::anyhow!(
+            let (c, errors) = super::Config::check(&path.display().to_string(), &text);
+            if !errors.is_empty() {
+                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                anyhow::bail!(
                     "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
-                    super::ConfigError::from_toml(&path.display().to_string(), &text, &e)
-                )
-            })?;
-            c.validate(&path.display().to_string())
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    list.join("\n")
+                );
+            }
             c
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => super::Config::default(),

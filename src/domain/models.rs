@@ -281,6 +281,26 @@ struct LaunchDoc {
     args: Option<Vec<String>>,
 }
 
+/// The keys of a `[[model]]` entry, of its `launch` table, and those it must have.
+const ENTRY_KEYS: &[&str] = &[
+    "name",
+    "model",
+    "port",
+    "launch",
+    "gpu",
+    "min_free_gb",
+    "memory_gb",
+    "params_b",
+    "precision",
+    "tensor_parallel",
+    "health",
+    "metrics",
+    "health_timeout_secs",
+    "log",
+];
+const LAUNCH_KEYS: &[&str] = &["command", "env", "stop", "systemd", "docker"];
+const REQUIRED_KEYS: &[&str] = &["name", "model", "port", "launch"];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {
@@ -315,6 +335,20 @@ const fn one() -> u32 {
 }
 const fn default_health_timeout() -> u64 {
     900
+}
+
+/// Whether `value` has the type of field `key` of an entry: tried in an entry that is
+/// otherwise correct, so a failure can only be this value's.
+fn type_check(key: &str, value: &toml::Value) -> Result<(), String> {
+    let mut t: toml::Table = toml::from_str(
+        "name = \"n\"\nmodel = \"m\"\nport = 1\nmemory_gb = 1\nlaunch.command = [\"x\"]\n",
+    )
+    .map_err(|e| e.message().to_string())?;
+    t.insert(key.to_string(), value.clone());
+    toml::Value::Table(t)
+        .try_into::<Entry>()
+        .map(|_| ())
+        .map_err(|e| e.message().trim().to_string())
 }
 
 /// HBM a model needs per logical GPU when only its size is known: weights x 1.2 (activations,
@@ -452,29 +486,74 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
     for spanned in doc.model {
         let span = spanned.span();
         let at = span.start;
-        let table = spanned.into_inner();
+        let mut table = spanned.into_inner();
         let named = table
             .get("name")
             .and_then(toml::Value::as_str)
             .map_or_else(|| "?".to_string(), str::to_string);
-        // Each entry on its own: one bad entry does not hide the others' problems.
+        // Every unknown key is reported where it is written and left out, so the entry's
+        // other problems are still found (serde stops at the first).
+        let unknown: Vec<String> = table
+            .keys()
+            .filter(|k| !ENTRY_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for k in unknown {
+            table.remove(&k);
+            errors.push(err(
+                key_at(text, &span, &k),
+                format!(
+                    "model {named:?}: unknown field `{k}`, expected one of {}",
+                    ENTRY_KEYS.join(", ")
+                ),
+            ));
+        }
+        if let Some(toml::Value::Table(l)) = table.get_mut("launch") {
+            let unknown: Vec<String> = l
+                .keys()
+                .filter(|k| !LAUNCH_KEYS.contains(&k.as_str()))
+                .cloned()
+                .collect();
+            for k in unknown {
+                l.remove(&k);
+                let at = key_at(text, &span, &format!("launch.{k}"));
+                let at = if at == span.start {
+                    key_at(text, &span, &k)
+                } else {
+                    at
+                };
+                errors.push(err(
+                    at,
+                    format!(
+                        "model {named:?}: unknown field `launch.{k}`, expected one of {}",
+                        LAUNCH_KEYS.join(", ")
+                    ),
+                ));
+            }
+        }
+        // Each value on its own: one of the wrong type is reported at its key and left out,
+        // and the rest of the entry is still checked.
+        let mut dropped_required = false;
+        for k in table.keys().cloned().collect::<Vec<_>>() {
+            let Some(v) = table.get(&k) else { continue };
+            if let Err(m) = type_check(&k, v) {
+                errors.push(err(
+                    key_at(text, &span, &k),
+                    format!("model {named:?}: {k}: {m}"),
+                ));
+                table.remove(&k);
+                dropped_required |= REQUIRED_KEYS.contains(&k.as_str());
+            }
+        }
+        if dropped_required {
+            continue;
+        }
         let e: Entry = match toml::Value::Table(table).try_into() {
             Ok(e) => e,
             Err(x) => {
+                // What is left: a required field missing.
                 let msg = x.message().trim().to_string();
-                // The field the message names (`unknown field `gpuu``, `missing field `port``,
-                // `... for key `memory_gb``), located in the entry when it is written there.
-                let field = msg.split('`').nth(1).map_or(at, |f| {
-                    let k = key_at(text, &span, f);
-                    if k != span.start {
-                        return k;
-                    }
-                    // A value the message names (an unknown variant): where it is written.
-                    text.get(span.start..entry_end(text, &span))
-                        .and_then(|body| body.find(f))
-                        .map_or(at, |i| span.start + i)
-                });
-                errors.push(err(field, format!("model {named:?}: {msg}")));
+                errors.push(err(at, format!("model {named:?}: {msg}")));
                 continue;
             }
         };

@@ -119,6 +119,54 @@ fn scan_controls(json: &str, newlines_ok: bool) -> bool {
     false
 }
 
+/// Levenshtein distance between two short names.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Whether `short` abbreviates `long`: same first letter, its letters in order (`procs` for
+/// `processes`, `cfg` for `config`).
+fn abbreviates(short: &str, long: &str) -> bool {
+    let mut rest = long.chars();
+    short.chars().next() == long.chars().next() && short.chars().all(|c| rest.any(|l| l == c))
+}
+
+/// The known name a mistyped `word` most likely meant, for "did you mean": an abbreviation or
+/// a prefix first (`procs` means `processes`, not `gpus`), else the fewest edits to the whole
+/// name or to its first dotted part (`tabel` means `table.header`); none when nothing is close.
+pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let w = word.to_lowercase();
+    let score = |k: &str| -> Option<usize> {
+        if k == w {
+            return Some(0);
+        }
+        let head = k.split('.').next().unwrap_or(k);
+        if k.starts_with(&w) || (w.len() < head.len() && abbreviates(&w, head)) {
+            return Some(1);
+        }
+        let d = edit_distance(&w, k).min(edit_distance(&w, head));
+        (d <= (w.chars().count() / 2).max(2)).then_some(d + 1)
+    };
+    known
+        .iter()
+        .filter_map(|k| score(k).map(|s| (s, k.len(), *k)))
+        .min()
+        .map(|(_, _, k)| k)
+}
+
 /// Bytes as GiB, the one memory convention everywhere (tables, plans, findings, advice): one
 /// decimal below 100 GiB, none above (`23.5`, `192`).
 pub fn gib(b: u64) -> String {
@@ -163,6 +211,49 @@ pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nearest_prefers_abbreviations_then_fewest_edits_and_says_nothing_when_far() {
+        let sections = [
+            "global",
+            "overview",
+            "gpus",
+            "processes",
+            "models",
+            "detail",
+            "findings",
+            "log",
+            "journal",
+            "help",
+            "filter",
+            "dialog",
+            "stage",
+            "fleet",
+        ];
+        let cases = [
+            ("procs", Some("processes")),
+            ("procesess", Some("processes")),
+            ("gpu", Some("gpus")),
+            ("jrnl", Some("journal")),
+            ("modles", Some("models")),
+            ("Help", Some("help")),
+            ("xyzzy", None),
+        ];
+        for (word, want) in cases {
+            assert_eq!(nearest(word, &sections), want, "{word}");
+        }
+        let scopes = [
+            "ui",
+            "ui.title",
+            "table.header",
+            "table.row.selected",
+            "danger",
+        ];
+        assert_eq!(nearest("tabel", &scopes), Some("table.header"));
+        assert_eq!(nearest("table.hedaer", &scopes), Some("table.header"));
+        assert_eq!(nearest("dangr", &scopes), Some("danger"));
+    }
+
     use super::*;
 
     #[test]

@@ -77,6 +77,18 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
                     Msg::Key(k)
                 }
                 Ok(Event::Resize(w, h)) => Msg::Resize(w, h),
+                // Presses and the wheel; motion (reported while the mouse is captured) would
+                // only wake the loop.
+                Ok(Event::Mouse(m))
+                    if matches!(
+                        m.kind,
+                        event::MouseEventKind::Down(_)
+                            | event::MouseEventKind::ScrollDown
+                            | event::MouseEventKind::ScrollUp
+                    ) =>
+                {
+                    Msg::Mouse(m)
+                }
                 Ok(_) => continue,
                 Err(_) => break,
             };

@@ -41,7 +41,8 @@ macro_rules! commands {
 }
 
 commands! {
-    Quit = "quit", "Quit partop (a simulated node is stopped)", Safe;
+    Quit = "quit", "Quit partop (a simulated node partop started is stopped)", Safe;
+    Back = "back", "Go back from a drill-down (Detail, an open journal entry, an overlay); quit where there is nothing to go back from", Safe;
     ToggleHelp = "toggle_help", "Show or hide this help", Safe;
     NextView = "next_view", "Next view", Safe;
     PrevView = "prev_view", "Previous view", Safe;
@@ -94,7 +95,7 @@ impl Command {
     pub fn suggest(s: &str) -> Option<&'static str> {
         Self::ALL
             .iter()
-            .map(|c| (c.name(), strsim(s, c.name())))
+            .map(|c| (c.name(), distance(s, c.name())))
             .filter(|(_, d)| *d <= 3)
             .min_by_key(|(_, d)| *d)
             .map(|(n, _)| n)
@@ -103,25 +104,7 @@ impl Command {
 
 /// Edit distance between two names (for "did you mean").
 pub fn distance(a: &str, b: &str) -> usize {
-    strsim(a, b)
-}
-
-/// Levenshtein distance (names are short).
-fn strsim(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    crate::domain::text::edit_distance(a, b)
 }
 
 impl fmt::Display for Command {

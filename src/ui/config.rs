@@ -29,17 +29,11 @@ pub fn load(dir: &Path, theme: Option<&str>, keymap: Option<&str>, read_only: bo
     let mut errors = Vec::new();
     let cfg_path = dir.join("config.toml");
     let config = match read(&cfg_path) {
-        Some(text) => match toml::from_str::<Config>(&text) {
-            Ok(c) => c,
-            Err(e) => {
-                errors.push(ConfigError::from_toml(
-                    &cfg_path.display().to_string(),
-                    &text,
-                    &e,
-                ));
-                Config::default()
-            }
-        },
+        Some(text) => {
+            let (c, e) = Config::check(&cfg_path.display().to_string(), &text);
+            errors.extend(e);
+            c
+        }
         None => Config::default(),
     };
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());

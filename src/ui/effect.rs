@@ -86,7 +86,12 @@ fn model_action(
                 .clone()
                 .unwrap_or_else(|| crate::config::paths::config_dir().join("models.toml"));
             match crate::exec::registry::append_entry(&path, entry, &exec.journal) {
-                Ok(()) => log::info!("added to {}", path.display()),
+                Ok(crate::exec::registry::Added::Written) => {
+                    log::info!("added to {}", path.display());
+                }
+                Ok(crate::exec::registry::Added::AlreadyThere) => {
+                    log::info!("already in {}: nothing to add", path.display());
+                }
                 Err(e) => log::error!("{e}"),
             }
         }

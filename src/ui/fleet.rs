@@ -426,7 +426,8 @@ fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
         .gfx_mean
         .map_or_else(|| "N/A".into(), |g| format!("{g:>3.0}%"));
     let spark = super::view::fmt::spark(&r.gfx_history, spark_w);
-    let vram = format!("{}/{}G", gib(s.vram_used), gib(s.vram_total));
+    // GiB, said in the column's title (the one unit convention).
+    let vram = format!("{}/{}", gib(s.vram_used), gib(s.vram_total));
     let health = match s.health {
         Health::Ok => "ok",
         Health::Degraded => "warn",
@@ -453,7 +454,7 @@ fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
 }
 
 const HEADS: [&str; 9] = [
-    "NODE", "PRODUCT", "MODES", "GFX", "VRAM", "MODELS", "FINDINGS", "DATA", "STATE",
+    "NODE", "PRODUCT", "MODES", "GFX", "VRAM GiB", "MODELS", "FINDINGS", "DATA", "STATE",
 ];
 
 /// The fleet as plain text (`partop fleet --once`).
@@ -640,7 +641,9 @@ pub fn render(frame: &mut Frame<'_>, s: &FleetState, theme: &Theme) {
                 Constraint::Length(7),
                 Constraint::Min(8),
             ],
-            vec!["NODE", "MODES", "GFX", "VRAM", "MODELS", "FINDS", "STATE"],
+            vec![
+                "NODE", "MODES", "GFX", "VRAM GiB", "MODELS", "FINDS", "STATE",
+            ],
         )
     };
     frame.render_widget(

@@ -224,11 +224,8 @@ fn without_unknown_sections(
             skipping = unknown.contains(head);
             if skipping && !name.contains('.') {
                 let col = line.len() - line.trim_start().len();
-                let near = Section::ALL
-                    .iter()
-                    .map(|s| s.name())
-                    .min_by_key(|n| crate::ui::command::distance(head, n))
-                    .unwrap_or("global");
+                let names: Vec<&str> = Section::ALL.iter().map(|s| s.name()).collect();
+                let near = crate::domain::text::nearest(head, &names).unwrap_or("global");
                 errors.push(located(
                     origin,
                     &index,
@@ -458,11 +455,10 @@ impl Keymap {
                 }
             }
         }
-        if !self
-            .map
-            .values()
-            .any(|m| m.values().any(|c| *c == Command::Quit))
-        {
+        if !self.map.values().any(|m| {
+            m.values()
+                .any(|c| matches!(c, Command::Quit | Command::Back))
+        }) {
             errors.push(ConfigError::plain(
                 "keymap",
                 "no key is bound to quit".into(),

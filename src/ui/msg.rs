@@ -4,7 +4,7 @@
 use super::command::Command;
 use super::model_ask::ModelAction;
 use crate::domain::snapshot::Snapshot;
-use ratatui::crossterm::event::KeyEvent;
+use ratatui::crossterm::event::{KeyEvent, MouseEvent};
 use std::sync::Arc;
 
 /// Everything the reducer can receive.
@@ -12,6 +12,8 @@ use std::sync::Arc;
 pub enum Msg {
     /// A key press.
     Key(KeyEvent),
+    /// A click or the wheel (presses and the wheel only: motion is dropped where it is read).
+    Mouse(MouseEvent),
     /// A bound command (from a key, or a test).
     Command(Command),
     /// The terminal's new size.

@@ -8,7 +8,9 @@ use crate::domain::findings::{Finding, Thresholds, Tracker};
 use crate::domain::history::History;
 use crate::domain::served::model_of;
 use crate::domain::snapshot::{Process, Snapshot};
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
+use ratatui::crossterm::event::{
+    KeyCode, KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind,
+};
 use std::sync::Arc;
 
 use super::model_ask::model_ask;
@@ -123,6 +125,10 @@ pub struct State {
     /// Opened from the fleet view on a remote node's stream: Esc with nothing to close goes
     /// back to the fleet (and the view is read only: the node is not this machine).
     pub embedded: bool,
+    /// Quitting stops the simulated node this partop started (`--sim`): the footer says so.
+    pub stops_sim: bool,
+    /// Where the last frame drew the tabs and the list's rows (for the mouse).
+    pub hits: super::hit::Hits,
 }
 
 /// Log lines kept for the Log view.
@@ -182,6 +188,8 @@ impl State {
             log: std::collections::VecDeque::new(),
             scroll: super::scroll::Scrolls::default(),
             embedded: false,
+            stops_sim: false,
+            hits: super::hit::Hits::default(),
         }
     }
 
@@ -238,6 +246,22 @@ impl State {
             }
         }
         self.view = v;
+    }
+
+    /// Back out of a drill-down: the topmost overlay, else Detail to where it was opened
+    /// from, else an open journal entry to the list. False when there is none (`q` quits).
+    pub fn go_back(&mut self) -> bool {
+        if self.cancel_modal() {
+            true
+        } else if self.view == View::Detail {
+            self.view = self.back;
+            true
+        } else if self.view == View::Journal && self.journal_open {
+            self.journal_open = false;
+            true
+        } else {
+            false
+        }
     }
 
     /// What Enter on the current selection would show.
@@ -459,6 +483,11 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
     let page = state.page();
     match c {
         Command::Quit => return vec![Effect::Quit],
+        Command::Back => {
+            if !state.go_back() {
+                return vec![Effect::Quit];
+            }
+        }
         Command::RefreshNow => return vec![Effect::RefreshNow],
         Command::ToggleHelp => {
             state.help = !state.help;
@@ -878,6 +907,44 @@ fn filter_key(state: &mut State, k: &KeyEvent) {
     state.derive_rows();
 }
 
+/// The mouse: the wheel moves the selection (or scrolls the pane the movement keys scroll), a
+/// left click on a tab opens that view, on a list row selects it. An overlay that takes the
+/// keys takes the clicks too (they do nothing under it).
+fn mouse(state: &mut State, m: MouseEvent) -> Vec<Effect> {
+    let exclusive = state.modals().any(|x| x.section().is_some());
+    let step = if state.scroll_pane().is_some() { 3 } else { 1 };
+    match m.kind {
+        MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
+            let c = if m.kind == MouseEventKind::ScrollDown {
+                Command::SelectNext
+            } else {
+                Command::SelectPrev
+            };
+            if exclusive && state.scroll_pane().is_none() {
+                return Vec::new();
+            }
+            (0..step).flat_map(|_| command(state, c)).collect()
+        }
+        MouseEventKind::Down(MouseButton::Left) if !exclusive => {
+            if let Some(v) = state.hits.tab_at(m.column, m.row) {
+                return command(state, v.command());
+            }
+            let len = state.list_len();
+            if let Some(i) = state.hits.row_at(m.column, m.row).filter(|i| *i < len) {
+                let journal = state.view == View::Journal;
+                if let Some(sel) = state.sel_mut() {
+                    *sel = i;
+                }
+                if journal {
+                    state.scroll.reset(super::scroll::Pane::Journal);
+                }
+            }
+            Vec::new()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The reducer.
 pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
     match msg {
@@ -933,6 +1000,7 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             }
         }
         Msg::Command(c) => command(state, c),
+        Msg::Mouse(m) => mouse(state, m),
         Msg::Log(lines) => {
             state.log.extend(lines);
             let over = state.log.len().saturating_sub(LOG_KEEP);

@@ -1,5 +1,6 @@
-//! The terminal guard: raw mode and the alternate screen on entry, restored on drop and on panic
-//! (ratatui's init installs a panic hook that restores first), so the shell always comes back.
+//! The terminal guard: raw mode, the alternate screen and mouse capture on entry, restored on
+//! drop and on panic (ratatui's init installs a panic hook that restores first; ours releases
+//! the mouse before it), so the shell always comes back, its mouse included.
 
 use ratatui::DefaultTerminal;
 
@@ -8,11 +9,33 @@ use ratatui::DefaultTerminal;
 pub struct Guard;
 
 impl Guard {
-    /// Enters raw mode and the alternate screen.
+    /// Enters raw mode and the alternate screen, and captures the mouse (click, wheel).
     pub fn enter() -> std::io::Result<(Self, DefaultTerminal)> {
         let t = ratatui::try_init()?;
+        let ratatui_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            release_mouse();
+            ratatui_hook(info);
+        }));
+        capture_mouse()?;
         Ok((Self, t))
     }
+}
+
+fn capture_mouse() -> std::io::Result<()> {
+    ratatui::crossterm::execute!(
+        std::io::stdout(),
+        ratatui::crossterm::event::EnableMouseCapture
+    )
+}
+
+/// The terminal's mouse back to the shell (selecting text); an error is ignored: the terminal
+/// may be gone.
+fn release_mouse() {
+    let _ = ratatui::crossterm::execute!(
+        std::io::stdout(),
+        ratatui::crossterm::event::DisableMouseCapture
+    );
 }
 
 impl Drop for Guard {
@@ -20,6 +43,7 @@ impl Drop for Guard {
         // Not `ratatui::restore`: it reports a failure with `eprintln!`, which panics when the
         // terminal is gone (an ssh connection dropped), and a panic here aborts the process
         // before the simulated node, locks and journal are cleaned up.
+        release_mouse();
         if let Err(e) = ratatui::try_restore() {
             use std::io::Write as _;
             let _ = writeln!(
@@ -51,6 +75,7 @@ pub fn detach() {
 /// usable), the process stops, and on `fg` (SIGCONT) raw mode and the alternate screen come
 /// back and the whole screen is redrawn.
 pub fn suspend(terminal: &mut DefaultTerminal) -> std::io::Result<()> {
+    release_mouse();
     ratatui::try_restore()?;
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP).map_err(std::io::Error::from)?;
     // Continued here after `fg`.
@@ -59,6 +84,7 @@ pub fn suspend(terminal: &mut DefaultTerminal) -> std::io::Result<()> {
         std::io::stdout(),
         ratatui::crossterm::terminal::EnterAlternateScreen
     )?;
+    capture_mouse()?;
     terminal.clear()
 }
 

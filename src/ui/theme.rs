@@ -1,6 +1,7 @@
 //! Themes: a palette plus styles by dotted scope with fallback (`table.row.selected` ->
-//! `table.row` -> `table` -> `ui`), `inherits` with cycle detection, embedded built-ins
-//! (`themes/*.toml`) with the user's same-named file merged over them key by key.
+//! `table.row` -> `table` -> `ui`), `inherits` with cycle detection (the default when a theme
+//! names none, nothing for `inherits = "none"`), embedded built-ins (`themes/*.toml`) with the
+//! user's same-named file merged over them key by key.
 
 use super::config::ConfigError;
 use ratatui::style::{Color, Modifier, Style};
@@ -19,6 +20,13 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("monochrome", include_str!("../../themes/monochrome.toml")),
 ];
+
+/// `inherits = "none"`: a theme that starts from nothing.
+const NO_PARENT: &str = "none";
+
+/// The styles a theme that inherits nothing must set itself: the screen's base and the
+/// selected row.
+const BASE_SCOPES: &[&str] = &["ui", "table.row.selected"];
 
 /// Every scope the views use; each built-in must resolve all of them.
 pub const SCOPES: &[&str] = &[
@@ -168,6 +176,10 @@ impl Theme {
         let mut chain: Vec<String> = Vec::new();
         let mut layers: Vec<Vec<(File, Loc)>> = Vec::new();
         let mut next = Some(name.to_string());
+        // A theme that sets nothing else inherits the default, so a one-colour file keeps a
+        // visible selection, the SIMULATED badge and every other style; `inherits = "none"`
+        // starts from nothing (monochrome).
+        let mut standalone = None;
         while let Some(n) = next.take() {
             if chain.contains(&n) || chain.len() > 8 {
                 errors.push(ConfigError::plain(
@@ -193,11 +205,13 @@ impl Theme {
                 break;
             }
             let mut files = Vec::new();
+            let mut said = None;
             for (origin, text) in srcs {
                 match parse_file(&origin, &text) {
                     Ok(f) => {
                         if f.inherits.is_some() {
-                            next.clone_from(&f.inherits);
+                            said.clone_from(&f.inherits);
+                            standalone = Some(origin.clone());
                         }
                         let loc = Loc {
                             origin: origin.into(),
@@ -210,6 +224,18 @@ impl Theme {
                 }
             }
             layers.push(files);
+            next = match said.as_deref() {
+                Some(NO_PARENT) => None,
+                Some(p) => {
+                    standalone = None;
+                    Some(p.to_string())
+                }
+                None if n == "default" => None,
+                None => {
+                    standalone = None;
+                    Some("default".to_string())
+                }
+            };
         }
         if !errors.is_empty() && layers.iter().all(Vec::is_empty) {
             let (t, _) = Self::load("default", Path::new("/nonexistent"));
@@ -242,16 +268,39 @@ impl Theme {
                 errors.push(loc.err(format!("palette {k:?}: {m}")));
             }
         }
+        // A theme that inherits nothing must say what the screen's base is: without `ui` or a
+        // selected row's style the terminal's own colours stand in (the `▶` mark stays).
+        if let Some(origin) = &standalone {
+            let missing: Vec<&str> = BASE_SCOPES
+                .iter()
+                .copied()
+                // Set itself or through a parent scope (`table` covers `table.row.selected`).
+                .filter(|b| {
+                    !std::iter::successors(Some(*b), |s| s.rfind('.').map(|i| &s[..i]))
+                        .any(|s| specs.contains_key(s))
+                })
+                .collect();
+            if !missing.is_empty() {
+                errors.push(ConfigError::plain(
+                    origin,
+                    format!(
+                        "theme {name} inherits nothing and lacks the base style {}: add them, or drop `inherits = \"none\"` to inherit the default",
+                        missing
+                            .iter()
+                            .map(|m| format!("{m:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
         let mut styles = HashMap::new();
         for (scope, (spec, loc)) in specs {
             if !known_scope(&scope) {
-                let near = SCOPES
-                    .iter()
-                    .min_by_key(|s| crate::ui::command::distance(&scope, s))
-                    .copied()
-                    .unwrap_or("ui");
+                let near = crate::domain::text::nearest(&scope, SCOPES)
+                    .map_or_else(String::new, |n| format!("did you mean {n:?}? "));
                 errors.push(loc.err(format!(
-                    "unknown style {scope:?}; did you mean {near:?}? (docs/user-guide.md lists the styles)"
+                    "unknown style {scope:?}; {near}(docs/user-guide.md lists the styles)"
                 )));
                 continue;
             }
@@ -461,5 +510,48 @@ mod check_tests {
         assert_eq!(e.len(), 5, "{text:#?}");
         // The rest of the theme is still used.
         assert!(t.defines("status.warn"));
+    }
+
+    #[test]
+    fn a_theme_inherits_the_default_unless_it_says_none_and_then_needs_its_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            std::fs::write(dir.path().join("t.toml"), text).unwrap();
+            Theme::load("t", dir.path())
+        };
+        // (file, problems, whether the selected row is reversed as the default's)
+        let cases = [
+            ("[styles]\n\"ui\" = \"red\"\n", 0, true),
+            ("inherits = \"light\"\n", 0, true),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui\" = \"red\"\n\"table\" = { modifiers = [\"bold\"] }\n",
+                0,
+                false,
+            ),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui.title\" = \"red\"\n",
+                1,
+                false,
+            ),
+            (
+                "inherits = \"none\"\n[styles]\n\"ui\" = \"red\"\n",
+                1,
+                false,
+            ),
+        ];
+        for (text, problems, reversed) in cases {
+            let (t, e) = load(text);
+            assert_eq!(e.len(), problems, "{text}: {e:?}");
+            assert_eq!(
+                t.get("table.row.selected")
+                    .add_modifier
+                    .contains(Modifier::REVERSED),
+                reversed,
+                "{text}"
+            );
+            if problems > 0 {
+                assert!(e[0].to_string().contains("inherits nothing"), "{e:?}");
+            }
+        }
     }
 }

@@ -25,6 +25,7 @@ use ratatui::widgets::Block;
 /// Draws one frame.
 pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
     let area = frame.area();
+    state.hits.clear();
     frame.render_widget(Block::default().style(theme.get("ui")), area);
     let [header, tabs, body, footer] = Layout::vertical([
         Constraint::Length(3),

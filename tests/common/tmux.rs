@@ -65,6 +65,27 @@ impl Session {
         });
     }
 
+    /// A mouse event as an xterm SGR report (what a terminal sends while the application has
+    /// mouse capture on): `button` 0 left press, 64 wheel up, 65 wheel down; at the 0-based
+    /// cell `x`, `y`. Written to the pane as it is (`send-keys -l`).
+    pub fn mouse(&self, button: u8, x: u16, y: u16) {
+        let press = format!("\x1b[<{button};{};{}M", x + 1, y + 1);
+        let mut seq = press;
+        if button < 64 {
+            seq.push_str(&format!("\x1b[<{button};{};{}m", x + 1, y + 1));
+        }
+        Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-l", &seq])
+            .status()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(60));
+    }
+
+    /// Whether the application has asked the terminal for mouse reports.
+    pub fn mouse_on(&self) -> bool {
+        self.display("#{mouse_any_flag}") == "1" || self.display("#{mouse_button_flag}") == "1"
+    }
+
     fn display(&self, what: &str) -> String {
         let o = Command::new("tmux")
             .args(["-L", &self.socket, "display-message", "-p", what])

@@ -38,7 +38,13 @@ pub struct ModelProber {
     /// Per-request timeout.
     pub timeout: Duration,
     seen: HashMap<String, Seen>,
+    /// The registry file followed (re-read when it changes: `a` in the Models view adds to it),
+    /// whether it must exist, and its (modified, length) when last read.
+    watch: Option<(PathBuf, bool, Option<FileStamp>)>,
 }
+
+/// A file's modification time and length: when either changes, it is read again.
+type FileStamp = (Option<std::time::SystemTime>, u64);
 
 /// The default log of a registered model.
 pub fn log_path(spec: &crate::domain::models::ModelSpec, log_dir: &Path) -> PathBuf {
@@ -77,11 +83,45 @@ impl ModelProber {
             proc_root: PathBuf::from("/proc"),
             timeout: Duration::from_millis(800),
             seen: HashMap::new(),
+            watch: None,
         }
+    }
+
+    /// Follows the registry at `path`: read now and again whenever it changes (one `stat` a
+    /// sample), so a server added to it shows as registered on the next sample. A file that is
+    /// not `required` (the default path, before anything was added) may be absent.
+    #[must_use]
+    pub fn following(mut self, path: PathBuf, required: bool) -> Self {
+        self.watch = Some((path, required, None));
+        self.reread_if_changed();
+        self
+    }
+
+    fn reread_if_changed(&mut self) {
+        let Some((path, required, last)) = &mut self.watch else {
+            return;
+        };
+        let now = std::fs::metadata(&*path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()));
+        if last.is_some() && *last == now {
+            return;
+        }
+        *last = now;
+        let (reg, err) = match (now, *required) {
+            (None, false) => (None, None),
+            _ => match super::load_registry(path) {
+                Ok(r) => (Some(r), None),
+                Err(e) => (None, Some(e)),
+            },
+        };
+        self.registry = reg;
+        self.registry_error = err;
     }
 
     /// Models on the node in `snap`, probed now.
     pub async fn observe(&mut self, snap: &Snapshot) -> Vec<ServedModel> {
+        self.reread_if_changed();
         let found = discover(snap);
         let mut models = self.join(snap, &found);
         let timeout = self.timeout;

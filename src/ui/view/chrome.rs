@@ -260,12 +260,18 @@ pub fn tabs(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let fits = long.iter().map(|t| t.chars().count()).sum::<usize>() <= usize::from(area.width);
     let chosen = if fits { long } else { titles(true) };
     let mut spans = Vec::new();
+    let mut x = area.x;
     for (v, title) in View::ALL.iter().zip(chosen) {
         let style = if *v == state.view {
             theme.get("ui.tab.active")
         } else {
             theme.get("ui.tab")
         };
+        let w = u16::try_from(title.chars().count()).unwrap_or(u16::MAX);
+        state
+            .hits
+            .tab(area.y, x, x.saturating_add(w).min(area.right()), *v);
+        x = x.saturating_add(w);
         spans.push(Span::styled(title, style));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
@@ -282,6 +288,19 @@ fn key(state: &State, c: Command) -> Option<String> {
                 .into_iter()
                 .min_by_key(|k| (k.chars().count(), k.clone()))
         })
+}
+
+/// What `q` (back) does here: go back from a drill-down, or quit, saying when quitting stops
+/// the simulated node partop started.
+fn back_label(state: &State) -> &'static str {
+    let drilled = state.modals().next().is_some()
+        || state.view == View::Detail
+        || (state.view == View::Journal && state.journal_open);
+    match (drilled, state.stops_sim) {
+        (true, _) => "back",
+        (false, true) => "quit (stops the sim)",
+        (false, false) => "quit",
+    }
 }
 
 /// The bottom line: the filter being typed, or the main keys.
@@ -334,24 +353,57 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             _ => vec![],
         };
         cmds.extend([
-            Command::Quit,
+            Command::Back,
             Command::ToggleHelp,
             Command::NextView,
             Command::OpenDetail,
         ]);
-        let mut spans = Vec::new();
-        let mut used = 0;
-        for c in cmds {
-            if let Some(k) = key(state, c) {
-                let label = c.name().trim_start_matches("model_").replace('_', " ");
-                let w = k.chars().count() + label.chars().count() + 2;
-                if used + w > usize::from(area.width) {
-                    break;
-                }
-                used += w;
-                spans.push(Span::styled(format!(" {k} "), theme.get("ui.title")));
-                spans.push(Span::styled(label, theme.get("ui.hint")));
+        // (key, label) of each hint that has a key here.
+        let hints: Vec<(Command, String, String)> = cmds
+            .into_iter()
+            .filter_map(|c| {
+                let k = key(state, c)?;
+                let label = match c {
+                    Command::Back => back_label(state).to_string(),
+                    _ => c.name().trim_start_matches("model_").replace('_', " "),
+                };
+                Some((c, k, label))
+            })
+            .collect();
+        // Hints apart by `│` (one cell, so as many fit as without), so a key is never read
+        // with the word before it. `q` is
+        // always shown (what it does changes: back, quit, quit stopping the sim); the others
+        // in order, as many whole ones as fit beside it.
+        let sep = "│";
+        let width = |(_, k, l): &(Command, String, String)| {
+            sep.chars().count() + k.chars().count() + 1 + l.chars().count()
+        };
+        // The first hint has no separator before it: credit it back.
+        let mut room = usize::from(area.width).saturating_sub(1) + sep.chars().count();
+        let mut shown = vec![false; hints.len()];
+        let index = |back: bool| {
+            hints
+                .iter()
+                .enumerate()
+                .filter(move |(_, h)| (h.0 == Command::Back) == back)
+                .map(|(i, _)| i)
+        };
+        let back_first = index(true).chain(index(false));
+        for i in back_first {
+            let w = width(&hints[i]);
+            if w > room {
+                break;
             }
+            shown[i] = true;
+            room -= w;
+        }
+        let mut spans = vec![Span::raw(" ")];
+        for (h, _) in hints.iter().zip(&shown).filter(|(_, s)| **s) {
+            if spans.len() > 1 {
+                spans.push(Span::styled(sep, theme.get("ui.muted")));
+            }
+            spans.push(Span::styled(format!("{} ", h.1), theme.get("ui.title")));
+            spans.push(Span::styled(h.2.clone(), theme.get("ui.hint")));
         }
         if !state.filter.is_empty() {
             spans.push(Span::styled(

@@ -35,8 +35,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
     lines.push(Line::raw(""));
     lines.push(Line::styled(
         format!(
-            "{:>7}  {:<10} {:<15} {:<8} {:>7}  {}",
-            "PID", "USER", "NAME", "GPUS", "VRAM", "MODEL / STATUS"
+            "{:>7}  {:<10} {:<15} {:<8} {:>8}  {}",
+            "PID", "USER", "NAME", "GPUS", "VRAM GiB", "MODEL / STATUS"
         ),
         theme.get("table.header"),
     ));
@@ -72,7 +72,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, d: &KillDialog, state: &State, 
                 |p| p.gpu_label().trim_start_matches("logical GPU ").to_string(),
             );
         lines.push(Line::raw(format!(
-            "{:>7}  {:<10} {:<15} {:<8} {:>6}G  {}",
+            "{:>7}  {:<10} {:<15} {:<8} {:>8}  {}",
             t.pid,
             cut(t.user.as_deref().unwrap_or("?"), 10),
             cut(t.name.as_deref().unwrap_or("?"), 15),

@@ -46,6 +46,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui")
         };
         lines.push(Line::from(vec![
+            Span::raw(super::fmt::mark(i == state.finding_sel)),
             Span::styled(format!("{word} "), style),
             Span::styled(
                 if f.kind.about_a_process() {
@@ -66,7 +67,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ),
         ]));
         lines.push(Line::styled(
-            format!("     {}", f.saw),
+            format!("      {}", f.saw),
             theme.get("ui.hint"),
         ));
     }

@@ -2,13 +2,20 @@
 
 pub use crate::domain::text::gib;
 
-/// Memory with its unit: "512M" below 1 GiB, "80.7G" above.
+/// Memory with its unit, the one convention (binary units, said in full): "512MiB" below
+/// 1 GiB, "80.7GiB" above; seven characters at most below 10 000 GiB.
 pub fn mem(b: u64) -> String {
     if b < 1 << 30 {
-        format!("{}M", b >> 20)
+        format!("{}MiB", b >> 20)
     } else {
-        format!("{}G", gib(b))
+        format!("{}GiB", gib(b))
     }
+}
+
+/// The selected row's mark, in a column of its own: a character, so no theme (one colour,
+/// no reverse video) can hide which row `K` or Enter acts on.
+pub const fn mark(selected: bool) -> &'static str {
+    if selected { "▶" } else { " " }
 }
 
 /// An age: "3s", "2m", "1h".

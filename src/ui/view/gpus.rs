@@ -2,7 +2,7 @@
 //! its recent history, VRAM as a bar, CU occupancy, holders, what runs there, and the
 //! device-wide power and temperature (on the primary only, marked *).
 
-use super::fmt::{bar, cut, gib, offset, pct, spark};
+use super::fmt::{bar, cut, gib, mark, offset, pct, spark};
 use crate::ui::state::State;
 use crate::ui::theme::Theme;
 use ratatui::Frame;
@@ -16,6 +16,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let wide = area.width >= 120;
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.gpu_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: area.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (area.x + 1, area.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut rows = Vec::new();
     for (i, (g, l)) in snap.logical().enumerate().skip(first).take(visible) {
         let u = state.gpu_labels.get(&l.gpu_id).cloned().unwrap_or_default();
@@ -48,10 +55,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ("·".into(), "·".into())
         };
         let mut cells = vec![
-            Cell::from(Span::styled(
-                format!("{:>3}", l.gpu_id),
-                theme.partition(l.gpu_id),
-            )),
+            Cell::from(Line::from(vec![
+                Span::raw(mark(i == state.gpu_sel)),
+                Span::styled(format!("{:>3}", l.gpu_id), theme.partition(l.gpu_id)),
+            ])),
             Cell::from(l.bdf.trim_start_matches("0000:").to_string()),
         ];
         if wide {
@@ -93,7 +100,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let (header, widths): (Vec<&str>, Vec<Constraint>) = if wide {
         (
             vec![
-                "IDX",
+                " IDX",
                 "BDF.P",
                 "XCD",
                 "CUs",
@@ -107,7 +114,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 "TEMP*",
             ],
             vec![
-                Constraint::Length(3),
+                Constraint::Length(4),
                 Constraint::Length(9),
                 Constraint::Length(4),
                 Constraint::Length(4),
@@ -123,9 +130,9 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         )
     } else {
         (
-            vec!["IDX", "BDF.P", "GFX", "history", "VRAM GiB", "H", "RUNS"],
+            vec![" IDX", "BDF.P", "GFX", "history", "VRAM GiB", "H", "RUNS"],
             vec![
-                Constraint::Length(3),
+                Constraint::Length(4),
                 Constraint::Length(9),
                 Constraint::Length(5),
                 Constraint::Length(8),

@@ -10,6 +10,70 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
+/// What the marks and colours on the screens mean: each in the style the views draw it in.
+fn legend(theme: &Theme, inner_w: usize) -> Vec<Line<'static>> {
+    let key_w = 14;
+    let marks: [(&str, &str, &str); 11] = [
+        (
+            "▶",
+            "ui",
+            "the selected row or GPU: what Enter, K, c and the model keys act on",
+        ),
+        (
+            "+",
+            "status.warn",
+            "tagged: K acts on every tagged process, c stages every tagged GPU",
+        ),
+        (
+            "*name",
+            "ui",
+            "a process holding the GPU that amd-smi does not list (Processes)",
+        ),
+        (
+            "PWR* TEMP*",
+            "ui",
+            "device-wide, shown on the primary partition only (GPUs)",
+        ),
+        (
+            "@name",
+            "ui",
+            "a node agent (exporter, device plugin, gpuagent): it holds /dev/kfd",
+        ),
+        ("(3)", "ui", "the count of findings, on the Findings tab"),
+        ("ok", "status.ok", "healthy, fresh"),
+        (
+            "warn",
+            "status.warn",
+            "a warning: a finding, a model starting, a value late",
+        ),
+        (
+            "critical",
+            "status.crit",
+            "down, failed, or a node half changed",
+        ),
+        (
+            "stale",
+            "status.stale",
+            "data older than it should be: the source is not answering",
+        ),
+        (
+            "▁▃▅█",
+            "sparkline",
+            "recent GFX busy, oldest on the left; bars: VRAM used",
+        ),
+    ];
+    let mut lines = vec![Line::styled("legend", theme.get("ui.title"))];
+    for (mark, scope, what) in marks {
+        let line = Line::from(vec![
+            Span::styled(format!("{:<key_w$}", cut(mark, key_w)), theme.get(scope)),
+            Span::raw(" "),
+            Span::raw(what),
+        ]);
+        lines.extend(super::fmt::hang(line, inner_w, key_w + 1));
+    }
+    lines
+}
+
 /// Draws the overlay centred on `area`, as wide as the screen allows (up to 120): one entry
 /// per command with all its keys, the current view's section first, each doc wrapped under
 /// its column; it scrolls with the movement keys when it is taller than the screen.
@@ -43,6 +107,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             lines.extend(super::fmt::hang(line, inner_w, key_w + 1));
         }
     }
+    lines.extend(legend(theme, inner_w));
     let close = state
         .keymap
         .keys_for(Section::Help, Command::ToggleHelp)

@@ -125,6 +125,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     }
     let room = usize::from(inner.height).saturating_sub(lines.len());
     let first = super::fmt::offset(state.journal_sel, room);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: inner.y + u16::try_from(lines.len()).unwrap_or(0),
+        height: u16::try_from(room).unwrap_or(0),
+        x: (inner.x, inner.right()),
+        first,
+        stride: 1,
+    });
     for (i, (e, sentence)) in entries.iter().zip(&said).enumerate().skip(first).take(room) {
         // Time of day and date apart from the RFC 3339 stamp; the whole stamp is in the entry.
         let when = e.at.get(5..19).unwrap_or(&e.at).replace('T', " ");
@@ -133,7 +140,11 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         } else {
             theme.get("ui")
         };
-        let text = format!("{when}  {:<8} {sentence}", cut(&who(e), 8));
+        let text = format!(
+            "{}{when}  {:<8} {sentence}",
+            super::fmt::mark(i == state.journal_sel),
+            cut(&who(e), 8)
+        );
         lines.push(Line::styled(cut(&text, w), style));
     }
     frame.render_widget(Paragraph::new(lines).block(block), list);

@@ -2,7 +2,7 @@
 //! state, queue, KV cache, token rate and restarts; under it, the selected model's reason and
 //! log tail. Also the confirmation overlay of a model action.
 
-use super::fmt::{cut, offset};
+use super::fmt::{cut, mark, offset};
 use crate::domain::model_status::ModelState;
 use crate::ui::state::{ModelAsk, State};
 use crate::ui::theme::Theme;
@@ -41,10 +41,17 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let w = usize::from(top.width.saturating_sub(2));
     let visible = usize::from(top.height.saturating_sub(3));
     let first = offset(state.model_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: top.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (top.x + 1, top.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut lines = vec![Line::styled(
         cut(
             &format!(
-                "{:<16} {:<9} {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  MODEL",
+                " {:<16} {:<9} {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  MODEL",
                 "NAME", "STATE", "GPU", "RUN", "WAIT", "KV", "TOK/S", "RST", "PORT"
             ),
             w,
@@ -81,9 +88,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             m.model
         );
         lines.push(Line::from(vec![
+            Span::raw(mark(i == state.model_sel)),
             Span::styled(format!("{:<16} ", cut(&m.name, 16)), row),
             Span::styled(format!("{:<9}", m.state.label()), state_style),
-            Span::styled(cut(&rest, w.saturating_sub(26)), row),
+            Span::styled(cut(&rest, w.saturating_sub(27)), row),
         ]));
     }
     frame.render_widget(Paragraph::new(lines).block(block), top);

@@ -120,13 +120,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .get(&l.gpu_id)
                     .map_or_else(|| "idle".to_string(), |u| u.label.clone());
                 let vram = match (l.vram_used_bytes, l.vram_capacity_bytes()) {
-                    (Some(u), Some(c)) => format!("{}/{}G", gib(u), gib(c)),
+                    (Some(u), Some(c)) => format!("{}/{}GiB", gib(u), gib(c)),
                     _ => "N/A".into(),
                 };
                 let head = format!("{:>2} ", l.gpu_id);
                 let body = format!(
                     "{} {:>4} {} {}",
-                    super::fmt::cut(&label, cell.saturating_sub(27).max(4)),
+                    super::fmt::cut(&label, cell.saturating_sub(29).max(4)),
                     pct(l.gfx_busy_percent),
                     spark(&state.history.busy(&l.bdf), 5),
                     vram
@@ -137,7 +137,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     theme.get("ui")
                 };
                 spans.push(Span::styled(head, theme.partition(l.gpu_id)));
-                let text = format!(" {body}");
+                let text = format!("{}{body}", super::fmt::mark(Some(l.gpu_id) == sel_id));
                 let pad = cell.saturating_sub(3 + text.chars().count());
                 spans.push(Span::styled(text, style));
                 spans.push(Span::raw(" ".repeat(pad)));

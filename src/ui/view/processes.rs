@@ -1,7 +1,7 @@
 //! Processes: pid, user, name, logical GPU(s), VRAM, GTT, CU%, start time, container or unit,
 //! command line; sorted, filtered and grouped as the state's derived rows say.
 
-use super::fmt::{cut, mem, offset};
+use super::fmt::{cut, mark, mem, offset};
 use crate::domain::snapshot::Process;
 use crate::ui::state::{Col, Group, ProcRow, State, columns};
 use crate::ui::theme::Theme;
@@ -92,7 +92,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         .max()
         .unwrap_or(5)
         .max(5);
-    let pid_w = u16::try_from(pid_w + 1).unwrap_or(8);
+    // The selection mark, the tag mark, the pid.
+    let pid_w = u16::try_from(pid_w + 2).unwrap_or(9);
     let widths: Vec<Constraint> = cols.iter().map(|c| width(*c, pid_w)).collect();
     let cell_w = |c: Col| match width(c, pid_w) {
         Constraint::Length(n) => usize::from(n),
@@ -109,6 +110,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let cmd_w = usize::from(area.width.saturating_sub(2)).saturating_sub(fixed);
     let visible = usize::from(area.height.saturating_sub(3));
     let first = offset(state.proc_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: area.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (area.x + 1, area.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
     let mut rows = Vec::new();
     let mut headings = Vec::new();
     for (i, r) in state.rows.iter().enumerate().skip(first).take(visible) {
@@ -121,7 +129,11 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ProcRow::Heading(h) => {
                 // A heading spans the whole row (a table cell would cut it to its column):
                 // drawn over the empty row after the table.
-                headings.push((i - first, format!("▸ {h}"), style));
+                headings.push((
+                    i - first,
+                    format!("{}▸ {h}", mark(i == state.proc_sel)),
+                    style,
+                ));
                 rows.push(Row::new(Vec::<Cell<'_>>::new()).style(style));
             }
             ProcRow::Process { index, gpu } => {
@@ -167,33 +179,34 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                         let w = cell_w(*c);
                         Cell::from(match c {
                             Col::Pid => format!(
-                                "{}{:>w$}",
+                                "{}{}{:>w$}",
+                                mark(i == state.proc_sel),
                                 if state.tagged.contains(&p.pid) {
                                     "+"
                                 } else {
                                     " "
                                 },
                                 p.pid,
-                                w = w - 1
+                                w = w - 2
                             ),
                             Col::User => cut(p.user.as_deref().unwrap_or("N/A"), w),
                             Col::Name => cut(&name_cell(p, lists), w),
                             Col::Gpu => cut(&gpus, w),
                             Col::Vram => {
                                 if has_vram {
-                                    format!("{:>6}", mem(vram))
+                                    format!("{:>7}", mem(vram))
                                 } else {
-                                    "   N/A".into()
+                                    "    N/A".into()
                                 }
                             }
-                            Col::Gtt => format!("{:>6}", mem(gtt)),
+                            Col::Gtt => format!("{:>7}", mem(gtt)),
                             Col::Cu => cu.map_or_else(|| "N/A".into(), |c| format!("{c:>3.0}%")),
                             Col::Cpu => p
                                 .cpu_percent
                                 .map_or_else(|| "  N/A".into(), |c| format!("{c:>4.0}%")),
                             Col::Rss => p
                                 .rss_bytes
-                                .map_or_else(|| "   N/A".into(), |b| format!("{:>6}", mem(b))),
+                                .map_or_else(|| "    N/A".into(), |b| format!("{:>7}", mem(b))),
                             Col::Up => p
                                 .running_secs
                                 .map_or_else(|| started(state.now_ms, p), uptime),
