@@ -58,7 +58,11 @@ fn resume_command(
     grace: f64,
 ) -> String {
     let word = |s: &str| crate::domain::text::shell_word(s).into_owned();
-    let mut w = vec![word(&crate::cli::out::invoked_as()), "--source".into(), "nvidia".into()];
+    let mut w = vec![
+        word(&crate::cli::out::invoked_as()),
+        "--source".into(),
+        "nvidia".into(),
+    ];
     if let Some(p) = &src.nvidia_smi {
         w.extend([
             "--nvidia-smi".into(),

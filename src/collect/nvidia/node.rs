@@ -191,6 +191,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         let mut pg = PhysicalGpu {
             bdf,
             product: g.name.clone(),
+            uuid: g.uuid.clone(),
+            driver_version: n.driver.clone(),
             hbm_bytes: g.mem_total_mib.and_then(mib_bytes),
             power_watts: g.power_w,
             power_cap_watts: g.power_limit_w,
