@@ -203,6 +203,21 @@ pub struct DeviceCounters {
     pub ecc_correctable: Option<u64>,
     /// Uncorrectable ECC errors, every RAS block summed.
     pub ecc_uncorrectable: Option<u64>,
+    /// Video encoder utilisation, % (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enc_util_percent: Option<f64>,
+    /// Video decoder utilisation, % (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dec_util_percent: Option<f64>,
+    /// HBM rows remapped for correctable errors (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_correctable: Option<u64>,
+    /// HBM rows remapped for uncorrectable errors (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_uncorrectable: Option<u64>,
+    /// A row remapping failed (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_remap_failure: Option<bool>,
 }
 
 impl DeviceCounters {

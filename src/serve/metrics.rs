@@ -531,6 +531,49 @@ fn nvidia_device(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu) 
         &labels,
         g.mem_clock_mhz.map(f64::from),
     );
+    let c = &g.counters;
+    out.opt(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Energy since the driver loaded, mJ (dcgm-exporter's name)",
+        &labels,
+        c.energy_uj.map(|u| (u / 1000.0).floor()),
+    );
+    out.opt(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "PCIe replays (dcgm-exporter's name)",
+        &labels,
+        c.pcie_replay.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_ENC_UTIL",
+        "Encoder utilization, percent (dcgm-exporter's name)",
+        &labels,
+        c.enc_util_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_DEC_UTIL",
+        "Decoder utilization, percent (dcgm-exporter's name)",
+        &labels,
+        c.dec_util_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for correctable errors (dcgm-exporter's name)",
+        &labels,
+        c.remapped_rows_correctable.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for uncorrectable errors (dcgm-exporter's name)",
+        &labels,
+        c.remapped_rows_uncorrectable.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "1 when a row remapping failed (dcgm-exporter's name)",
+        &labels,
+        c.row_remap_failure.map(|b| if b { 1.0 } else { 0.0 }),
+    );
 }
 
 fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: &LogicalGpu) {
@@ -541,6 +584,12 @@ fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: 
         "GPU utilization, percent (dcgm-exporter's name)",
         &labels,
         p.gfx_busy_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "Memory (copy) utilization, percent (dcgm-exporter's name)",
+        &labels,
+        p.umc_busy_percent,
     );
     out.opt(
         "DCGM_FI_DEV_FB_USED",
