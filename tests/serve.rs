@@ -929,3 +929,67 @@ fn every_dme_dashboard_query_partop_can_give_returns_data_with_the_dashboards_la
     );
     assert_eq!(given.len(), 19, "the list and docs/serve.md must agree");
 }
+
+#[test]
+fn readiness_waits_for_identity_and_one_amd_smi_timeout_ends_the_wait() {
+    // A kernel tree with an MI300X (its serial in unique_id) and an amd-smi that hangs on
+    // everything but `version`: the UUIDs never come. Before ready nothing of the GPUs is
+    // served; the first timeout (2 s) ends the wait, and the DME series then carry the serial.
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/mi300x-cpx-nps4"),
+        dir.path(),
+    );
+    let script = dir.path().join("amd-smi");
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6063;; esac\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = Serve::start(
+        &[
+            "--amd-smi",
+            script.to_str().unwrap(),
+            "--timeout",
+            "2",
+            "--refresh",
+            "0.5",
+            "--sysfs-root",
+            dir.path().join("sys").to_str().unwrap(),
+            "--proc-root",
+            dir.path().join("proc").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let t = Instant::now();
+    let mut before = 0;
+    while get(serve.port, "/-/ready", "").0 != 200 {
+        let body = get(serve.port, "/metrics", "").1;
+        assert!(
+            !body.lines().any(|l| l.starts_with("gpu_")),
+            "a GPU series before its identity: {body}"
+        );
+        before += 1;
+        assert!(t.elapsed() < Duration::from_secs(20), "never ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waited = t.elapsed();
+    let body = get(serve.port, "/metrics", "").1;
+    let act: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpu_gfx_activity{"))
+        .collect();
+    assert!(!act.is_empty(), "{body}");
+    assert!(
+        act.iter()
+            .all(|l| l.contains("serial_number=\"0x") && !l.contains("serial_number=\"\"")),
+        "{act:?}"
+    );
+    eprintln!("ready after {waited:?} ({before} scrapes before it had no GPU series)");
+    assert!(
+        waited < Duration::from_secs(8),
+        "one 2 s timeout ends the wait: {waited:?}"
+    );
+    drop(serve);
+    wait_until("the hung calls to be gone", || {
+        common::running("sleep 6063") == 0
+    });
+}
