@@ -37,6 +37,7 @@ pub fn identity_pending(s: &SourceStatus) -> bool {
             .as_deref()
             .is_none_or(|e| e == FIRST_READ_RUNNING || e == NOT_READ_YET)
 }
+
 /// Metrics source.
 pub const SRC_METRIC: &str = "amd-smi metric";
 /// Processes source.
