@@ -402,3 +402,45 @@ fn identity_and_counters_come_with_the_first_sample() {
         (Some(7), Some(1), Some(32.0))
     );
 }
+
+#[test]
+fn gpu_metrics_counters_are_read_at_the_kernels_offsets() {
+    // Both fixture tables were laid out from the kernel's structs with gcc's offsets (v1.6 and
+    // v1.8: the counters move by 8 bytes between them): each counter reads back as written.
+    for (tree, rev, energy, bw, xgmi_r0, xgmi_w7) in [
+        (
+            "mi300x-spx-nps1",
+            (1, 6),
+            0xe5_f4c8_f3ca_u64,
+            11,
+            5000,
+            36000,
+        ),
+        ("mi300x-cpx-nps4", (1, 8), 0x1c_be99_1a14_u64, 3, 1000, 7200),
+    ] {
+        let b = std::fs::read(fixture(tree).join(PCI).join("gpu_metrics")).unwrap();
+        let m = partop::collect::sysfs::gpu_metrics::parse(&b).unwrap();
+        assert_eq!(m.revision, rev, "{tree}");
+        let io = &m.io;
+        assert_eq!(io.energy_acc, Some(energy), "{tree}");
+        assert_eq!(
+            (io.pcie_width, io.pcie_speed),
+            (Some(16), Some(320)),
+            "{tree}"
+        );
+        assert_eq!(io.pcie_bandwidth_inst, Some(bw), "{tree}");
+        assert_eq!(
+            (io.pcie_recovery, io.pcie_replay, io.pcie_replay_rollover),
+            (Some(0), Some(0), Some(0)),
+            "{tree}"
+        );
+        assert_eq!(
+            (io.pcie_nak_sent, io.pcie_nak_received),
+            (Some(0), Some(0)),
+            "{tree}"
+        );
+        assert_eq!(io.xgmi_read_kb.len(), 8, "{tree}");
+        assert_eq!(io.xgmi_read_kb[0], (0, xgmi_r0), "{tree}");
+        assert_eq!(io.xgmi_write_kb[7], (7, xgmi_w7), "{tree}");
+    }
+}
