@@ -57,10 +57,10 @@ echo "host: $(nproc) CPUs, $(ls /proc | grep -c '^[0-9]') processes; GPU holders
 renders=()
 for ((i = 0; i < 40; i++)); do
     body=$(curl -s "http://127.0.0.1:$port/metrics")
-    renders+=("$(awk '/^partop_scrape_render_cpu_seconds /{printf "%.3f", $2 * 1000}' <<<"$body")")
+    renders+=("$(awk '/^partop_scrape_render_cpu_seconds[{ ]/{printf "%.3f", $2 * 1000}' <<<"$body")")
     sleep 0.25
 done
-series=$(awk '/^partop_scrape_series /{print $2}' <<<"$body")
+series=$(awk '/^partop_scrape_series[{ ]/{print $2}' <<<"$body")
 per_gpu=$(grep -c 'gpu_id="17"' <<<"$body" || true)
 bytes=${#body}
 printf 'render CPU per /metrics (ms): median %s, max %s over %d scrapes; %s series (%s carrying logical GPU 17), %s bytes\n' \

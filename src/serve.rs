@@ -29,6 +29,25 @@ pub struct ServeSettings {
     pub thresholds: Thresholds,
     /// HTTP bounds and token.
     pub limits: Limits,
+    /// `cluster_name` on the DME series (config.toml; empty when not set).
+    pub cluster_name: String,
+}
+
+/// The GPUs' identity is known: every AMD GPU has its serial (the kernel's `unique_id`) and
+/// every logical GPU its UUID (amd-smi's), or amd-smi, which gives the UUIDs, has answered or
+/// failed. Until then nothing is published: a series first written without its identity and
+/// then with it would be two series to Prometheus, again at every restart.
+pub fn identity_settled(s: &crate::domain::Snapshot) -> bool {
+    let complete = s
+        .gpus
+        .iter()
+        .filter(|g| g.mig.is_none())
+        .all(|g| g.serial.is_some() && g.partitions.iter().all(|p| p.uuid.is_some()));
+    complete
+        || !s
+            .sources
+            .iter()
+            .any(crate::collect::amdsmi::reader::identity_pending)
 }
 
 /// Samples every `refresh` and publishes each sample with its findings and the node's
@@ -49,6 +68,7 @@ pub fn publish(
     let journal = settings.journal.clone();
     let node = settings.node_id.clone();
     let thresholds = settings.thresholds;
+    let cluster = settings.cluster_name.clone();
     let publisher = tokio::spawn(async move {
         // Kept so the sampler's request channel stays open (it samples on its tick only).
         let _requests = req_tx;
@@ -57,6 +77,9 @@ pub fn publish(
         let mut journal_read: Option<std::time::Instant> = None;
         while snap_rx.changed().await.is_ok() {
             let s = Arc::clone(&snap_rx.borrow_and_update());
+            if !identity_settled(&s) {
+                continue;
+            }
             let findings = tracker.observe(&s);
             if journal_read.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 journal_read = Some(std::time::Instant::now());
@@ -77,6 +100,7 @@ pub fn publish(
                 snap: Some(s),
                 findings,
                 apply: apply.clone(),
+                cluster: cluster.clone(),
             };
             if pub_tx.send(Arc::new(p)).is_err() {
                 break;
@@ -125,3 +149,80 @@ pub fn summary(s: &crate::domain::Snapshot, p: &Published) -> crate::domain::fle
 
 /// The systemd unit `partop serve --print-unit` prints (also `docs/partop-serve.service`).
 pub const UNIT: &str = include_str!("../docs/partop-serve.service");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::amdsmi::reader::{FIRST_READ_RUNNING, NOT_READ_YET, SRC_STATIC};
+    use crate::domain::snapshot::{Health, LogicalGpu, PhysicalGpu, Snapshot, SourceStatus};
+
+    #[test]
+    fn nothing_is_published_while_the_identity_is_pending() {
+        // Every combination of serial, UUID and the identity read's state: 2 x 2 x 6 cases.
+        let states: [(&str, Option<SourceStatus>, bool); 6] = [
+            ("no amd-smi", None, false),
+            (
+                "before its first call",
+                Some(SourceStatus::down(SRC_STATIC, None)),
+                true,
+            ),
+            (
+                "not read yet",
+                Some(SourceStatus::down(SRC_STATIC, Some(NOT_READ_YET.into()))),
+                true,
+            ),
+            (
+                "first read running",
+                Some(SourceStatus::down(
+                    SRC_STATIC,
+                    Some(FIRST_READ_RUNNING.into()),
+                )),
+                true,
+            ),
+            (
+                "timed out",
+                Some(SourceStatus::down(
+                    SRC_STATIC,
+                    Some("timed out after 2s".into()),
+                )),
+                false,
+            ),
+            (
+                "answered",
+                Some(SourceStatus {
+                    status: Health::Ok,
+                    last_ok_ms: Some(1),
+                    ..SourceStatus::down(SRC_STATIC, None)
+                }),
+                false,
+            ),
+        ];
+        let mut n = 0;
+        for serial in [None, Some("0x1")] {
+            for uuid in [None, Some("u")] {
+                for (what, st, pending) in &states {
+                    let s = Snapshot {
+                        gpus: vec![PhysicalGpu {
+                            serial: serial.map(Into::into),
+                            partitions: vec![LogicalGpu {
+                                uuid: uuid.map(Into::into),
+                                ..LogicalGpu::default()
+                            }],
+                            ..PhysicalGpu::default()
+                        }],
+                        sources: st.iter().cloned().collect(),
+                        ..Snapshot::default()
+                    };
+                    let complete = serial.is_some() && uuid.is_some();
+                    assert_eq!(
+                        identity_settled(&s),
+                        complete || !pending,
+                        "serial {serial:?}, uuid {uuid:?}, amd-smi {what}"
+                    );
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(n, 24, "cases");
+    }
+}

@@ -33,8 +33,11 @@ fn run_within(cmd: &mut Command, secs: u64) -> (Out, Duration) {
     run_within_stdin(cmd, secs, Stdio::null())
 }
 
-/// [`run_within`] with `stdin` as the command's standard input.
+/// [`run_within`] with `stdin` as the command's standard input. Its output is read while it
+/// runs: a command that writes more than a pipe holds (64 KiB: a snapshot's JSON) would
+/// otherwise block on the pipe and read as a hang.
 fn run_within_stdin(cmd: &mut Command, secs: u64, stdin: Stdio) -> (Out, Duration) {
+    use std::io::Read as _;
     let t = Instant::now();
     let mut child = cmd
         .stdin(stdin)
@@ -42,27 +45,36 @@ fn run_within_stdin(cmd: &mut Command, secs: u64, stdin: Stdio) -> (Out, Duratio
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = t + Duration::from_secs(secs);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
+            let _ = child.wait();
             panic!(
                 "still running after {secs} s (blocked?): {}",
-                String::from_utf8_lossy(&o.stderr)
+                String::from_utf8_lossy(&err.join().unwrap())
             );
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     (
         Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
         },
         t.elapsed(),
     )

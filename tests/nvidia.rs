@@ -604,3 +604,109 @@ fn an_nvidia_replay_banner_names_the_recordings_host_and_time() {
         "{banner}"
     );
 }
+
+/// `GET path` on 127.0.0.1:port: (status, body); (0, "") when nothing answers yet.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let _ = write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    let code = r
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = r.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (code, body)
+}
+
+#[test]
+fn serve_on_a_mig_node_gives_dcgm_exporters_series_with_the_parent_uuid() {
+    let f = Fake::new();
+    let (o, p) = f.plan("2x1g.18gb,3g.71gb");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let o = f.apply(&p, "--yes");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = f
+        .partop()
+        .args(["--refresh", "0.5", "serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("partop serve to be ready", || {
+        http_get(port, "/-/ready").0 == 200
+    });
+    let body = http_get(port, "/metrics").1;
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = |name: &str| -> Vec<&str> {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .collect()
+    };
+    // The GPU's own UUID, from the same read.
+    let snap = run(f.partop().args(["snapshot", "--json"]), "");
+    let s: partop::domain::Snapshot = serde_json::from_str(&snap.stdout).unwrap();
+    let parent = s.gpus[0].uuid.clone().expect("the GPU's UUID");
+    assert!(parent.starts_with("GPU-"), "{parent}");
+    // Per instance: three instances, each with the parent's UUID and its GPU_I_ID.
+    let used = lines("DCGM_FI_DEV_FB_USED");
+    assert_eq!(used.len(), 3, "{body}");
+    for l in &used {
+        assert!(l.contains(&format!("UUID=\"{parent}\"")), "{l}");
+        assert!(
+            l.contains("GPU_I_ID=\"") && l.contains("GPU_I_PROFILE=\""),
+            "{l}"
+        );
+        let bus = l
+            .split("pci_bus_id=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert!(
+            bus.len() == 16 && bus.starts_with("00000000:") && bus.ends_with(".0"),
+            "NVML's form: {bus}"
+        );
+    }
+    // Per GPU, kept in MIG mode: power, temperatures, clocks, PCIe replays, the media engines
+    // and remapped rows (what the fake nvidia-smi gives, as the real one does).
+    let per_gpu = [
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ];
+    for n in per_gpu {
+        let v = lines(n);
+        assert_eq!(v.len(), 1, "{n} once for the GPU: {body}");
+        assert!(!v[0].contains("GPU_I_ID"), "{}", v[0]);
+        assert!(v[0].contains(&format!("UUID=\"{parent}\"")), "{}", v[0]);
+    }
+    eprintln!(
+        "{} per-GPU dcgm-exporter series and 3 instances checked",
+        per_gpu.len()
+    );
+}

@@ -972,3 +972,50 @@ fn footer_hints_are_separated_and_q_says_what_it_does() {
     assert!(footer.contains("q back"), "{footer}");
     insta::assert_snapshot!("footer_detail__80x24", footer);
 }
+
+#[test]
+fn the_gpus_view_names_every_mig_instance_whole_and_shows_the_mig_gpus_power() {
+    // The H200 as NVML reported it, put in MIG mode with instances of one- and two-digit ids.
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
+    let mut node: partop::collect::nvidia::NvNode =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let gis = [1u32, 5, 13];
+    {
+        let g = &mut node.gpus[0];
+        g.mig_enabled = Some(true);
+        g.mig_pending = Some(true);
+        g.processes.clear();
+        g.instances = gis
+            .iter()
+            .map(|gi| partop::collect::nvidia::NvInstance {
+                gi: *gi,
+                uuid: Some(format!("MIG-{gi}")),
+                profile: Some("1g.18gb".into()),
+                mem_total_mib: Some(16_384),
+                mem_used_mib: Some(0),
+                ..partop::collect::nvidia::NvInstance::default()
+            })
+            .collect();
+    }
+    let (gpus, processes) = partop::collect::nvidia::assemble(&node, T);
+    let snap = partop::domain::Snapshot {
+        host: "h200-node".into(),
+        taken_at_ms: T,
+        gpus,
+        processes,
+        ..partop::domain::Snapshot::default()
+    };
+    let (km, _) = Keymap::load("default", None, false);
+    let mut s = State::new(km, Thresholds::default(), 1000);
+    update(&mut s, Msg::Snapshot(Arc::new(snap)));
+    update(&mut s, Msg::Resize(200, 50));
+    update(&mut s, Msg::Tick(T + 1000));
+    update(&mut s, Msg::Command(Command::ViewGpus));
+    let text = draw(&s, 200, 50);
+    for gi in gis {
+        assert!(text.contains(&format!("00:06.0/gi{gi} ")), "gi{gi}: {text}");
+    }
+    // The MIG GPU's power and temperature are on a row (its first instance's).
+    assert!(text.contains("176W*") && text.contains("41°C*"), "{text}");
+}

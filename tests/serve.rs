@@ -489,11 +489,21 @@ fn promtool_accepts_the_output_in_both_formats_and_the_dashboard_queries_exist()
             .write_all(body.as_bytes())
             .unwrap();
         let o = check.wait_with_output().unwrap();
-        assert!(
-            o.status.success(),
-            "promtool ({accept:?}): {}{}",
+        // The lint may flag only what DME's own names do (its dashboards query them as they
+        // are): `pcie_*_count` gauges, and the counters' HELP in OpenMetrics text (promtool
+        // reads the 0.0.4 format). Anything else, a parse error included, fails.
+        let said = format!(
+            "{}{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
+        );
+        let dme_name = |l: &str| {
+            (l.starts_with("pcie_") && l.ends_with("should not have \"_count\" suffix"))
+                || (l.starts_with("gpu_ecc_") && l.ends_with("_total no help text"))
+        };
+        assert!(
+            o.status.success() || (o.status.code() == Some(3) && said.lines().all(dme_name)),
+            "promtool ({accept:?}): {said}"
         );
     }
     // The unit printed is the one in docs/.
@@ -565,8 +575,8 @@ fn hostile_requests_are_bounded_and_a_token_is_required_when_set() {
     let (_, body) = get(p, "/metrics", "");
     let refused = body
         .lines()
-        .find(|l| l.starts_with("partop_serve_refused_connections "))
-        .and_then(|l| l.split(' ').nth(1))
+        .find(|l| l.starts_with("partop_serve_refused_connections{"))
+        .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap();
     assert!(refused >= 6.0, "{refused}");
@@ -764,6 +774,226 @@ fn the_fleet_view_opens_a_node_and_comes_back() {
     t.wait_for("EXITED 0");
 }
 
+/// Every series AMD's published Grafana dashboards query (ROCm/device-metrics-exporter,
+/// `grafana/` at afd0fe8: the GPU, job, node, overview and system dashboards), with why partop
+/// cannot give it where it cannot (docs/serve.md says the same).
+const DME_DASHBOARD_SERIES: &[(&str, Option<&str>)] = &[
+    ("gpu_gfx_activity", None),
+    ("gpu_gfx_busy_instantaneous", None),
+    ("gpu_used_vram", None),
+    ("gpu_total_vram", None),
+    ("gpu_package_power", None),
+    ("gpu_average_package_power", None),
+    ("gpu_energy_consumed", None),
+    ("gpu_edge_temperature", Some("MI300 has no edge sensor")),
+    ("gpu_junction_temperature", None),
+    ("gpu_memory_temperature", None),
+    (
+        "gpu_hbm_temperature",
+        Some("per HBM stack: the kernel gives one HBM temperature"),
+    ),
+    ("gpu_health", None),
+    ("gpu_ecc_correct_total", None),
+    ("gpu_ecc_uncorrect_total", None),
+    ("pcie_bandwidth", None),
+    ("pcie_max_speed", None),
+    ("pcie_nack_received_count", None),
+    ("pcie_nack_sent_count", None),
+    ("pcie_recovery_count", None),
+    ("pcie_replay_count", None),
+    ("pcie_replay_rollover_count", None),
+    ("gpu_prof_gui_util_percent", Some("profiler counters")),
+    (
+        "gpu_prof_occupancy_per_active_cu",
+        Some("profiler counters"),
+    ),
+    ("gpu_prof_occupancy_per_cu", Some("profiler counters")),
+    ("gpu_prof_simd_utilization", Some("profiler counters")),
+    ("gpu_prof_sm_active", Some("profiler counters")),
+    ("gpu_prof_tensor_active_percent", Some("profiler counters")),
+    (
+        "gpu_nodes_total",
+        Some("a gauge named _total fails promtool"),
+    ),
+];
+
+/// The labels those dashboards filter or group by that partop fills (`pod` and `job_id` stay
+/// empty, which Prometheus stores as absent: partop knows a pod's uid only and no job).
+const DME_DASHBOARD_LABELS: &[&str] = &[
+    "cluster_name",
+    "hostname",
+    "gpu_uuid",
+    "gpu_id",
+    "gpu_partition_id",
+    "card_model",
+    "serial_number",
+];
+
+#[test]
+fn every_dme_dashboard_query_partop_can_give_returns_data_with_the_dashboards_labels() {
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cfg.path().join("partop")).unwrap();
+    std::fs::write(
+        cfg.path().join("partop/config.toml"),
+        "cluster_name = \"lab-a\"\n",
+    )
+    .unwrap();
+    let serve = Serve::start(
+        &["--sim", "cpx-nps4-small-models", "--refresh", "1"],
+        &[("XDG_CONFIG_HOME", cfg.path().to_str().unwrap())],
+    );
+    // From the first scrape on, before and after ready: never a DME series without its
+    // identity (a series with an empty serial or UUID, then one with it, is two series).
+    let mut scrapes = 0;
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = get(serve.port, "/-/ready", "").0 == 200;
+        let body = get(serve.port, "/metrics", "").1;
+        scrapes += 1;
+        for line in body.lines().filter(|l| l.starts_with("gpu_")) {
+            assert!(
+                !line.contains("serial_number=\"\"") && !line.contains("gpu_uuid=\"\""),
+                "scrape {scrapes} (ready: {ready}) has a series without its identity: {line}"
+            );
+        }
+        if ready {
+            assert!(
+                body.contains("\ngpu_gfx_activity{"),
+                "ready, yet no DME series: {body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < end, "not ready in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let prom = Prometheus::start(&[serve.port]);
+    let given: Vec<&str> = DME_DASHBOARD_SERIES
+        .iter()
+        .filter(|(_, why)| why.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    // The dashboards' first variable is `label_values(cluster_name)`; every panel filters by it.
+    wait_until("every series the dashboards query", || {
+        given.iter().all(|n| {
+            !prom
+                .query(&format!("{n}{{cluster_name=\"lab-a\"}}"), None)
+                .is_empty()
+        })
+    });
+    let mut checked = 0;
+    for n in &given {
+        let rows = prom.query(&format!("{n}{{cluster_name=\"lab-a\"}}"), None);
+        assert!(!rows.is_empty(), "{n}");
+        for r in &rows {
+            for l in DME_DASHBOARD_LABELS {
+                assert!(!label(r, l).is_empty(), "{n} has no {l}: {r}");
+            }
+            checked += 1;
+        }
+        // Per XCC: the label the panels group by.
+        if *n == "gpu_gfx_busy_instantaneous" {
+            assert!(rows.iter().all(|r| !label(r, "xcc_index").is_empty()));
+        }
+    }
+    // The GPU dashboard filters every panel by `gpu_uuid`: one logical GPU's UUID finds its
+    // series of every kind given.
+    let uuid = label(
+        &prom.query("gpu_gfx_activity{gpu_partition_id=\"0\"}", None)[0],
+        "gpu_uuid",
+    )
+    .to_string();
+    for n in &given {
+        assert!(
+            !prom
+                .query(&format!("{n}{{gpu_uuid=\"{uuid}\"}}"), None)
+                .is_empty(),
+            "{n} has no series for gpu_uuid {uuid}"
+        );
+    }
+    // Every series partop serves carries hostname, DME's or its own (Prometheus's own `up`
+    // and `scrape_*` aside).
+    let bare = prom.query(
+        "{job=\"partop\", hostname=\"\", __name__!~\"up|scrape_.*\"}",
+        None,
+    );
+    assert!(bare.is_empty(), "series without hostname: {bare:?}");
+    eprintln!(
+        "{} of {} dashboard series given ({checked} series checked for {} labels, over {scrapes} early scrapes); not given: {:?}",
+        given.len(),
+        DME_DASHBOARD_SERIES.len(),
+        DME_DASHBOARD_LABELS.len(),
+        DME_DASHBOARD_SERIES
+            .iter()
+            .filter_map(|(n, why)| why.map(|w| format!("{n} ({w})")))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(given.len(), 19, "the list and docs/serve.md must agree");
+}
+
+#[test]
+fn readiness_waits_for_identity_and_one_amd_smi_timeout_ends_the_wait() {
+    // A kernel tree with an MI300X (its serial in unique_id) and an amd-smi that hangs on
+    // everything but `version`: the UUIDs never come. Before ready nothing of the GPUs is
+    // served; the first timeout (2 s) ends the wait, and the DME series then carry the serial.
+    let dir = tempfile::tempdir().unwrap();
+    common::copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/mi300x-cpx-nps4"),
+        dir.path(),
+    );
+    let script = dir.path().join("amd-smi");
+    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6063;; esac\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = Serve::start(
+        &[
+            "--amd-smi",
+            script.to_str().unwrap(),
+            "--timeout",
+            "2",
+            "--refresh",
+            "0.5",
+            "--sysfs-root",
+            dir.path().join("sys").to_str().unwrap(),
+            "--proc-root",
+            dir.path().join("proc").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let t = Instant::now();
+    let mut before = 0;
+    while get(serve.port, "/-/ready", "").0 != 200 {
+        let body = get(serve.port, "/metrics", "").1;
+        assert!(
+            !body.lines().any(|l| l.starts_with("gpu_")),
+            "a GPU series before its identity: {body}"
+        );
+        before += 1;
+        assert!(t.elapsed() < Duration::from_secs(20), "never ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waited = t.elapsed();
+    let body = get(serve.port, "/metrics", "").1;
+    let act: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("gpu_gfx_activity{"))
+        .collect();
+    assert!(!act.is_empty(), "{body}");
+    assert!(
+        act.iter()
+            .all(|l| l.contains("serial_number=\"0x") && !l.contains("serial_number=\"\"")),
+        "{act:?}"
+    );
+    eprintln!("ready after {waited:?} ({before} scrapes before it had no GPU series)");
+    assert!(
+        waited < Duration::from_secs(8),
+        "one 2 s timeout ends the wait: {waited:?}"
+    );
+    drop(serve);
+    wait_until("the hung calls to be gone", || {
+        common::running("sleep 6063") == 0
+    });
+}
+
 /// Readers that ask for `/events` and never read, as many as the server takes: while they hold
 /// every slot, `/-/healthy` and `/-/ready` are still answered at once (from the reserve) and the
 /// data endpoints get 503; once each reader has taken nothing for the stall limit its connection
@@ -887,56 +1117,4 @@ fn the_bearer_scheme_is_read_in_any_case() {
         ran += 1;
     }
     assert_eq!(ran, 69);
-}
-
-/// What docs/serve.md says of `/-/ready` with `--source amd-smi` when amd-smi hangs: 503 until
-/// the first sample, which comes once its reads have timed out in turn (the identity read, then
-/// `metric` and `process` together: two `--timeout`s when `version` answers), then 200 with the
-/// sources down and why.
-#[test]
-fn ready_waits_for_two_amd_smi_timeouts_when_only_version_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("amd-smi");
-    std::fs::write(&script, "#!/bin/sh\ncase \"$1\" in version) echo 'AMDSMI Tool: 26.0.2+39589fda | AMDSMI Library version: 26.0.2 | ROCm version: 7.0.2 | amdgpu version: x | amd_hsmp version: N/A';; *) sleep 6063;; esac\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let t = Instant::now();
-    let serve = Serve::start(
-        &[
-            "--source",
-            "amd-smi",
-            "--amd-smi",
-            script.to_str().unwrap(),
-            "--timeout",
-            "1.5",
-            "--sysfs-root",
-            dir.path().join("nosys").to_str().unwrap(),
-        ],
-        &[],
-    );
-    let (code, body) = get(serve.port, "/-/ready", "");
-    assert!(
-        t.elapsed() >= Duration::from_millis(2900) || code == 503,
-        "ready before two timeouts: {code} {body}"
-    );
-    serve.ready();
-    let waited = t.elapsed();
-    assert!(
-        waited >= Duration::from_millis(2900),
-        "ready after {waited:?}, before two 1.5 s timeouts"
-    );
-    let snap = get(serve.port, "/snapshot", "").1;
-    assert!(snap.contains("timed out after 1.5s"), "{snap}");
-    // The two that timed out: the identity read, then metric and process; not version.
-    let log = serve.err.lock().unwrap().clone();
-    assert!(
-        log.contains("amd-smi static: timed out")
-            && log.contains("amd-smi metric: timed out")
-            && !log.contains("amd-smi version: timed out"),
-        "{log}"
-    );
-    drop(serve);
-    wait_until("the hung calls to be gone", || {
-        common::running("sleep 6063") == 0
-    });
 }

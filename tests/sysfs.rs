@@ -340,3 +340,107 @@ fn holders_from_another_scan_are_used_instead_of_scanning_again() {
     assert_eq!(pids, [5151]);
     assert_eq!(s.processes[0].gpus[0].vram_bytes, Some(512 << 20));
 }
+
+#[test]
+fn identity_and_counters_come_with_the_first_sample() {
+    // The first sample carries the serial (amd-smi's asic_serial is the driver's unique_id,
+    // written 0x%016llX), so `partop serve` never exports a series without it; per-XCC busy and
+    // gpu_metrics' counters come with it; files the fixture lacks (vbios_version, RAS,
+    // max_link_speed) are N/A, not invented.
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("mi300x-spx-nps1"), dir.path());
+    let s = collector(dir.path()).sample_at(10_000_000_000, 10_000);
+    let g = &s.gpus[0];
+    assert_eq!(g.serial.as_deref(), Some("0x6D9A2B1C0E4F3A21"));
+    assert!(g.provenance["serial"].detail.ends_with("unique_id"));
+    assert_eq!(
+        g.partitions[0].xcc_busy_percent,
+        vec![97.0, 96.0, 95.0, 97.0, 96.0, 95.0, 96.0, 97.0]
+    );
+    assert_eq!(g.gfx_clocks_mhz.len(), 8);
+    assert_eq!(
+        (
+            &g.vbios_version,
+            g.counters.ecc_correctable,
+            g.counters.pcie_max_speed_gts
+        ),
+        (&None, None, None)
+    );
+    // A unique_id that is not one 64-bit hex number is no identity.
+    let uid = dir.path().join(PCI).join("unique_id");
+    for (bad, n) in [
+        ("", 0),
+        ("zz\n", 1),
+        ("123456789abcdef01\n", 2),
+        ("-1\n", 3),
+    ] {
+        std::fs::write(&uid, bad).unwrap();
+        let s = collector(dir.path()).sample_at(10_000_000_000, 10_000);
+        assert_eq!(s.gpus[0].serial, None, "case {n}: {bad:?}");
+    }
+    // RAS counts summed over the blocks, with the driver's `ue: N` / `ce: N` lines.
+    std::fs::create_dir_all(dir.path().join(PCI).join("ras")).unwrap();
+    std::fs::write(
+        dir.path().join(PCI).join("ras/umc_err_count"),
+        "ue: 1\nce: 5\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(PCI).join("ras/gfx_err_count"),
+        "ue: 0\nce: 2\nde: 0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(PCI).join("max_link_speed"),
+        "32.0 GT/s PCIe\n",
+    )
+    .unwrap();
+    let s = collector(dir.path()).sample_at(10_000_000_000, 10_000);
+    let c = &s.gpus[0].counters;
+    assert_eq!(
+        (c.ecc_correctable, c.ecc_uncorrectable, c.pcie_max_speed_gts),
+        (Some(7), Some(1), Some(32.0))
+    );
+}
+
+#[test]
+fn gpu_metrics_counters_are_read_at_the_kernels_offsets() {
+    // Both fixture tables were laid out from the kernel's structs with gcc's offsets (v1.6 and
+    // v1.8: the counters move by 8 bytes between them): each counter reads back as written.
+    for (tree, rev, energy, bw, xgmi_r0, xgmi_w7) in [
+        (
+            "mi300x-spx-nps1",
+            (1, 6),
+            0xe5_f4c8_f3ca_u64,
+            11,
+            5000,
+            36000,
+        ),
+        ("mi300x-cpx-nps4", (1, 8), 0x1c_be99_1a14_u64, 3, 1000, 7200),
+    ] {
+        let b = std::fs::read(fixture(tree).join(PCI).join("gpu_metrics")).unwrap();
+        let m = partop::collect::sysfs::gpu_metrics::parse(&b).unwrap();
+        assert_eq!(m.revision, rev, "{tree}");
+        let io = &m.io;
+        assert_eq!(io.energy_acc, Some(energy), "{tree}");
+        assert_eq!(
+            (io.pcie_width, io.pcie_speed),
+            (Some(16), Some(320)),
+            "{tree}"
+        );
+        assert_eq!(io.pcie_bandwidth_inst, Some(bw), "{tree}");
+        assert_eq!(
+            (io.pcie_recovery, io.pcie_replay, io.pcie_replay_rollover),
+            (Some(0), Some(0), Some(0)),
+            "{tree}"
+        );
+        assert_eq!(
+            (io.pcie_nak_sent, io.pcie_nak_received),
+            (Some(0), Some(0)),
+            "{tree}"
+        );
+        assert_eq!(io.xgmi_read_kb.len(), 8, "{tree}");
+        assert_eq!(io.xgmi_read_kb[0], (0, xgmi_r0), "{tree}");
+        assert_eq!(io.xgmi_write_kb[7], (7, xgmi_w7), "{tree}");
+    }
+}

@@ -74,6 +74,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs, settings: &crate::config::Settings) -> Re
                     token,
                     ..crate::serve::http::Limits::default()
                 },
+                cluster_name: settings.config.cluster_name.clone(),
             },
             stop,
         )

@@ -282,6 +282,7 @@ fn sim_fleet(
                     snap: Some(Arc::new(s)),
                     findings: Vec::new(),
                     apply: None,
+                    cluster: String::new(),
                 }));
             }
             n += 1;

@@ -25,6 +25,7 @@ pub fn stream(cli: &Cli, summary: bool, settings: &crate::config::Settings) -> R
             node_id: crate::exec::journal::node_id(node.sim_state()),
             thresholds,
             limits: crate::serve::http::Limits::default(),
+            cluster_name: settings.config.cluster_name.clone(),
         };
         let (mut rx, sampler, publisher) = crate::serve::publish(collector, &settings);
         let mut out = tokio::io::stdout();

@@ -36,10 +36,15 @@ pub const PREFER: &[(&str, Reader)] = &[
     ("power_watts", Reader::Kernel),
     ("hotspot_celsius", Reader::Kernel),
     ("mem_celsius", Reader::Kernel),
+    ("vbios_version", Reader::AmdSmi),
+    ("driver_version", Reader::Kernel),
+    ("gfx_clocks_mhz", Reader::Kernel),
+    ("counters", Reader::Kernel),
     // A logical GPU.
     ("uuid", Reader::AmdSmi),
     ("profile", Reader::AmdSmi),
     ("gfx_busy_percent", Reader::Kernel),
+    ("xcc_busy_percent", Reader::Kernel),
     ("kfd_id", Reader::Kernel),
     // A process on a GPU.
     ("engine_percent", Reader::Kernel),
@@ -74,6 +79,12 @@ impl Value for String {
 }
 
 impl<T> Value for Vec<T> {
+    fn present(&self) -> bool {
+        !self.is_empty()
+    }
+}
+
+impl Value for crate::domain::snapshot::DeviceCounters {
     fn present(&self) -> bool {
         !self.is_empty()
     }
@@ -152,11 +163,13 @@ pub fn merge(base: &mut Snapshot, base_is: Reader, other: &Snapshot) {
         };
         traced!(g, og; product, product_key, serial, oam_id, hive, profiles, memory_caps,
             power_cap_watts, power_watts, hotspot_celsius, mem_celsius);
+        plain!(g, og; vbios_version, driver_version, gfx_clocks_mhz, counters);
         for l in &mut g.partitions {
             let Some(ol) = og.partitions.iter().find(|x| x.bdf == l.bdf) else {
                 continue;
             };
             traced!(l, ol; uuid, profile, gfx_busy_percent, kfd_id);
+            plain!(l, ol; xcc_busy_percent);
         }
     }
     for p in &mut base.processes {
@@ -222,6 +235,27 @@ mod tests {
         assert_eq!(k.gpus[0].power_watts, Some(300.0), "filled from amd-smi");
         assert_eq!(k.gpus[0].partitions[0].gfx_busy_percent, None);
         assert_eq!(k.gpus[0].partitions[0].uuid, None);
+    }
+
+    #[test]
+    fn what_only_the_kernel_reads_survives_an_amd_smi_base() {
+        // `partop record` and `--source amd-smi` take amd-smi as the base: the kernel's
+        // per-XCC busy, clocks, counters and versions still reach the exporter.
+        let mut a = node("MI300X", Some(300.0), None, Some("u"));
+        let mut k = node("", Some(310.0), Some(50.0), None);
+        k.gpus[0].vbios_version = Some("113-M3000100-103".into());
+        k.gpus[0].driver_version = Some("6.14.14".into());
+        k.gpus[0].gfx_clocks_mhz = vec![2100; 8];
+        k.gpus[0].counters.ecc_correctable = Some(3);
+        k.gpus[0].partitions[0].xcc_busy_percent = vec![50.0; 8];
+        merge(&mut a, Reader::AmdSmi, &k);
+        let g = &a.gpus[0];
+        assert_eq!(g.vbios_version.as_deref(), Some("113-M3000100-103"));
+        assert_eq!(g.driver_version.as_deref(), Some("6.14.14"));
+        assert_eq!(g.gfx_clocks_mhz.len(), 8);
+        assert_eq!(g.counters.ecc_correctable, Some(3));
+        assert_eq!(g.partitions[0].xcc_busy_percent.len(), 8);
+        assert_eq!(g.partitions[0].uuid.as_deref(), Some("u"));
     }
 
     #[test]

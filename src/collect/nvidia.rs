@@ -8,4 +8,4 @@ pub mod nvml;
 pub mod reader;
 pub mod smi;
 
-pub use node::{NvNode, NvSource, Recorded, assemble};
+pub use node::{NvInstance, NvNode, NvSource, Recorded, assemble};

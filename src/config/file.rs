@@ -76,6 +76,8 @@ pub struct Config {
     pub grace_secs: f64,
     /// The audit journal (default `$XDG_STATE_HOME/partop/journal.jsonl`).
     pub journal: Option<PathBuf>,
+    /// `cluster_name` on every series of `partop serve` (AMD's dashboards start at it).
+    pub cluster_name: String,
 }
 
 impl Default for Config {
@@ -88,6 +90,7 @@ impl Default for Config {
             idle_minutes: 10.0,
             grace_secs: 10.0,
             journal: None,
+            cluster_name: String::new(),
         }
     }
 }

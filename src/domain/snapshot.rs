@@ -118,6 +118,9 @@ pub struct LogicalGpu {
     pub vram_share_bytes: Option<u64>,
     /// Graphics busy, percent.
     pub gfx_busy_percent: Option<f64>,
+    /// Instantaneous busy of each of its XCCs, percent, in XCC order (empty where not given).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xcc_busy_percent: Vec<f64>,
     /// Memory-controller busy, percent (device-wide; primary only).
     pub umc_busy_percent: Option<f64>,
     /// DRM render node (`renderD128`).
@@ -179,6 +182,63 @@ impl LogicalGpu {
     }
 }
 
+/// A device's energy, link and error counters, each N/A where its source does not give it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCounters {
+    /// Energy consumed since the driver loaded, µJ.
+    pub energy_uj: Option<f64>,
+    /// PCIe link width now, lanes.
+    pub pcie_width: Option<u32>,
+    /// PCIe link speed now, GT/s.
+    pub pcie_speed_gts: Option<f64>,
+    /// PCIe link's top speed, GT/s.
+    pub pcie_max_speed_gts: Option<f64>,
+    /// PCIe bandwidth now, MB/s.
+    pub pcie_bandwidth_mbs: Option<f64>,
+    /// PCIe replays (accumulated).
+    pub pcie_replay: Option<u64>,
+    /// PCIe replay-counter rollovers (accumulated).
+    pub pcie_replay_rollover: Option<u64>,
+    /// PCIe L0-to-recovery transitions (accumulated).
+    pub pcie_recovery: Option<u64>,
+    /// PCIe NAKs sent (accumulated).
+    pub pcie_nak_sent: Option<u64>,
+    /// PCIe NAKs received (accumulated).
+    pub pcie_nak_received: Option<u64>,
+    /// XGMI data read per link, KB (link index, value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xgmi_read_kb: Vec<(u32, u64)>,
+    /// XGMI data written per link, KB (link index, value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xgmi_write_kb: Vec<(u32, u64)>,
+    /// Correctable ECC errors, every RAS block summed.
+    pub ecc_correctable: Option<u64>,
+    /// Uncorrectable ECC errors, every RAS block summed.
+    pub ecc_uncorrectable: Option<u64>,
+    /// Video encoder utilisation, % (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enc_util_percent: Option<f64>,
+    /// Video decoder utilisation, % (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dec_util_percent: Option<f64>,
+    /// HBM rows remapped for correctable errors (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_correctable: Option<u64>,
+    /// HBM rows remapped for uncorrectable errors (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remapped_rows_uncorrectable: Option<u64>,
+    /// A row remapping failed (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_remap_failure: Option<bool>,
+}
+
+impl DeviceCounters {
+    /// Nothing known.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// A physical GPU (one OAM module) and its partitions.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhysicalGpu {
@@ -194,6 +254,10 @@ pub struct PhysicalGpu {
     pub oam_id: Option<u32>,
     /// Serial.
     pub serial: Option<String>,
+    /// The device's own UUID where it has one apart from its logical GPUs' (NVIDIA `GPU-…`,
+    /// the parent of its MIG instances).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// XCDs.
     pub xcd_count: Option<u32>,
     /// Total CUs.
@@ -218,6 +282,15 @@ pub struct PhysicalGpu {
     /// Memory clock now, MHz.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_clock_mhz: Option<u32>,
+    /// Graphics clock of each XCC now, MHz, in XCC order (empty where not given).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gfx_clocks_mhz: Vec<u32>,
+    /// VBIOS version (`113-M3000100-103`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios_version: Option<String>,
+    /// Kernel driver version (amdgpu's module version, or NVIDIA's driver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
     /// NVIDIA GPUs: MIG mode and the GPU-instance profiles offered (None on AMD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<super::mig_profiles::MigInfo>,
@@ -229,6 +302,10 @@ pub struct PhysicalGpu {
     pub hotspot_celsius: Option<f64>,
     /// HBM temperature, °C.
     pub mem_celsius: Option<f64>,
+    /// Energy, PCIe, XGMI and ECC counters (what DME's dashboards chart besides busy and
+    /// memory).
+    #[serde(default, skip_serializing_if = "DeviceCounters::is_empty")]
+    pub counters: DeviceCounters,
     /// Logical GPUs, by partition id.
     pub partitions: Vec<LogicalGpu>,
     /// Origin of every field above.

@@ -38,6 +38,8 @@ pub struct Published {
     pub findings: Vec<Finding>,
     /// A repartition unfinished on this node: fingerprint, step index, step key.
     pub apply: Option<(String, usize, String)>,
+    /// `cluster_name` on the DME series (config.toml).
+    pub cluster: String,
 }
 
 /// How the server is bounded and guarded.
@@ -152,6 +154,7 @@ fn metrics(ctx: &Ctx, req: &Request<Incoming>) -> Response<Body> {
         apply: p.apply.clone(),
         now_ms: now,
         version: ctx.version,
+        cluster: &p.cluster,
     });
     let open_metrics = req
         .headers()
@@ -169,9 +172,11 @@ fn metrics(ctx: &Ctx, req: &Request<Incoming>) -> Response<Body> {
         .max_render_cpu_ns
         .fetch_max(took, Ordering::Relaxed);
     ctx.stats.last_series.store(n as u64, Ordering::Relaxed);
-    // The server's own figures (from the previous render: this one is being measured).
+    // The server's own figures (from the previous render: this one is being measured), with
+    // `hostname` as every series has.
+    let host = super::metrics::escape(p.snap.as_ref().map_or("", |s| s.host.as_str()));
     let own = format!(
-        "# HELP partop_scrape_render_cpu_seconds CPU time the last /metrics render took.\n# TYPE partop_scrape_render_cpu_seconds gauge\npartop_scrape_render_cpu_seconds {}\n# HELP partop_scrape_series Series in the last scrape.\n# TYPE partop_scrape_series gauge\npartop_scrape_series {n}\n# HELP partop_serve_refused_connections Connections past the connection limit since start (answered 503; health probes still served).\n# TYPE partop_serve_refused_connections gauge\npartop_serve_refused_connections {}\n# HELP partop_serve_stalled_connections Connections cut since start because their peer stopped taking what was written.\n# TYPE partop_serve_stalled_connections gauge\npartop_serve_stalled_connections {}\n",
+        "# HELP partop_scrape_render_cpu_seconds CPU time the last /metrics render took.\n# TYPE partop_scrape_render_cpu_seconds gauge\npartop_scrape_render_cpu_seconds{{hostname=\"{host}\"}} {}\n# HELP partop_scrape_series Series in the last scrape.\n# TYPE partop_scrape_series gauge\npartop_scrape_series{{hostname=\"{host}\"}} {n}\n# HELP partop_serve_refused_connections Connections past the connection limit since start (answered 503; health probes still served).\n# TYPE partop_serve_refused_connections gauge\npartop_serve_refused_connections{{hostname=\"{host}\"}} {}\n# HELP partop_serve_stalled_connections Connections cut since start because their peer stopped taking what was written.\n# TYPE partop_serve_stalled_connections gauge\npartop_serve_stalled_connections{{hostname=\"{host}\"}} {}\n",
         took as f64 / 1e9,
         ctx.stats.refused.load(Ordering::Relaxed),
         ctx.stats.stalled.load(Ordering::Relaxed)
@@ -438,7 +443,7 @@ fn route(ctx: &Ctx, req: &Request<Incoming>, streaming: &AtomicBool, lane: Lane)
             } else {
                 text(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: waiting for the first sample\n",
+                    "not ready: waiting for the first sample with the GPUs' identity\n",
                 )
             };
         }

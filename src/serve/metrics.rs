@@ -11,6 +11,7 @@
 
 use crate::domain::findings::{Finding, Kind, Severity};
 use crate::domain::snapshot::{Health, LogicalGpu, PhysicalGpu, Snapshot};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -31,6 +32,8 @@ pub struct Exported<'a> {
     pub now_ms: u64,
     /// partop's version.
     pub version: &'a str,
+    /// `cluster_name` from config.toml (AMD's dashboards start at it; empty when not set).
+    pub cluster: &'a str,
 }
 
 /// Escapes a label value for the text formats (backslash, double quote, line feed) and bounds
@@ -62,6 +65,8 @@ fn l(k: &str, v: &str) -> (String, String) {
 struct Fam {
     name: &'static str,
     help: &'static str,
+    /// A counter (exposed as `NAME_total`), else a gauge.
+    counter: bool,
     rows: Vec<(Labels, f64)>,
 }
 
@@ -73,6 +78,24 @@ struct Out {
 
 impl Out {
     fn set(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
+        self.row(name, help, false, labels, v);
+    }
+
+    /// A counter's value; `name` without `_total`, which the exposition adds.
+    fn count(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
+        if v >= 0.0 {
+            self.row(name, help, true, labels, v);
+        }
+    }
+
+    fn row(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        counter: bool,
+        labels: Labels,
+        v: f64,
+    ) {
         if !v.is_finite() {
             return;
         }
@@ -81,6 +104,7 @@ impl Out {
             None => self.fams.push(Fam {
                 name,
                 help,
+                counter,
                 rows: vec![(labels, v)],
             }),
         }
@@ -96,12 +120,20 @@ impl Out {
         let mut reg = Registry::default();
         let mut n = 0;
         for f in self.fams {
-            let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-            for (labels, v) in f.rows {
-                fam.get_or_create(&labels).set(v);
-                n += 1;
+            n += f.rows.len();
+            if f.counter {
+                let fam = Family::<Labels, Counter<f64, AtomicU64>>::default();
+                for (labels, v) in f.rows {
+                    fam.get_or_create(&labels).inc_by(v);
+                }
+                reg.register(f.name, f.help, fam);
+            } else {
+                let fam = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+                for (labels, v) in f.rows {
+                    fam.get_or_create(&labels).set(v);
+                }
+                reg.register(f.name, f.help, fam);
             }
-            reg.register(f.name, f.help, fam);
         }
         (reg, n)
     }
@@ -121,14 +153,31 @@ fn f(v: u64) -> f64 {
     v as f64
 }
 
-/// DME's labels on every GPU series, for one logical GPU.
-fn dme_labels(snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu, holders: &HolderInfo) -> Labels {
+/// The vendor DME names on `card_vendor` (amd-smi's `vendor_name` for 0x1002).
+const AMD_VENDOR: &str = "Advanced Micro Devices, Inc. [AMD/ATI]";
+
+/// DME's labels on every GPU series, for one logical GPU: its mandatory ones, the identity
+/// its GPU dashboard filters by (`gpu_uuid`) and the card's, and `cluster_name` (the first
+/// variable of every AMD dashboard).
+fn dme_labels(
+    e: &Exported<'_>,
+    snap: &Snapshot,
+    g: &PhysicalGpu,
+    p: &LogicalGpu,
+    holders: &HolderInfo,
+) -> Labels {
     vec![
+        l("cluster_name", e.cluster),
         l("gpu_id", &p.gpu_id.to_string()),
+        l("gpu_uuid", p.uuid.as_deref().unwrap_or("")),
         l("gpu_partition_id", &p.partition_id.to_string()),
         l("gpu_compute_partition_type", &lower(g.compute_partition)),
         l("gpu_memory_partition_type", &lower(g.memory_partition)),
         l("card_model", &g.product),
+        l("card_series", &g.product),
+        l("card_vendor", AMD_VENDOR),
+        l("driver_version", g.driver_version.as_deref().unwrap_or("")),
+        l("vbios_version", g.vbios_version.as_deref().unwrap_or("")),
         l("serial_number", g.serial.as_deref().unwrap_or("")),
         l("hostname", &snap.host),
         l("pod", ""),
@@ -171,10 +220,133 @@ fn model_of(snap: &Snapshot, pid: u32, command: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
-fn amd_gpu(out: &mut Out, snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu) {
+/// DME's energy, PCIe, XGMI and ECC series of a device (on its primary partition).
+fn dme_counters(out: &mut Out, labels: &Labels, c: &crate::domain::snapshot::DeviceCounters) {
+    let n = |v: Option<u64>| v.map(f);
+    out.opt(
+        "gpu_energy_consumed",
+        "Energy the device used since the driver loaded, microjoules (primary partition)",
+        labels,
+        c.energy_uj,
+    );
+    out.opt(
+        "pcie_speed",
+        "PCIe link speed now, GT/s (primary partition)",
+        labels,
+        c.pcie_speed_gts,
+    );
+    out.opt(
+        "pcie_max_speed",
+        "PCIe link's top speed, GT/s (primary partition)",
+        labels,
+        c.pcie_max_speed_gts,
+    );
+    out.opt(
+        "pcie_bandwidth",
+        "PCIe bandwidth now, MB/s (primary partition)",
+        labels,
+        c.pcie_bandwidth_mbs,
+    );
+    for (name, help, v) in [
+        (
+            "pcie_replay_count",
+            "PCIe replays since the driver loaded",
+            c.pcie_replay,
+        ),
+        (
+            "pcie_replay_rollover_count",
+            "PCIe replay-counter rollovers since the driver loaded",
+            c.pcie_replay_rollover,
+        ),
+        (
+            "pcie_recovery_count",
+            "PCIe L0-to-recovery transitions since the driver loaded",
+            c.pcie_recovery,
+        ),
+        (
+            "pcie_nack_sent_count",
+            "PCIe NAKs sent since the driver loaded",
+            c.pcie_nak_sent,
+        ),
+        (
+            "pcie_nack_received_count",
+            "PCIe NAKs received since the driver loaded",
+            c.pcie_nak_received,
+        ),
+    ] {
+        out.opt(name, help, labels, n(v));
+    }
+    for (name, help, links) in [
+        (
+            "gpu_xgmi_link_rx",
+            "XGMI data received on the link since the driver loaded, KB",
+            &c.xgmi_read_kb,
+        ),
+        (
+            "gpu_xgmi_link_tx",
+            "XGMI data sent on the link since the driver loaded, KB",
+            &c.xgmi_write_kb,
+        ),
+    ] {
+        for (i, v) in links {
+            let mut ll = labels.clone();
+            ll.push(l("link_index", &i.to_string()));
+            out.set(name, help, ll, f(*v));
+        }
+    }
+    if let Some(v) = c.ecc_correctable {
+        out.count(
+            "gpu_ecc_correct",
+            "Correctable ECC errors of the device, every RAS block (primary partition)",
+            labels.clone(),
+            f(v),
+        );
+    }
+    if let Some(v) = c.ecc_uncorrectable {
+        out.count(
+            "gpu_ecc_uncorrect",
+            "Uncorrectable ECC errors of the device, every RAS block (primary partition)",
+            labels.clone(),
+            f(v),
+        );
+    }
+}
+
+/// DME's `gpu_health`: 1 while the logical GPU is there and read, 0 when its device lacks a
+/// partition its mode gives or its busy cannot be read.
+fn healthy(g: &PhysicalGpu, p: &LogicalGpu) -> bool {
+    let expected = g
+        .compute_partition
+        .zip(g.xcd_count)
+        .map(|(c, x)| c.partitions(x) as usize);
+    expected.is_none_or(|n| n == g.partitions.len()) && p.gfx_busy_percent.is_some()
+}
+
+fn amd_gpu(out: &mut Out, e: &Exported<'_>, snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu) {
+    // No identity, no DME series: a series first written with `serial_number=""` and then
+    // with the serial is two series to Prometheus (and again at every restart).
+    if g.serial.is_none() {
+        return;
+    }
     let h = holder_info(snap, p.gpu_id);
-    let labels = dme_labels(snap, g, p, &h);
+    let labels = dme_labels(e, snap, g, p, &h);
     let primary = p.partition_id == 0;
+    out.set(
+        "gpu_health",
+        "1 while the logical GPU is present and read; 0 when a partition of its device is missing or its busy cannot be read",
+        labels.clone(),
+        if healthy(g, p) { 1.0 } else { 0.0 },
+    );
+    for (i, b) in p.xcc_busy_percent.iter().enumerate() {
+        let mut xl = labels.clone();
+        xl.push(l("xcc_index", &i.to_string()));
+        out.set(
+            "gpu_gfx_busy_instantaneous",
+            "Instantaneous GFX busy of one XCC of the logical GPU, percent (xcc_index within the partition)",
+            xl,
+            *b,
+        );
+    }
     // Per partition, every partition (DME leaves the secondaries at 0).
     out.opt(
         "gpu_gfx_activity",
@@ -218,6 +390,42 @@ fn amd_gpu(out: &mut Out, snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu) {
             &labels,
             g.power_watts,
         );
+        // The SMU's socket power is already its short average on MI300: DME's three power
+        // series carry the same reading.
+        out.opt(
+            "gpu_average_package_power",
+            "Socket power of the device as the SMU averages it, W (primary partition)",
+            &labels,
+            g.power_watts,
+        );
+        out.opt(
+            "gpu_power_usage",
+            "Power drawn by the device, W (primary partition)",
+            &labels,
+            g.power_watts,
+        );
+        for (i, c) in g.gfx_clocks_mhz.iter().enumerate() {
+            let mut cl = labels.clone();
+            cl.push(l("clock_type", "GPU_CLOCK_TYPE_SYSTEM"));
+            cl.push(l("clock_index", &i.to_string()));
+            out.set(
+                "gpu_clock",
+                "Clock now, MHz (GPU_CLOCK_TYPE_SYSTEM: each XCC's graphics clock; GPU_CLOCK_TYPE_MEMORY: HBM)",
+                cl,
+                f64::from(*c),
+            );
+        }
+        if let Some(c) = g.mem_clock_mhz {
+            let mut cl = labels.clone();
+            cl.push(l("clock_type", "GPU_CLOCK_TYPE_MEMORY"));
+            cl.push(l("clock_index", "0"));
+            out.set(
+                "gpu_clock",
+                "Clock now, MHz (GPU_CLOCK_TYPE_SYSTEM: each XCC's graphics clock; GPU_CLOCK_TYPE_MEMORY: HBM)",
+                cl,
+                f64::from(c),
+            );
+        }
         out.opt(
             "gpu_junction_temperature",
             "Hotspot temperature of the device, Celsius (primary partition)",
@@ -230,6 +438,7 @@ fn amd_gpu(out: &mut Out, snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu) {
             &labels,
             g.mem_celsius,
         );
+        dme_counters(out, &labels, &g.counters);
     }
     for proc_ in snap.holders(p.gpu_id) {
         for u in proc_.gpus.iter().filter(|u| u.gpu_id == p.gpu_id) {
@@ -247,24 +456,140 @@ fn amd_gpu(out: &mut Out, snap: &Snapshot, g: &PhysicalGpu, p: &LogicalGpu) {
     }
 }
 
-fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: &LogicalGpu) {
+/// A PCI address in NVML's form (`00000000:18:00.0`: an 8-digit domain, upper-case hex), as
+/// dcgm-exporter writes `pci_bus_id`; the function defaults to 0.
+pub fn nvml_bus_id(bdf: &str) -> String {
+    let (head, func) = bdf.rsplit_once('.').unwrap_or((bdf, "0"));
+    let mut parts: Vec<&str> = head.split(':').collect();
+    let domain = if parts.len() == 3 {
+        parts.remove(0)
+    } else {
+        "0"
+    };
+    let domain = u32::from_str_radix(domain, 16).unwrap_or(0);
+    format!("{domain:08X}:{}.{func}", parts.join(":").to_uppercase())
+}
+
+/// dcgm-exporter's labels for a GPU: on a MIG instance `UUID` stays the parent GPU's (as
+/// dcgm-exporter writes it) and the instance is named by `GPU_I_PROFILE` and `GPU_I_ID`.
+fn dcgm_labels(snap: &Snapshot, index: usize, g: &PhysicalGpu, mig: Option<&LogicalGpu>) -> Labels {
+    let uuid = g
+        .uuid
+        .as_deref()
+        .or_else(|| g.partitions.first().and_then(|p| p.uuid.as_deref()))
+        .unwrap_or("");
     let mut labels = vec![
         l("gpu", &index.to_string()),
-        l("UUID", p.uuid.as_deref().unwrap_or("")),
+        l("UUID", uuid),
         l("device", &format!("nvidia{index}")),
         l("modelName", &g.product),
         l("Hostname", &snap.host),
-        l("pci_bus_id", &g.bdf),
+        l("hostname", &snap.host),
+        l("pci_bus_id", &nvml_bus_id(&g.bdf)),
+        l(
+            "DCGM_FI_DRIVER_VERSION",
+            g.driver_version.as_deref().unwrap_or(""),
+        ),
     ];
-    if g.mig.as_ref().is_some_and(|m| m.enabled) {
+    if let Some(p) = mig {
         labels.push(l("GPU_I_PROFILE", p.profile.as_deref().unwrap_or("")));
         labels.push(l("GPU_I_ID", &p.partition_id.to_string()));
     }
+    labels
+}
+
+/// The device-wide dcgm-exporter series of one GPU (MIG or not): power, temperatures, clocks.
+fn nvidia_device(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu) {
+    let labels = dcgm_labels(snap, index, g, None);
+    out.opt(
+        "DCGM_FI_DEV_POWER_USAGE",
+        "Power draw, W (dcgm-exporter's name)",
+        &labels,
+        g.power_watts,
+    );
+    out.opt(
+        "DCGM_FI_DEV_GPU_TEMP",
+        "GPU temperature, Celsius (dcgm-exporter's name)",
+        &labels,
+        g.hotspot_celsius,
+    );
+    out.opt(
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "Memory temperature, Celsius (dcgm-exporter's name)",
+        &labels,
+        g.mem_celsius,
+    );
+    out.opt(
+        "DCGM_FI_DEV_SM_CLOCK",
+        "SM clock, MHz (dcgm-exporter's name)",
+        &labels,
+        g.gfx_clock_mhz.map(f64::from),
+    );
+    out.opt(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "Memory clock, MHz (dcgm-exporter's name)",
+        &labels,
+        g.mem_clock_mhz.map(f64::from),
+    );
+    let c = &g.counters;
+    out.opt(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Energy since the driver loaded, mJ (dcgm-exporter's name)",
+        &labels,
+        c.energy_uj.map(|u| (u / 1000.0).floor()),
+    );
+    out.opt(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "PCIe replays (dcgm-exporter's name)",
+        &labels,
+        c.pcie_replay.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_ENC_UTIL",
+        "Encoder utilization, percent (dcgm-exporter's name)",
+        &labels,
+        c.enc_util_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_DEC_UTIL",
+        "Decoder utilization, percent (dcgm-exporter's name)",
+        &labels,
+        c.dec_util_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for correctable errors (dcgm-exporter's name)",
+        &labels,
+        c.remapped_rows_correctable.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for uncorrectable errors (dcgm-exporter's name)",
+        &labels,
+        c.remapped_rows_uncorrectable.map(f),
+    );
+    out.opt(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "1 when a row remapping failed (dcgm-exporter's name)",
+        &labels,
+        c.row_remap_failure.map(|b| if b { 1.0 } else { 0.0 }),
+    );
+}
+
+fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: &LogicalGpu) {
+    let mig = g.mig.as_ref().is_some_and(|m| m.enabled);
+    let labels = dcgm_labels(snap, index, g, mig.then_some(p));
     out.opt(
         "DCGM_FI_DEV_GPU_UTIL",
         "GPU utilization, percent (dcgm-exporter's name)",
         &labels,
         p.gfx_busy_percent,
+    );
+    out.opt(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "Memory (copy) utilization, percent (dcgm-exporter's name)",
+        &labels,
+        p.umc_busy_percent,
     );
     out.opt(
         "DCGM_FI_DEV_FB_USED",
@@ -278,20 +603,6 @@ fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: 
             "Framebuffer memory free, MiB (dcgm-exporter's name)",
             labels.clone(),
             mb(t.saturating_sub(u)),
-        );
-    }
-    if p.partition_id == 0 || g.partitions.len() == 1 {
-        out.opt(
-            "DCGM_FI_DEV_POWER_USAGE",
-            "Power draw, W (dcgm-exporter's name)",
-            &labels,
-            g.power_watts,
-        );
-        out.opt(
-            "DCGM_FI_DEV_GPU_TEMP",
-            "GPU temperature, Celsius (dcgm-exporter's name)",
-            &labels,
-            g.hotspot_celsius,
         );
     }
 }
@@ -582,7 +893,7 @@ pub fn render(e: &Exported<'_>) -> (String, usize) {
     out.set(
         "partop_build_info",
         "partop's version (value 1)",
-        vec![l("version", e.version)],
+        vec![l("hostname", &host), l("version", e.version)],
         1.0,
     );
     out.set(
@@ -608,11 +919,14 @@ pub fn render(e: &Exported<'_>) -> (String, usize) {
         // `count(gpu_gfx_activity)` or `partop_gpu_logical_gpus` give the same.
         for (gi, g) in snap.gpus.iter().enumerate() {
             partop_device(&mut out, snap, gi, g);
+            if g.mig.is_some() {
+                nvidia_device(&mut out, snap, gi, g);
+            }
             for p in &g.partitions {
                 if g.mig.is_some() {
                     nvidia_gpu(&mut out, snap, gi, g, p);
                 } else {
-                    amd_gpu(&mut out, snap, g, p);
+                    amd_gpu(&mut out, e, snap, g, p);
                 }
                 partop_partition(&mut out, snap, gi, g, p);
             }
@@ -675,14 +989,26 @@ pub fn render(e: &Exported<'_>) -> (String, usize) {
 }
 
 /// The same body in the Prometheus text format 0.0.4: OpenMetrics without the `# EOF` and
-/// `# UNIT` lines (every series here is a gauge, which both formats write alike).
+/// `# UNIT` lines, and a counter's `# HELP`/`# TYPE` named as its samples are (`NAME_total`,
+/// as the 0.0.4 format names a counter family).
 pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
     let mut o = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
-        o.push_str(line);
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        o.push_str(renamed.as_deref().unwrap_or(line));
         o.push('\n');
     }
     o
@@ -707,12 +1033,180 @@ mod tests {
             ..Exported::default()
         });
         assert!(
-            text.contains("partop_build_info{version=\"9.9.9\"} 1"),
+            text.contains("partop_build_info{hostname=\"\",version=\"9.9.9\"} 1"),
             "{text}"
         );
         assert!(text.contains("partop_up{hostname=\"\"} 0"), "{text}");
         assert!(text.ends_with("# EOF\n"));
         assert!(n >= 3);
         assert!(!to_prometheus_text(&text).contains("# EOF"));
+    }
+
+    use crate::domain::mig_profiles::MigInfo;
+
+    #[test]
+    fn nvml_bus_ids_have_an_eight_digit_domain_in_upper_case() {
+        let cases = [
+            ("00000000:18:00.0", "00000000:18:00.0"),
+            ("0000:3b:00.0", "00000000:3B:00.0"),
+            ("0000:3b:00", "00000000:3B:00.0"),
+            ("3b:00.0", "00000000:3B:00.0"),
+            ("0001:c1:00.1", "00000001:C1:00.1"),
+        ];
+        for (bdf, want) in cases {
+            assert_eq!(nvml_bus_id(bdf), want, "{bdf}");
+        }
+    }
+
+    fn mig_node() -> Snapshot {
+        let inst = |gi: u32, id: u32| LogicalGpu {
+            gpu_id: id,
+            partition_id: gi,
+            bdf: format!("00000000:18:00.0/gi{gi}"),
+            uuid: Some(format!("MIG-{gi}")),
+            profile: Some("3g.40gb".into()),
+            vram_used_bytes: Some(1 << 30),
+            vram_total_bytes: Some(40 << 30),
+            ..LogicalGpu::default()
+        };
+        Snapshot {
+            host: "h".into(),
+            gpus: vec![PhysicalGpu {
+                bdf: "00000000:18:00".into(),
+                product: "NVIDIA H100 80GB HBM3".into(),
+                uuid: Some("GPU-parent".into()),
+                power_watts: Some(120.0),
+                hotspot_celsius: Some(40.0),
+                mem_celsius: Some(38.0),
+                gfx_clock_mhz: Some(1980),
+                mem_clock_mhz: Some(2619),
+                mig: Some(MigInfo {
+                    enabled: true,
+                    pending: true,
+                    ..MigInfo::default()
+                }),
+                partitions: vec![inst(1, 0), inst(2, 1)],
+                ..PhysicalGpu::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn mig_series_carry_the_parent_uuid_and_the_gpu_keeps_power_and_temperature() {
+        let snap = mig_node();
+        let (text, _) = render(&Exported {
+            snap: Some(&snap),
+            ..Exported::default()
+        });
+        let lines = |name: &str| -> Vec<&str> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .collect()
+        };
+        let used = lines("DCGM_FI_DEV_FB_USED");
+        assert_eq!(used.len(), 2, "{text}");
+        for l in &used {
+            assert!(l.contains("UUID=\"GPU-parent\""), "{l}");
+            assert!(l.contains("pci_bus_id=\"00000000:18:00.0\""), "{l}");
+            assert!(l.contains("GPU_I_PROFILE=\"3g.40gb\""), "{l}");
+        }
+        for gi in [1, 2] {
+            let id = format!("GPU_I_ID=\"{gi}\"");
+            assert!(used.iter().any(|l| l.contains(&id)), "{id}: {used:?}");
+        }
+        for name in [
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "DCGM_FI_DEV_SM_CLOCK",
+            "DCGM_FI_DEV_MEM_CLOCK",
+        ] {
+            let v = lines(name);
+            assert_eq!(v.len(), 1, "{name}: {text}");
+            assert!(!v[0].contains("GPU_I_ID"), "{}", v[0]);
+            assert!(v[0].contains("UUID=\"GPU-parent\""), "{}", v[0]);
+        }
+    }
+
+    fn amd_node(serial: Option<&str>) -> Snapshot {
+        Snapshot {
+            host: "h".into(),
+            gpus: vec![PhysicalGpu {
+                bdf: "0000:05:00".into(),
+                product: "AMD Instinct MI300X".into(),
+                serial: serial.map(Into::into),
+                vbios_version: Some("113-M3000100-103".into()),
+                driver_version: Some("6.14.14".into()),
+                power_watts: Some(300.0),
+                gfx_clocks_mhz: vec![2100, 2100],
+                mem_clock_mhz: Some(1300),
+                partitions: vec![LogicalGpu {
+                    bdf: "0000:05:00.0".into(),
+                    uuid: Some("afff74a1-0000-1000-8054-e92b0a5d57c8".into()),
+                    gfx_busy_percent: Some(50.0),
+                    xcc_busy_percent: vec![40.0, 60.0],
+                    ..LogicalGpu::default()
+                }],
+                ..PhysicalGpu::default()
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn dme_series_come_with_their_identity_or_not_at_all() {
+        let snap = amd_node(None);
+        let (text, _) = render(&Exported {
+            snap: Some(&snap),
+            cluster: "lab",
+            ..Exported::default()
+        });
+        assert!(!text.lines().any(|l| l.starts_with("gpu_")), "{text}");
+        assert!(
+            text.contains("partop_partition_gfx_busy_percent{"),
+            "{text}"
+        );
+        let snap = amd_node(Some("0xAF54E92B0A5D57C8"));
+        let (text, _) = render(&Exported {
+            snap: Some(&snap),
+            cluster: "lab",
+            ..Exported::default()
+        });
+        let act = text
+            .lines()
+            .find(|l| l.starts_with("gpu_gfx_activity{"))
+            .unwrap();
+        for want in [
+            "cluster_name=\"lab\"",
+            "gpu_uuid=\"afff74a1-0000-1000-8054-e92b0a5d57c8\"",
+            "card_series=\"AMD Instinct MI300X\"",
+            "card_vendor=\"Advanced Micro Devices, Inc. [AMD/ATI]\"",
+            "driver_version=\"6.14.14\"",
+            "vbios_version=\"113-M3000100-103\"",
+            "serial_number=\"0xAF54E92B0A5D57C8\"",
+            "hostname=\"h\"",
+        ] {
+            assert!(act.contains(want), "{want} in {act}");
+        }
+        let xcc: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("gpu_gfx_busy_instantaneous{"))
+            .collect();
+        assert_eq!(xcc.len(), 2, "{text}");
+        assert!(
+            xcc.iter()
+                .any(|l| l.contains("xcc_index=\"1\"") && l.ends_with(" 60.0")),
+            "{xcc:?}"
+        );
+        let clocks = text.lines().filter(|l| l.starts_with("gpu_clock{")).count();
+        assert_eq!(clocks, 3, "two XCC clocks and the memory clock: {text}");
+        for name in [
+            "gpu_power_usage{",
+            "gpu_average_package_power{",
+            "gpu_health{",
+        ] {
+            assert!(text.contains(name), "{name}: {text}");
+        }
     }
 }

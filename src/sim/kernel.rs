@@ -57,6 +57,12 @@ pub const fn render_minor(phys: usize, p: u32) -> u32 {
 
 /// A KFD gpu_id: the driver derives it from the device and partition and it changes when the
 /// layout is rebuilt; here a hash of the serial, partition and layout generation.
+/// The simulated VBIOS, in the form an MI300X reports (`113-M3000100-103`).
+pub const SIM_VBIOS: &str = "113-M3000100-103";
+
+/// The simulated amdgpu module version (a ROCm 7.0 DKMS driver's form).
+pub const SIM_DRIVER: &str = "6.14.14";
+
 fn gpu_id(serial: &str, partition: u32, generation: u64) -> u64 {
     let h = serial.bytes().fold(0u64, |a, b| load::mix(a, u64::from(b)));
     (load::mix(h, u64::from(partition) ^ (generation << 8)) % 65_000) + 500
@@ -92,6 +98,10 @@ pub struct Twin {
     layout: Option<String>,
     generation: u64,
     pids: BTreeSet<u32>,
+    /// Energy each device has used, joules, and the time of the last sample (the SMU's
+    /// accumulator only grows).
+    energy_j: Vec<f64>,
+    last_t: Option<f64>,
 }
 
 fn io_err(p: &Path, e: &std::io::Error) -> String {
@@ -174,6 +184,8 @@ impl Twin {
             layout,
             generation,
             pids: BTreeSet::new(),
+            energy_j: Vec::new(),
+            last_t: None,
         }
     }
 
@@ -294,6 +306,8 @@ impl Twin {
         )?;
         std::fs::create_dir_all(self.dir.join("class/kfd/kfd/proc"))
             .map_err(|e| io_err(&self.dir, &e))?;
+        // The DKMS driver's module version (what DME's `driver_version` carries).
+        put_text(&self.dir.join("module/amdgpu/version"), SIM_DRIVER)?;
         for (phys, g) in state.gpus.iter().enumerate() {
             let bdf = g.bdf(0);
             let dir = self.pci_dir(&bdf);
@@ -314,6 +328,8 @@ impl Twin {
                 "mem_info_vram_used",
                 "gpu_metrics",
                 "unique_id",
+                "vbios_version",
+                "max_link_speed",
             ];
             if reloading {
                 // The driver is unbound: its attributes are gone, the PCI device stays.
@@ -322,6 +338,7 @@ impl Twin {
                 }
                 let _ = std::fs::remove_dir_all(dir.join("xcp"));
                 let _ = std::fs::remove_dir_all(dir.join("hwmon"));
+                let _ = std::fs::remove_dir_all(dir.join("ras"));
                 continue;
             }
             put_text(
@@ -355,6 +372,10 @@ impl Twin {
                 &dir.join("unique_id"),
                 &g.serial.trim_start_matches("0x").to_ascii_lowercase(),
             )?;
+            put_text(&dir.join("vbios_version"), SIM_VBIOS)?;
+            put_text(&dir.join("max_link_speed"), "32.0 GT/s PCIe")?;
+            // RAS on, no errors: the format of amdgpu_ras_sysfs_read.
+            put_text(&dir.join("ras/umc_err_count"), "ue: 0\nce: 0")?;
             let hw = dir.join(format!("hwmon/hwmon{phys}"));
             put_text(&hw.join("name"), "amdgpu")?;
             put_text(
@@ -424,6 +445,13 @@ impl Twin {
                 gfxclk: if busy > 0.0 { 2100 } else { 145 },
             }
         };
+        let dt = self.last_t.map_or(0.0, |l| (t - l).max(0.0));
+        self.last_t = Some(t);
+        self.energy_j.resize(state.gpus.len(), 0.0);
+        for (e, d) in self.energy_j.iter_mut().zip(&ld.device) {
+            *e += d.power.max(0.0) * dt;
+        }
+        let energy = self.energy_j.clone();
         for (phys, g) in state.gpus.iter().enumerate() {
             let dir = self.pci_dir(&g.bdf(0));
             let dev = ld.device[phys];
@@ -440,6 +468,10 @@ impl Twin {
                 gfx_activity: dev.busy.round() as u16,
                 umc_activity: dev.umc as u16,
                 uclk: 1300,
+                energy: (energy[phys] * 65536.0) as u64,
+                // Host traffic and peer traffic follow the device's busy.
+                pcie_gbs: (dev.busy / 10.0) as u64,
+                xgmi_kb: [((energy[phys] * 64.0) as u64, (energy[phys] * 32.0) as u64); 8],
                 partitions: mine.iter().copied().map(part).collect(),
             };
             self.put_live(dir.join("gpu_metrics"), tables::gpu_metrics_v1_8(&table))?;

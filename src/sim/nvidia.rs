@@ -214,7 +214,7 @@ fn xml(s: &NvSimState, only: Option<usize>) -> String {
         let busy = if g.procs.is_empty() { 0 } else { 37 };
         let _ = writeln!(
             o,
-            "\t\t<utilization>\n\t\t\t<gpu_util>{}</gpu_util>\n\t\t\t<memory_util>{}</memory_util>\n\t\t</utilization>",
+            "\t\t<utilization>\n\t\t\t<gpu_util>{}</gpu_util>\n\t\t\t<memory_util>{}</memory_util>\n\t\t\t<encoder_util>0 %</encoder_util>\n\t\t\t<decoder_util>0 %</decoder_util>\n\t\t</utilization>\n\t\t<pci>\n\t\t\t<replay_counter>0</replay_counter>\n\t\t\t<replay_rollover_counter>0</replay_rollover_counter>\n\t\t</pci>\n\t\t<clocks>\n\t\t\t<graphics_clock>1980 MHz</graphics_clock>\n\t\t\t<sm_clock>1980 MHz</sm_clock>\n\t\t\t<mem_clock>3201 MHz</mem_clock>\n\t\t\t<video_clock>1545 MHz</video_clock>\n\t\t</clocks>\n\t\t<remapped_rows>\n\t\t\t<remapped_row_corr>0</remapped_row_corr>\n\t\t\t<remapped_row_unc>0</remapped_row_unc>\n\t\t\t<remapped_row_pending>No</remapped_row_pending>\n\t\t\t<remapped_row_failure>No</remapped_row_failure>\n\t\t</remapped_rows>",
             if g.mig {
                 "N/A".to_string()
             } else {

@@ -20,6 +20,24 @@ use std::time::Duration;
 
 /// Source names as shown in the header and the JSON.
 pub const SRC_STATIC: &str = "amd-smi static";
+
+/// The identity read's error while its first call runs.
+pub const FIRST_READ_RUNNING: &str =
+    "amd-smi's first read is running; identity and profiles follow";
+
+/// The identity read's error before its first call.
+pub const NOT_READ_YET: &str = "not read yet";
+
+/// amd-smi's identity read (UUIDs, the firmware's names) has not answered yet: it has neither
+/// succeeded nor failed. A failure or a timeout is an answer.
+pub fn identity_pending(s: &SourceStatus) -> bool {
+    s.name == SRC_STATIC
+        && s.last_ok_ms.is_none()
+        && s.error
+            .as_deref()
+            .is_none_or(|e| e == FIRST_READ_RUNNING || e == NOT_READ_YET)
+}
+
 /// Metrics source.
 pub const SRC_METRIC: &str = "amd-smi metric";
 /// Processes source.
@@ -330,9 +348,9 @@ impl AmdSmi {
         st.cadence = self.lane.cadence();
         if st.status == Health::Pending && st.error.is_none() {
             st.error = Some(if self.lane.running() {
-                "amd-smi's first read is running; identity and profiles follow".into()
+                FIRST_READ_RUNNING.into()
             } else {
-                "not read yet".into()
+                NOT_READ_YET.into()
             });
         }
         Some(st)

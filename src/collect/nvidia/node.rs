@@ -3,7 +3,7 @@
 
 use crate::domain::mig::{InstanceShape, MigInfo, MigProfile, identify, table_profiles};
 use crate::domain::provenance::{Missing, SourceKind, note};
-use crate::domain::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Process};
+use crate::domain::snapshot::{DeviceCounters, GpuUse, LogicalGpu, PhysicalGpu, Process};
 use serde::{Deserialize, Serialize};
 
 /// One MIG GPU instance.
@@ -88,6 +88,28 @@ pub struct NvGpu {
     pub processes: Vec<NvProc>,
     /// Profiles the device reported (empty: unknown).
     pub profiles: Vec<MigProfile>,
+    /// Energy, PCIe, media-engine and memory-repair counters.
+    #[serde(default)]
+    pub counters: NvCounters,
+}
+
+/// What dcgm-exporter's default set charts besides utilisation, memory, power and heat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NvCounters {
+    /// Energy since the driver loaded, mJ (NVML only).
+    pub energy_mj: Option<u64>,
+    /// PCIe replays.
+    pub pcie_replays: Option<u64>,
+    /// Encoder utilisation, %.
+    pub enc_util: Option<f64>,
+    /// Decoder utilisation, %.
+    pub dec_util: Option<f64>,
+    /// Rows remapped for correctable errors (nvidia-smi only).
+    pub remapped_correctable: Option<u64>,
+    /// Rows remapped for uncorrectable errors (nvidia-smi only).
+    pub remapped_uncorrectable: Option<u64>,
+    /// A row remapping failed (nvidia-smi only).
+    pub remap_failure: Option<bool>,
 }
 
 /// The node.
@@ -191,6 +213,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
         let mut pg = PhysicalGpu {
             bdf,
             product: g.name.clone(),
+            uuid: g.uuid.clone(),
+            driver_version: n.driver.clone(),
             hbm_bytes: g.mem_total_mib.and_then(mib_bytes),
             power_watts: g.power_w,
             power_cap_watts: g.power_limit_w,
@@ -198,6 +222,16 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
             mem_celsius: g.mem_temp_c,
             gfx_clock_mhz: g.sm_clock_mhz,
             mem_clock_mhz: g.mem_clock_mhz,
+            counters: DeviceCounters {
+                energy_uj: g.counters.energy_mj.map(|m| m as f64 * 1000.0),
+                pcie_replay: g.counters.pcie_replays,
+                enc_util_percent: g.counters.enc_util,
+                dec_util_percent: g.counters.dec_util,
+                remapped_rows_correctable: g.counters.remapped_correctable,
+                remapped_rows_uncorrectable: g.counters.remapped_uncorrectable,
+                row_remap_failure: g.counters.remap_failure,
+                ..DeviceCounters::default()
+            },
             ..PhysicalGpu::default()
         };
         for f in [

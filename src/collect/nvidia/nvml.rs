@@ -7,7 +7,7 @@
 //! mode does; process names once per process. Every NVML call is a driver ioctl: on an H100
 //! these static reads were most of what a tick asked of the driver.
 
-use super::node::{NvGpu, NvInstance, NvNode, NvProc, NvSource};
+use super::node::{NvCounters, NvGpu, NvInstance, NvNode, NvProc, NvSource};
 use crate::domain::mig::MigProfile;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
@@ -254,6 +254,20 @@ impl NvSource for NvmlSource {
                 instances,
                 processes,
                 profiles: st.profiles.clone(),
+                counters: NvCounters {
+                    energy_mj: d.total_energy_consumption().ok(),
+                    pcie_replays: d.pcie_replay_counter().ok().map(u64::from),
+                    enc_util: d
+                        .encoder_utilization()
+                        .ok()
+                        .map(|u| f64::from(u.utilization)),
+                    dec_util: d
+                        .decoder_utilization()
+                        .ok()
+                        .map(|u| f64::from(u.utilization)),
+                    // nvml-wrapper 0.13 has no remapped-rows call: nvidia-smi's XML gives them.
+                    ..NvCounters::default()
+                },
             });
         }
         self.names.retain(|pid, _| seen.contains(pid));

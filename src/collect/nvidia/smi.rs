@@ -1,7 +1,7 @@
 //! `nvidia-smi -q -x` (XML, parsed with roxmltree): the fallback when NVML cannot be loaded, and
 //! the path the MIG executor and the fake nvidia-smi share. Every number tolerates `N/A`.
 
-use super::node::{NvGpu, NvInstance, NvNode, NvProc, NvSource};
+use super::node::{NvCounters, NvGpu, NvInstance, NvNode, NvProc, NvSource};
 use roxmltree::{Document, Node};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -130,6 +130,15 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
             instances,
             processes,
             profiles: Vec::new(),
+            counters: NvCounters {
+                energy_mj: None,
+                pcie_replays: int(g, "pci/replay_counter"),
+                enc_util: num(g, "utilization/encoder_util"),
+                dec_util: num(g, "utilization/decoder_util"),
+                remapped_correctable: int(g, "remapped_rows/remapped_row_corr"),
+                remapped_uncorrectable: int(g, "remapped_rows/remapped_row_unc"),
+                remap_failure: txt(g, "remapped_rows/remapped_row_failure").map(|v| v == "Yes"),
+            },
         });
     }
     Ok(NvNode {

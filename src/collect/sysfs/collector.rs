@@ -98,6 +98,92 @@ struct DeviceFiles {
     hwmon: Option<PathBuf>,
     /// Each partition's own `xcp_metrics`, by partition id.
     xcp_files: Vec<(u32, PathBuf)>,
+    /// The ASIC serial as amd-smi writes it (`0xAF54E92B0A5D57C8`), from `unique_id`: read
+    /// with the layout so the first sample already carries the identity.
+    serial: Option<String>,
+    /// `vbios_version`.
+    vbios: Option<String>,
+    /// amdgpu's module version (`/sys/module/amdgpu/version`; the DKMS driver has one).
+    driver: Option<String>,
+    /// The PCIe link's top speed, GT/s (`max_link_speed`: `32.0 GT/s PCIe`).
+    pcie_max_gts: Option<f64>,
+    /// The RAS blocks' error counts (`ras/*_err_count`), read every sample.
+    ras: Vec<PathBuf>,
+}
+
+/// The RAS blocks' count files of a device (none where RAS is off).
+fn ras_files(dev: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dev.join("ras"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.ends_with("_err_count"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Correctable and uncorrectable errors summed over the RAS blocks (`ue: N` / `ce: N` lines);
+/// none when no file could be read.
+fn ras_counts(files: &[PathBuf], buf: &mut Vec<u8>) -> (Option<u64>, Option<u64>) {
+    let (mut ce, mut ue, mut read) = (0u64, 0u64, false);
+    for f in files {
+        if read_small(f, buf).is_err() {
+            continue;
+        }
+        let Ok(t) = std::str::from_utf8(buf) else {
+            continue;
+        };
+        read = true;
+        for line in t.lines() {
+            let (k, v) = line.split_once(':').unwrap_or((line, ""));
+            let v: u64 = v.trim().parse().unwrap_or(0);
+            match k.trim() {
+                "ce" => ce = ce.saturating_add(v),
+                "ue" => ue = ue.saturating_add(v),
+                _ => {}
+            }
+        }
+    }
+    if read {
+        (Some(ce), Some(ue))
+    } else {
+        (None, None)
+    }
+}
+
+/// `32.0 GT/s PCIe` as GT/s.
+fn gts(text: &str) -> Option<f64> {
+    text.split_whitespace()
+        .next()?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && (0.0..=1000.0).contains(v))
+}
+
+/// amd-smi's `asic_serial` is the driver's `unique_id` (`%016llx`) as `0x%016llX`; anything
+/// else in the file is not an identity.
+fn serial_of(unique_id: &str) -> Option<String> {
+    let t = unique_id.trim();
+    if t.is_empty() || t.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(t, 16)
+        .ok()
+        .map(|v| format!("0x{v:016X}"))
+}
+
+/// A printable version string of at most 64 characters, else none.
+fn version_text(p: &Path) -> Option<String> {
+    text(p)
+        .ok()
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_graphic()))
 }
 
 use crate::collect::small_file::read as read_small;
@@ -210,6 +296,15 @@ fn device_files(sys: &Path, nodes: &[KfdNode]) -> Vec<DeviceFiles> {
                 hwmon: std::fs::read_dir(path.join("hwmon"))
                     .ok()
                     .and_then(|mut e| e.find_map(|x| x.ok().map(|x| x.path()))),
+                serial: text(&path.join("unique_id"))
+                    .ok()
+                    .and_then(|u| serial_of(&u)),
+                vbios: version_text(&path.join("vbios_version")),
+                driver: version_text(&sys.join("module/amdgpu/version")),
+                pcie_max_gts: text(&path.join("max_link_speed"))
+                    .ok()
+                    .and_then(|t| gts(&t)),
+                ras: ras_files(&path),
                 bdf,
                 dir: path,
                 xcp_files,
@@ -337,6 +432,20 @@ impl SysfsCollector {
                 );
             }
             g.device_id.clone_from(&d.device_id);
+            g.serial.clone_from(&d.serial);
+            note(
+                &mut g.provenance,
+                "serial",
+                SourceKind::Sysfs,
+                &at("unique_id"),
+                now_ms,
+                d.serial.is_none().then_some(Missing::NotReported),
+            );
+            g.vbios_version.clone_from(&d.vbios);
+            g.driver_version.clone_from(&d.driver);
+            g.counters.pcie_max_speed_gts = d.pcie_max_gts;
+            (g.counters.ecc_correctable, g.counters.ecc_uncorrectable) =
+                ras_counts(&d.ras, &mut buf);
             match &d.compute {
                 Ok(s) => {
                     g.compute_partition = s.parse::<ComputeMode>().ok();
@@ -399,6 +508,8 @@ impl SysfsCollector {
                     g.mem_celsius = m.temperature_mem.map(f64::from);
                     g.gfx_clock_mhz = m.gfxclk.iter().max().map(|v| u32::from(*v));
                     g.mem_clock_mhz = m.uclk.map(u32::from);
+                    g.gfx_clocks_mhz = m.gfxclk.iter().map(|v| u32::from(*v)).collect();
+                    io_counters(&mut g.counters, &m.io);
                     for f in [
                         "power_watts",
                         "hotspot_celsius",
@@ -470,9 +581,11 @@ impl SysfsCollector {
                     .iter()
                     .find(|(p, _)| *p == l.partition_id)
                     .map(|(_, f)| f.as_path());
-                let (busy, src) =
+                let (xccs, src) =
                     partition_busy(own, &metrics, &d.dir, node, l.partition_id, &mut buf);
+                let busy = mean(&xccs);
                 l.gfx_busy_percent = busy;
+                l.xcc_busy_percent = xccs;
                 note(
                     &mut l.provenance,
                     "gfx_busy_percent",
@@ -900,7 +1013,31 @@ fn hwmon(dir: Option<&Path>, buf: &mut Vec<u8>) -> Hwmon {
     }
 }
 
-/// A partition's GFX busy and where it came from.
+/// `gpu_metrics`' energy, PCIe and XGMI counters in the snapshot's units.
+#[expect(clippy::cast_precision_loss, reason = "counters as gauges")]
+fn io_counters(c: &mut crate::domain::snapshot::DeviceCounters, io: &gpu_metrics::Io) {
+    // 2^-16 J per unit.
+    c.energy_uj = io.energy_acc.map(|e| e as f64 * 1e6 / 65536.0);
+    c.pcie_width = io.pcie_width.map(u32::from);
+    c.pcie_speed_gts = io.pcie_speed.map(|s| f64::from(s) / 10.0);
+    c.pcie_bandwidth_mbs = io.pcie_bandwidth_inst.map(|b| b as f64 * 1000.0);
+    c.pcie_replay = io.pcie_replay;
+    c.pcie_replay_rollover = io.pcie_replay_rollover;
+    c.pcie_recovery = io.pcie_recovery;
+    c.pcie_nak_sent = io.pcie_nak_sent.map(u64::from);
+    c.pcie_nak_received = io.pcie_nak_received.map(u64::from);
+    c.xgmi_read_kb.clone_from(&io.xgmi_read_kb);
+    c.xgmi_write_kb.clone_from(&io.xgmi_write_kb);
+}
+
+/// The mean of a partition's XCCs' busy, none when it has none.
+fn mean(xccs: &[f64]) -> Option<f64> {
+    #[expect(clippy::cast_precision_loss, reason = "small counts")]
+    let n = xccs.len() as f64;
+    (!xccs.is_empty()).then(|| xccs.iter().sum::<f64>() / n)
+}
+
+/// A partition's GFX busy, per XCC it owns, and where it came from.
 fn partition_busy(
     own: Option<&Path>,
     metrics: &Result<GpuMetrics, String>,
@@ -908,36 +1045,34 @@ fn partition_busy(
     node: Option<&KfdNode>,
     partition: u32,
     buf: &mut Vec<u8>,
-) -> (Option<f64>, String) {
+) -> (Vec<f64>, String) {
+    let per_xcc =
+        |x: &XcpStats| -> Vec<f64> { x.gfx_busy_inst.iter().map(|v| f64::from(*v)).collect() };
     if let Some(p) = own
         && read_small(p, buf).is_ok()
         && let Ok(x) = gpu_metrics::parse_xcp(buf)
-        && let Some(v) = x.gfx_busy()
+        && !x.gfx_busy_inst.is_empty()
     {
-        return (Some(v), p.display().to_string());
+        return (per_xcc(&x), p.display().to_string());
     }
     match metrics {
-        Ok(m) if !m.xcp.is_empty() => {
-            let v = m.xcp.get(partition as usize).and_then(XcpStats::gfx_busy);
-            (
-                v,
-                format!("{}/gpu_metrics xcp_stats[{partition}]", dev.display()),
-            )
-        }
+        Ok(m) if !m.xcp.is_empty() => (
+            m.xcp
+                .get(partition as usize)
+                .map(per_xcc)
+                .unwrap_or_default(),
+            format!("{}/gpu_metrics xcp_stats[{partition}]", dev.display()),
+        ),
         Ok(m) if !m.xcc_busy.is_empty() => {
             let n = node.map_or(1, |k| k.num_xcc.max(1)) as usize;
             let start = partition as usize * n;
-            let mine: Vec<f64> = m
-                .xcc_busy
-                .iter()
-                .skip(start)
-                .take(n)
-                .map(|v| f64::from(*v))
-                .collect();
-            #[expect(clippy::cast_precision_loss, reason = "small counts")]
-            let v = (!mine.is_empty()).then(|| mine.iter().sum::<f64>() / mine.len() as f64);
             (
-                v,
+                m.xcc_busy
+                    .iter()
+                    .skip(start)
+                    .take(n)
+                    .map(|v| f64::from(*v))
+                    .collect(),
                 format!(
                     "{}/gpu_metrics v1.9 gfx_busy_inst[{start}..{}]",
                     dev.display(),
@@ -946,10 +1081,10 @@ fn partition_busy(
             )
         }
         Ok(_) => (
-            None,
+            Vec::new(),
             format!("{}/gpu_metrics has no per-partition block", dev.display()),
         ),
-        Err(e) => (None, e.clone()),
+        Err(e) => (Vec::new(), e.clone()),
     }
 }
 

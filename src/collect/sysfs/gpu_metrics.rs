@@ -99,6 +99,66 @@ pub struct GpuMetrics {
     pub xcp: Vec<XcpStats>,
     /// Device-wide per-XCC busy (v1.9, which has no per-partition block).
     pub xcc_busy: Vec<u32>,
+    /// Energy, PCIe and XGMI counters (the fixed layouts v1.4 to v1.8).
+    pub io: Io,
+}
+
+/// A device's energy, PCIe and XGMI counters as the SMU accumulates them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Io {
+    /// Energy accumulator, in 15.259 µJ (2^-16 J) units.
+    pub energy_acc: Option<u64>,
+    /// PCIe link width, lanes.
+    pub pcie_width: Option<u16>,
+    /// PCIe link speed, 0.1 GT/s.
+    pub pcie_speed: Option<u16>,
+    /// PCIe bandwidth now, GB/s.
+    pub pcie_bandwidth_inst: Option<u64>,
+    /// PCIe L0-to-recovery transitions, accumulated.
+    pub pcie_recovery: Option<u64>,
+    /// PCIe replays, accumulated.
+    pub pcie_replay: Option<u64>,
+    /// PCIe replay-counter rollovers, accumulated.
+    pub pcie_replay_rollover: Option<u64>,
+    /// PCIe NAKs sent, accumulated (v1.5+).
+    pub pcie_nak_sent: Option<u32>,
+    /// PCIe NAKs received, accumulated (v1.5+).
+    pub pcie_nak_received: Option<u32>,
+    /// XGMI data read per link, KB, by link index (links the table marks unused left out).
+    pub xgmi_read_kb: Vec<(u32, u64)>,
+    /// XGMI data written per link, KB, by link index.
+    pub xgmi_write_kb: Vec<(u32, u64)>,
+}
+
+/// Offsets of the counters of one fixed layout: energy, link width (speed follows), PCIe
+/// bandwidth accumulated (instant follows), L0-to-recovery (replay and rollover follow), NAK
+/// sent (received follows; none before v1.5), XGMI read (write 64 bytes on).
+#[derive(Clone, Copy)]
+struct IoAt {
+    energy: usize,
+    link: usize,
+    bandwidth: usize,
+    recovery: usize,
+    nak: Option<usize>,
+    xgmi: usize,
+}
+
+const fn io_at(content: u8) -> Option<IoAt> {
+    let (energy, link, bandwidth, recovery, nak, xgmi) = match content {
+        4 => (24, 48, 64, 80, None, 104),
+        5 => (88, 112, 128, 144, Some(168), 176),
+        6 => (16, 60, 80, 96, Some(120), 128),
+        7 | 8 => (24, 68, 88, 104, Some(128), 136),
+        _ => return None,
+    };
+    Some(IoAt {
+        energy,
+        link,
+        bandwidth,
+        recovery,
+        nak,
+        xgmi,
+    })
 }
 
 struct Bytes<'a>(&'a [u8]);
@@ -136,6 +196,37 @@ impl Bytes<'_> {
             .map(|i| self.u32(off + 4 * i))
             .filter(|v| v.as_ref().map_or(true, |v| *v != u32::MAX))
             .collect()
+    }
+    fn v64(&self, off: usize) -> Result<Option<u64>, MetricsError> {
+        self.u64(off).map(|v| (v != u64::MAX).then_some(v))
+    }
+    fn v32(&self, off: usize) -> Result<Option<u32>, MetricsError> {
+        self.u32(off).map(|v| (v != u32::MAX).then_some(v))
+    }
+    /// Eight per-link u64 values kept with their link index (all-ones ones left out).
+    fn links(&self, off: usize) -> Result<Vec<(u32, u64)>, MetricsError> {
+        let mut v = Vec::new();
+        for i in 0..8u32 {
+            if let Some(x) = self.v64(off + 8 * i as usize)? {
+                v.push((i, x));
+            }
+        }
+        Ok(v)
+    }
+    fn io(&self, at: IoAt) -> Result<Io, MetricsError> {
+        Ok(Io {
+            energy_acc: self.v64(at.energy)?,
+            pcie_width: self.v16(at.link)?,
+            pcie_speed: self.v16(at.link + 2)?,
+            pcie_bandwidth_inst: self.v64(at.bandwidth + 8)?,
+            pcie_recovery: self.v64(at.recovery)?,
+            pcie_replay: self.v64(at.recovery + 8)?,
+            pcie_replay_rollover: self.v64(at.recovery + 16)?,
+            pcie_nak_sent: at.nak.map(|o| self.v32(o)).transpose()?.flatten(),
+            pcie_nak_received: at.nak.map(|o| self.v32(o + 4)).transpose()?.flatten(),
+            xgmi_read_kb: self.links(at.xgmi)?,
+            xgmi_write_kb: self.links(at.xgmi + 64)?,
+        })
     }
     fn a64(&self, off: usize, n: usize) -> Result<Vec<u64>, MetricsError> {
         (0..n)
@@ -243,6 +334,10 @@ pub fn parse(b: &[u8]) -> Result<GpuMetrics, MetricsError> {
         umc_activity: r.v16(14)?,
         gfxclk: r.a16(l.gfxclk, 8)?,
         uclk: r.v16(l.uclk)?,
+        io: io_at(content)
+            .map(|at| r.io(at))
+            .transpose()?
+            .unwrap_or_default(),
         ..GpuMetrics::default()
     };
     if let Some((np, xs, stride, jpeg, vcn, acc)) = l.xcp {
@@ -396,6 +491,8 @@ fn attr_device(b: &[u8], revision: (u8, u8)) -> Result<GpuMetrics, MetricsError>
         num_partition: one(38),
         xcp: Vec::new(),
         xcc_busy: a.get(&40).map(|v| valid32(v)).unwrap_or_default(),
+        // The v1.9 attribute ids of the counters are not read here yet: N/A, not guessed.
+        io: Io::default(),
     })
 }
 

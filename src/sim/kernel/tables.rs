@@ -34,6 +34,12 @@ pub struct DeviceTable {
     pub umc_activity: u16,
     /// Memory clock, MHz.
     pub uclk: u16,
+    /// Energy accumulated, 2^-16 J units.
+    pub energy: u64,
+    /// PCIe bandwidth now, GB/s.
+    pub pcie_gbs: u64,
+    /// XGMI data read and written per link, KB (the 8 links of an MI300X).
+    pub xgmi_kb: [(u64, u64); 8],
     /// Partitions, in order (at most 8 fit the table).
     pub partitions: Vec<PartitionLoad>,
 }
@@ -63,6 +69,21 @@ pub fn gpu_metrics_v1_8(d: &DeviceTable) -> Vec<u8> {
     put16(&mut b, 10, d.power);
     put16(&mut b, 12, d.gfx_activity);
     put16(&mut b, 14, d.umc_activity);
+    put64(&mut b, 24, d.energy);
+    // A Gen5 x16 link, trained at full speed; no replays, recoveries or NAKs.
+    put16(&mut b, 68, 16);
+    put16(&mut b, 70, 320);
+    put64(&mut b, 88, 0);
+    put64(&mut b, 96, d.pcie_gbs);
+    for off in [104, 112, 120] {
+        put64(&mut b, off, 0);
+    }
+    put32(&mut b, 128, 0);
+    put32(&mut b, 132, 0);
+    for (k, (r, w)) in d.xgmi_kb.iter().enumerate() {
+        put64(&mut b, 136 + 8 * k, *r);
+        put64(&mut b, 200 + 8 * k, *w);
+    }
     let mut xcc = 0;
     for p in d.partitions.iter().take(8) {
         for _ in &p.gfx_busy {
@@ -133,6 +154,9 @@ mod tests {
             gfx_activity: 40,
             umc_activity: 16,
             uclk: 1300,
+            energy: 0x0001_2345_6789,
+            pcie_gbs: 42,
+            xgmi_kb: [(7, 9); 8],
             partitions: (0..8).map(|i| part(i * 10, 1)).collect(),
         };
         let m = parse(&gpu_metrics_v1_8(&d)).unwrap();
@@ -143,6 +167,13 @@ mod tests {
         assert_eq!(m.umc_activity, Some(16));
         assert_eq!(m.num_partition, Some(8));
         assert_eq!(m.gfxclk, vec![2100; 8]);
+        assert_eq!(m.io.energy_acc, Some(0x0001_2345_6789));
+        assert_eq!((m.io.pcie_width, m.io.pcie_speed), (Some(16), Some(320)));
+        assert_eq!(m.io.pcie_bandwidth_inst, Some(42));
+        assert_eq!(m.io.pcie_replay, Some(0));
+        assert_eq!(m.io.pcie_nak_received, Some(0));
+        assert_eq!(m.io.xgmi_read_kb.len(), 8);
+        assert_eq!(m.io.xgmi_write_kb[7], (7, 9));
         for (i, x) in m.xcp.iter().enumerate() {
             assert_eq!(
                 x.gfx_busy(),
@@ -163,6 +194,9 @@ mod tests {
             gfx_activity: 25,
             umc_activity: 10,
             uclk: 1300,
+            energy: 0,
+            pcie_gbs: 0,
+            xgmi_kb: [(0, 0); 8],
             partitions: vec![part(25, 8)],
         };
         let m = parse(&gpu_metrics_v1_8(&d)).unwrap();

@@ -1,6 +1,7 @@
 //! GPUs: every logical GPU as a row: index, identity (BDF.partition), XCDs, CUs, GFX busy with
 //! its recent history, VRAM as a bar, CU occupancy, holders, what runs there, and the
-//! device-wide power and temperature (on the primary only, marked *).
+//! device-wide power and temperature (on the device's first row only, marked *: the primary
+//! partition on AMD, the first GPU instance of a MIG GPU).
 
 use super::fmt::{bar, cut, gib, mark, offset, pct, spark};
 use crate::ui::state::State;
@@ -9,6 +10,21 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Row, Table};
+
+/// A logical GPU's identity in the BDF column: `05:00.1` (AMD, the domain left out), or on a
+/// MIG GPU `18:00.0/gi3` (the instance id whole, never cut).
+fn row_id(bdf: &str) -> String {
+    let (dev, inst) = bdf.split_once('/').unwrap_or((bdf, ""));
+    let dev = match dev.split(':').collect::<Vec<_>>().as_slice() {
+        [domain, bus, rest] if domain.chars().all(|c| c == '0') => format!("{bus}:{rest}"),
+        _ => dev.to_string(),
+    };
+    if inst.is_empty() {
+        dev
+    } else {
+        format!("{dev}/{inst}")
+    }
+}
 
 /// Draws the GPU table.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
@@ -23,6 +39,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         first,
         stride: 1,
     });
+    // A MIG instance's id (`18:00.0/gi13`) needs more than an AMD partition's (`05:00.1`).
+    let id_width: u16 = if snap.gpus.iter().any(|g| g.mig.is_some()) {
+        12
+    } else {
+        9
+    };
     let mut rows = Vec::new();
     for (i, (g, l)) in snap.logical().enumerate().skip(first).take(visible) {
         let u = state.gpu_labels.get(&l.gpu_id).cloned().unwrap_or_default();
@@ -44,7 +66,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             _ => "N/A".into(),
         };
         let hist = spark(&state.history.busy(&l.bdf), if wide { 16 } else { 8 });
-        let (pwr, temp) = if l.is_primary() {
+        // Device-wide values on the device's first row: a MIG GPU's instances have no
+        // partition 0, and its power and temperature still show.
+        let first_row = g.partitions.first().is_some_and(|p| std::ptr::eq(p, l));
+        let (pwr, temp) = if first_row {
             (
                 g.power_watts
                     .map_or_else(|| "N/A".into(), |p| format!("{p:.0}W*")),
@@ -59,7 +84,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 Span::raw(mark(i == state.gpu_sel)),
                 Span::styled(format!("{:>3}", l.gpu_id), theme.partition(l.gpu_id)),
             ])),
-            Cell::from(l.bdf.trim_start_matches("0000:").to_string()),
+            Cell::from(row_id(&l.bdf)),
         ];
         if wide {
             let xcds = match (l.xcds.first(), l.xcds.last()) {
@@ -115,7 +140,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             ],
             vec![
                 Constraint::Length(4),
-                Constraint::Length(9),
+                Constraint::Length(id_width),
                 Constraint::Length(4),
                 Constraint::Length(4),
                 Constraint::Length(5),
@@ -133,7 +158,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             vec![" IDX", "BDF.P", "GFX", "history", "VRAM GiB", "H", "RUNS"],
             vec![
                 Constraint::Length(4),
-                Constraint::Length(9),
+                Constraint::Length(id_width),
                 Constraint::Length(5),
                 Constraint::Length(8),
                 Constraint::Length(18),
@@ -156,4 +181,23 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 .border_style(theme.get("ui.border")),
         );
     frame.render_widget(t, area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_id;
+
+    #[test]
+    fn a_row_names_the_partition_or_the_mig_instance_whole() {
+        let cases = [
+            ("0000:05:00.1", "05:00.1"),
+            ("0000:05:00.0", "05:00.0"),
+            ("00000000:18:00.0/gi1", "18:00.0/gi1"),
+            ("00000000:18:00.0/gi13", "18:00.0/gi13"),
+            ("0000:00:06.0", "00:06.0"),
+        ];
+        for (bdf, want) in cases {
+            assert_eq!(row_id(bdf), want, "{bdf}");
+        }
+    }
 }
