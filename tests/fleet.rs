@@ -448,7 +448,9 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
         screen().contains("SPX/NPS1×8")
     });
     assert!(screen().contains("nodes reporting 1 of 1"), "{}", screen());
-    // Kill the node's `partop stream` (the remote side of the ssh session).
+    // Kill the node's `partop stream` (the remote side of the ssh session): this node's only
+    // (its state file in its environment), never the streams of tests running beside this one.
+    let ours = format!("PARTOP_SIM_STATE={}", good.state.display());
     let killed = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -456,7 +458,9 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            (cmd.contains(" stream --summary") && !cmd.contains("ssh ")).then_some(pid)
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let mine = env.split(|b| *b == 0).any(|v| v == ours.as_bytes());
+            (cmd.contains(" stream --summary") && !cmd.contains("ssh ") && mine).then_some(pid)
         })
         .filter(|pid| {
             nix::sys::signal::kill(

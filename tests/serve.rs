@@ -1062,10 +1062,11 @@ fn stalled_event_readers_are_cut_and_health_is_always_answered() {
         }
     }
     let (_, body) = get(p, "/metrics", "");
+    // Every series carries `hostname` (`name{hostname="…"} value`).
     let counter = |name: &str| {
         body.lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .and_then(|l| l.split(' ').nth(1))
+            .find(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(-1.0)
     };

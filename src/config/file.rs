@@ -104,6 +104,7 @@ const FIELDS: &[&str] = &[
     "idle_minutes",
     "grace_secs",
     "journal",
+    "cluster_name",
 ];
 
 impl Config {

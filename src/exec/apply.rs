@@ -936,7 +936,9 @@ async fn relaunch(
             }
             // A server this run started before an interruption, still loading: wait for it
             // rather than start a second one on the same port and GPU.
-            if let Some(pid) = starting_on_port(&ctx.roots.proc_root, spec) {
+            if let Some(pid) = starting_on_port(&ctx.roots.proc_root, spec)
+                .filter(|pid| launched_by_partop(&ctx.journal, &spec.name, *pid))
+            {
                 emit(ApplyEvent::Note(format!(
                     "{}: pid {pid} (started before the interruption) is still loading: waiting for it, not starting another",
                     m.name
@@ -1042,6 +1044,19 @@ fn starting_on_port(
             .join(" ");
         let server = crate::domain::served::model_of(&line).map_or("", |(s, _)| s);
         (crate::domain::served::port_of(&line, server) == Some(spec.port)).then_some(pid)
+    })
+}
+
+/// Whether the journal says partop launched `pid` for model `name` (a program that took the
+/// model's port meanwhile is not the model's server, however it calls itself).
+fn launched_by_partop(journal: &std::path::Path, name: &str, pid: u32) -> bool {
+    super::journal::read(journal).is_ok_and(|(entries, _)| {
+        entries.iter().rev().any(|e| {
+            e.action == "model.start.result"
+                && e.targets["model"] == name
+                && e.outcome["ok"] == true
+                && e.outcome["pid"] == pid
+        })
     })
 }
 

@@ -38,7 +38,22 @@ pub enum SessionError {
     },
 }
 
+/// A free port for a simulated model server, as an operator's registry fixes one: outside
+/// Linux's ephemeral range (32768-60999), so no connection's port and no `bind(0)` of another
+/// program takes it while the server is stopped for a change (a registry's port is the model's
+/// for good); drawn at random so simulated nodes side by side do not pick the same one.
 fn free_port() -> u16 {
+    let mut x = crate::collect::clock::now_ms() ^ (u64::from(std::process::id()) << 20);
+    for _ in 0..64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        #[expect(clippy::cast_possible_truncation, reason = "below 12768")]
+        let port = 20_000 + (x % 12_768) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
         .map_or(0, |a| a.port())
