@@ -298,7 +298,9 @@ const ENTRY_KEYS: &[&str] = &[
     "health_timeout_secs",
     "log",
 ];
-const LAUNCH_KEYS: &[&str] = &["command", "env", "stop", "systemd", "docker", "image", "args"];
+const LAUNCH_KEYS: &[&str] = &[
+    "command", "env", "stop", "systemd", "docker", "image", "args",
+];
 const REQUIRED_KEYS: &[&str] = &["name", "model", "port", "launch"];
 
 #[derive(Deserialize)]
