@@ -48,8 +48,7 @@ fn free_port() -> u16 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        #[expect(clippy::cast_possible_truncation, reason = "below 12768")]
-        let port = 20_000 + (x % 12_768) as u16;
+        let port = 20_000 + u16::try_from(x % 12_768).unwrap_or(0);
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
