@@ -617,6 +617,26 @@ fn ordinary_user() -> (u32, u32) {
     (id("-u").unwrap(), id("-g").unwrap())
 }
 
+/// This partop where an ordinary user can run it whatever the checkout's permissions (a clone
+/// under root's home is not searchable by others): a link to the built binary in a directory
+/// of its own that anyone may enter (a copy where a link cannot be made).
+fn user_bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("partop-user-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.join("partop");
+        let _ = std::fs::remove_file(&bin);
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_partop"), &bin).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_partop"), &bin).unwrap();
+        }
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    })
+}
+
 /// partop as the ordinary user, its own writable state and config directories.
 fn as_user(uid: u32, gid: u32, home: &Path) -> Command {
     let mut c = Command::new("setpriv");
@@ -624,7 +644,7 @@ fn as_user(uid: u32, gid: u32, home: &Path) -> Command {
         .arg(format!("--regid={gid}"))
         .arg("--clear-groups")
         .arg("--")
-        .arg(env!("CARGO_BIN_EXE_partop"))
+        .arg(user_bin())
         .env("HOME", home)
         .env("XDG_STATE_HOME", home)
         .env("XDG_CONFIG_HOME", home);
@@ -831,7 +851,7 @@ fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
     let cmd = format!(
         "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} setpriv --reuid={uid} --regid={gid} --clear-groups -- {bin} --sim-state {st}; echo EXITED $?; sleep 30",
         h = home.display(),
-        bin = env!("CARGO_BIN_EXE_partop"),
+        bin = user_bin().display(),
         st = node.state.display()
     );
     let t = common::tmux::Session::new("hid", &cmd, 200, 40);
@@ -851,7 +871,7 @@ fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
     let cmd = format!(
         "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} {bin} --sim-state {st}; echo EXITED $?; sleep 30",
         h = e.xdg().display(),
-        bin = env!("CARGO_BIN_EXE_partop"),
+        bin = user_bin().display(),
         st = e.node.state.display()
     );
     let t = common::tmux::Session::new("kfdonly", &cmd, 200, 40);
@@ -872,7 +892,7 @@ fn the_monitor_says_what_is_hidden_and_lists_the_kfd_only_holder() {
     let cmd = format!(
         "env HOME={h} XDG_STATE_HOME={h} XDG_CONFIG_HOME={h} {bin} --sim-state {st} --source sysfs; echo EXITED $?; sleep 30",
         h = e.xdg().display(),
-        bin = env!("CARGO_BIN_EXE_partop"),
+        bin = user_bin().display(),
         st = e.node.state.display()
     );
     let t = common::tmux::Session::new("sysfsstage", &cmd, 200, 40);
