@@ -33,13 +33,12 @@ pub fn run(cmd: &mut Command, stdin: &str) -> Out {
         .unwrap();
     // A command that refuses at once exits without reading its input: a broken pipe here is
     // that, and its output says the rest.
-    if let Err(e) = child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-    {
-        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "writing stdin: {e}");
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin.as_bytes()) {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {e}"
+        );
     }
     let o = child.wait_with_output().unwrap();
     Out {
