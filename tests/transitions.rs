@@ -157,6 +157,15 @@ fn walk(p: &Product, sts: &[State], edges: &[(usize, usize)]) -> Result<Vec<Case
     Ok(cases)
 }
 
+/// The last lines the node's kernel twin logged (what a failure needs to be understood).
+fn twin_log(e: &SimEnv) -> String {
+    let log = e.node.state.with_extension("logs").join("kernel-twin.log");
+    let text =
+        std::fs::read_to_string(&log).unwrap_or_else(|err| format!("{}: {err}", log.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 fn describe(s: &[State]) -> String {
     let mut v: Vec<String> = s.iter().map(|(c, m)| format!("{c}/{m}")).collect();
     v.dedup();
@@ -204,7 +213,13 @@ fn one(e: &SimEnv, p: &Product, gpus: &[String], to: State, want: &[State]) -> R
             continue;
         }
         if a.code != 0 {
-            return Err(format!("apply exit {}: {}{}", a.code, a.stdout, a.stderr));
+            return Err(format!(
+                "apply exit {}: {}{}\nkernel twin log (tail):\n{}",
+                a.code,
+                a.stdout,
+                a.stderr,
+                twin_log(e)
+            ));
         }
         break (plan, a);
     };

@@ -153,10 +153,45 @@ pub fn check_output(out: &RawOutput, success: &str) -> Result<String, String> {
     Ok(format!("{n} x {success}"))
 }
 
+/// Reads the node for a step. A read amd-smi did not answer (a timeout on a loaded machine) is
+/// tried again, a few times within a bound: a step must not judge the node from a read that
+/// failed (it would see "0 logical GPUs"). What is still unread is said by [`unread`].
 async fn sample(ctx: &ApplyCtx) -> Snapshot {
     let mut c = Collector::amd_smi(ctx.runner.clone());
     c.enrich.roots = Some(ctx.roots.clone());
-    c.sample().await
+    let mut snap = c.sample().await;
+    for _ in 1..READ_TRIES {
+        if unread(&snap).is_none() {
+            break;
+        }
+        tokio::time::sleep(ctx.poll.max(Duration::from_millis(200))).await;
+        snap = c.sample().await;
+    }
+    snap
+}
+
+/// How many times a step reads the node before it says amd-smi did not answer.
+const READ_TRIES: usize = 3;
+
+/// Why the node could not be read (amd-smi's error), when it could not: a step then says so
+/// instead of judging an empty read.
+fn unread(snap: &Snapshot) -> Option<String> {
+    snap.sources
+        .iter()
+        .find(|s| s.name == crate::collect::amdsmi::reader::SRC_STATIC)
+        .filter(|s| {
+            matches!(
+                s.status,
+                crate::domain::snapshot::Health::Down | crate::domain::snapshot::Health::Stale
+            )
+        })
+        .map(|s| {
+            format!(
+                "amd-smi could not be read ({} tries): {}",
+                READ_TRIES,
+                s.error.as_deref().unwrap_or("no answer")
+            )
+        })
 }
 
 fn long(r: &Runner) -> Runner {
@@ -849,6 +884,12 @@ async fn run_confirmed(
 
 async fn verify(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
     let snap = sample(ctx).await;
+    if let Some(why) = unread(&snap) {
+        return Err((
+            format!("{why}; the modes could not be checked"),
+            RESUME.into(),
+        ));
+    }
     let mut wrong = Vec::new();
     for c in &plan.changes {
         match snap.gpus.iter().find(|g| g.bdf == c.bdf) {
@@ -901,6 +942,12 @@ async fn relaunch(
     let mut failed = Vec::new();
     if !going.is_empty() {
         let snap = sample(ctx).await;
+        if let Some(why) = unread(&snap) {
+            return Err((
+                format!("{why}; no model was started (their logical GPUs could not be found)"),
+                RESUME.into(),
+            ));
+        }
         let mut started = Vec::new();
         for m in &going {
             let Some(spec) = ctx.spec(&m.name) else {
@@ -1077,4 +1124,38 @@ fn already_serving(snap: &Snapshot, spec: &crate::domain::models::ModelSpec, ids
     on_target
         && crate::collect::served::http::get(&spec.health_url, Duration::from_millis(800))
             .is_ok_and(|r| r.status == 200)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::snapshot::{Health, SourceStatus};
+
+    fn with(status: Health) -> Snapshot {
+        let mut s = Snapshot::default();
+        let mut src = SourceStatus::down(crate::collect::amdsmi::reader::SRC_STATIC, None);
+        src.status = status;
+        src.error = Some("timed out after 10s".into());
+        s.sources.push(src);
+        s
+    }
+
+    #[test]
+    fn a_step_never_judges_a_read_that_failed() {
+        // Every health: only the two that mean "this read failed" stop a step, with the error.
+        for (h, stops) in [
+            (Health::Ok, false),
+            (Health::Degraded, false),
+            (Health::Pending, false),
+            (Health::Stale, true),
+            (Health::Down, true),
+        ] {
+            let why = unread(&with(h));
+            assert_eq!(why.is_some(), stops, "{h:?}");
+            if let Some(w) = why {
+                assert!(w.contains("timed out after 10s"), "{w}");
+            }
+        }
+        assert!(unread(&Snapshot::default()).is_none());
+    }
 }

@@ -594,11 +594,15 @@ pub fn run(state_path: &Path) {
     let me = std::process::id();
     loop {
         let loaded_at = clock::now_ms();
-        let Ok(mut state) = SimState::load(state_path) else {
-            return;
+        let mut state = match SimState::load(state_path) {
+            Ok(s) => s,
+            Err(e) => return say_why(&format!("the node's state is unreadable ({e}): stopped")),
         };
-        if state.twin.as_ref().is_some_and(|t| t.pid != me) {
-            return;
+        if let Some(t) = state.twin.as_ref().filter(|t| t.pid != me) {
+            return say_why(&format!(
+                "another twin (pid {}) serves this node: stopped",
+                t.pid
+            ));
         }
         // A `--sim` node whose partop died without cleaning up (SIGKILL, a crash): the twin
         // does what its exit would have done, so no workload or file outlives it. It steps out
@@ -620,7 +624,10 @@ pub fn run(state_path: &Path) {
                 Ok(())
             });
             super::session::discard(state_path);
-            return;
+            return say_why(&format!(
+                "the node's owner (pid {}) is gone: node stopped",
+                o.pid
+            ));
         }
         let now = clock::now_ms();
         if state.reloading.is_some_and(|r| now >= r.until_ms) {
@@ -629,7 +636,7 @@ pub fn run(state_path: &Path) {
                 Ok(s.clone())
             }) {
                 Ok(s) => state = s,
-                Err(_) => return,
+                Err(e) => return say_why(&format!("could not settle the reload ({e}): stopped")),
             }
         }
         if let Err(e) = twin.refresh(&state, now) {
@@ -652,6 +659,15 @@ pub fn run(state_path: &Path) {
     }
 }
 
+/// Says in the twin's log why it stopped (its stderr is `kernel-twin.log` beside the workloads'
+/// logs): a twin that ends leaves the kernel files frozen, and whoever reads them needs to know.
+fn say_why(why: &str) {
+    #[expect(clippy::print_stderr, reason = "the twin's log")]
+    {
+        eprintln!("kernel twin: {why}");
+    }
+}
+
 /// How often the twin looks for a change of its node between refreshes.
 const WATCH: Duration = Duration::from_millis(25);
 
@@ -664,30 +680,34 @@ fn published_path(state_path: &Path) -> PathBuf {
     gens_dir(&root(state_path)).join("published_ms")
 }
 
-/// Waits (at most a few refreshes) until the node's twin has published a state read at or
-/// after `since_ms`: the fake amd-smi returns from a change only once the kernel files show it,
-/// as the real driver's do when amd-smi returns. No twin running: returns at once.
+/// Waits until the node's twin has published a state it began reading after `since_ms` (the
+/// end of this command's last write): the fake amd-smi returns from a change only once the
+/// kernel files show it, as the real driver's do when amd-smi returns. A loaded machine can
+/// hold the twin up for many seconds, and returning earlier would let a reader see the old
+/// layout after amd-smi said it changed (CI saw a plan made from such files); so the wait lasts
+/// as long as the twin lives, with a long bound only for a twin that is alive but stuck. No
+/// twin running: returns at once.
 pub fn await_published(state_path: &Path, since_ms: u64) {
-    let Ok(state) = SimState::load(state_path) else {
+    let Some(t) = SimState::load(state_path).ok().and_then(|s| s.twin) else {
         return;
     };
-    let Some(t) = state.twin else {
-        return;
-    };
-    if super::state::process_start(t.pid) != t.start_ticks {
-        return;
-    }
-    // A loaded machine can hold the twin up for a while; the bound only keeps a stuck twin
-    // from hanging amd-smi.
-    let end = std::time::Instant::now() + EVERY * 20;
+    let end = std::time::Instant::now() + STUCK;
     while std::time::Instant::now() < end {
+        if super::state::process_start(t.pid) != t.start_ticks {
+            return;
+        }
         let published = std::fs::read_to_string(published_path(state_path))
             .ok()
             .and_then(|t| t.trim().parse::<u64>().ok())
             .unwrap_or(0);
-        if published >= since_ms {
+        // Strictly after: a read begun in the same millisecond as the write may predate it.
+        if published > since_ms {
             return;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// How long amd-smi waits for a twin that lives but does not publish (stopped with SIGSTOP, a
+/// machine thrashing): past it, the command returns and the files lag, as they would.
+const STUCK: Duration = Duration::from_secs(120);
