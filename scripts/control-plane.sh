@@ -5,7 +5,7 @@
 # do not apply to a dependency, kubernetes/kubernetes#79384) by its published v0.MINOR.PATCH.
 # The binaries are cached under $PARTOP_CP_CACHE (default ~/.cache/partop/control-plane/VERSION):
 # a machine builds them once. Prints the directory holding them.
-# Usage: scripts/control-plane.sh [VERSION]   (default 1.37.2)
+# Usage: scripts/control-plane.sh [VERSION]   (default 1.37.2); builds kubectl of that version too.
 #
 # Seen here (2026-11-25): the first build took 18 min on this 2-core machine under load (about
 # 1 GB of modules, 8 min of CPU), a relink 37 s. The v1.37.2 kube-apiserver runs against
@@ -20,7 +20,7 @@ set -euo pipefail
 version=${1:-1.37.2}
 cache=${PARTOP_CP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/partop/control-plane/$version}
 bin=$cache/bin
-if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ]; then
+if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ]; then
     echo "$bin"
     exit 0
 fi
@@ -50,6 +50,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
 go mod tidy >/dev/null 2>&1 || true
@@ -59,4 +60,6 @@ major=${version%%.*}
 ldflags="-X $v.gitVersion=v$version -X $v.gitMajor=$major -X $v.gitMinor=${minor%%.*} -X $v.gitTreeState=clean"
 go build -trimpath -ldflags "$ldflags" -o "$bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 go build -trimpath -ldflags "$ldflags" -o "$bin/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
+# The client of the same version (the distribution's is 1.20, too old for the server's checks).
+go build -trimpath -ldflags "$ldflags" -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
 echo "$bin"

@@ -4,6 +4,7 @@
 
 pub mod amdsmi;
 pub mod clock;
+pub mod cluster;
 pub mod enrich;
 pub mod fleet;
 pub mod fleet_prometheus;

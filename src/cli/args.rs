@@ -122,6 +122,19 @@ pub struct FleetArgs {
     /// With --once: JSON.
     #[arg(long, requires = "once")]
     pub json: bool,
+    /// Read the fleet from a Kubernetes cluster: its GPU nodes, partition labels, allocatable
+    /// against capacity, cordons, taints and GPU pods, by watch (read only).
+    #[arg(long, conflicts_with_all = ["hosts", "hosts_file", "ssh_config", "prometheus"])]
+    pub kubernetes: bool,
+    /// With --kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --kubernetes: the kubeconfig's context (default: its current one).
+    #[arg(long, value_name = "NAME", requires = "kubernetes")]
+    pub context: Option<String>,
+    /// With --kubernetes: only nodes with these labels (`key=value,…`, as `kubectl -l`).
+    #[arg(long, short = 'l', value_name = "SELECTOR", requires = "kubernetes")]
+    pub selector: Option<String>,
     /// What to do (default: the fleet view).
     #[command(subcommand)]
     pub action: Option<FleetCmd>,
@@ -185,6 +198,10 @@ pub struct ServeArgs {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per run; boxing would only move the fleet's options"
+)]
 pub enum Cmd {
     /// Run headless as a service: what partop sees as Prometheus metrics (`/metrics`), JSON
     /// (`/snapshot`) and server-sent events (`/events`), on loopback unless told otherwise.

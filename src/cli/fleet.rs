@@ -74,6 +74,9 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
     if a.prometheus.is_some() {
         return crate::cli::fleet_view::run_prometheus(a);
     }
+    if a.kubernetes {
+        return crate::cli::fleet_kube::fleet(a);
+    }
     let nodes = nodes(a)?;
     if nodes.is_empty() {
         return Err(exit::Usage(

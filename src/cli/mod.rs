@@ -8,6 +8,7 @@ pub mod check_config;
 pub mod commands;
 pub mod fleet;
 pub mod fleet_apply;
+pub mod fleet_kube;
 pub mod fleet_view;
 pub mod kill;
 pub mod mig;

@@ -2,6 +2,7 @@
 //! and `wait_until` (never fixed sleeps).
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod control_plane;
 pub mod env;
 pub mod nodes;
 pub mod tmux;

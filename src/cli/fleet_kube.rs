@@ -1,0 +1,96 @@
+//! `partop fleet --kubernetes`: the cluster's GPU nodes from the API server's watch
+//! (`collect::cluster`), as a table or JSON with the cluster's signals (`domain::cluster`).
+//! Printing only; the reading and the judging live below.
+
+use crate::cli::args::FleetArgs;
+use crate::cli::exit;
+use crate::collect::cluster::{self, Target};
+use crate::domain::cluster::{NodeRow, rows, signals};
+use crate::domain::text::escape_controls as esc;
+use anyhow::Result;
+use std::fmt::Write as _;
+
+/// `partop fleet --kubernetes`.
+pub fn fleet(a: &FleetArgs) -> Result<u8> {
+    if !a.once {
+        return Err(exit::Usage(
+            "the live view of a cluster is not built yet: `partop fleet --kubernetes --once` prints it"
+                .into(),
+        )
+        .into());
+    }
+    let t = Target {
+        kubeconfig: a.kubeconfig.clone(),
+        context: a.context.clone(),
+        selector: a.selector.clone(),
+    };
+    let limit = std::time::Duration::from_secs(u64::from(a.connect_timeout).max(1) + 20);
+    let rt = crate::cli::out::runtime()?;
+    let (nodes, pods) = rt.block_on(async {
+        let client = cluster::client(&t).await.map_err(anyhow::Error::msg)?;
+        let w = cluster::start(client, &t);
+        w.ready(limit).await.map_err(anyhow::Error::msg)?;
+        Ok::<_, anyhow::Error>(w.view())
+    })?;
+    let table = rows(&nodes, &pods);
+    let sig = signals(&nodes, &pods);
+    if a.json {
+        let doc = serde_json::json!({
+            "nodes": table,
+            "signals": sig.iter().map(crate::domain::cluster::Signal::text).collect::<Vec<_>>(),
+        });
+        let mut text = serde_json::to_string_pretty(&doc)?;
+        text.push('\n');
+        crate::cli::out::out(&text)?;
+    } else {
+        crate::cli::out::out(&render(&table, &sig))?;
+    }
+    Ok(exit::OK)
+}
+
+fn state(r: &NodeRow) -> String {
+    let mut v = Vec::new();
+    if r.ready == Some(false) {
+        v.push("NOT READY".to_string());
+    }
+    if r.cordoned {
+        v.push("cordoned".into());
+    }
+    v.extend(r.taints.iter().map(|t| esc(t).into_owned()));
+    if v.is_empty() {
+        "ok".into()
+    } else {
+        v.join(" ")
+    }
+}
+
+/// The table: one line a node (worst first), then the signals.
+pub fn render(table: &[NodeRow], sig: &[crate::domain::cluster::Signal]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<28} {:<10} {:<34} {:>4}  STATE",
+        "NODE", "LAYOUT", "GPU RESOURCES (alloc/cap)", "PODS"
+    );
+    for r in table {
+        let res: Vec<String> = r
+            .resources
+            .iter()
+            .map(|(n, a, c)| format!("{} {a}/{c}", esc(n)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:<28} {:<10} {:<34} {:>4}  {}",
+            esc(&r.name),
+            esc(&r.layout),
+            res.join(" "),
+            r.pods,
+            state(r)
+        );
+    }
+    let _ = writeln!(o, "\n{} GPU node(s), {} signal(s)", table.len(), sig.len());
+    for s in sig {
+        let _ = writeln!(o, "  ! {}", esc(&s.text()));
+    }
+    o
+}

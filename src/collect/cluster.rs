@@ -1,0 +1,249 @@
+//! The cluster's GPU nodes and the pods that ask for GPUs, read from the Kubernetes API by
+//! watch (kube-rs reflectors: one list, then changes; never a poll), reduced to the pure
+//! `domain::cluster` facts the fleet shows. Every call is bounded; a verb the API server
+//! refuses is said with the verb and resource the ClusterRole must grant.
+
+use crate::domain::cluster::{ClusterNode, GpuPod, is_gpu_resource};
+use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the cluster is, as kubectl takes it.
+#[derive(Clone, Debug, Default)]
+pub struct Target {
+    /// A kubeconfig file (default: `$KUBECONFIG`, `~/.kube/config`, else in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// A context of it (default: its current context).
+    pub context: Option<String>,
+    /// Only nodes with these labels (`key=value,…`, as `kubectl -l`).
+    pub selector: Option<String>,
+}
+
+/// How long a first answer may take before the cluster is called unreachable.
+pub const CONNECT: Duration = Duration::from_secs(10);
+
+/// A client for `t`.
+pub async fn client(t: &Target) -> Result<kube::Client, String> {
+    let opts = kube::config::KubeConfigOptions {
+        context: t.context.clone(),
+        ..Default::default()
+    };
+    let config = match &t.kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?
+        }
+        None if t.context.is_some() => kube::Config::from_kubeconfig(&opts)
+            .await
+            .map_err(|e| format!("kubeconfig: {e}"))?,
+        None => kube::Config::infer().await.map_err(|e| {
+            format!("no cluster found (KUBECONFIG, ~/.kube/config, in-cluster): {e}")
+        })?,
+    };
+    let mut config = config;
+    config.connect_timeout = Some(CONNECT);
+    config.read_timeout = Some(Duration::from_secs(300));
+    kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// What the watch has seen so far, and what went wrong last (said once per kind of trouble).
+pub struct Watch {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    trouble: Arc<Mutex<Option<String>>>,
+}
+
+/// Names a watch error for an operator: a refused verb becomes the RBAC rule to add.
+fn explain(kind: &str, e: &watcher::Error) -> String {
+    let text = e.to_string();
+    if text.contains("403") || text.to_lowercase().contains("forbidden") {
+        format!(
+            "the API server refused to list/watch {kind}: the ClusterRole needs get, list, watch on {kind} (deploy/kubernetes/partop.yaml, partop-fleet-view); {text}"
+        )
+    } else {
+        format!("watching {kind}: {text}")
+    }
+}
+
+/// Starts the watches (nodes by `t.selector`, every pod) on the current tokio runtime.
+pub fn start(client: kube::Client, t: &Target) -> Watch {
+    let trouble = Arc::new(Mutex::new(None));
+    let mut nc = watcher::Config::default();
+    if let Some(s) = &t.selector {
+        nc = nc.labels(s);
+    }
+    let (nodes, w) = reflector::store();
+    let tr = Arc::clone(&trouble);
+    let stream = reflector::reflector(
+        w,
+        watcher(kube::Api::<Node>::all(client.clone()), nc).default_backoff(),
+    );
+    tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        while let Some(ev) = s.next().await {
+            let mut t = tr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *t = ev.err().map(|e| explain("nodes", &e));
+        }
+    });
+    let (pods, w) = reflector::store();
+    let tr = Arc::clone(&trouble);
+    let stream = reflector::reflector(
+        w,
+        watcher(kube::Api::<Pod>::all(client), watcher::Config::default()).default_backoff(),
+    );
+    tokio::spawn(async move {
+        let mut s = std::pin::pin!(stream);
+        while let Some(ev) = s.next().await {
+            if let Err(e) = ev {
+                let mut t = tr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *t = Some(explain("pods", &e));
+            }
+        }
+    });
+    Watch {
+        nodes,
+        pods,
+        trouble,
+    }
+}
+
+impl Watch {
+    /// Waits (at most `limit`) for both first lists; Err with the reason when they did not come.
+    pub async fn ready(&self, limit: Duration) -> Result<(), String> {
+        let both = async {
+            let _ = self.nodes.wait_until_ready().await;
+            let _ = self.pods.wait_until_ready().await;
+        };
+        // A refusal does not go away by waiting: said at once, not after the limit.
+        let refused = async {
+            loop {
+                if let Some(t) = self.trouble().filter(|t| t.contains("refused")) {
+                    return t;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            r = tokio::time::timeout(limit, both) => match r {
+                Ok(()) => Ok(()),
+                Err(_) => Err(self.trouble().unwrap_or_else(|| {
+                    format!("no answer from the API server in {}s", limit.as_secs())
+                })),
+            },
+            t = refused => Err(t),
+        }
+    }
+
+    /// The last trouble, if the watches have not recovered since.
+    pub fn trouble(&self) -> Option<String> {
+        self.trouble
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The nodes with GPU resources and the pods that ask for GPUs, as last seen.
+    pub fn view(&self) -> (Vec<ClusterNode>, Vec<GpuPod>) {
+        let mut nodes: Vec<ClusterNode> = self.nodes.state().iter().map(|n| node_of(n)).collect();
+        nodes.retain(|n| !n.capacity.is_empty());
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut pods: Vec<GpuPod> = self.pods.state().iter().filter_map(|p| pod_of(p)).collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        (nodes, pods)
+    }
+}
+
+/// A quantity's count (`8`, `8k` never occurs for devices): out of range or unparsable is 0,
+/// which the signals then name.
+fn count(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> i64 {
+    q.0.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| (0..=1_000_000).contains(n))
+        .unwrap_or(0)
+}
+
+fn gpu_quantities(
+    m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> BTreeMap<String, i64> {
+    m.into_iter()
+        .flatten()
+        .filter(|(k, _)| is_gpu_resource(k))
+        .map(|(k, v)| (k.clone(), count(v)))
+        .collect()
+}
+
+/// A Node's facts.
+pub fn node_of(n: &Node) -> ClusterNode {
+    let status = n.status.as_ref();
+    let spec = n.spec.as_ref();
+    ClusterNode {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        capacity: gpu_quantities(status.and_then(|s| s.capacity.as_ref())),
+        allocatable: gpu_quantities(status.and_then(|s| s.allocatable.as_ref())),
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        taints: spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{}{}:{}",
+                    t.key,
+                    t.value
+                        .as_deref()
+                        .map(|v| format!("={v}"))
+                        .unwrap_or_default(),
+                    t.effect
+                )
+            })
+            .collect(),
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status == "True"),
+    }
+}
+
+/// A Pod's GPU requests (None: it asks for no GPU).
+pub fn pod_of(p: &Pod) -> Option<GpuPod> {
+    let mut requests: BTreeMap<String, i64> = BTreeMap::new();
+    for c in p
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+    {
+        let r = c.resources.as_ref();
+        // A device resource's request equals its limit; either may be the one given.
+        let asked = r
+            .and_then(|r| r.limits.as_ref())
+            .or_else(|| r.and_then(|r| r.requests.as_ref()));
+        for (k, v) in gpu_quantities(asked) {
+            *requests.entry(k).or_default() += v;
+        }
+    }
+    if requests.is_empty() {
+        return None;
+    }
+    Some(GpuPod {
+        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        phase: p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".into()),
+        requests,
+    })
+}
