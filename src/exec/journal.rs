@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Who acted: the real uid and its name from the system's user database. `SUDO_USER` and
 /// `SSH_CONNECTION` are environment variables anyone can set, so they are kept only as extra,
@@ -129,11 +129,6 @@ pub fn new_run_id() -> String {
         std::time::Instant::now()
     );
     crate::domain::fingerprint::fnv(&seed)[..12].to_string()
-}
-
-/// The default journal file: `$XDG_STATE_HOME/partop/journal.jsonl`.
-pub fn default_path() -> PathBuf {
-    crate::config::paths::state_dir().join("journal.jsonl")
 }
 
 /// Appends one entry durably (written in one `write`, then fsynced). A file whose last line was
