@@ -353,7 +353,11 @@ fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
         ] {
             tx.blocking_send(Msg::Command(c)).unwrap();
         }
-        for c in "h200-node".chars().map(KeyCode::Char).chain([KeyCode::Enter]) {
+        for c in "h200-node"
+            .chars()
+            .map(KeyCode::Char)
+            .chain([KeyCode::Enter])
+        {
             tx.blocking_send(Msg::Key(KeyEvent::new(c, KeyModifiers::NONE)))
                 .unwrap();
         }
@@ -364,7 +368,10 @@ fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
         std::thread::sleep(std::time::Duration::from_millis(3200));
         tx.blocking_send(Msg::Command(Command::Quit)).unwrap();
         let (mut state, _) = rt.block_on(app).unwrap();
-        assert!(state.mig_staging.is_none(), "{name}: the plan was confirmed");
+        assert!(
+            state.mig_staging.is_none(),
+            "{name}: the plan was confirmed"
+        );
         assert!(
             state.mig_applying.is_none() && state.mig_process.is_none(),
             "{name}: the applying flag is cleared"

@@ -5,6 +5,7 @@ use crate::cli::out::{confirm, out};
 use crate::cli::{SourceArgs, exit};
 use crate::collect::amdsmi::recording::CommandSource;
 use crate::config::Settings;
+use crate::domain::journal::StepKind;
 use crate::node::{lock_path, open};
 use anyhow::{Context, Result};
 use std::time::Duration;
@@ -72,9 +73,13 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     };
     let journal_path = settings.journal.clone();
     let run_id = if resume {
-        journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
-            .map(|r| r.run)
-            .unwrap_or_default()
+        journal::latest_run(
+            &journal_path,
+            crate::domain::journal::RunKind::Repartition,
+            &file_plan.fingerprint,
+        )
+        .map(|r| r.run)
+        .unwrap_or_default()
     } else {
         journal::new_run_id()
     };
@@ -86,8 +91,11 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     let rt = crate::cli::out::runtime()?;
     let snap = rt.block_on(node.collector().sample());
     let (plan, from) = if resume {
-        let Some(run) = journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
-        else {
+        let Some(run) = journal::latest_run(
+            &journal_path,
+            crate::domain::journal::RunKind::Repartition,
+            &file_plan.fingerprint,
+        ) else {
             anyhow::bail!(
                 "the journal {} has no run of plan {}: there is nothing to resume. Apply it without --resume",
                 journal_path.display(),
@@ -128,7 +136,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         let stop_done = journaled
             .steps
             .iter()
-            .position(|s| s.key == "stop")
+            .position(|s| s.key == StepKind::Stop)
             .is_none_or(|i| run.done.contains(&i));
         let why = crate::domain::plan::still_valid(&journaled, &snap, &here, stop_done);
         if !why.is_empty() {
@@ -281,7 +289,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     };
     match rt.block_on(apply(&plan, &ctx, &log, from, &mut show)) {
         Ok(a) => {
-            let stops = plan.steps.iter().position(|s| s.key == "stop");
+            let stops = plan.steps.iter().position(|s| s.key == StepKind::Stop);
             let down = match (a.downtime, stops) {
                 (Some(d), _) => format!("services down {:.1}s", d.as_secs_f64()),
                 (None, Some(_)) => "the services went down in the interrupted run".to_string(),

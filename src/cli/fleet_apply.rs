@@ -178,9 +178,12 @@ fn node_run(t: &Transport, n: &NodePlan) -> Result<NodeRun, String> {
     }
     let (entries, _) = journal::parse(&n.node, o.as_bytes());
     Ok(
-        if journal::runs(&entries)
-            .iter()
-            .any(|r| r.kind == "repartition" && r.fingerprint == n.plan.fingerprint)
+        if crate::domain::journal::Runs::of(&entries)
+            .latest(
+                crate::domain::journal::RunKind::Repartition,
+                &n.plan.fingerprint,
+            )
+            .is_some()
         {
             NodeRun::Some
         } else {

@@ -119,7 +119,11 @@ fn checked(
             Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
         };
     }
-    let Some(run) = crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint) else {
+    let Some(run) = crate::exec::journal::latest_run(
+        journal,
+        crate::domain::journal::RunKind::Mig,
+        &fp.fingerprint,
+    ) else {
         bail!(
             "the journal {} has no run of MIG plan {}: apply it without --resume",
             journal.display(),
@@ -253,9 +257,13 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 return Ok(exit::OK);
             }
             let run_id = if resume {
-                crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
-                    .map(|r| r.run)
-                    .unwrap_or_default()
+                crate::exec::journal::latest_run(
+                    journal,
+                    crate::domain::journal::RunKind::Mig,
+                    &fp.fingerprint,
+                )
+                .map(|r| r.run)
+                .unwrap_or_default()
             } else {
                 crate::exec::journal::new_run_id()
             };

@@ -68,10 +68,8 @@ impl Settings {
         let config = super::Config::default();
         Self {
             read_only,
-            journal: journal.map_or_else(
-                super::paths::default_journal,
-                std::path::Path::to_path_buf,
-            ),
+            journal: journal
+                .map_or_else(super::paths::default_journal, std::path::Path::to_path_buf),
             config,
         }
     }

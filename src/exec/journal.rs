@@ -5,27 +5,10 @@
 //! before the next append, so it never swallows the next entry; the reader skips torn and
 //! non-UTF-8 lines with a warning and keeps everything else.
 
-use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// Who acted: the real uid and its name from the system's user database. `SUDO_USER` and
-/// `SSH_CONNECTION` are environment variables anyone can set, so they are kept only as extra,
-/// labelled fields, never as the actor.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Who {
-    /// The real uid's name from the user database (None when it has no entry).
-    pub user: Option<String>,
-    /// `SUDO_USER` as the environment claims it (unverified).
-    pub sudo_user: Option<String>,
-    /// `SSH_CONNECTION` as the environment claims it (unverified).
-    pub ssh_connection: Option<String>,
-    /// Real uid.
-    pub uid: u32,
-    /// Effective uid, when it differs from the real one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub euid: Option<u32>,
-}
+pub use crate::domain::journal::{Entry, Run, Who};
 
 impl Who {
     /// The current actor: the process's real uid and its passwd name.
@@ -47,44 +30,6 @@ impl Who {
             euid: (euid != uid).then_some(euid.as_raw()),
         }
     }
-
-    /// How the journal shows the actor: the system's name, with the unverified claims labelled.
-    pub fn describe(&self) -> String {
-        let mut s = self
-            .user
-            .clone()
-            .unwrap_or_else(|| format!("uid {}", self.uid));
-        if let Some(u) = &self.sudo_user {
-            s.push_str(&format!(" (SUDO_USER={u})"));
-        }
-        if let Some(c) = &self.ssh_connection {
-            s.push_str(&format!(
-                " (ssh from {})",
-                c.split_whitespace().next().unwrap_or(c)
-            ));
-        }
-        s
-    }
-}
-
-/// One journal line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// RFC 3339 time.
-    pub at: String,
-    /// Who.
-    pub who: Who,
-    /// Host.
-    pub host: String,
-    /// What (`kill.sigterm`, `repartition.step`, …).
-    pub action: String,
-    /// Whether the node is simulated.
-    #[serde(default)]
-    pub simulated: bool,
-    /// The targets with their details.
-    pub targets: serde_json::Value,
-    /// What happened.
-    pub outcome: serde_json::Value,
 }
 
 impl Entry {
@@ -234,174 +179,9 @@ pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
     (entries, bad)
 }
 
-/// One apply run (AMD repartition or MIG), as the journal tells it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Run {
-    /// `repartition` or `mig`.
-    pub kind: String,
-    /// Its id.
-    pub run: String,
-    /// The plan's fingerprint.
-    pub fingerprint: String,
-    /// The plan as confirmed (journaled at the start).
-    pub plan: serde_json::Value,
-    /// Where the plan file was, when it came from one.
-    pub plan_file: Option<String>,
-    /// When it started.
-    pub started_at: String,
-    /// The pid of the partop that ran it.
-    pub pid: Option<u32>,
-    /// The node it changes ([`node_id`]); None for runs journaled before partop recorded it.
-    pub node: Option<String>,
-    /// Steps done (ok), by index.
-    pub done: Vec<usize>,
-    /// The last step entry: index, key, ok, detail.
-    pub last: Option<(usize, String, Option<bool>, String)>,
-    /// It finished (done) or was abandoned.
-    pub closed: Option<String>,
-    /// The exact command that resumes it, as its start journaled it (every option it ran
-    /// with); None for runs journaled before partop recorded it.
-    pub resume: Option<String>,
-    /// When the last step began and how long it may take (progress: elapsed against limit).
-    pub last_begin: Option<(String, Option<u32>)>,
-}
-
-impl Run {
-    /// The first step not done (where a resume continues).
-    pub fn resume_point(&self) -> usize {
-        self.done.iter().max().map_or(0, |s| s + 1)
-    }
-
-    /// The command that continues it: the one its start journaled, else rebuilt from the plan
-    /// file (without the options an older partop did not record).
-    pub fn resume_command(&self) -> String {
-        if let Some(r) = &self.resume {
-            return r.clone();
-        }
-        let sub = if self.kind == "mig" {
-            "partop mig apply"
-        } else {
-            "partop apply"
-        };
-        format!(
-            "{sub} {} --resume",
-            self.plan_file.as_deref().unwrap_or("PLAN.json")
-        )
-    }
-
-    /// Where it stopped, in a few words.
-    fn stopped_at(&self) -> String {
-        match &self.last {
-            Some((i, key, Some(false), _)) => format!("failed at step {} ({key})", i + 1),
-            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
-            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
-            None => "stopped before its first step".into(),
-        }
-    }
-
-    /// One line for a header: what, where it stopped, the command that continues it.
-    pub fn headline(&self) -> String {
-        format!(
-            "{} {} {} · {}",
-            self.kind,
-            self.run,
-            self.stopped_at(),
-            self.resume_command()
-        )
-    }
-
-    /// One sentence for the operator.
-    pub fn describe(&self) -> String {
-        let step = match &self.last {
-            Some((i, key, Some(false), detail)) => {
-                format!("failed at step {} ({key}): {detail}", i + 1)
-            }
-            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
-            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
-            None => "stopped before its first step".into(),
-        };
-        format!(
-            "unfinished {} {} (plan {}, started {}): {step}. Continue it with `{}`, or after restoring the node by hand close it with `partop journal --abandon {}`",
-            self.kind,
-            self.run,
-            self.fingerprint,
-            self.started_at,
-            self.resume_command(),
-            self.run
-        )
-    }
-}
-
-/// Every apply run in the journal, oldest first.
+/// Every apply run in the journal, oldest first (the one fold, `domain::journal::Runs`).
 pub fn runs(entries: &[Entry]) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
-    for e in entries {
-        let Some((kind, what)) = e.action.split_once('.') else {
-            continue;
-        };
-        if kind != "repartition" && kind != "mig" {
-            continue;
-        }
-        let Some(id) = e.targets["run"].as_str() else {
-            continue;
-        };
-        if what == "start" {
-            runs.push(Run {
-                kind: kind.into(),
-                run: id.into(),
-                fingerprint: e.targets["fingerprint"].as_str().unwrap_or("").into(),
-                plan: e.targets["plan"].clone(),
-                plan_file: e.targets["plan_file"].as_str().map(str::to_string),
-                started_at: e.at.clone(),
-                pid: e.targets["pid"]
-                    .as_u64()
-                    .and_then(|p| u32::try_from(p).ok()),
-                node: e.targets["node"].as_str().map(str::to_string),
-                done: Vec::new(),
-                last: None,
-                closed: None,
-                resume: e.targets["resume"].as_str().map(str::to_string),
-                last_begin: None,
-            });
-            continue;
-        }
-        let Some(r) = runs.iter_mut().rev().find(|r| r.run == id) else {
-            continue;
-        };
-        match what {
-            "step" => {
-                let idx = e.targets["step"]
-                    .as_u64()
-                    .and_then(|s| usize::try_from(s).ok())
-                    .unwrap_or(0);
-                let ok = e.outcome["ok"].as_bool();
-                if ok == Some(true) {
-                    r.done.push(idx);
-                }
-                if e.outcome["state"] == "begin" {
-                    r.last_begin = Some((
-                        e.at.clone(),
-                        e.outcome["limit_secs"]
-                            .as_u64()
-                            .and_then(|l| u32::try_from(l).ok()),
-                    ));
-                }
-                r.last = Some((
-                    idx,
-                    e.targets["key"].as_str().unwrap_or("?").into(),
-                    ok,
-                    e.outcome["detail"]
-                        .as_str()
-                        .or_else(|| e.outcome["error"].as_str())
-                        .unwrap_or("")
-                        .into(),
-                ));
-            }
-            "done" | "abandoned" => r.closed = Some(what.into()),
-            _ => {}
-        }
-    }
-    runs
+    crate::domain::journal::Runs::of(entries).runs
 }
 
 /// Which node a run changes: a simulated node by its state file, else this host. Several
@@ -423,13 +203,7 @@ pub fn unfinished(path: &Path) -> Vec<Run> {
 
 /// The unfinished runs of `node` (or of every node), newest first.
 pub fn unfinished_in(entries: &[Entry], node: Option<&str>) -> Vec<Run> {
-    let mut v: Vec<Run> = runs(entries)
-        .into_iter()
-        .filter(|r| r.closed.is_none())
-        .filter(|r| node.is_none_or(|n| r.node.as_deref().is_none_or(|m| m == n)))
-        .collect();
-    v.reverse();
-    v
+    crate::domain::journal::Runs::of(entries).unfinished(node)
 }
 
 /// The unfinished runs of `node`, newest first.
@@ -441,10 +215,13 @@ pub fn unfinished_on(path: &Path, node: &str) -> Vec<Run> {
 }
 
 /// The newest run of `kind` for `fingerprint`.
-pub fn latest_run(path: &Path, kind: &str, fingerprint: &str) -> Option<Run> {
+pub fn latest_run(
+    path: &Path,
+    kind: crate::domain::journal::RunKind,
+    fingerprint: &str,
+) -> Option<Run> {
     let (entries, _) = read(path).ok()?;
-    runs(&entries)
-        .into_iter()
-        .rev()
-        .find(|r| r.kind == kind && r.fingerprint == fingerprint)
+    crate::domain::journal::Runs::of(&entries)
+        .latest(kind, fingerprint)
+        .cloned()
 }

@@ -1132,12 +1132,10 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Journal(mut entries, bad, unfinished, exited) => {
             let mut effects = Vec::new();
             state.unfinished = unfinished;
+            let runs = crate::domain::journal::Runs::of(&entries);
             // A MIG apply is followed through its run in the journal: done, or a failed step.
             if let Some(fp) = state.mig_applying.clone() {
-                let run = crate::exec::journal::runs(&entries)
-                    .into_iter()
-                    .rev()
-                    .find(|r| r.kind == "mig" && r.fingerprint == fp);
+                let run = runs.latest(crate::domain::journal::RunKind::Mig, &fp);
                 let end = run.and_then(|r| match (&r.closed, &r.last) {
                     (Some(_), _) => Some(format!("MIG plan {fp} applied")),
                     (None, Some((i, key, Some(false), detail))) => Some(format!(
@@ -1168,7 +1166,7 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             }
             if let Some(p) = state.applying.as_mut() {
                 let was = p.finished;
-                p.update(&entries);
+                p.follow(&runs);
                 if let Some(how) = exited {
                     p.exited(how);
                 }
