@@ -314,3 +314,63 @@ fn every_step_kind_reads_and_writes_as_the_word_partop_always_wrote() {
     }
     eprintln!("{} step kinds round-trip as their words", words.len());
 }
+
+#[test]
+fn reading_only_what_was_appended_gives_what_a_whole_read_gives() {
+    // The monitor follows an apply by reading what was appended since its last read: after
+    // any sequence of appends, torn writes, a file cut short and a file replaced, its answer is
+    // the whole read's.
+    #[derive(Clone, Debug)]
+    enum Change {
+        Append(Op),
+        Cut(usize),
+        Replace,
+    }
+    let change = prop_oneof![
+        8 => op().prop_map(Change::Append),
+        1 => (0usize..2000).prop_map(Change::Cut),
+        1 => Just(Change::Replace),
+    ];
+    let cases = 64;
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let ran = AtomicUsize::new(0);
+    let reads = AtomicUsize::new(0);
+    runner
+        .run(&proptest::collection::vec(change, 0..40), |changes| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("journal.jsonl");
+            let mut tail = partop::exec::journal::Tail::default();
+            for c in &changes {
+                match c {
+                    Change::Append(op) => write(dir.path(), op),
+                    Change::Cut(n) => {
+                        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                            let len = f.metadata().unwrap().len();
+                            f.set_len(len.min(u64::try_from(*n).unwrap())).unwrap();
+                        }
+                    }
+                    Change::Replace => {
+                        let other = dir.path().join("other.jsonl");
+                        std::fs::write(&other, b"").unwrap();
+                        std::fs::rename(&other, &path).unwrap();
+                    }
+                }
+                let whole = partop::exec::journal::read(&path).unwrap();
+                let appended = tail.read(&path).unwrap();
+                prop_assert_eq!(&appended, &whole, "after {:?}", c);
+                reads.fetch_add(1, Ordering::SeqCst);
+            }
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+    eprintln!(
+        "{} sequences, {} reads of what was appended, each equal to the whole read",
+        ran.load(Ordering::SeqCst),
+        reads.load(Ordering::SeqCst)
+    );
+}

@@ -132,9 +132,16 @@ pub fn read(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
 
 /// Parses journal bytes (see [`read`]).
 pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
+    parse_from(origin, bytes, 0)
+}
+
+/// Parses journal bytes that begin after `skipped` lines (the line numbers of the warnings
+/// count from the file's start).
+fn parse_from(origin: &str, bytes: &[u8], skipped: usize) -> (Vec<Entry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut bad = Vec::new();
     for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let i = i + skipped;
         let Ok(line) = std::str::from_utf8(raw) else {
             bad.push(format!(
                 "{origin}:{}: skipped a line that is not UTF-8 ({} bytes)",
@@ -182,6 +189,88 @@ pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
 /// Every apply run in the journal, oldest first (the one fold, `domain::journal::Runs`).
 pub fn runs(entries: &[Entry]) -> Vec<Run> {
     crate::domain::journal::Runs::of(entries).runs
+}
+
+/// The journal read as it grows: the lines read so far, and where the file was read to, so
+/// the next read takes only what was appended since (the monitor reads the journal every
+/// second while it follows an apply). Its answer is always what [`read`] would give: a file
+/// replaced or cut short is read again from its start, and a last line without its newline
+/// (torn, or being written) is read each time and kept only once it is whole.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// The file read (device, inode).
+    file: Option<(u64, u64)>,
+    /// Bytes read and kept: whole lines only.
+    offset: u64,
+    /// Lines read and kept.
+    lines: usize,
+    entries: Vec<Entry>,
+    bad: Vec<String>,
+}
+
+impl Tail {
+    /// The journal's entries and warnings, reading only what was appended since the last call.
+    pub fn read(&mut self, path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
+        use std::os::unix::fs::MetadataExt;
+        let max = crate::collect::small_file::FILE_MAX;
+        let mut f = match crate::collect::small_file::open_regular(path, max) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                *self = Self::default();
+                return Ok((Vec::new(), Vec::new()));
+            }
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}; it cannot be read as a journal", path.display()),
+                ));
+            }
+        };
+        let meta = f.metadata()?;
+        let id = (meta.dev(), meta.ino());
+        if self.file != Some(id) || meta.len() < self.offset {
+            *self = Self {
+                file: Some(id),
+                ..Self::default()
+            };
+        }
+        if meta.len() > max as u64 {
+            return Err(std::io::Error::other(format!(
+                "{}: longer than {} MiB; it cannot be read as a journal (move it away: partop starts a new one)",
+                path.display(),
+                max >> 20
+            )));
+        }
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.take(meta.len() - self.offset).read_to_end(&mut buf)?;
+        let origin = path.display().to_string();
+        let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        let (entries, bad) = parse_from(&origin, &buf[..whole], self.lines);
+        self.entries.extend(entries);
+        self.bad.extend(bad);
+        self.lines += buf[..whole].iter().filter(|b| **b == b'\n').count();
+        self.offset += whole as u64;
+        let (rest, rest_bad) = parse_from(&origin, &buf[whole..], self.lines);
+        let mut entries = self.entries.clone();
+        entries.extend(rest);
+        let mut bad = self.bad.clone();
+        bad.extend(rest_bad);
+        Ok((entries, bad))
+    }
+}
+
+/// The journal at `path`, read as it grows: this process keeps one [`Tail`] per journal, so a
+/// monitor that reads it every second reads only what was appended (same answer as [`read`]).
+pub fn read_appended(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
+    static TAILS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Tail>>,
+    > = std::sync::OnceLock::new();
+    let mut tails = TAILS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tails.entry(path.to_path_buf()).or_default().read(path)
 }
 
 /// Which node a run changes: a simulated node by its state file, else this host. Several

@@ -251,7 +251,7 @@ pub fn load_journal(exec: &ExecSettings, followed: Option<&crate::ui::msg::Detac
     let gone = followed.filter(|d| {
         crate::exec::signal::start_ticks(std::path::Path::new("/proc"), d.pid).is_none()
     });
-    let (entries, bad) = match crate::exec::journal::read(&exec.journal) {
+    let (entries, bad) = match crate::exec::journal::read_appended(&exec.journal) {
         Ok(x) => x,
         Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
     };
