@@ -41,7 +41,7 @@ fn model_action(
     exec: &ExecSettings,
     grace_ms: u64,
 ) {
-    use crate::exec::models::{Ops, launch, stop, wait_healthy};
+    use crate::exec::models::{Ops, Starting};
     use crate::ui::state::ModelAction;
     let ops = Ops {
         log_dir: exec.model_log_dir.clone(),
@@ -67,13 +67,7 @@ fn model_action(
     };
     let stop_model = |m: &crate::domain::model_status::ServedModel,
                       spec: &crate::domain::models::ModelSpec| {
-        stop(
-            &ops,
-            spec,
-            &m.gpus,
-            &m.bdfs,
-            m.pid.map(|p| (p, m.start_ticks)),
-        )
+        crate::exec::models::stop_served(&ops, m, spec)
     };
     let find = |name: &str| {
         snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
@@ -115,31 +109,28 @@ fn model_action(
             }
             let (ids, bdfs) = if m.gpus.is_empty() {
                 let Some(s) = snap else { return };
-                let p = crate::domain::placement::place_now(s, &spec, None);
-                if p.to.is_empty() {
-                    log::error!("{name}: {}", p.reason.unwrap_or_default());
-                    return;
+                match crate::exec::models::place(s, &spec, None) {
+                    Ok(p) => p,
+                    Err(why) => {
+                        log::error!("{name}: {why}");
+                        return;
+                    }
                 }
-                (
-                    p.to.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
-                    p.to.iter().map(|r| r.bdf.clone()).collect::<Vec<_>>(),
-                )
             } else {
                 (m.gpus.clone(), m.bdfs.clone())
             };
-            match launch(&ops, &spec, &ids, &bdfs) {
-                Ok(l) => {
-                    log::info!(
-                        "{name}: started ({}); waiting for {}",
-                        l.what,
-                        spec.health_url
-                    );
-                    match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| log::info!("{p}")) {
-                        Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
-                        Err(e) => log::error!("{e}"),
-                    }
-                }
-                Err(e) => log::error!("{name}: {e}"),
+            let started = crate::exec::models::start(&ops, &spec, &ids, &bdfs, |p| match p {
+                Starting::Launched(l) => log::info!(
+                    "{name}: started ({}); waiting for {}",
+                    l.what,
+                    spec.health_url
+                ),
+                Starting::Waiting(p) => log::info!("{p}"),
+            });
+            match started {
+                Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
+                Err(crate::exec::models::StartFailed::Launch(e)) => log::error!("{name}: {e}"),
+                Err(crate::exec::models::StartFailed::Unhealthy(e)) => log::error!("{e}"),
             }
         }
     }
