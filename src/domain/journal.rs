@@ -675,3 +675,254 @@ impl Runs {
             .collect()
     }
 }
+
+/// A node of a fleet rollout, as its start journals it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutNode {
+    /// Its name.
+    pub node: String,
+    /// Where ssh reaches it.
+    pub dest: String,
+    /// Its plan's fingerprint.
+    pub plan: String,
+}
+
+/// What one journal line of a fleet rollout says (a rollout is a change whose steps are nodes:
+/// each node runs its own `partop apply`, journaled on the node).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RolloutEvent {
+    /// The rollout of a plan set begins.
+    Started {
+        /// The set's fingerprint.
+        set: String,
+        /// The set's file.
+        file: String,
+        /// Its nodes, in order.
+        nodes: Vec<RolloutNode>,
+        /// How many nodes at a time.
+        parallel: usize,
+    },
+    /// A node's apply is about to start: afresh, resuming its run, or unknown (`error`).
+    NodeStarted {
+        /// The node.
+        node: RolloutNode,
+        /// It resumes its own run on the node.
+        resume: Option<bool>,
+        /// Why it could not be asked whether it has a run.
+        error: Option<String>,
+    },
+    /// A node applied and verified its plan.
+    NodeDone {
+        /// The node.
+        node: String,
+        /// Its plan.
+        plan: String,
+    },
+    /// A node's apply failed.
+    NodeFailed {
+        /// The node.
+        node: String,
+        /// Its plan.
+        plan: String,
+        /// What it said.
+        error: String,
+    },
+    /// The rollout stopped at a failure; these nodes were not touched.
+    Stopped {
+        /// The set.
+        set: String,
+        /// The nodes left.
+        untouched: Vec<String>,
+    },
+    /// Every node applied and verified.
+    Done {
+        /// The set.
+        set: String,
+    },
+}
+
+impl RolloutEvent {
+    /// The action, targets and outcome of this event's journal line in rollout `rollout`: the
+    /// shape partop always wrote.
+    pub fn encode(&self, rollout: &str) -> (&'static str, Value, Value) {
+        match self {
+            Self::Started {
+                set,
+                file,
+                nodes,
+                parallel,
+            } => (
+                "fleet.rollout.start",
+                json!({"set": set, "file": file,
+                       "nodes": nodes.iter().map(|n| json!({"node": n.node, "dest": n.dest, "plan": n.plan})).collect::<Vec<_>>()}),
+                json!({"rollout": rollout, "parallel": parallel}),
+            ),
+            Self::NodeStarted {
+                node,
+                resume,
+                error,
+            } => (
+                "fleet.node.start",
+                json!({"node": node.node, "dest": node.dest, "plan": node.plan}),
+                json!({"rollout": rollout, "resume": resume, "error": error}),
+            ),
+            Self::NodeDone { node, plan } => (
+                "fleet.node.done",
+                json!({"node": node, "plan": plan}),
+                json!({"rollout": rollout, "ok": true}),
+            ),
+            Self::NodeFailed { node, plan, error } => (
+                "fleet.node.failed",
+                json!({"node": node, "plan": plan}),
+                json!({"rollout": rollout, "ok": false, "error": error}),
+            ),
+            Self::Stopped { set, untouched } => (
+                "fleet.rollout.stopped",
+                json!({"set": set}),
+                json!({"rollout": rollout, "untouched": untouched}),
+            ),
+            Self::Done { set } => (
+                "fleet.rollout.done",
+                json!({"set": set}),
+                json!({"rollout": rollout, "ok": true}),
+            ),
+        }
+    }
+
+    /// What a journal line says about a rollout (its id and the event); None for a line of no
+    /// rollout.
+    pub fn decode(e: &Entry) -> Option<(String, Self)> {
+        let t = &e.targets;
+        let rollout = e.outcome["rollout"].as_str()?.to_string();
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        let node = |v: &Value| RolloutNode {
+            node: s(&v["node"]),
+            dest: s(&v["dest"]),
+            plan: s(&v["plan"]),
+        };
+        let ev = match e.action.as_str() {
+            "fleet.rollout.start" => Self::Started {
+                set: s(&t["set"]),
+                file: s(&t["file"]),
+                nodes: t["nodes"]
+                    .as_array()
+                    .map(|a| a.iter().map(node).collect())
+                    .unwrap_or_default(),
+                parallel: e.outcome["parallel"]
+                    .as_u64()
+                    .and_then(|p| usize::try_from(p).ok())
+                    .unwrap_or(1),
+            },
+            "fleet.node.start" => Self::NodeStarted {
+                node: node(t),
+                resume: e.outcome["resume"].as_bool(),
+                error: text(&e.outcome["error"]),
+            },
+            "fleet.node.done" => Self::NodeDone {
+                node: s(&t["node"]),
+                plan: s(&t["plan"]),
+            },
+            "fleet.node.failed" => Self::NodeFailed {
+                node: s(&t["node"]),
+                plan: s(&t["plan"]),
+                error: s(&e.outcome["error"]),
+            },
+            "fleet.rollout.stopped" => Self::Stopped {
+                set: s(&t["set"]),
+                untouched: e.outcome["untouched"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            "fleet.rollout.done" => Self::Done { set: s(&t["set"]) },
+            _ => return None,
+        };
+        Some((rollout, ev))
+    }
+}
+
+/// One fleet rollout, as the fleet journal tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// Its id.
+    pub id: String,
+    /// The plan set's fingerprint.
+    pub set: String,
+    /// Nodes applied and verified.
+    pub done: Vec<String>,
+    /// Nodes that failed, then nodes started that never reported (the rollout was killed under
+    /// them): each continues its own run on the node when resumed.
+    pub failed: Vec<String>,
+    /// Nodes started.
+    pub started: Vec<String>,
+    /// Every node done.
+    pub finished: bool,
+}
+
+impl Rollout {
+    /// The nodes to treat as attempted before: failed, or started and never done.
+    pub fn attempted(&self) -> Vec<String> {
+        let mut v = self.failed.clone();
+        v.extend(
+            self.started
+                .iter()
+                .filter(|n| !self.done.contains(n))
+                .cloned(),
+        );
+        v.dedup();
+        v
+    }
+}
+
+/// The fold of the fleet journal: its rollouts, oldest first (the same fold shape as `Runs`:
+/// a start opens one, the other lines go to the newest rollout of their id).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rollouts {
+    /// Every rollout, oldest first.
+    pub rollouts: Vec<Rollout>,
+}
+
+impl Rollouts {
+    /// The rollouts of these lines.
+    pub fn of(entries: &[Entry]) -> Self {
+        let mut s = Self::default();
+        for (id, ev) in entries.iter().filter_map(RolloutEvent::decode) {
+            s.apply(&id, &ev);
+        }
+        s
+    }
+
+    /// One more rollout line.
+    pub fn apply(&mut self, id: &str, ev: &RolloutEvent) {
+        if let RolloutEvent::Started { set, .. } = ev {
+            self.rollouts.push(Rollout {
+                id: id.to_string(),
+                set: set.clone(),
+                done: Vec::new(),
+                failed: Vec::new(),
+                started: Vec::new(),
+                finished: false,
+            });
+            return;
+        }
+        let Some(r) = self.rollouts.iter_mut().rev().find(|r| r.id == id) else {
+            return;
+        };
+        match ev {
+            RolloutEvent::Started { .. } | RolloutEvent::Stopped { .. } => {}
+            RolloutEvent::NodeStarted { node, .. } => r.started.push(node.node.clone()),
+            RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
+            RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
+            RolloutEvent::Done { .. } => r.finished = true,
+        }
+    }
+
+    /// The newest rollout of plan set `set`.
+    pub fn latest(&self, set: &str) -> Option<&Rollout> {
+        self.rollouts.iter().rev().find(|r| r.set == set)
+    }
+}

@@ -160,3 +160,15 @@ pub fn abandon(
     .encode();
     journal::append(path, &Entry::new(&action, simulated, targets, outcome))
 }
+
+/// Journals one line of fleet rollout `rollout` (a change whose steps are nodes), in the one
+/// encoding (`domain::journal::RolloutEvent`). Journal first: an error stops the rollout
+/// before the next node.
+pub fn rollout(
+    path: &std::path::Path,
+    rollout: &str,
+    event: &crate::domain::journal::RolloutEvent,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode(rollout);
+    journal::append(path, &Entry::new(action, false, targets, outcome))
+}
