@@ -312,7 +312,7 @@ mod words_tests {
     fn entry(action: &str, targets: Value, outcome: Value) -> Entry {
         Entry {
             at: "2026-01-01T00:00:00Z".into(),
-            who: crate::exec::journal::Who::default(),
+            who: crate::domain::journal::Who::default(),
             host: "h".into(),
             action: action.into(),
             simulated: true,

@@ -33,7 +33,7 @@ pub enum Msg {
     /// The journal, with an unfinished run nobody works on (its description), and how the
     /// followed apply ended when its process is gone without finishing.
     Journal(
-        Vec<crate::exec::journal::Entry>,
+        Vec<crate::domain::journal::Entry>,
         Vec<String>,
         Option<String>,
         Option<String>,

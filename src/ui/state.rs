@@ -87,7 +87,7 @@ pub struct State {
     /// partop's own pid (never a target).
     pub own_pid: u32,
     /// The journal as last read, newest first, and unreadable lines.
-    pub journal: (Vec<crate::exec::journal::Entry>, Vec<String>),
+    pub journal: (Vec<crate::domain::journal::Entry>, Vec<String>),
     /// Selected journal entry.
     pub journal_sel: usize,
     /// The selected journal entry has the whole view (Enter; Esc goes back).
