@@ -292,12 +292,15 @@ fn h200_node() -> Snapshot {
     }
 }
 
+/// How a case breaks the executor's settings.
+type Setup = fn(&mut ExecSettings);
+
 #[test]
 fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
     // Every way the detached `partop mig apply` can fail to start, through the real effect
     // runner: the spawn refused (a recording), the program missing, and a partop that starts
     // and refuses before it journals a run (its nvidia-smi is missing).
-    let cases: [(&str, fn(&mut ExecSettings)); 3] = [
+    let cases: [(&str, Setup); 3] = [
         ("a recording", |e| e.nvidia_replay = true),
         ("no program", |e| e.exe = "/nonexistent/partop".into()),
         ("refused before journaling", |e| {

@@ -198,7 +198,7 @@ pub async fn apply(
     for (idx, step) in plan.steps.iter().enumerate().skip(from) {
         let fail = |message: String, next: &str| StepFailed {
             idx,
-            key: step.key.clone(),
+            key: step.key,
             message,
             next: if next.contains(&ctx.resume_command) {
                 next.to_string()

@@ -331,7 +331,7 @@ pub fn apply(
     for (idx, s) in plan.steps.iter().enumerate().skip(from) {
         let fail = |message: String, next: String| MigFailed {
             idx,
-            key: s.key.clone(),
+            key: s.key,
             message,
             next,
         };
