@@ -8,6 +8,7 @@ pub mod findings;
 pub mod fingerprint;
 pub mod fleet;
 pub mod history;
+pub mod journal;
 pub mod kill;
 pub mod layout;
 pub mod mig;

@@ -8,6 +8,7 @@ pub mod kill;
 pub mod lock;
 pub mod mig;
 pub mod models;
+pub mod protocol;
 pub mod registry;
 pub mod runlog;
 pub mod safe_file;

@@ -274,3 +274,137 @@ fn a_config_error_refuses_every_command() {
         );
     }
 }
+
+/// The H200 as NVML reported it on the lent machine: a MIG-capable GPU to stage on.
+fn h200_node() -> Snapshot {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
+    let node: partop::collect::nvidia::NvNode =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let now = partop::collect::clock::now_ms();
+    let (gpus, processes) = partop::collect::nvidia::assemble(&node, now);
+    Snapshot {
+        host: "h200-node".into(),
+        taken_at_ms: now,
+        gpus,
+        processes,
+        ..Snapshot::default()
+    }
+}
+
+/// How a case breaks the executor's settings.
+type Setup = fn(&mut ExecSettings);
+
+#[test]
+fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
+    // Every way the detached `partop mig apply` can fail to start, through the real effect
+    // runner: the spawn refused (a recording), the program missing, and a partop that starts
+    // and refuses before it journals a run (its nvidia-smi is missing).
+    let cases: [(&str, Setup); 3] = [
+        ("a recording", |e| e.nvidia_replay = true),
+        ("no program", |e| e.exe = "/nonexistent/partop".into()),
+        ("refused before journaling", |e| {
+            e.nvidia_smi = Some("/nonexistent/nvidia-smi".into());
+        }),
+    ];
+    for (name, setup) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
+        let (req_tx, mut req_rx) = mpsc::channel::<Request>(8);
+        rt.spawn(async move { while req_rx.recv().await.is_some() {} });
+        // What the runner sends back is relayed to the app and watched on the way: the start's
+        // failure, the end it reports, and every journal read after it.
+        let (tx, rx) = mpsc::channel(64);
+        let (relay_tx, mut relay_rx) = mpsc::channel::<Msg>(64);
+        let ended = Arc::new(AtomicUsize::new(0));
+        let reads_after = Arc::new(AtomicUsize::new(0));
+        {
+            let (tx, ended, reads_after) =
+                (tx.clone(), Arc::clone(&ended), Arc::clone(&reads_after));
+            rt.spawn(async move {
+                while let Some(m) = relay_rx.recv().await {
+                    let end = matches!(&m, Msg::MigApplyStarted(Err(_)))
+                        || matches!(&m, Msg::Journal(_, _, _, Some(_)));
+                    let read = matches!(&m, Msg::Journal(..));
+                    if tx.send(m).await.is_err() {
+                        break;
+                    }
+                    if ended.load(Ordering::SeqCst) > 0 && read {
+                        reads_after.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if end {
+                        ended.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        let mut settings = exec(dir.path(), None);
+        setup(&mut settings);
+        let runner = EffectRunner {
+            exec: settings,
+            requests: req_tx,
+            tx: relay_tx,
+        };
+        let app = start(&rt, snap_rx, runner, rx);
+        // The sample is taken before any key (the loop prefers a ready sample).
+        snap_tx.send(Arc::new(h200_node())).unwrap();
+        for c in [
+            Command::StageChange,
+            Command::StageCycleCompute,
+            Command::StageConfirm,
+        ] {
+            tx.blocking_send(Msg::Command(c)).unwrap();
+        }
+        for c in "h200-node"
+            .chars()
+            .map(KeyCode::Char)
+            .chain([KeyCode::Enter])
+        {
+            tx.blocking_send(Msg::Key(KeyEvent::new(c, KeyModifiers::NONE)))
+                .unwrap();
+        }
+        wait_until(&format!("{name}: the failed start to be reported"), || {
+            ended.load(Ordering::SeqCst) > 0
+        });
+        // Three ticks: a monitor still following would read the journal at each.
+        std::thread::sleep(std::time::Duration::from_millis(3200));
+        tx.blocking_send(Msg::Command(Command::Quit)).unwrap();
+        let (mut state, _) = rt.block_on(app).unwrap();
+        assert!(
+            state.mig_staging.is_none(),
+            "{name}: the plan was confirmed"
+        );
+        assert!(
+            state.mig_applying.is_none() && state.mig_process.is_none(),
+            "{name}: the applying flag is cleared"
+        );
+        let notice = state.notice.clone().map(|n| n.0).unwrap_or_default();
+        assert!(
+            notice.contains("could not start the apply of MIG plan")
+                || notice.contains("ended without finishing"),
+            "{name}: the operator is told: {notice}"
+        );
+        assert_eq!(
+            reads_after.load(Ordering::SeqCst),
+            0,
+            "{name}: no journal read after the end (no follow loop)"
+        );
+        // And the reducer asks for none at the next second either.
+        let next = state.journal_read_ms + 1000;
+        let effects = partop::ui::state::update(&mut state, Msg::Tick(next));
+        assert!(
+            !effects.contains(&partop::ui::state::Effect::LoadJournal),
+            "{name}: {effects:?}"
+        );
+        assert!(
+            !partop::exec::journal::read(&dir.path().join("from-config/journal.jsonl"))
+                .unwrap()
+                .0
+                .iter()
+                .any(|e| e.action == "mig.start"),
+            "{name}: no run was started"
+        );
+    }
+    eprintln!("{} ways to fail to start, each cleared", cases.len());
+}

@@ -119,6 +119,31 @@ fn executors_do_not_know_the_simulator() {
 }
 
 #[test]
+fn the_configuration_sits_below_the_executors() {
+    forbid(
+        "config",
+        &[
+            "crate::exec",
+            "crate::ui",
+            "crate::sim",
+            "crate::node",
+            "crate::report",
+            "crate::serve",
+        ],
+        "configuration is resolved before anything acts: it reads files and the domain only (the default journal path lives in config::paths)",
+    );
+}
+
+#[test]
+fn executors_know_neither_the_commands_nor_the_screen() {
+    forbid(
+        "exec",
+        &["crate::cli", "crate::ui"],
+        "the change protocol runs below its callers: the command layer and the monitor hand it what it needs and print what it returns",
+    );
+}
+
+#[test]
 fn the_ui_reaches_the_node_only_through_effects() {
     forbid(
         "ui",

@@ -5,6 +5,8 @@ use crate::cli::out::{confirm, out};
 use crate::cli::{SourceArgs, exit};
 use crate::collect::amdsmi::recording::CommandSource;
 use crate::config::Settings;
+use crate::domain::journal::StepKind;
+use crate::exec::protocol;
 use crate::node::{lock_path, open};
 use anyhow::{Context, Result};
 use std::time::Duration;
@@ -48,14 +50,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         )
     })?;
     // The file is verified, never trusted: its content must be what was fingerprinted.
-    if !file_plan.content_intact() {
-        anyhow::bail!(
-            "{} was changed after it was planned: its content no longer matches its fingerprint {} (now {}). Nothing is applied. Make a new plan with `partop plan … --json`",
-            path.display(),
-            file_plan.fingerprint,
-            file_plan.content_fingerprint()
-        );
-    }
+    protocol::verify(&file_plan, path)?;
     let here = crate::collect::host::hostname();
     out(&crate::report::plan_text(&file_plan))?;
     if dry_run {
@@ -71,13 +66,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         anyhow::bail!("a recording cannot be changed: apply on a live or simulated node")
     };
     let journal_path = settings.journal.clone();
-    let run_id = if resume {
-        journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
-            .map(|r| r.run)
-            .unwrap_or_default()
-    } else {
-        journal::new_run_id()
-    };
+    let run_id = protocol::run_id(&journal_path, &file_plan, resume);
     // One change at a time on this node, held until this process exits.
     let _lock = crate::exec::lock::acquire(
         &lock_path(&node),
@@ -85,101 +74,36 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     )?;
     let rt = crate::cli::out::runtime()?;
     let snap = rt.block_on(node.collector().sample());
-    let (plan, from) = if resume {
-        let Some(run) = journal::latest_run(&journal_path, "repartition", &file_plan.fingerprint)
-        else {
-            anyhow::bail!(
-                "the journal {} has no run of plan {}: there is nothing to resume. Apply it without --resume",
-                journal_path.display(),
-                file_plan.fingerprint
-            );
-        };
-        if run.closed.as_deref() == Some("done") {
+    let now = AmdNode {
+        snap: &snap,
+        here: &here,
+    };
+    let start = protocol::start(
+        &journal_path,
+        &journal::node_id(node.sim_state()),
+        &file_plan,
+        resume,
+        &now,
+    )?;
+    let (plan, from) = match &start {
+        protocol::Start::Complete(run) => {
             out(&format!(
                 "plan {} was already applied completely (run {}, started {})\n",
                 run.fingerprint, run.run, run.started_at
             ))?;
             return Ok(exit::OK);
         }
-        if run.closed.is_some() {
-            anyhow::bail!(
-                "run {} of this plan was abandoned; make a new plan with `partop plan`",
-                run.run
-            );
-        }
-        // The run continues with the plan as it was confirmed and journaled.
-        let journaled: crate::domain::plan::Plan = serde_json::from_value(run.plan.clone())
-            .context("the journaled plan of this run cannot be read")?;
-        if journaled != file_plan {
-            anyhow::bail!(
-                "{} differs from the plan run {} confirmed: nothing is resumed",
-                path.display(),
-                run.run
-            );
-        }
-        let from = run.resume_point();
-        if from >= journaled.steps.len() {
+        protocol::Start::Resume { plan, from, run } => {
             out(&format!(
-                "plan {} was already applied completely (run {})\n",
-                journaled.fingerprint, run.run
-            ))?;
-            return Ok(exit::OK);
-        }
-        let stop_done = journaled
-            .steps
-            .iter()
-            .position(|s| s.key == "stop")
-            .is_none_or(|i| run.done.contains(&i));
-        let why = crate::domain::plan::still_valid(&journaled, &snap, &here, stop_done);
-        if !why.is_empty() {
-            anyhow::bail!(
-                "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
+                "\nresuming run {} of plan {} at step {} ({})\n",
                 run.run,
-                why.join("\n  ")
-            );
+                plan.fingerprint,
+                from + 1,
+                plan.steps[*from].key
+            ))?;
+            (plan.clone(), *from)
         }
-        out(&format!(
-            "\nresuming run {} of plan {} at step {} ({})\n",
-            run.run,
-            journaled.fingerprint,
-            from + 1,
-            journaled.steps[from].key
-        ))?;
-        (journaled, from)
-    } else {
-        if let Some(u) =
-            journal::unfinished_on(&journal_path, &journal::node_id(node.sim_state())).first()
-        {
-            anyhow::bail!("{}", u.describe());
-        }
-        let why = crate::domain::plan::still_valid(&file_plan, &snap, &here, false);
-        if !why.is_empty() {
-            anyhow::bail!("{}\nnothing was changed", why.join("\n"));
-        }
-        // The node must still be the node the plan was made for: re-planned here, the plan
-        // must come out identical, and the re-derived plan is what runs.
-        match crate::domain::plan::plan(
-            &snap,
-            &file_plan.draft,
-            file_plan.reload,
-            file_plan.reload_secs,
-            file_plan.grace_secs,
-        ) {
-            Ok(now) if now == file_plan => (now, 0),
-            Ok(now) => anyhow::bail!(
-                "the node changed since this plan was made (plan {}, now {}): {}. Review the new plan with `partop plan` and save it again",
-                file_plan.fingerprint,
-                now.fingerprint,
-                crate::domain::plan::differences(&file_plan, &now).join("; ")
-            ),
-            Err(e) => anyhow::bail!(
-                "this plan no longer applies: {}",
-                e.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        }
+        protocol::Start::Fresh(plan) => (plan.clone(), 0),
     };
     if !yes {
         // The word typed is this machine's name, checked against this machine, not the file.
@@ -208,17 +132,15 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
         simulated: node.sim.is_some(),
     };
     // Journal first: without the run's entry nothing is done.
-    let resume_command = resume_command(src, &journal_path, path, kill_after_grace, grace);
-    if resume {
-        log.resumed(from)?;
-    } else {
-        log.start_resumable(
-            &serde_json::to_value(&plan)?,
-            Some(path),
-            plan.steps.len(),
-            Some(&resume_command),
-        )?;
-    }
+    let resume_command = crate::cli::out::resume_command(
+        src,
+        &journal_path,
+        &["apply"],
+        path,
+        kill_after_grace,
+        grace,
+    );
+    protocol::journal_start(&log, &start, Some(path), &resume_command)?;
     // A simulated node may run faster than real time (its scenario's time_scale): the waits
     // scale with it; the limits stay those of a real node.
     let scale = node
@@ -281,7 +203,7 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     };
     match rt.block_on(apply(&plan, &ctx, &log, from, &mut show)) {
         Ok(a) => {
-            let stops = plan.steps.iter().position(|s| s.key == "stop");
+            let stops = plan.steps.iter().position(|s| s.key == StepKind::Stop);
             let down = match (a.downtime, stops) {
                 (Some(d), _) => format!("services down {:.1}s", d.as_secs_f64()),
                 (None, Some(_)) => "the services went down in the interrupted run".to_string(),
@@ -303,56 +225,37 @@ pub fn apply(src: &SourceArgs, args: &crate::cli::ApplyArgs, settings: &Settings
     }
 }
 
-/// The exact command that resumes this run: every option that chose the node, its tools, the
-/// registry and the journal, with absolute paths, so it works pasted into another shell.
-fn resume_command(
-    src: &SourceArgs,
-    journal: &std::path::Path,
-    plan: &std::path::Path,
-    kill_after_grace: bool,
-    grace: f64,
-) -> String {
-    let abs = |p: &std::path::Path| {
-        std::path::absolute(p)
-            .unwrap_or_else(|_| p.to_path_buf())
-            .display()
-            .to_string()
-    };
-    let mut argv = vec![crate::cli::out::invoked_as()];
-    let mut opt = |flag: &str, v: Option<String>| {
-        if let Some(v) = v {
-            argv.push(flag.into());
-            argv.push(v);
-        }
-    };
-    opt("--sim-state", src.sim_state.as_deref().map(abs));
-    opt("--amd-smi", src.amd_smi.as_deref().map(abs));
-    opt("--models", src.models.as_deref().map(abs));
-    let default_sys = std::path::Path::new("/sys");
-    let default_proc = std::path::Path::new("/proc");
-    opt(
-        "--sysfs-root",
-        (src.sysfs_root != default_sys).then(|| abs(&src.sysfs_root)),
-    );
-    opt(
-        "--proc-root",
-        (src.proc_root != default_proc).then(|| abs(&src.proc_root)),
-    );
-    opt("--journal", Some(abs(journal)));
-    argv.push("apply".into());
-    argv.push(if plan.as_os_str() == "-" {
-        "PLAN.json".into()
-    } else {
-        abs(plan)
-    });
-    argv.push("--grace".into());
-    argv.push(grace.to_string());
-    argv.push("--resume".into());
-    if kill_after_grace {
-        argv.push("--kill-after-grace".into());
+/// The node as the AMD protocol asks it: its sample under the lock, and this host's name.
+struct AmdNode<'a> {
+    snap: &'a crate::domain::Snapshot,
+    here: &'a str,
+}
+
+impl protocol::Node<crate::domain::plan::Plan> for AmdNode<'_> {
+    fn can_start(&self, plan: &crate::domain::plan::Plan) -> Vec<String> {
+        crate::domain::plan::still_valid(plan, self.snap, self.here, false)
     }
-    argv.iter()
-        .map(|a| crate::domain::text::shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+
+    fn can_resume(&self, plan: &crate::domain::plan::Plan, stop_done: bool) -> Vec<String> {
+        crate::domain::plan::still_valid(plan, self.snap, self.here, stop_done)
+    }
+
+    fn replan(
+        &self,
+        saved: &crate::domain::plan::Plan,
+    ) -> Result<crate::domain::plan::Plan, String> {
+        crate::domain::plan::plan(
+            self.snap,
+            &saved.draft,
+            saved.reload,
+            saved.reload_secs,
+            saved.grace_secs,
+        )
+        .map_err(|e| {
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
 }

@@ -9,11 +9,11 @@ use crate::cli::args::{FleetArgs, FleetCmd};
 use crate::cli::out::{confirm, out};
 use crate::cli::{Cli, exit};
 use crate::collect::fleet::{NodeSpec, Target, Transport, ssh_argv};
+use crate::domain::journal::{RolloutEvent, RolloutNode, Rollouts};
 use crate::domain::plan::Plan;
-use crate::exec::journal::{self, Entry};
+use crate::exec::journal;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -178,9 +178,12 @@ fn node_run(t: &Transport, n: &NodePlan) -> Result<NodeRun, String> {
     }
     let (entries, _) = journal::parse(&n.node, o.as_bytes());
     Ok(
-        if journal::runs(&entries)
-            .iter()
-            .any(|r| r.kind == "repartition" && r.fingerprint == n.plan.fingerprint)
+        if crate::domain::journal::Runs::of(&entries)
+            .latest(
+                crate::domain::journal::RunKind::Repartition,
+                &n.plan.fingerprint,
+            )
+            .is_some()
         {
             NodeRun::Some
         } else {
@@ -415,24 +418,24 @@ fn verify_once(t: &Transport, n: &NodePlan) -> Result<(), String> {
 /// The newest rollout of set `set` in the fleet journal, when it has not finished: its id.
 fn unfinished_rollout(fj: &Path, set: &str) -> Option<String> {
     let (entries, _) = journal::read(fj).ok()?;
-    let start = entries
-        .iter()
-        .rev()
-        .find(|e| e.action == "fleet.rollout.start" && e.targets["set"] == set)?;
-    let id = start.outcome["rollout"].as_str()?.to_string();
-    let finished = entries
-        .iter()
-        .any(|e| e.action == "fleet.rollout.done" && e.outcome["rollout"] == id.as_str());
-    (!finished).then_some(id)
+    Rollouts::of(&entries)
+        .latest(set)
+        .filter(|r| !r.finished)
+        .map(|r| r.id.clone())
 }
 
-fn journal_or_stop(
-    path: &Path,
-    action: &str,
-    targets: serde_json::Value,
-    outcome: serde_json::Value,
-) -> Result<()> {
-    journal::append(path, &Entry::new(action, false, targets, outcome))
+/// A node as its rollout journals it.
+fn rollout_node(n: &NodePlan) -> RolloutNode {
+    RolloutNode {
+        node: n.node.clone(),
+        dest: n.dest.clone(),
+        plan: n.plan.fingerprint.clone(),
+    }
+}
+
+/// Journals a rollout's line; a journal that cannot be written stops the rollout.
+fn journal_or_stop(path: &Path, rollout: &str, event: &RolloutEvent) -> Result<()> {
+    crate::exec::runlog::rollout(path, rollout, event)
         .map_err(|e| anyhow::anyhow!("{e}: nothing more is rolled out"))
 }
 
@@ -479,39 +482,17 @@ fn apply(
     // What an interrupted rollout of this set finished already.
     let (rollout, done, failed): (String, Vec<String>, Vec<String>) = if resume {
         let (entries, _) = journal::read(fj).unwrap_or_default();
-        let start = entries
-            .iter()
-            .rev()
-            .find(|e| e.action == "fleet.rollout.start" && e.targets["set"] == set.fingerprint);
-        let Some(start) = start else {
+        let Some(r) = Rollouts::of(&entries).latest(&set.fingerprint).cloned() else {
             anyhow::bail!(
                 "no rollout of set {} to resume in {}",
                 set.fingerprint,
                 fj.display()
             );
         };
-        let id = start.outcome["rollout"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let of = |action: &str| -> Vec<String> {
-            entries
-                .iter()
-                .filter(|e| e.action == action && e.outcome["rollout"] == id.as_str())
-                .filter_map(|e| e.targets["node"].as_str().map(str::to_string))
-                .collect()
-        };
-        let done = of("fleet.node.done");
         // A node that failed, or was started and never reported (the rollout was killed under
         // it), continues its own run on the node.
-        let mut failed = of("fleet.node.failed");
-        failed.extend(
-            of("fleet.node.start")
-                .into_iter()
-                .filter(|n| !done.contains(n)),
-        );
-        failed.dedup();
-        (id, done, failed)
+        let failed = r.attempted();
+        (r.id, r.done, failed)
     } else {
         if let Some(id) = unfinished_rollout(fj, &set.fingerprint) {
             anyhow::bail!(
@@ -568,10 +549,13 @@ fn apply(
     if !resume {
         journal_or_stop(
             fj,
-            "fleet.rollout.start",
-            json!({"set": set.fingerprint, "file": set_path.display().to_string(),
-                   "nodes": set.nodes.iter().map(|n| json!({"node": n.node, "dest": n.dest, "plan": n.plan.fingerprint})).collect::<Vec<_>>()}),
-            json!({"rollout": rollout, "parallel": parallel}),
+            &rollout,
+            &RolloutEvent::Started {
+                set: set.fingerprint.clone(),
+                file: set_path.display().to_string(),
+                nodes: set.nodes.iter().map(rollout_node).collect(),
+                parallel,
+            },
         )?;
     }
     for chunk in todo.chunks(parallel.max(1)) {
@@ -586,9 +570,12 @@ fn apply(
             };
             journal_or_stop(
                 fj,
-                "fleet.node.start",
-                json!({"node": n.node, "dest": n.dest, "plan": n.plan.fingerprint}),
-                json!({"rollout": rollout, "resume": h.as_ref().ok(), "error": h.as_ref().err()}),
+                &rollout,
+                &RolloutEvent::NodeStarted {
+                    node: rollout_node(n),
+                    resume: h.as_ref().ok().copied(),
+                    error: h.as_ref().err().cloned(),
+                },
             )?;
             out(&format!(
                 "\n== {}: {} plan {}\n",
@@ -662,18 +649,23 @@ fn apply(
                     out(&format!("   {}: applied and verified\n", n.node))?;
                     journal_or_stop(
                         fj,
-                        "fleet.node.done",
-                        json!({"node": n.node, "plan": n.plan.fingerprint}),
-                        json!({"rollout": rollout, "ok": true}),
+                        &rollout,
+                        &RolloutEvent::NodeDone {
+                            node: n.node.clone(),
+                            plan: n.plan.fingerprint.clone(),
+                        },
                     )?;
                 }
                 Err(e) => {
                     out(&format!("   {}: {e}\n", n.node))?;
                     journal_or_stop(
                         fj,
-                        "fleet.node.failed",
-                        json!({"node": n.node, "plan": n.plan.fingerprint}),
-                        json!({"rollout": rollout, "ok": false, "error": e}),
+                        &rollout,
+                        &RolloutEvent::NodeFailed {
+                            node: n.node.clone(),
+                            plan: n.plan.fingerprint.clone(),
+                            error: e.clone(),
+                        },
                     )?;
                     stop = true;
                 }
@@ -689,9 +681,11 @@ fn apply(
                 .collect();
             journal_or_stop(
                 fj,
-                "fleet.rollout.stopped",
-                json!({"set": set.fingerprint}),
-                json!({"rollout": rollout, "untouched": left}),
+                &rollout,
+                &RolloutEvent::Stopped {
+                    set: set.fingerprint.clone(),
+                    untouched: left.iter().map(|x| (*x).to_string()).collect(),
+                },
             )?;
             out(&format!(
                 "\nrollout stopped at the first failure; untouched: {}. Fix the node (its own `partop journal` and `partop apply … --resume`), then: partop fleet apply {} --resume\n",
@@ -707,9 +701,10 @@ fn apply(
     }
     journal_or_stop(
         fj,
-        "fleet.rollout.done",
-        json!({"set": set.fingerprint}),
-        json!({"rollout": rollout, "ok": true}),
+        &rollout,
+        &RolloutEvent::Done {
+            set: set.fingerprint.clone(),
+        },
     )?;
     out(&format!(
         "\nrollout done: {} node(s) applied and verified\n",

@@ -6,18 +6,14 @@ use crate::cli::out::say;
 use crate::cli::{MigCmd, NvidiaCmd, SourceArgs, exit};
 use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
 use crate::exec::mig::{MigCtx, apply};
+use crate::exec::protocol::Start;
 use crate::node::{NvidiaAccess, nvidia_smi, open};
 use anyhow::{Context, Result, bail};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
     // MIG is NVIDIA's: read the node as one, whatever else is installed.
-    let mut nv = src.clone();
-    if nv.source == crate::collect::sysfs::SourceMode::Auto {
-        nv.source = crate::collect::sysfs::SourceMode::Nvidia;
-    }
-    let node = open(&nv).map_err(|e| {
+    let node = open(&nvidia_source(src)).map_err(|e| {
         anyhow::anyhow!("no NVIDIA GPU partop can read: {e}\n(use --source nvidia, --nvidia-smi PATH or --nvidia-replay FILE)")
     })?;
     if node.nvidia.is_none() {
@@ -41,123 +37,76 @@ fn snapshot(src: &SourceArgs) -> Result<crate::domain::Snapshot> {
     Ok(s)
 }
 
+/// The options as a MIG command sees them: the node read as NVIDIA's.
+fn nvidia_source(src: &SourceArgs) -> SourceArgs {
+    let mut nv = src.clone();
+    if nv.source == crate::collect::sysfs::SourceMode::Auto {
+        nv.source = crate::collect::sysfs::SourceMode::Nvidia;
+    }
+    nv
+}
+
 fn smi_name(src: &SourceArgs) -> String {
     src.nvidia_smi
         .as_ref()
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string())
 }
 
-/// The exact command that continues a run of the plan in `file` on this node: this partop as it
-/// was started, the options that choose the node, the journal and the stop policy, the plan's
-/// absolute path. What partop prints for a resume is this, so pasting it works.
-fn resume_command(
-    src: &SourceArgs,
-    file: &Path,
-    settings: &crate::config::Settings,
-    kill_after_grace: bool,
-    grace: f64,
-) -> String {
-    let word = |s: &str| crate::domain::text::shell_quote(s).into_owned();
-    let mut w = vec![
-        word(&crate::cli::out::invoked_as()),
-        "--source".into(),
-        "nvidia".into(),
-    ];
-    if let Some(p) = &src.nvidia_smi {
-        w.extend([
-            "--nvidia-smi".into(),
-            word(&absolute(p).display().to_string()),
-        ]);
-    }
-    w.extend([
-        "--journal".into(),
-        word(&absolute(&settings.journal).display().to_string()),
-        "mig".into(),
-        "apply".into(),
-        word(&absolute(file).display().to_string()),
-        "--resume".into(),
-        "--grace".into(),
-        format!("{grace}"),
-    ]);
-    if kill_after_grace {
-        w.push("--kill-after-grace".into());
-    }
-    w.join(" ")
+/// The node as the MIG protocol asks it: sampled once, when first asked (a resume of a
+/// complete run never samples it).
+struct MigNode<'a> {
+    src: &'a SourceArgs,
+    here: String,
+    snap: std::cell::OnceCell<Result<crate::domain::Snapshot, String>>,
 }
 
-fn absolute(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p)
-        .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+impl MigNode<'_> {
+    fn snap(&self) -> Result<&crate::domain::Snapshot, String> {
+        self.snap
+            .get_or_init(|| snapshot(self.src).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
 }
 
-/// The plan as it will run, and the step it starts at, after every check a real apply makes
-/// (a dry run makes the same ones): a fresh apply re-plans on the node as it is and must come
-/// out identical; a resume continues the journaled run, with the GPU in a state the plan can
-/// have produced (`still_valid`).
+impl crate::exec::protocol::Node<MigPlan> for MigNode<'_> {
+    // A fresh run is checked by the re-plan, which must come out identical.
+    fn can_start(&self, _plan: &MigPlan) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn can_resume(&self, plan: &MigPlan, _stop_done: bool) -> Vec<String> {
+        match self.snap() {
+            Ok(s) => crate::domain::mig::still_valid(plan, s, &self.here),
+            Err(e) => vec![e],
+        }
+    }
+
+    fn replan(&self, saved: &MigPlan) -> Result<MigPlan, String> {
+        plan(self.snap()?, &saved.draft, &smi_name(self.src)).map_err(|e| e.join("; "))
+    }
+}
+
+/// Where the apply starts, after every check a real apply makes (a dry run makes the same
+/// ones): the one change protocol (`exec::protocol::start`).
 fn checked(
     src: &SourceArgs,
     fp: &MigPlan,
     resume: bool,
     settings: &crate::config::Settings,
-) -> Result<(MigPlan, usize, Option<String>)> {
-    let journal = &settings.journal;
-    let here = crate::collect::host::hostname();
-    if !resume {
-        if let Some(u) = crate::exec::journal::unfinished_on(journal, "host").first() {
-            bail!("{}", u.describe());
-        }
-        // The node must still be the node the plan was made for; the re-derived plan is what
-        // runs.
-        let snap = snapshot(src)?;
-        return match plan(&snap, &fp.draft, &smi_name(src)) {
-            Ok(now) if now == *fp => Ok((now, 0, None)),
-            Ok(now) => bail!(
-                "the node changed since this plan was made (plan {}, now {}); make it again with `partop mig plan`",
-                fp.fingerprint,
-                now.fingerprint
-            ),
-            Err(e) => bail!("the plan no longer applies: {}", e.join("; ")),
-        };
-    }
-    let Some(run) = crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint) else {
-        bail!(
-            "the journal {} has no run of MIG plan {}: apply it without --resume",
-            journal.display(),
-            fp.fingerprint
-        );
+) -> Result<Start<MigPlan>> {
+    let node = MigNode {
+        src,
+        here: crate::collect::host::hostname(),
+        snap: std::cell::OnceCell::new(),
     };
-    if run.closed.as_deref() == Some("abandoned") {
-        bail!(
-            "run {} of this plan was abandoned; make a new plan with `partop mig plan`",
-            run.run
-        );
-    }
-    let journaled: MigPlan = serde_json::from_value(run.plan.clone())
-        .context("the journaled plan of this run cannot be read")?;
-    if journaled != *fp {
-        bail!(
-            "{} differs from the plan run {} confirmed: nothing is resumed",
-            fp.fingerprint,
-            run.run
-        );
-    }
-    let from = if run.closed.is_some() {
-        journaled.steps.len()
-    } else {
-        run.resume_point()
-    };
-    if from < journaled.steps.len() {
-        let snap = snapshot(src)?;
-        let why = crate::domain::mig::still_valid(&journaled, &snap, &here);
-        if !why.is_empty() {
-            bail!(
-                "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
-                run.run,
-                why.join("\n  ")
-            );
-        }
-    }
-    Ok((journaled, from, Some(run.run)))
+    Ok(crate::exec::protocol::start(
+        &settings.journal,
+        "host",
+        fp,
+        resume,
+        &node,
+    )?)
 }
 
 /// `partop mig ...`.
@@ -213,14 +162,8 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                     file.display()
                 )
             })?;
-            if !fp.content_intact() {
-                bail!(
-                    "{} was changed after it was planned (fingerprint {}, content {}): nothing is applied; make it again with `partop mig plan`",
-                    file.display(),
-                    fp.fingerprint,
-                    fp.content_fingerprint()
-                );
-            }
+            // The file is verified, never trusted: its content must be what was fingerprinted.
+            crate::exec::protocol::verify(&fp, &file)?;
             let here = crate::collect::host::hostname();
             if fp.host != here {
                 bail!(
@@ -236,43 +179,46 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
             let journal = &settings.journal;
             if dry_run {
                 // The same checks as the apply: a plan the apply would refuse is refused here.
-                let (p, from, run) = checked(src, &fp, resume, settings)?;
-                say(&match run {
-                    Some(run) if from >= p.steps.len() => {
-                        format!(
-                            "dry run: run {run} of this plan is already complete; nothing changed\n"
-                        )
-                    }
-                    Some(run) => format!(
-                        "dry run: run {run} would resume at step {} ({}); nothing changed\n",
-                        from + 1,
-                        p.steps[from].key
+                say(&match checked(src, &fp, resume, settings)? {
+                    Start::Complete(run) => format!(
+                        "dry run: run {} of this plan is already complete; nothing changed\n",
+                        run.run
                     ),
-                    None => "dry run: the node is as planned; nothing changed\n".into(),
+                    Start::Resume { plan, from, run } => format!(
+                        "dry run: run {} would resume at step {} ({}); nothing changed\n",
+                        run.run,
+                        from + 1,
+                        plan.steps[from].key
+                    ),
+                    Start::Fresh(_) => "dry run: the node is as planned; nothing changed\n".into(),
                 })?;
                 return Ok(exit::OK);
             }
-            let run_id = if resume {
-                crate::exec::journal::latest_run(journal, "mig", &fp.fingerprint)
-                    .map(|r| r.run)
-                    .unwrap_or_default()
-            } else {
-                crate::exec::journal::new_run_id()
-            };
+            let run_id = crate::exec::protocol::run_id(journal, &fp, resume);
             let _lock = crate::exec::lock::acquire(
                 &crate::exec::lock::host_path(),
                 &crate::exec::lock::Holder::me("mig apply", &run_id, journal),
             )?;
-            let (p, from, run) = checked(src, &fp, resume, settings)?;
-            if let Some(run) = &run
-                && from >= p.steps.len()
-            {
-                say(&format!(
-                    "run {run} of this plan is done: nothing to resume\n"
-                ))?;
-                return Ok(exit::OK);
-            }
-            let resume_cmd = resume_command(src, &file, settings, kill_after_grace, grace);
+            let start = checked(src, &fp, resume, settings)?;
+            let (p, from) = match &start {
+                Start::Complete(run) => {
+                    say(&format!(
+                        "run {} of this plan is done: nothing to resume\n",
+                        run.run
+                    ))?;
+                    return Ok(exit::OK);
+                }
+                Start::Resume { plan, from, .. } => (plan.clone(), *from),
+                Start::Fresh(plan) => (plan.clone(), 0),
+            };
+            let resume_cmd = crate::cli::out::resume_command(
+                &nvidia_source(src),
+                journal,
+                &["mig", "apply"],
+                &file,
+                kill_after_grace,
+                grace,
+            );
             if !yes
                 && !crate::cli::out::confirm(
                     &format!(
@@ -304,8 +250,8 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 fingerprint: p.fingerprint.clone(),
                 simulated: false,
             };
+            crate::exec::protocol::journal_start(&log, &start, Some(&file), &resume_cmd)?;
             if resume {
-                log.resumed(from)?;
                 say(&format!(
                     "resuming run {} of plan {} at step {} ({})\n",
                     log.run,
@@ -313,13 +259,6 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                     from + 1,
                     p.steps[from].key
                 ))?;
-            } else {
-                log.start_resumable(
-                    &serde_json::to_value(&p)?,
-                    Some(&file),
-                    p.steps.len(),
-                    Some(&resume_cmd),
-                )?;
             }
             say(&format!(
                 "if this apply is interrupted, continue it with: {resume_cmd}\n"

@@ -6,10 +6,10 @@ use crate::cli::out::say;
 use crate::cli::{ModelsCmd, SourceArgs, exit};
 use crate::domain::model_status::{ModelState, ServedModel};
 use crate::domain::models::Want;
-use crate::domain::placement::{advise_node, place_now};
+use crate::domain::placement::advise_node;
 use crate::domain::served::entry_for_model;
 use crate::domain::snapshot::Snapshot;
-use crate::exec::models::{Ops, launch, stop, wait_healthy};
+use crate::exec::models::{Ops, StartFailed, Starting};
 use crate::node::{Node, open};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -139,15 +139,8 @@ pub fn models(
                 );
             }
             let spec = m.spec.clone().context("not a registered model")?;
-            let placed = place_now(&snap, &spec, gpu.map(Want::Gpu));
-            if placed.to.is_empty() {
-                bail!(
-                    "{name} does not fit on this node now: {}",
-                    placed.reason.unwrap_or_default()
-                );
-            }
-            let ids: Vec<u32> = placed.to.iter().map(|r| r.gpu_id).collect();
-            let bdfs: Vec<String> = placed.to.iter().map(|r| r.bdf.clone()).collect();
+            let (ids, bdfs) = crate::exec::models::place(&snap, &spec, gpu.map(Want::Gpu))
+                .map_err(|why| anyhow::anyhow!("{name} does not fit on this node now: {why}"))?;
             let text = spec.launch_text(&ids, &bdfs);
             say(&format!(
                 "start {name} on logical GPU {} ({}):\n  {text}\n",
@@ -161,19 +154,21 @@ pub fn models(
                 say("nothing started\n")?;
                 return Ok(exit::FAILED);
             }
-            let l = launch(&ops, &spec, &ids, &bdfs).map_err(anyhow::Error::msg)?;
-            say(&format!(
-                "started (log {}); waiting for {}\n",
-                l.log, spec.health_url
-            ))?;
-            match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| {
-                let _ = say(&format!("  {p}\n"));
-            }) {
+            let started = crate::exec::models::start(&ops, &spec, &ids, &bdfs, |p| {
+                let _ = say(&match p {
+                    Starting::Launched(l) => {
+                        format!("started (log {}); waiting for {}\n", l.log, spec.health_url)
+                    }
+                    Starting::Waiting(p) => format!("  {p}\n"),
+                });
+            });
+            match started {
                 Ok(t) => {
                     say(&format!("{name} healthy after {}s\n", t.as_secs()))?;
                     Ok(exit::OK)
                 }
-                Err(e) => {
+                Err(StartFailed::Launch(e)) => Err(anyhow::Error::msg(e)),
+                Err(StartFailed::Unhealthy(e)) => {
                     say(&format!("{e}\n"))?;
                     Ok(exit::FAILED)
                 }
@@ -207,8 +202,7 @@ pub fn models(
                 kill_after: kill_after_grace,
                 ..ops
             };
-            let pid = m.pid.map(|p| (p, m.start_ticks));
-            match stop(&ops, &spec, &m.gpus, &m.bdfs, pid) {
+            match crate::exec::models::stop_served(&ops, m, &spec) {
                 Ok(d) => {
                     say(&format!("{name}: {d}\n"))?;
                     Ok(exit::OK)

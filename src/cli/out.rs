@@ -62,3 +62,66 @@ pub fn invoked_as() -> String {
         argv0
     }
 }
+
+/// The exact command that resumes a run (`partop apply`, `partop mig apply`): this partop as
+/// it was started, every option that chose the node, its tools, the registry and the journal,
+/// with absolute paths, then `sub`, the plan and the stop policy, so it works pasted into
+/// another shell. The one builder both applies journal and print.
+pub fn resume_command(
+    src: &crate::cli::SourceArgs,
+    journal: &std::path::Path,
+    sub: &[&str],
+    plan: &std::path::Path,
+    kill_after_grace: bool,
+    grace: f64,
+) -> String {
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let mut argv = vec![invoked_as()];
+    let mut opt = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            argv.push(flag.into());
+            argv.push(v);
+        }
+    };
+    opt(
+        "--source",
+        (src.source != crate::collect::sysfs::SourceMode::Auto)
+            .then(|| clap::ValueEnum::to_possible_value(&src.source))
+            .flatten()
+            .map(|v| v.get_name().to_string()),
+    );
+    opt("--sim-state", src.sim_state.as_deref().map(abs));
+    opt("--amd-smi", src.amd_smi.as_deref().map(abs));
+    opt("--nvidia-smi", src.nvidia_smi.as_deref().map(abs));
+    opt("--models", src.models.as_deref().map(abs));
+    opt(
+        "--sysfs-root",
+        (src.sysfs_root != std::path::Path::new("/sys")).then(|| abs(&src.sysfs_root)),
+    );
+    opt(
+        "--proc-root",
+        (src.proc_root != std::path::Path::new("/proc")).then(|| abs(&src.proc_root)),
+    );
+    opt("--journal", Some(abs(journal)));
+    argv.extend(sub.iter().map(|s| (*s).to_string()));
+    argv.push(if plan.as_os_str() == "-" {
+        "PLAN.json".into()
+    } else {
+        abs(plan)
+    });
+    argv.push("--grace".into());
+    argv.push(grace.to_string());
+    argv.push("--resume".into());
+    if kill_after_grace {
+        argv.push("--kill-after-grace".into());
+    }
+    argv.iter()
+        .map(|a| crate::domain::text::shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -16,3 +16,10 @@ pub fn state_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
         .join("partop")
 }
+
+/// The default audit journal: `$XDG_STATE_HOME/partop/journal.jsonl` (`journal = "…"` in
+/// config.toml or `--journal` choose another). It lives here, with the other locations, so the
+/// configuration resolves it without reaching up into the executors.
+pub fn default_journal() -> PathBuf {
+    state_dir().join("journal.jsonl")
+}

@@ -56,7 +56,7 @@ pub fn resolve(
         journal: journal_flag
             .map(std::path::Path::to_path_buf)
             .or_else(|| config.journal.clone())
-            .unwrap_or_else(crate::exec::journal::default_path),
+            .unwrap_or_else(super::paths::default_journal),
         config,
     })
 }
@@ -68,10 +68,8 @@ impl Settings {
         let config = super::Config::default();
         Self {
             read_only,
-            journal: journal.map_or_else(
-                crate::exec::journal::default_path,
-                std::path::Path::to_path_buf,
-            ),
+            journal: journal
+                .map_or_else(super::paths::default_journal, std::path::Path::to_path_buf),
             config,
         }
     }

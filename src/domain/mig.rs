@@ -35,8 +35,8 @@ pub struct MigStop {
 /// One step (same keys as the executor's).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigStep {
-    /// `stop`, `mig_mode`, `destroy`, `create`, `verify`.
-    pub key: String,
+    /// What it does (the executor dispatches on it; written as its word, `set_memory`).
+    pub key: super::journal::StepKind,
     /// What it does.
     pub title: String,
     /// Exact commands.
@@ -220,7 +220,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     let mut warnings = Vec::new();
     if !stops.is_empty() {
         steps.push(MigStep {
-            key: "stop".into(),
+            key: super::journal::StepKind::Stop,
             title: format!(
                 "stop {} process(es) on GPU {i}: SIGTERM, then wait; SIGKILL only if confirmed",
                 stops.len()
@@ -237,7 +237,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     }
     if mig.enabled && !before.is_empty() {
         steps.push(MigStep {
-            key: "destroy".into(),
+            key: super::journal::StepKind::Destroy,
             title: format!("destroy the {} existing instance(s)", before.len()),
             commands: vec![
                 format!("{smi} mig -i {i} -dci"),
@@ -248,7 +248,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     let set_mode = (want_mig != mig.enabled).then_some(want_mig);
     if let Some(on) = set_mode {
         steps.push(MigStep {
-            key: "mig_mode".into(),
+            key: super::journal::StepKind::MigMode,
             title: format!("{} MIG mode", if on { "enable" } else { "disable" }),
             commands: vec![format!("{smi} -i {i} -mig {}", u8::from(on))],
         });
@@ -258,7 +258,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
     }
     if !create.is_empty() {
         steps.push(MigStep {
-            key: "create".into(),
+            key: super::journal::StepKind::Create,
             title: format!(
                 "create {} GPU instance(s), largest first, each at its memory slice, with a compute instance each (one already there at its slice is kept, not made twice)",
                 create.len()
@@ -270,7 +270,7 @@ pub fn plan(snap: &Snapshot, draft: &MigDraft, smi: &str) -> Result<MigPlan, Vec
         });
     }
     steps.push(MigStep {
-        key: "verify".into(),
+        key: super::journal::StepKind::Verify,
         title: if want_mig {
             format!(
                 "verify: MIG on with exactly {} (each instance's profile read back)",

@@ -4,6 +4,7 @@
 //! ordered steps with the exact commands for this amd-smi version, the expected downtime, the
 //! warnings, and a fingerprint that changes whenever any of it does. Pure.
 
+use super::journal::StepKind;
 use super::layout::shapes;
 use super::modes::{ComputeMode, MemoryMode};
 use super::product::{self, Profile};
@@ -79,8 +80,8 @@ pub struct ModelMove {
 /// One step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
-    /// Stable key (`stop`, `wait_idle`, `set_memory`, `reload`, `wait_gpus`, `set_compute`, `verify`).
-    pub key: String,
+    /// What it does (the executor dispatches on it; written as its word, `set_memory`).
+    pub key: super::journal::StepKind,
     /// What it does.
     pub title: String,
     /// The exact commands it runs, as shown (amd-smi arguments as typed).
@@ -102,9 +103,9 @@ pub struct Step {
 }
 
 impl Step {
-    fn amd_smi(key: &str, title: String, argv: Vec<Vec<String>>) -> Self {
+    fn amd_smi(key: StepKind, title: String, argv: Vec<Vec<String>>) -> Self {
         Self {
-            key: key.into(),
+            key,
             title,
             commands: argv
                 .iter()
@@ -118,9 +119,9 @@ impl Step {
     }
 
     /// A step that runs no amd-smi command of its own.
-    fn plain(key: &str, title: String, commands: Vec<String>) -> Self {
+    fn plain(key: StepKind, title: String, commands: Vec<String>) -> Self {
         Self {
-            key: key.into(),
+            key,
             title,
             commands,
             argv: Vec::new(),
@@ -196,7 +197,7 @@ impl Plan {
 
     /// Whether it reloads the driver (and so asks for the host name).
     pub fn reloads(&self) -> bool {
-        self.steps.iter().any(|s| s.key == "reload")
+        self.steps.iter().any(|s| s.key == StepKind::Reload)
     }
 }
 
@@ -574,7 +575,7 @@ pub fn plan(
     }
     steps.push(
         Step::plain(
-            "wait_idle",
+            StepKind::WaitIdle,
             "wait until no process holds an affected GPU (/proc scan)".into(),
             vec![],
         )
@@ -604,7 +605,7 @@ pub fn plan(
     steps.extend(compute);
     if compute_set {
         let mut wait = Step::plain(
-            "wait_gpus",
+            StepKind::WaitGpus,
             format!(
                 "wait until {} logical GPUs are back in their new compute modes",
                 after.len()
@@ -616,7 +617,7 @@ pub fn plan(
         steps.push(wait);
     }
     steps.push(Step::plain(
-        "verify",
+        StepKind::Verify,
         format!("verify: modes and {} logical GPUs read back", after.len()),
         vec![
             "amd-smi partition -c -m --json".into(),
@@ -693,7 +694,7 @@ fn stop_step(stops: &[Stop], models: &[ModelMove], grace_secs: u32) -> Step {
         commands.push(format!("kill -TERM {}", pids.join(" ")));
     }
     Step::plain(
-        "stop",
+        StepKind::Stop,
         format!(
             "stop {} process(es): SIGTERM, {grace_secs}s grace; SIGKILL only if confirmed",
             stops.len()
@@ -707,23 +708,23 @@ fn stop_step(stops: &[Stop], models: &[ModelMove], grace_secs: u32) -> Step {
 /// the driver's default compute mode for memory mode `m`).
 fn reload_steps(m: MemoryMode, reload: Reload, cur: &[Target]) -> Vec<Step> {
     let set = Step::amd_smi(
-        "set_memory",
+        StepKind::SetMemory,
         format!("set memory mode {m} on the whole hive (answers the Y/N prompt)"),
         vec![words(&format!("set -M {m}"))],
     );
     let step = match reload {
         Reload::InsideSetMemory => Step::amd_smi(
-            "reload",
+            StepKind::Reload,
             "the driver reloads inside `set -M` (ROCm 6.x)".to_string(),
             vec![],
         ),
         Reload::ResetReload => Step::amd_smi(
-            "reload",
+            StepKind::Reload,
             "reload the driver (answers the Y/N prompt)".to_string(),
             vec![words("reset -r")],
         ),
         Reload::Modprobe => Step::plain(
-            "reload",
+            StepKind::Reload,
             "reload the driver".to_string(),
             vec!["modprobe -r amdgpu && modprobe amdgpu".to_string()],
         ),
@@ -732,7 +733,7 @@ fn reload_steps(m: MemoryMode, reload: Reload, cur: &[Target]) -> Vec<Step> {
     let mut modes: Vec<String> = cur.iter().map(|t| format!("{}", t.2)).collect();
     modes.dedup();
     let mut wait = Step::plain(
-        "wait_gpus",
+        StepKind::WaitGpus,
         format!(
             "wait until {} logical GPUs are back (the driver returns in {}/{m})",
             rows.len(),
@@ -827,7 +828,7 @@ fn compute_steps(
         argv.extend(ids.iter().cloned());
         argv.extend(["-C".to_string(), m.name().to_string()]);
         let mut step = Step::amd_smi(
-            "set_compute",
+            StepKind::SetCompute,
             format!(
                 "set compute mode {m} on {} GPU(s) (primaries, by their index at that moment)",
                 ids.len()
@@ -859,7 +860,7 @@ fn relaunch_step(snap: &Snapshot, stops: &[Stop], models: &[ModelMove]) -> Step 
         .map(|s| s.health_timeout_secs)
         .sum();
     let step = Step::plain(
-        "relaunch",
+        StepKind::Relaunch,
         format!(
             "start again what was stopped: {} agent unit(s), {} served model(s) on their new logical GPUs, then wait for their /health",
             units.len(),

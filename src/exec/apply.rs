@@ -8,6 +8,7 @@
 use super::kill::{KillEvent, KillJob};
 use super::runlog::RunLog;
 use crate::collect::pipeline::Collector;
+use crate::domain::journal::StepKind;
 
 use crate::collect::amdsmi::runner::{RawOutput, Runner};
 use crate::collect::holders::Roots;
@@ -232,7 +233,7 @@ pub async fn apply(
     for (idx, step) in plan.steps.iter().enumerate().skip(from) {
         let fail = |message: String, next: &str| StepFailed {
             idx,
-            key: step.key.clone(),
+            key: step.key,
             message,
             next: if next.contains(&ctx.resume_command) {
                 next.to_string()
@@ -254,7 +255,7 @@ pub async fn apply(
             limit_secs: step.limit_secs,
         });
         let t_step = Instant::now();
-        if step.key == "stop" {
+        if step.key == StepKind::Stop {
             down_since = Some(t_step);
         }
         let result = run_step(plan, ctx, step, emit)
@@ -285,7 +286,7 @@ pub async fn apply(
                 let _ = log.step_end(idx, &step.key, false, &e.message);
                 // Services are down once the stop step has run: say how to bring them back
                 // without finishing the plan.
-                if plan.steps[..idx].iter().any(|s| s.key == "stop")
+                if plan.steps[..idx].iter().any(|s| s.key == StepKind::Stop)
                     && let Some(r) = restore_text(plan)
                 {
                     e.next = format!("{}\nor abort and restore services now:\n{r}", e.next);
@@ -373,8 +374,8 @@ async fn run_step(
     step: &Step,
     emit: &mut (dyn FnMut(ApplyEvent) + Send),
 ) -> StepResult {
-    match step.key.as_str() {
-        "stop" => {
+    match step.key {
+        StepKind::Stop => {
             // Who each stopped process is, for the journal: user, VRAM, model, read now (the
             // plan keeps only identity, so what moves or is read late cannot void it).
             let seen: std::collections::HashMap<u32, (Option<String>, u64, Option<String>)> =
@@ -393,8 +394,8 @@ async fn run_step(
                     .collect();
             stop(plan, ctx, &seen, emit)
         }
-        "wait_idle" => wait_idle(plan, ctx).await,
-        "set_memory" => {
+        StepKind::WaitIdle => wait_idle(plan, ctx).await,
+        StepKind::SetMemory => {
             let m = plan.draft.memory.map(|m| m.name()).unwrap_or_default();
             let out = run_confirmed(ctx, step, Some("Y\n")).await?;
             let marker = if plan.reload == Reload::InsideSetMemory {
@@ -404,7 +405,7 @@ async fn run_step(
             };
             check_output(&out, &marker).map_err(|m| (m, "the memory mode may be pending: fix the cause, then resume; `amd-smi partition -c -m` shows the state".into()))
         }
-        "reload" => {
+        StepKind::Reload => {
             if plan.reload == Reload::InsideSetMemory {
                 return Ok("done by set -M (ROCm 6.x)".into());
             }
@@ -429,13 +430,16 @@ async fn run_step(
             }
             reload(plan, ctx).await
         }
-        "wait_gpus" => wait_gpus(plan, ctx, step, emit).await,
-        "set_compute" => set_compute(ctx, step).await,
-        "verify" => verify(plan, ctx).await,
-        "relaunch" => relaunch(plan, ctx, emit).await,
-        other => Err((
-            format!("unknown step {other:?}"),
-            "use the partop version that made the plan".into(),
+        StepKind::WaitGpus => wait_gpus(plan, ctx, step, emit).await,
+        StepKind::SetCompute => set_compute(ctx, step).await,
+        StepKind::Verify => verify(plan, ctx).await,
+        StepKind::Relaunch => relaunch(plan, ctx, emit).await,
+        // A MIG step in a repartition plan: an edited plan file (a changed plan no longer
+        // matches its fingerprint, so this is a plan made by hand).
+        other @ (StepKind::MigMode | StepKind::Destroy | StepKind::Create) => Err((
+            format!("{other} is a MIG step, not a repartition step"),
+            "make the plan with `partop plan` (MIG plans are applied with `partop mig apply`)"
+                .into(),
         )),
     }
 }
@@ -546,7 +550,7 @@ async fn reload(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
             let step = plan
                 .steps
                 .iter()
-                .find(|s| s.key == "reload")
+                .find(|s| s.key == StepKind::Reload)
                 .ok_or_else(|| {
                     (
                         "the plan has no reload step".to_string(),

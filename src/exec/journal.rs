@@ -5,27 +5,10 @@
 //! before the next append, so it never swallows the next entry; the reader skips torn and
 //! non-UTF-8 lines with a warning and keeps everything else.
 
-use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Who acted: the real uid and its name from the system's user database. `SUDO_USER` and
-/// `SSH_CONNECTION` are environment variables anyone can set, so they are kept only as extra,
-/// labelled fields, never as the actor.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Who {
-    /// The real uid's name from the user database (None when it has no entry).
-    pub user: Option<String>,
-    /// `SUDO_USER` as the environment claims it (unverified).
-    pub sudo_user: Option<String>,
-    /// `SSH_CONNECTION` as the environment claims it (unverified).
-    pub ssh_connection: Option<String>,
-    /// Real uid.
-    pub uid: u32,
-    /// Effective uid, when it differs from the real one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub euid: Option<u32>,
-}
+pub use crate::domain::journal::{Entry, Run, Who};
 
 impl Who {
     /// The current actor: the process's real uid and its passwd name.
@@ -47,44 +30,6 @@ impl Who {
             euid: (euid != uid).then_some(euid.as_raw()),
         }
     }
-
-    /// How the journal shows the actor: the system's name, with the unverified claims labelled.
-    pub fn describe(&self) -> String {
-        let mut s = self
-            .user
-            .clone()
-            .unwrap_or_else(|| format!("uid {}", self.uid));
-        if let Some(u) = &self.sudo_user {
-            s.push_str(&format!(" (SUDO_USER={u})"));
-        }
-        if let Some(c) = &self.ssh_connection {
-            s.push_str(&format!(
-                " (ssh from {})",
-                c.split_whitespace().next().unwrap_or(c)
-            ));
-        }
-        s
-    }
-}
-
-/// One journal line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// RFC 3339 time.
-    pub at: String,
-    /// Who.
-    pub who: Who,
-    /// Host.
-    pub host: String,
-    /// What (`kill.sigterm`, `repartition.step`, …).
-    pub action: String,
-    /// Whether the node is simulated.
-    #[serde(default)]
-    pub simulated: bool,
-    /// The targets with their details.
-    pub targets: serde_json::Value,
-    /// What happened.
-    pub outcome: serde_json::Value,
 }
 
 impl Entry {
@@ -129,11 +74,6 @@ pub fn new_run_id() -> String {
         std::time::Instant::now()
     );
     crate::domain::fingerprint::fnv(&seed)[..12].to_string()
-}
-
-/// The default journal file: `$XDG_STATE_HOME/partop/journal.jsonl`.
-pub fn default_path() -> PathBuf {
-    crate::config::paths::state_dir().join("journal.jsonl")
 }
 
 /// Appends one entry durably (written in one `write`, then fsynced). A file whose last line was
@@ -192,9 +132,16 @@ pub fn read(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
 
 /// Parses journal bytes (see [`read`]).
 pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
+    parse_from(origin, bytes, 0)
+}
+
+/// Parses journal bytes that begin after `skipped` lines (the line numbers of the warnings
+/// count from the file's start).
+fn parse_from(origin: &str, bytes: &[u8], skipped: usize) -> (Vec<Entry>, Vec<String>) {
     let mut entries = Vec::new();
     let mut bad = Vec::new();
     for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let i = i + skipped;
         let Ok(line) = std::str::from_utf8(raw) else {
             bad.push(format!(
                 "{origin}:{}: skipped a line that is not UTF-8 ({} bytes)",
@@ -239,174 +186,91 @@ pub fn parse(origin: &str, bytes: &[u8]) -> (Vec<Entry>, Vec<String>) {
     (entries, bad)
 }
 
-/// One apply run (AMD repartition or MIG), as the journal tells it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Run {
-    /// `repartition` or `mig`.
-    pub kind: String,
-    /// Its id.
-    pub run: String,
-    /// The plan's fingerprint.
-    pub fingerprint: String,
-    /// The plan as confirmed (journaled at the start).
-    pub plan: serde_json::Value,
-    /// Where the plan file was, when it came from one.
-    pub plan_file: Option<String>,
-    /// When it started.
-    pub started_at: String,
-    /// The pid of the partop that ran it.
-    pub pid: Option<u32>,
-    /// The node it changes ([`node_id`]); None for runs journaled before partop recorded it.
-    pub node: Option<String>,
-    /// Steps done (ok), by index.
-    pub done: Vec<usize>,
-    /// The last step entry: index, key, ok, detail.
-    pub last: Option<(usize, String, Option<bool>, String)>,
-    /// It finished (done) or was abandoned.
-    pub closed: Option<String>,
-    /// The exact command that resumes it, as its start journaled it (every option it ran
-    /// with); None for runs journaled before partop recorded it.
-    pub resume: Option<String>,
-    /// When the last step began and how long it may take (progress: elapsed against limit).
-    pub last_begin: Option<(String, Option<u32>)>,
-}
-
-impl Run {
-    /// The first step not done (where a resume continues).
-    pub fn resume_point(&self) -> usize {
-        self.done.iter().max().map_or(0, |s| s + 1)
-    }
-
-    /// The command that continues it: the one its start journaled, else rebuilt from the plan
-    /// file (without the options an older partop did not record).
-    pub fn resume_command(&self) -> String {
-        if let Some(r) = &self.resume {
-            return r.clone();
-        }
-        let sub = if self.kind == "mig" {
-            "partop mig apply"
-        } else {
-            "partop apply"
-        };
-        format!(
-            "{sub} {} --resume",
-            self.plan_file.as_deref().unwrap_or("PLAN.json")
-        )
-    }
-
-    /// Where it stopped, in a few words.
-    fn stopped_at(&self) -> String {
-        match &self.last {
-            Some((i, key, Some(false), _)) => format!("failed at step {} ({key})", i + 1),
-            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
-            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
-            None => "stopped before its first step".into(),
-        }
-    }
-
-    /// One line for a header: what, where it stopped, the command that continues it.
-    pub fn headline(&self) -> String {
-        format!(
-            "{} {} {} · {}",
-            self.kind,
-            self.run,
-            self.stopped_at(),
-            self.resume_command()
-        )
-    }
-
-    /// One sentence for the operator.
-    pub fn describe(&self) -> String {
-        let step = match &self.last {
-            Some((i, key, Some(false), detail)) => {
-                format!("failed at step {} ({key}): {detail}", i + 1)
-            }
-            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
-            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
-            None => "stopped before its first step".into(),
-        };
-        format!(
-            "unfinished {} {} (plan {}, started {}): {step}. Continue it with `{}`, or after restoring the node by hand close it with `partop journal --abandon {}`",
-            self.kind,
-            self.run,
-            self.fingerprint,
-            self.started_at,
-            self.resume_command(),
-            self.run
-        )
-    }
-}
-
-/// Every apply run in the journal, oldest first.
+/// Every apply run in the journal, oldest first (the one fold, `domain::journal::Runs`).
 pub fn runs(entries: &[Entry]) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
-    for e in entries {
-        let Some((kind, what)) = e.action.split_once('.') else {
-            continue;
-        };
-        if kind != "repartition" && kind != "mig" {
-            continue;
-        }
-        let Some(id) = e.targets["run"].as_str() else {
-            continue;
-        };
-        if what == "start" {
-            runs.push(Run {
-                kind: kind.into(),
-                run: id.into(),
-                fingerprint: e.targets["fingerprint"].as_str().unwrap_or("").into(),
-                plan: e.targets["plan"].clone(),
-                plan_file: e.targets["plan_file"].as_str().map(str::to_string),
-                started_at: e.at.clone(),
-                pid: e.targets["pid"]
-                    .as_u64()
-                    .and_then(|p| u32::try_from(p).ok()),
-                node: e.targets["node"].as_str().map(str::to_string),
-                done: Vec::new(),
-                last: None,
-                closed: None,
-                resume: e.targets["resume"].as_str().map(str::to_string),
-                last_begin: None,
-            });
-            continue;
-        }
-        let Some(r) = runs.iter_mut().rev().find(|r| r.run == id) else {
-            continue;
-        };
-        match what {
-            "step" => {
-                let idx = e.targets["step"]
-                    .as_u64()
-                    .and_then(|s| usize::try_from(s).ok())
-                    .unwrap_or(0);
-                let ok = e.outcome["ok"].as_bool();
-                if ok == Some(true) {
-                    r.done.push(idx);
-                }
-                if e.outcome["state"] == "begin" {
-                    r.last_begin = Some((
-                        e.at.clone(),
-                        e.outcome["limit_secs"]
-                            .as_u64()
-                            .and_then(|l| u32::try_from(l).ok()),
-                    ));
-                }
-                r.last = Some((
-                    idx,
-                    e.targets["key"].as_str().unwrap_or("?").into(),
-                    ok,
-                    e.outcome["detail"]
-                        .as_str()
-                        .or_else(|| e.outcome["error"].as_str())
-                        .unwrap_or("")
-                        .into(),
+    crate::domain::journal::Runs::of(entries).runs
+}
+
+/// The journal read as it grows: the lines read so far, and where the file was read to, so
+/// the next read takes only what was appended since (the monitor reads the journal every
+/// second while it follows an apply). Its answer is always what [`read`] would give: a file
+/// replaced or cut short is read again from its start, and a last line without its newline
+/// (torn, or being written) is read each time and kept only once it is whole.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// The file read (device, inode).
+    file: Option<(u64, u64)>,
+    /// Bytes read and kept: whole lines only.
+    offset: u64,
+    /// Lines read and kept.
+    lines: usize,
+    entries: Vec<Entry>,
+    bad: Vec<String>,
+}
+
+impl Tail {
+    /// The journal's entries and warnings, reading only what was appended since the last call.
+    pub fn read(&mut self, path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
+        use std::os::unix::fs::MetadataExt;
+        let max = crate::collect::small_file::FILE_MAX;
+        let mut f = match crate::collect::small_file::open_regular(path, max) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                *self = Self::default();
+                return Ok((Vec::new(), Vec::new()));
+            }
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}; it cannot be read as a journal", path.display()),
                 ));
             }
-            "done" | "abandoned" => r.closed = Some(what.into()),
-            _ => {}
+        };
+        let meta = f.metadata()?;
+        let id = (meta.dev(), meta.ino());
+        if self.file != Some(id) || meta.len() < self.offset {
+            *self = Self {
+                file: Some(id),
+                ..Self::default()
+            };
         }
+        if meta.len() > max as u64 {
+            return Err(std::io::Error::other(format!(
+                "{}: longer than {} MiB; it cannot be read as a journal (move it away: partop starts a new one)",
+                path.display(),
+                max >> 20
+            )));
+        }
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.take(meta.len() - self.offset).read_to_end(&mut buf)?;
+        let origin = path.display().to_string();
+        let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        let (entries, bad) = parse_from(&origin, &buf[..whole], self.lines);
+        self.entries.extend(entries);
+        self.bad.extend(bad);
+        self.lines += buf[..whole].iter().filter(|b| **b == b'\n').count();
+        self.offset += whole as u64;
+        let (rest, rest_bad) = parse_from(&origin, &buf[whole..], self.lines);
+        let mut entries = self.entries.clone();
+        entries.extend(rest);
+        let mut bad = self.bad.clone();
+        bad.extend(rest_bad);
+        Ok((entries, bad))
     }
-    runs
+}
+
+/// The journal at `path`, read as it grows: this process keeps one [`Tail`] per journal, so a
+/// monitor that reads it every second reads only what was appended (same answer as [`read`]).
+pub fn read_appended(path: &Path) -> std::io::Result<(Vec<Entry>, Vec<String>)> {
+    static TAILS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Tail>>,
+    > = std::sync::OnceLock::new();
+    let mut tails = TAILS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tails.entry(path.to_path_buf()).or_default().read(path)
 }
 
 /// Which node a run changes: a simulated node by its state file, else this host. Several
@@ -428,13 +292,7 @@ pub fn unfinished(path: &Path) -> Vec<Run> {
 
 /// The unfinished runs of `node` (or of every node), newest first.
 pub fn unfinished_in(entries: &[Entry], node: Option<&str>) -> Vec<Run> {
-    let mut v: Vec<Run> = runs(entries)
-        .into_iter()
-        .filter(|r| r.closed.is_none())
-        .filter(|r| node.is_none_or(|n| r.node.as_deref().is_none_or(|m| m == n)))
-        .collect();
-    v.reverse();
-    v
+    crate::domain::journal::Runs::of(entries).unfinished(node)
 }
 
 /// The unfinished runs of `node`, newest first.
@@ -446,10 +304,13 @@ pub fn unfinished_on(path: &Path, node: &str) -> Vec<Run> {
 }
 
 /// The newest run of `kind` for `fingerprint`.
-pub fn latest_run(path: &Path, kind: &str, fingerprint: &str) -> Option<Run> {
+pub fn latest_run(
+    path: &Path,
+    kind: crate::domain::journal::RunKind,
+    fingerprint: &str,
+) -> Option<Run> {
     let (entries, _) = read(path).ok()?;
-    runs(&entries)
-        .into_iter()
-        .rev()
-        .find(|r| r.kind == kind && r.fingerprint == fingerprint)
+    crate::domain::journal::Runs::of(&entries)
+        .latest(kind, fingerprint)
+        .cloned()
 }

@@ -9,6 +9,7 @@
 
 use super::kill::KillJob;
 use crate::collect::nvidia::smi::{GpuInstanceRow, RunSmi, parse, parse_lgi};
+use crate::domain::journal::StepKind;
 use crate::domain::kill::{Sig, Target};
 use crate::domain::mig::{MigPlan, MigStep};
 use std::path::PathBuf;
@@ -286,11 +287,11 @@ fn pairs(v: &[(u32, u32)]) -> String {
 }
 
 fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, String)> {
-    match s.key.as_str() {
-        "stop" => stop(plan, ctx),
-        "destroy" => destroy(ctx, plan, s),
-        "create" => create(ctx, plan, s),
-        "mig_mode" => {
+    match s.key {
+        StepKind::Stop => stop(plan, ctx),
+        StepKind::Destroy => destroy(ctx, plan, s),
+        StepKind::Create => create(ctx, plan, s),
+        StepKind::MigMode => {
             let text = run(ctx, &s.commands[0]).map_err(|e| (e, ctx.next()))?;
             if text.contains("pending") {
                 return Err((
@@ -303,10 +304,17 @@ fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, St
             }
             Ok(text.lines().next().unwrap_or("").trim().to_string())
         }
-        "verify" => verify(plan, ctx),
-        other => Err((
-            format!("unknown step {other:?}"),
-            "use the partop that made the plan".into(),
+        StepKind::Verify => verify(plan, ctx),
+        // A repartition step in a MIG plan: a plan made by hand.
+        other @ (StepKind::WaitIdle
+        | StepKind::SetMemory
+        | StepKind::Reload
+        | StepKind::WaitGpus
+        | StepKind::SetCompute
+        | StepKind::Relaunch) => Err((
+            format!("{other} is a repartition step, not a MIG step"),
+            "make the plan with `partop mig plan` (repartition plans are applied with `partop apply`)"
+                .into(),
         )),
     }
 }
@@ -323,7 +331,7 @@ pub fn apply(
     for (idx, s) in plan.steps.iter().enumerate().skip(from) {
         let fail = |message: String, next: String| MigFailed {
             idx,
-            key: s.key.clone(),
+            key: s.key,
             message,
             next,
         };

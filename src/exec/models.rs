@@ -362,3 +362,71 @@ pub fn wait_healthy(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Where a model starts now: the logical GPUs `place_now` finds free for it (ids, BDFs), or
+/// why it does not fit.
+pub fn place(
+    snap: &crate::domain::Snapshot,
+    spec: &ModelSpec,
+    want: Option<crate::domain::models::Want>,
+) -> Result<(Vec<u32>, Vec<String>), String> {
+    let placed = crate::domain::placement::place_now(snap, spec, want);
+    if placed.to.is_empty() {
+        return Err(placed.reason.unwrap_or_default());
+    }
+    Ok((
+        placed.to.iter().map(|r| r.gpu_id).collect(),
+        placed.to.iter().map(|r| r.bdf.clone()).collect(),
+    ))
+}
+
+/// How a model start went wrong: it did not start, or it started and never answered healthy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartFailed {
+    /// The launch itself failed (nothing runs).
+    Launch(String),
+    /// It runs but did not answer healthy in time (the last error and the log's tail).
+    Unhealthy(String),
+}
+
+/// What a model start tells while it runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Starting<'a> {
+    /// Launched; its health is waited for next.
+    Launched(&'a Launched),
+    /// A line of the health wait's progress.
+    Waiting(&'a str),
+}
+
+/// The one model start (`partop models start`, the monitor's restart): launched on `ids` /
+/// `bdfs` (journaled), then its `/health` waited for, with progress.
+pub fn start(
+    ops: &Ops,
+    spec: &ModelSpec,
+    ids: &[u32],
+    bdfs: &[String],
+    mut progress: impl FnMut(Starting<'_>),
+) -> Result<Duration, StartFailed> {
+    let l = launch(ops, spec, ids, bdfs).map_err(StartFailed::Launch)?;
+    progress(Starting::Launched(&l));
+    wait_healthy(spec, l.pid, &ops.log_dir, None, |p| {
+        progress(Starting::Waiting(p));
+    })
+    .map_err(StartFailed::Unhealthy)
+}
+
+/// The one model stop, of a model as a sample saw it (its GPUs, and its pid pinned by start
+/// time). Journaled.
+pub fn stop_served(
+    ops: &Ops,
+    m: &crate::domain::model_status::ServedModel,
+    spec: &ModelSpec,
+) -> Result<String, String> {
+    stop(
+        ops,
+        spec,
+        &m.gpus,
+        &m.bdfs,
+        m.pid.map(|p| (p, m.start_ticks)),
+    )
+}

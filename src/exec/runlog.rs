@@ -5,7 +5,7 @@
 //! before the step acts (no journal, no action).
 
 use super::journal::{self, Entry, JournalError};
-use serde_json::json;
+use crate::domain::journal::{Close, RunEvent, RunKind, RunLine, StepKind};
 use std::path::PathBuf;
 
 /// A failed step: the tool's own text and what the operator can do next (AMD and MIG alike).
@@ -14,8 +14,8 @@ use std::path::PathBuf;
 pub struct StepFailed {
     /// Index.
     pub idx: usize,
-    /// Step key.
-    pub key: String,
+    /// Its kind.
+    pub key: StepKind,
     /// What happened (with the tool's text).
     pub message: String,
     /// What to do.
@@ -40,22 +40,23 @@ pub struct RunLog {
 }
 
 impl RunLog {
-    fn append(
-        &self,
-        what: &str,
-        mut targets: serde_json::Value,
-        outcome: serde_json::Value,
-    ) -> Result<(), JournalError> {
-        targets["run"] = json!(self.run);
-        targets["fingerprint"] = json!(self.fingerprint);
+    /// Journals one event of this run (the one encoding, `domain::journal::RunLine`).
+    fn append(&self, event: RunEvent) -> Result<(), JournalError> {
+        let kind = RunKind::from_word(self.kind).ok_or_else(|| JournalError {
+            path: self.path.display().to_string(),
+            error: format!("{:?} is not a kind of run", self.kind),
+        })?;
+        let line = RunLine {
+            kind,
+            run: self.run.clone(),
+            fingerprint: self.fingerprint.clone(),
+            at: String::new(),
+            event,
+        };
+        let (action, targets, outcome) = line.encode();
         journal::append(
             &self.path,
-            &Entry::new(
-                &format!("{}.{what}", self.kind),
-                self.simulated,
-                targets,
-                outcome,
-            ),
+            &Entry::new(&action, self.simulated, targets, outcome),
         )
     }
 
@@ -84,24 +85,26 @@ impl RunLog {
                 .display()
                 .to_string()
         });
-        self.append(
-            "start",
-            json!({"plan": plan, "plan_file": file, "pid": std::process::id(), "node": self.node, "resume": resume}),
-            json!({"steps": steps}),
-        )
+        self.append(RunEvent::Started {
+            plan: plan.clone(),
+            plan_file: file,
+            pid: Some(std::process::id()),
+            node: Some(self.node.clone()),
+            resume: resume.map(str::to_string),
+            steps: u64::try_from(steps).ok(),
+        })
     }
 
     /// A resumed run goes on (same run id).
     pub fn resumed(&self, from: usize) -> Result<(), JournalError> {
-        self.append(
-            "resume",
-            json!({"pid": std::process::id()}),
-            json!({"from_step": from}),
-        )
+        self.append(RunEvent::Resumed {
+            pid: Some(std::process::id()),
+            from_step: u64::try_from(from).unwrap_or(u64::MAX),
+        })
     }
 
     /// Before step `idx` acts.
-    pub fn step_begin(&self, idx: usize, key: &str) -> Result<(), JournalError> {
+    pub fn step_begin(&self, idx: usize, key: &StepKind) -> Result<(), JournalError> {
         self.step_begin_limited(idx, key, None)
     }
 
@@ -109,34 +112,35 @@ impl RunLog {
     pub fn step_begin_limited(
         &self,
         idx: usize,
-        key: &str,
+        key: &StepKind,
         limit_secs: Option<u32>,
     ) -> Result<(), JournalError> {
-        let mut outcome = json!({"state": "begin"});
-        if let Some(l) = limit_secs {
-            outcome["limit_secs"] = json!(l);
-        }
-        self.append("step", json!({"step": idx, "key": key}), outcome)
+        self.append(RunEvent::StepBegun {
+            idx,
+            key: key.as_str().into(),
+            limit_secs,
+        })
     }
 
     /// After step `idx`.
     pub fn step_end(
         &self,
         idx: usize,
-        key: &str,
+        key: &StepKind,
         ok: bool,
         detail: &str,
     ) -> Result<(), JournalError> {
-        self.append(
-            "step",
-            json!({"step": idx, "key": key}),
-            json!({"ok": ok, "detail": detail}),
-        )
+        self.append(RunEvent::StepEnded {
+            idx,
+            key: key.as_str().into(),
+            ok,
+            detail: detail.into(),
+        })
     }
 
     /// The run finished.
     pub fn done(&self) -> Result<(), JournalError> {
-        self.append("done", json!({}), json!({"ok": true}))
+        self.append(RunEvent::Closed(Close::Done))
     }
 }
 
@@ -146,13 +150,25 @@ pub fn abandon(
     run: &journal::Run,
     simulated: bool,
 ) -> Result<(), JournalError> {
-    journal::append(
-        path,
-        &Entry::new(
-            &format!("{}.abandoned", run.kind),
-            simulated,
-            json!({"run": run.run, "fingerprint": run.fingerprint}),
-            json!({"ok": true}),
-        ),
-    )
+    let (action, targets, outcome) = RunLine {
+        kind: run.kind,
+        run: run.run.clone(),
+        fingerprint: run.fingerprint.clone(),
+        at: String::new(),
+        event: RunEvent::Closed(Close::Abandoned),
+    }
+    .encode();
+    journal::append(path, &Entry::new(&action, simulated, targets, outcome))
+}
+
+/// Journals one line of fleet rollout `rollout` (a change whose steps are nodes), in the one
+/// encoding (`domain::journal::RolloutEvent`). Journal first: an error stops the rollout
+/// before the next node.
+pub fn rollout(
+    path: &std::path::Path,
+    rollout: &str,
+    event: &crate::domain::journal::RolloutEvent,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode(rollout);
+    journal::append(path, &Entry::new(action, false, targets, outcome))
 }

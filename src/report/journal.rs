@@ -4,7 +4,7 @@
 //! every string from the journal is escaped (a journal is a file anyone with write access
 //! could have edited).
 
-use crate::exec::journal::Entry;
+use crate::domain::journal::{Close, Entry, RunEvent, RunLine};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -132,19 +132,18 @@ struct RunSteps {
     total: Option<u64>,
 }
 
-/// Each run's steps, from its `*.start` entry (the plan as confirmed).
+/// Each run's steps, from its start (the plan as confirmed), by run id. The lines are decoded
+/// by the journal's one decoding (`domain::journal::RunLine`); only the starts are looked up,
+/// so the words do not depend on the order the entries come in (the monitor lists them
+/// newest first).
 fn runs(entries: &[Entry]) -> HashMap<String, RunSteps> {
     let mut out = HashMap::new();
-    for e in entries {
-        if !e.action.ends_with(".start") {
-            continue;
-        }
-        let Some(run) = e.targets.get("run").and_then(Value::as_str) else {
+    for line in entries.iter().filter_map(RunLine::decode) {
+        let RunEvent::Started { plan, steps, .. } = &line.event else {
             continue;
         };
-        let titles = e
-            .targets
-            .pointer("/plan/steps")
+        let titles = plan
+            .pointer("/steps")
             .and_then(Value::as_array)
             .map(|s| {
                 s.iter()
@@ -153,10 +152,10 @@ fn runs(entries: &[Entry]) -> HashMap<String, RunSteps> {
             })
             .unwrap_or_default();
         out.insert(
-            run.to_string(),
+            line.run,
             RunSteps {
                 titles,
-                total: e.outcome.get("steps").and_then(Value::as_u64),
+                total: *steps,
             },
         );
     }
@@ -185,72 +184,73 @@ fn step_name(idx: u64, key: &str, run: Option<&RunSteps>) -> String {
 
 /// One entry in words, with what the run's other entries tell (`runs`).
 fn sentence(e: &Entry, runs: &HashMap<String, RunSteps>) -> String {
-    let action = crate::domain::text::escape_controls(&e.action).into_owned();
-    let run_id = e.targets.get("run").and_then(Value::as_str);
-    let run = run_id.and_then(|r| runs.get(r));
-    let id = run_id.map(|r| crate::domain::text::escape_controls(r).into_owned());
-    let (kind, what) = action.split_once('.').unwrap_or((action.as_str(), ""));
-    let is_run = matches!(kind, "repartition" | "mig") && id.is_some();
-    if is_run {
-        let id = id.unwrap_or_default();
-        let plan = e
-            .targets
-            .get("fingerprint")
-            .map(scalar)
-            .unwrap_or_else(|| "?".into());
-        return match what {
-            "start" => format!(
-                "{kind} {id} started: plan {plan}, {} step(s)",
-                e.outcome.get("steps").map_or_else(|| "?".into(), scalar)
-            ),
-            "step" => {
-                let idx = e.targets.get("step").and_then(Value::as_u64).unwrap_or(0);
-                let key = e.targets.get("key").and_then(Value::as_str).unwrap_or("?");
-                let name = step_name(idx, key, run);
-                let detail = e
-                    .outcome
-                    .get("detail")
-                    .filter(|d| !d.is_null() && d.as_str() != Some(""))
-                    .map(|d| format!(": {}", scalar(d)))
-                    .unwrap_or_default();
-                match e.outcome.get("ok").and_then(Value::as_bool) {
-                    Some(true) => format!("{kind} {id} {name} · done{detail}"),
-                    Some(false) => format!("{kind} {id} {name} · FAILED{detail}"),
-                    None => {
-                        let limit = e
-                            .outcome
-                            .get("limit_secs")
-                            .and_then(Value::as_u64)
-                            .map(|l| format!(" (may take up to {l} s)"))
-                            .unwrap_or_default();
-                        format!("{kind} {id} {name} · begins{limit}")
-                    }
-                }
-            }
-            "resume" => {
-                let from = e
-                    .outcome
-                    .get("from_step")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let of = run
-                    .and_then(|r| r.total)
-                    .map(|t| format!(" of {t}"))
-                    .unwrap_or_default();
-                format!("{kind} {id} resumed at step {}{of}", from.saturating_add(1))
-            }
-            "done" => format!("{kind} {id} finished: every step done"),
-            "abandoned" => {
-                format!("{kind} {id} closed as abandoned (the node was restored by hand)")
-            }
-            _ => format!("{action} {id} → {}", outcome_summary(&e.outcome)),
-        };
+    match RunLine::decode(e).filter(|l| !l.run.is_empty()) {
+        Some(line) => run_sentence(&line, runs.get(&line.run)),
+        // Not a run's line, or one an older partop journaled without a run id.
+        None => format!(
+            "{} {} → {}",
+            crate::domain::text::escape_controls(&e.action),
+            targets_summary(&e.targets),
+            outcome_summary(&e.outcome)
+        ),
     }
-    format!(
-        "{action} {} → {}",
-        targets_summary(&e.targets),
-        outcome_summary(&e.outcome)
-    )
+}
+
+/// One line of an apply run in words.
+fn run_sentence(line: &RunLine, run: Option<&RunSteps>) -> String {
+    let kind = line.kind;
+    let id = crate::domain::text::escape_controls(&line.run);
+    match &line.event {
+        RunEvent::Started { steps, .. } => format!(
+            "{kind} {id} started: plan {}, {} step(s)",
+            if line.fingerprint.is_empty() {
+                "?".into()
+            } else {
+                crate::domain::text::escape_controls(&line.fingerprint)
+            },
+            steps.map_or_else(|| "?".into(), |n| n.to_string())
+        ),
+        RunEvent::StepBegun {
+            idx,
+            key,
+            limit_secs,
+        } => {
+            let name = step_name(u64::try_from(*idx).unwrap_or(u64::MAX), key, run);
+            let limit = limit_secs
+                .map(|l| format!(" (may take up to {l} s)"))
+                .unwrap_or_default();
+            format!("{kind} {id} {name} · begins{limit}")
+        }
+        RunEvent::StepEnded {
+            idx,
+            key,
+            ok,
+            detail,
+        } => {
+            let name = step_name(u64::try_from(*idx).unwrap_or(u64::MAX), key, run);
+            let detail = if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::domain::text::escape_controls(detail))
+            };
+            let how = if *ok { "done" } else { "FAILED" };
+            format!("{kind} {id} {name} · {how}{detail}")
+        }
+        RunEvent::Resumed { from_step, .. } => {
+            let of = run
+                .and_then(|r| r.total)
+                .map(|t| format!(" of {t}"))
+                .unwrap_or_default();
+            format!(
+                "{kind} {id} resumed at step {}{of}",
+                from_step.saturating_add(1)
+            )
+        }
+        RunEvent::Closed(Close::Done) => format!("{kind} {id} finished: every step done"),
+        RunEvent::Closed(Close::Abandoned) => {
+            format!("{kind} {id} closed as abandoned (the node was restored by hand)")
+        }
+    }
 }
 
 /// Every entry in words, in the order given: who acted, where, and the sentence.
@@ -312,7 +312,7 @@ mod words_tests {
     fn entry(action: &str, targets: Value, outcome: Value) -> Entry {
         Entry {
             at: "2026-01-01T00:00:00Z".into(),
-            who: crate::exec::journal::Who::default(),
+            who: crate::domain::journal::Who::default(),
             host: "h".into(),
             action: action.into(),
             simulated: true,

@@ -102,57 +102,44 @@ pub struct Twin {
     /// accumulator only grows).
     energy_j: Vec<f64>,
     last_t: Option<f64>,
+    /// The generation being built, while a layout change writes it.
+    building: Option<Building>,
 }
 
 fn io_err(p: &Path, e: &std::io::Error) -> String {
     format!("{}: {e}", p.display())
 }
 
-thread_local! {
-    /// The generation being built, not yet visible to readers (`STATE.sys` still points at the
-    /// last one), and the directories already made in it: its files are written in place, each
-    /// directory made once, so a layout change costs a fraction of the system calls.
-    static BUILDING: std::cell::RefCell<Option<(PathBuf, std::collections::HashSet<PathBuf>)>> =
-        const { std::cell::RefCell::new(None) };
+/// The generation being built, not yet visible to readers (`STATE.sys` still points at the
+/// last one), and the directories already made in it: its files are written in place, each
+/// directory made once, so a layout change costs a fraction of the system calls.
+#[derive(Debug)]
+struct Building {
+    dir: PathBuf,
+    made: std::collections::HashSet<PathBuf>,
 }
 
-/// Writes `bytes` in place when `p` is inside the generation being built; `Some(result)`, or
-/// None when `p` is in the published tree (readers may be inside it: written atomically).
-fn put_fresh(p: &Path, bytes: &[u8]) -> Option<Result<(), String>> {
-    BUILDING.with(|b| {
-        let mut b = b.borrow_mut();
-        let (dir, made) = b.as_mut()?;
-        if !p.starts_with(dir.as_path()) {
+impl Building {
+    /// Writes `bytes` in place when `p` is inside the generation being built; `Some(result)`,
+    /// or None when `p` is in the published tree (readers may be inside it: written
+    /// atomically).
+    fn put_fresh(&mut self, p: &Path, bytes: &[u8]) -> Option<Result<(), String>> {
+        if !p.starts_with(self.dir.as_path()) {
             return None;
         }
         Some((|| {
             if let Some(d) = p.parent()
-                && !made.contains(d)
+                && !self.made.contains(d)
             {
                 std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
-                made.insert(d.to_path_buf());
+                self.made.insert(d.to_path_buf());
             }
             // A fresh file in a fresh directory: made with O_EXCL, never through a link.
             crate::exec::safe_file::create_new(p)
                 .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
                 .map_err(|e| io_err(p, &e))
         })())
-    })
-}
-
-/// Writes a file as the kernel presents it: whole, never half (temp file + rename).
-fn put(p: &Path, bytes: &[u8]) -> Result<(), String> {
-    if let Some(r) = put_fresh(p, bytes) {
-        return r;
     }
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
-    }
-    crate::exec::safe_file::replace(p, bytes).map_err(|e| e.to_string())
-}
-
-fn put_text(p: &Path, s: &str) -> Result<(), String> {
-    put(p, format!("{s}\n").as_bytes())
 }
 
 fn link(target: &str, at: &Path) -> Result<(), String> {
@@ -164,6 +151,22 @@ fn link(target: &str, at: &Path) -> Result<(), String> {
 }
 
 impl Twin {
+    /// Writes a file as the kernel presents it: whole, never half (in place inside the
+    /// generation being built, else temp file + rename).
+    fn put(&mut self, p: &Path, bytes: &[u8]) -> Result<(), String> {
+        if let Some(r) = self.building.as_mut().and_then(|b| b.put_fresh(p, bytes)) {
+            return r;
+        }
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).map_err(|e| io_err(d, &e))?;
+        }
+        crate::exec::safe_file::replace(p, bytes).map_err(|e| e.to_string())
+    }
+
+    fn put_text(&mut self, p: &Path, s: &str) -> Result<(), String> {
+        self.put(p, format!("{s}\n").as_bytes())
+    }
+
     /// A writer for the tree under `root`, continuing the generation it finds there.
     pub fn new(root: PathBuf) -> Self {
         let dir = std::fs::read_link(&root)
@@ -186,6 +189,7 @@ impl Twin {
             pids: BTreeSet::new(),
             energy_j: Vec::new(),
             last_t: None,
+            building: None,
         }
     }
 
@@ -194,7 +198,7 @@ impl Twin {
         if self.written.get(&p) == Some(&bytes) {
             return Ok(());
         }
-        put(&p, &bytes)?;
+        self.put(&p, &bytes)?;
         self.written.insert(p, bytes);
         Ok(())
     }
@@ -235,8 +239,8 @@ impl Twin {
         }
         self.processes(state, &logical, now_ms)?;
         if relaid {
-            put(&self.dir.join(LAYOUT_FILE), key.as_bytes())?;
-            BUILDING.with(|b| b.borrow_mut().take());
+            self.put(&self.dir.join(LAYOUT_FILE), key.as_bytes())?;
+            self.building = None;
             self.swap()?;
             self.layout = Some(key);
         }
@@ -290,24 +294,25 @@ impl Twin {
         self.written.clear();
         self.dir = gens_dir(&self.root).join(format!("gen-{}", self.generation));
         let _ = std::fs::remove_dir_all(&self.dir);
-        BUILDING.with(|b| {
-            *b.borrow_mut() = Some((self.dir.clone(), std::collections::HashSet::new()));
+        self.building = Some(Building {
+            dir: self.dir.clone(),
+            made: std::collections::HashSet::new(),
         });
         self.pids.clear();
         let topo = self.dir.join("class/kfd/kfd/topology");
-        put_text(
+        self.put_text(
             &topo.join("system_properties"),
             "platform_oem 0\nplatform_id 0\nplatform_rev 0",
         )?;
-        put_text(&topo.join("nodes/0/gpu_id"), "0")?;
-        put_text(
+        self.put_text(&topo.join("nodes/0/gpu_id"), "0")?;
+        self.put_text(
             &topo.join("nodes/0/properties"),
             "cpu_cores_count 96\nsimd_count 0\nmem_banks_count 1\nlocation_id 0\ndrm_render_minor 0\ndomain 0",
         )?;
         std::fs::create_dir_all(self.dir.join("class/kfd/kfd/proc"))
             .map_err(|e| io_err(&self.dir, &e))?;
         // The DKMS driver's module version (what DME's `driver_version` carries).
-        put_text(&self.dir.join("module/amdgpu/version"), SIM_DRIVER)?;
+        self.put_text(&self.dir.join("module/amdgpu/version"), SIM_DRIVER)?;
         for (phys, g) in state.gpus.iter().enumerate() {
             let bdf = g.bdf(0);
             let dir = self.pci_dir(&bdf);
@@ -316,9 +321,9 @@ impl Twin {
                 &format!("../../../devices/pci0000:00/{bdf}"),
                 &self.dir.join("bus/pci/devices").join(&bdf),
             )?;
-            put_text(&dir.join("vendor"), "0x1002")?;
-            put_text(&dir.join("device"), prod.device_id)?;
-            put_text(&dir.join("class"), "0x120000")?;
+            self.put_text(&dir.join("vendor"), "0x1002")?;
+            self.put_text(&dir.join("device"), prod.device_id)?;
+            self.put_text(&dir.join("class"), "0x120000")?;
             let part_files = [
                 "current_compute_partition",
                 "current_memory_partition",
@@ -341,11 +346,11 @@ impl Twin {
                 let _ = std::fs::remove_dir_all(dir.join("ras"));
                 continue;
             }
-            put_text(
+            self.put_text(
                 &dir.join("current_compute_partition"),
                 &g.modes.compute.to_string(),
             )?;
-            put_text(
+            self.put_text(
                 &dir.join("current_memory_partition"),
                 &g.modes.memory.to_string(),
             )?;
@@ -355,7 +360,7 @@ impl Twin {
                 .filter(|p| p.memory.contains(&g.modes.memory))
                 .map(|p| p.compute.to_string())
                 .collect();
-            put_text(
+            self.put_text(
                 &dir.join("available_compute_partition"),
                 &compute.join(", "),
             )?;
@@ -363,22 +368,22 @@ impl Twin {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            put_text(&dir.join("available_memory_partition"), &memory.join(", "))?;
-            put_text(
+            self.put_text(&dir.join("available_memory_partition"), &memory.join(", "))?;
+            self.put_text(
                 &dir.join("mem_info_vram_total"),
                 &(prod.vram_mb << 20).to_string(),
             )?;
-            put_text(
+            self.put_text(
                 &dir.join("unique_id"),
                 &g.serial.trim_start_matches("0x").to_ascii_lowercase(),
             )?;
-            put_text(&dir.join("vbios_version"), SIM_VBIOS)?;
-            put_text(&dir.join("max_link_speed"), "32.0 GT/s PCIe")?;
+            self.put_text(&dir.join("vbios_version"), SIM_VBIOS)?;
+            self.put_text(&dir.join("max_link_speed"), "32.0 GT/s PCIe")?;
             // RAS on, no errors: the format of amdgpu_ras_sysfs_read.
-            put_text(&dir.join("ras/umc_err_count"), "ue: 0\nce: 0")?;
+            self.put_text(&dir.join("ras/umc_err_count"), "ue: 0\nce: 0")?;
             let hw = dir.join(format!("hwmon/hwmon{phys}"));
-            put_text(&hw.join("name"), "amdgpu")?;
-            put_text(
+            self.put_text(&hw.join("name"), "amdgpu")?;
+            self.put_text(
                 &hw.join("power1_cap"),
                 &(u64::from(prod.power_cap_w) * 1_000_000).to_string(),
             )?;
@@ -394,12 +399,12 @@ impl Twin {
                 )?;
                 let id = gpu_id(&g.serial, p, self.generation);
                 let node = topo.join(format!("nodes/{}", l.index + 1));
-                put_text(&node.join("gpu_id"), &id.to_string())?;
-                put_text(&node.join("name"), "ip discovery")?;
+                self.put_text(&node.join("gpu_id"), &id.to_string())?;
+                self.put_text(&node.join("name"), "ip discovery")?;
                 let bus = u32::from_str_radix(&g.bus, 16).unwrap_or(0);
                 let device_id =
                     u32::from_str_radix(prod.device_id.trim_start_matches("0x"), 16).unwrap_or(0);
-                put_text(
+                self.put_text(
                     &node.join("properties"),
                     &format!(
                         "cpu_cores_count 0\nsimd_count {}\nmem_banks_count 1\ncaches_count 0\nio_links_count 1\ncpu_core_id_base 0\nsimd_id_base 2147487744\nmax_waves_per_simd 8\nlds_size_in_kb 64\ngds_size_in_kb 0\nnum_gws 64\nwave_front_size 64\narray_count {}\nsimd_arrays_per_engine 1\ncu_per_simd_array {}\nsimd_per_cu 4\nmax_slots_scratch_cu 32\ngfx_target_version 90402\nvendor_id 4098\ndevice_id {device_id}\nlocation_id {}\ndomain 0\ndrm_render_minor {minor}\nhive_id 0\nnum_sdma_engines 2\nnum_sdma_xgmi_engines 6\nnum_xcc {}\nunique_id {}",
@@ -411,7 +416,7 @@ impl Twin {
                         gpu_id(&g.serial, 100 + p, 0),
                     ),
                 )?;
-                put_text(
+                self.put_text(
                     &node.join("mem_banks/0/properties"),
                     &format!(
                         "heap_type 1\nsize_in_bytes {}\nflags 0\nwidth 8192\nmem_clk_max 1300",
@@ -420,7 +425,7 @@ impl Twin {
                 )?;
             }
         }
-        put_text(&topo.join("generation_id"), &self.generation.to_string())?;
+        self.put_text(&topo.join("generation_id"), &self.generation.to_string())?;
         Ok(())
     }
 

@@ -157,7 +157,7 @@ where
             let facts = Facts {
                 grace_ms: state.grace_ms,
                 snapshot: state.snapshot.clone(),
-                applying: state.applying.clone(),
+                followed: state.followed(),
             };
             while let Some(e) = pending.pop_front() {
                 quit |= runner.run(e, &facts);

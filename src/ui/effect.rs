@@ -41,7 +41,7 @@ fn model_action(
     exec: &ExecSettings,
     grace_ms: u64,
 ) {
-    use crate::exec::models::{Ops, launch, stop, wait_healthy};
+    use crate::exec::models::{Ops, Starting};
     use crate::ui::state::ModelAction;
     let ops = Ops {
         log_dir: exec.model_log_dir.clone(),
@@ -67,13 +67,7 @@ fn model_action(
     };
     let stop_model = |m: &crate::domain::model_status::ServedModel,
                       spec: &crate::domain::models::ModelSpec| {
-        stop(
-            &ops,
-            spec,
-            &m.gpus,
-            &m.bdfs,
-            m.pid.map(|p| (p, m.start_ticks)),
-        )
+        crate::exec::models::stop_served(&ops, m, spec)
     };
     let find = |name: &str| {
         snap.and_then(|s| s.models.iter().find(|m| m.name == name).cloned())
@@ -115,31 +109,28 @@ fn model_action(
             }
             let (ids, bdfs) = if m.gpus.is_empty() {
                 let Some(s) = snap else { return };
-                let p = crate::domain::placement::place_now(s, &spec, None);
-                if p.to.is_empty() {
-                    log::error!("{name}: {}", p.reason.unwrap_or_default());
-                    return;
+                match crate::exec::models::place(s, &spec, None) {
+                    Ok(p) => p,
+                    Err(why) => {
+                        log::error!("{name}: {why}");
+                        return;
+                    }
                 }
-                (
-                    p.to.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
-                    p.to.iter().map(|r| r.bdf.clone()).collect::<Vec<_>>(),
-                )
             } else {
                 (m.gpus.clone(), m.bdfs.clone())
             };
-            match launch(&ops, &spec, &ids, &bdfs) {
-                Ok(l) => {
-                    log::info!(
-                        "{name}: started ({}); waiting for {}",
-                        l.what,
-                        spec.health_url
-                    );
-                    match wait_healthy(&spec, l.pid, &ops.log_dir, None, |p| log::info!("{p}")) {
-                        Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
-                        Err(e) => log::error!("{e}"),
-                    }
-                }
-                Err(e) => log::error!("{name}: {e}"),
+            let started = crate::exec::models::start(&ops, &spec, &ids, &bdfs, |p| match p {
+                Starting::Launched(l) => log::info!(
+                    "{name}: started ({}); waiting for {}",
+                    l.what,
+                    spec.health_url
+                ),
+                Starting::Waiting(p) => log::info!("{p}"),
+            });
+            match started {
+                Ok(t) => log::info!("{name}: healthy after {}s", t.as_secs()),
+                Err(crate::exec::models::StartFailed::Launch(e)) => log::error!("{name}: {e}"),
+                Err(crate::exec::models::StartFailed::Unhealthy(e)) => log::error!("{e}"),
             }
         }
     }
@@ -220,12 +211,12 @@ fn spawn_apply(
     Ok(p)
 }
 
-/// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its log.
+/// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its process and log.
 fn spawn_mig_apply(
     plan: &crate::domain::mig::MigPlan,
     exec: &ExecSettings,
     grace_ms: u64,
-) -> std::io::Result<String> {
+) -> std::io::Result<crate::ui::msg::Detached> {
     if exec.nvidia_replay {
         return Err(std::io::Error::other("a recording cannot be changed"));
     }
@@ -235,15 +226,23 @@ fn spawn_mig_apply(
     }
     args.extend(["mig", "apply", "--yes", "--grace"].map(Into::into));
     args.push(format!("{}", grace_ms / 1000).into());
-    let (_, _, log) = spawn_detached(exec, &format!("mig-{}", plan.fingerprint), plan, &args)?;
-    Ok(log.display().to_string())
+    let (pid, _, log) = spawn_detached(exec, &format!("mig-{}", plan.fingerprint), plan, &args)?;
+    Ok(crate::ui::msg::Detached {
+        pid,
+        log: log.display().to_string(),
+    })
 }
 
 /// Reads the journal for the views, with what only I/O can tell: whether the apply being
 /// followed still runs (else how it ended and its last log line), and an unfinished run that
 /// no partop is working on (no one holds the node lock).
-pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Progress>) -> Msg {
-    let (entries, bad) = match crate::exec::journal::read(&exec.journal) {
+pub fn load_journal(exec: &ExecSettings, followed: Option<&crate::ui::msg::Detached>) -> Msg {
+    // Whether the followed process is gone is asked before the journal is read: a process
+    // gone by then wrote all it ever will, so a run it closed is in what is read next.
+    let gone = followed.filter(|d| {
+        crate::exec::signal::start_ticks(std::path::Path::new("/proc"), d.pid).is_none()
+    });
+    let (entries, bad) = match crate::exec::journal::read_appended(&exec.journal) {
         Ok(x) => x,
         Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
     };
@@ -257,12 +256,9 @@ pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Pro
         .into_iter()
         .find(|r| holder.as_ref().is_none_or(|h| h.id != r.run))
         .map(|r| r.headline());
-    let exited = applying.filter(|p| p.finished.is_none()).and_then(|p| {
-        let pid = p.pid?;
-        if crate::exec::signal::start_ticks(std::path::Path::new("/proc"), pid).is_some() {
-            return None;
-        }
-        let log = std::path::Path::new(&p.log);
+    let exited = gone.map(|d| {
+        let pid = d.pid;
+        let log = std::path::Path::new(&d.log);
         let status = crate::collect::small_file::operator_text(&log.with_extension("exit"))
             .map_or_else(
                 |_| "exit status unknown".into(),
@@ -278,10 +274,10 @@ pub fn load_journal(exec: &ExecSettings, applying: Option<&crate::ui::stage::Pro
                     .map(str::to_string)
             })
             .unwrap_or_default();
-        Some(format!(
+        format!(
             "pid {pid} {status}; last line: {}",
             crate::domain::text::escape_controls(&last)
-        ))
+        )
     });
     Msg::Journal(entries, bad, unfinished, exited)
 }
@@ -325,8 +321,8 @@ pub struct Facts {
     pub grace_ms: u64,
     /// The latest snapshot.
     pub snapshot: Option<Arc<crate::domain::Snapshot>>,
-    /// The apply being followed.
-    pub applying: Option<crate::ui::stage::Progress>,
+    /// The detached apply being followed (a repartition's, else a MIG apply's).
+    pub followed: Option<crate::ui::msg::Detached>,
 }
 
 impl EffectRunner {
@@ -370,15 +366,24 @@ impl EffectRunner {
             Effect::MigApply(plan) => {
                 let exec = exec.clone();
                 let grace = facts.grace_ms;
-                tokio::task::spawn_blocking(move || match spawn_mig_apply(&plan, &exec, grace) {
-                    Ok(log) => log::info!(
-                        "applying MIG plan {} (detached; log {log}; the Journal view follows it)",
-                        plan.fingerprint
-                    ),
-                    Err(e) => log::error!(
-                        "could not start the apply of MIG plan {}: {e}",
-                        plan.fingerprint
-                    ),
+                let tx = self.tx.clone();
+                // Started or not, the reducer hears it: a failed start clears what it follows.
+                tokio::task::spawn_blocking(move || {
+                    let r = spawn_mig_apply(&plan, &exec, grace)
+                        .inspect(|d| {
+                            log::info!(
+                                "applying MIG plan {} (detached; log {}; the Journal view follows it)",
+                                plan.fingerprint,
+                                d.log
+                            );
+                        })
+                        .map_err(|e| {
+                            format!(
+                                "could not start the apply of MIG plan {}: {e}",
+                                plan.fingerprint
+                            )
+                        });
+                    let _ = tx.blocking_send(Msg::MigApplyStarted(r));
                 });
             }
             Effect::Model(action) => {
@@ -407,10 +412,10 @@ impl EffectRunner {
             }
             Effect::LoadJournal => {
                 let exec = exec.clone();
-                let applying = facts.applying.clone();
+                let followed = facts.followed.clone();
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let _ = tx.blocking_send(load_journal(&exec, applying.as_ref()));
+                    let _ = tx.blocking_send(load_journal(&exec, followed.as_ref()));
                 });
             }
         }

@@ -26,17 +26,28 @@ pub enum Msg {
     Log(Vec<super::logbuf::LogLine>),
     /// Progress of a kill job.
     Kill(crate::exec::kill::KillEvent),
-    /// The journal, read.
     /// A detached apply was started (what to follow), or could not be.
     ApplyStarted(Result<Box<crate::ui::stage::Progress>, String>),
+    /// A detached MIG apply was started (its process, to notice it end), or could not be.
+    MigApplyStarted(Result<Detached, String>),
     /// The journal, with an unfinished run nobody works on (its description), and how the
     /// followed apply ended when its process is gone without finishing.
     Journal(
-        Vec<crate::exec::journal::Entry>,
+        Vec<crate::domain::journal::Entry>,
         Vec<String>,
         Option<String>,
         Option<String>,
     ),
+}
+
+/// A detached apply the monitor follows (AMD or MIG alike): its process, so an apply that ends
+/// without closing its run in the journal is noticed, and its log, for the last line it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detached {
+    /// The apply process.
+    pub pid: u32,
+    /// Its log file.
+    pub log: String,
 }
 
 /// Side effects, performed by the app loop.

@@ -4,10 +4,10 @@
 //! must be confirmed again. The apply itself runs detached (it survives a dropped SSH session);
 //! its progress is followed from the journal.
 
+use crate::domain::journal::Entry;
 use crate::domain::plan::{Draft, Plan, Reload, plan};
 use crate::domain::snapshot::Snapshot;
 use crate::domain::{ComputeMode, MemoryMode};
-use crate::exec::journal::Entry;
 
 pub use super::confirm::{Confirming, Typed};
 
@@ -188,62 +188,36 @@ impl Progress {
         }
     }
 
-    /// Reads the journal entries of this plan's newest run (older runs of a plan with the same
-    /// fingerprint are not this one).
+    /// Reads the journal entries of this plan's newest run (see [`Self::follow`]).
     pub fn update(&mut self, entries: &[Entry]) {
-        let fp = self.plan.fingerprint.as_str();
-        let from = entries
-            .iter()
-            .rposition(|e| e.action == "repartition.start" && e.targets["fingerprint"] == fp)
-            .unwrap_or(0);
-        let run = entries
-            .get(from)
-            .map(|e| e.targets["run"].clone())
-            .unwrap_or_default();
-        for e in entries[from..]
-            .iter()
-            .filter(|e| e.targets["fingerprint"] == fp && e.targets["run"] == run)
-        {
-            match e.action.as_str() {
-                "repartition.start" => {
-                    self.resume = e.targets["resume"].as_str().map(str::to_string);
-                }
-                "repartition.step" => {
-                    // The entry written before a step acts has no result yet: it says when the
-                    // step began and its limit, for progress against it.
-                    let Some(ok) = e.outcome["ok"].as_bool() else {
-                        if let Some(i) = e.targets["step"]
-                            .as_u64()
-                            .and_then(|i| usize::try_from(i).ok())
-                        {
-                            let at = humantime::parse_rfc3339_weak(&e.at)
-                                .ok()
-                                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                                .and_then(|d| u64::try_from(d.as_millis()).ok())
-                                .unwrap_or(0);
-                            let limit = e.outcome["limit_secs"]
-                                .as_u64()
-                                .and_then(|l| u32::try_from(l).ok());
-                            self.running = Some((i, at, limit));
-                        }
-                        continue;
-                    };
-                    if let Some(i) = e.targets["step"]
-                        .as_u64()
-                        .and_then(|i| usize::try_from(i).ok())
-                    {
-                        if let Some(slot) = self.steps.get_mut(i) {
-                            *slot =
-                                Some((ok, e.outcome["detail"].as_str().unwrap_or("").to_string()));
-                        }
-                        if !ok {
-                            self.finished = Some(false);
-                        }
-                    }
-                }
-                "repartition.done" => self.finished = Some(true),
-                _ => {}
+        self.follow(&crate::domain::journal::Runs::of(entries));
+    }
+
+    /// Reads this plan's newest run from the journal's runs (older runs of a plan with the
+    /// same fingerprint are not this one): each step's result, the step running, how it ended.
+    pub fn follow(&mut self, runs: &crate::domain::journal::Runs) {
+        let Some(run) = runs.following(
+            crate::domain::journal::RunKind::Repartition,
+            &self.plan.fingerprint,
+        ) else {
+            return;
+        };
+        self.resume.clone_from(&run.resume);
+        for (i, (ok, detail)) in &run.results {
+            if let Some(slot) = self.steps.get_mut(*i) {
+                *slot = Some((*ok, detail.clone()));
             }
+        }
+        if let Some((i, at, limit)) = &run.last_begin {
+            let at = humantime::parse_rfc3339_weak(at)
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .and_then(|d| u64::try_from(d.as_millis()).ok())
+                .unwrap_or(0);
+            self.running = Some((*i, at, *limit));
+        }
+        if let Some(ended) = run.outcome() {
+            self.finished = Some(ended);
         }
     }
 

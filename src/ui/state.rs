@@ -87,7 +87,7 @@ pub struct State {
     /// partop's own pid (never a target).
     pub own_pid: u32,
     /// The journal as last read, newest first, and unreadable lines.
-    pub journal: (Vec<crate::exec::journal::Entry>, Vec<String>),
+    pub journal: (Vec<crate::domain::journal::Entry>, Vec<String>),
     /// Selected journal entry.
     pub journal_sel: usize,
     /// The selected journal entry has the whole view (Enter; Esc goes back).
@@ -98,6 +98,8 @@ pub struct State {
     pub applying: Option<super::stage::Progress>,
     /// A MIG apply running (detached): its plan's fingerprint, followed from the journal.
     pub mig_applying: Option<String>,
+    /// The process of that MIG apply, once it started.
+    pub mig_process: Option<super::msg::Detached>,
     /// Tagged physical GPUs (BDF): staging starts with them.
     pub tagged_gpus: std::collections::BTreeSet<String>,
     /// Seconds a driver reload takes, for plans (120 unless the node says otherwise).
@@ -135,6 +137,25 @@ pub struct State {
 pub const LOG_KEEP: usize = 5_000;
 
 impl State {
+    /// The detached apply the monitor follows: an unfinished repartition's process, else a
+    /// MIG apply's.
+    pub fn followed(&self) -> Option<super::msg::Detached> {
+        let amd = self
+            .applying
+            .as_ref()
+            .filter(|p| p.finished.is_none())
+            .map(|p| {
+                p.pid.map(|pid| super::msg::Detached {
+                    pid,
+                    log: p.log.clone(),
+                })
+            });
+        match amd {
+            Some(d) => d,
+            None => self.mig_process.clone(),
+        }
+    }
+
     /// A fresh state.
     pub fn new(keymap: Keymap, thresholds: Thresholds, refresh_ms: u64) -> Self {
         Self {
@@ -176,6 +197,7 @@ impl State {
             staging: None,
             applying: None,
             mig_applying: None,
+            mig_process: None,
             tagged_gpus: std::collections::BTreeSet::new(),
             reload_secs: 120,
             notice: None,
@@ -845,6 +867,7 @@ fn mig_confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
         super::stage::Typed::Confirmed => {
             state.mig_staging = None;
             state.mig_applying = Some(plan.fingerprint.clone());
+            state.mig_process = None;
             state.notice = Some((
                 format!(
                     "applying MIG plan {} (detached); the footer says when it ends, the Journal view (7) shows each step",
@@ -1092,15 +1115,27 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
             }
             Vec::new()
         }
+        Msg::MigApplyStarted(r) => {
+            match r {
+                Ok(d) => state.mig_process = Some(d),
+                // Nothing runs, so nothing is followed: the flag goes with the failure, and the
+                // journal is read at the idle pace again.
+                Err(e) => {
+                    log::error!("{e}");
+                    state.notice = Some((e, state.now_ms));
+                    state.mig_applying = None;
+                    state.mig_process = None;
+                }
+            }
+            Vec::new()
+        }
         Msg::Journal(mut entries, bad, unfinished, exited) => {
             let mut effects = Vec::new();
             state.unfinished = unfinished;
+            let runs = crate::domain::journal::Runs::of(&entries);
             // A MIG apply is followed through its run in the journal: done, or a failed step.
             if let Some(fp) = state.mig_applying.clone() {
-                let run = crate::exec::journal::runs(&entries)
-                    .into_iter()
-                    .rev()
-                    .find(|r| r.kind == "mig" && r.fingerprint == fp);
+                let run = runs.latest(crate::domain::journal::RunKind::Mig, &fp);
                 let end = run.and_then(|r| match (&r.closed, &r.last) {
                     (Some(_), _) => Some(format!("MIG plan {fp} applied")),
                     (None, Some((i, key, Some(false), detail))) => Some(format!(
@@ -1109,15 +1144,29 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
                     )),
                     _ => None,
                 });
+                // Its process is gone and its run never closed (it refused before journaling, or
+                // died): the followed process's end is reported when no repartition is followed.
+                let amd_followed = state
+                    .applying
+                    .as_ref()
+                    .is_some_and(|p| p.finished.is_none());
+                let end = end.or_else(|| {
+                    exited.as_ref().filter(|_| !amd_followed).map(|how| {
+                        format!(
+                            "the apply of MIG plan {fp} ended without finishing: {how}; the Journal view (7) shows what it did"
+                        )
+                    })
+                });
                 if let Some(text) = end {
                     state.notice = Some((text, state.now_ms));
                     state.mig_applying = None;
+                    state.mig_process = None;
                     effects.extend([Effect::Rescan, Effect::RefreshNow]);
                 }
             }
             if let Some(p) = state.applying.as_mut() {
                 let was = p.finished;
-                p.update(&entries);
+                p.follow(&runs);
                 if let Some(how) = exited {
                     p.exited(how);
                 }

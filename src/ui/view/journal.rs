@@ -4,7 +4,7 @@
 //! the movement keys scroll it; Esc goes back to the list.
 
 use super::fmt::cut;
-use crate::exec::journal::Entry;
+use crate::domain::journal::Entry;
 use crate::report::journal::{flatten, who, words};
 use crate::ui::scroll::Pane;
 use crate::ui::state::State;

@@ -1,0 +1,928 @@
+//! The journal's contract, typed. `exec::journal` writes and reads the lines (`Entry`, one JSON
+//! object a line); this module says what an apply run's lines mean (`RunEvent`, decoded and
+//! encoded in one place) and folds them into runs with ONE pure fold (`Runs`) that every reader
+//! uses: resume and the lock's refusals (`exec::journal`), the monitor's progress (`ui::stage`),
+//! `partop journal` (`report::journal`) and the fleet. The JSON shape on disk is the one partop
+//! always wrote, so old journals and saved plans still read.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Who acted: the real uid and its name from the system's user database. `SUDO_USER` and
+/// `SSH_CONNECTION` are environment variables anyone can set, so they are kept only as extra,
+/// labelled fields, never as the actor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Who {
+    /// The real uid's name from the user database (None when it has no entry).
+    pub user: Option<String>,
+    /// `SUDO_USER` as the environment claims it (unverified).
+    pub sudo_user: Option<String>,
+    /// `SSH_CONNECTION` as the environment claims it (unverified).
+    pub ssh_connection: Option<String>,
+    /// Real uid.
+    pub uid: u32,
+    /// Effective uid, when it differs from the real one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub euid: Option<u32>,
+}
+
+impl Who {
+    /// How the journal shows the actor: the system's name, with the unverified claims labelled.
+    pub fn describe(&self) -> String {
+        let mut s = self
+            .user
+            .clone()
+            .unwrap_or_else(|| format!("uid {}", self.uid));
+        if let Some(u) = &self.sudo_user {
+            s.push_str(&format!(" (SUDO_USER={u})"));
+        }
+        if let Some(c) = &self.ssh_connection {
+            s.push_str(&format!(
+                " (ssh from {})",
+                c.split_whitespace().next().unwrap_or(c)
+            ));
+        }
+        s
+    }
+}
+
+/// One journal line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// RFC 3339 time.
+    pub at: String,
+    /// Who.
+    pub who: Who,
+    /// Host.
+    pub host: String,
+    /// What (`kill.sigterm`, `repartition.step`, …).
+    pub action: String,
+    /// Whether the node is simulated.
+    #[serde(default)]
+    pub simulated: bool,
+    /// The targets with their details.
+    pub targets: Value,
+    /// What happened.
+    pub outcome: Value,
+}
+
+/// What a plan step does. The executors dispatch on it, the journal names it, and a new kind of
+/// step is one variant here plus the one function that performs it (`exec::apply::run_step` or
+/// `exec::mig::step`): the compiler then names every place that must know it. Written as the
+/// words partop always wrote (`"set_memory"`), so saved plans and old journals still read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// Stop the processes holding the GPUs.
+    Stop,
+    /// Wait until the GPUs are idle.
+    WaitIdle,
+    /// Set the memory partition mode.
+    SetMemory,
+    /// Reload the driver.
+    Reload,
+    /// Wait for the GPUs to come back.
+    WaitGpus,
+    /// Set the compute partition mode.
+    SetCompute,
+    /// Check the result.
+    Verify,
+    /// Start the stopped models again.
+    Relaunch,
+    /// MIG: switch the MIG mode.
+    MigMode,
+    /// MIG: destroy instances.
+    Destroy,
+    /// MIG: create instances.
+    Create,
+}
+
+impl StepKind {
+    /// Every kind (tests enumerate them).
+    pub const ALL: [Self; 11] = [
+        Self::Stop,
+        Self::WaitIdle,
+        Self::SetMemory,
+        Self::Reload,
+        Self::WaitGpus,
+        Self::SetCompute,
+        Self::Verify,
+        Self::Relaunch,
+        Self::MigMode,
+        Self::Destroy,
+        Self::Create,
+    ];
+
+    /// The word plans and the journal hold.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::WaitIdle => "wait_idle",
+            Self::SetMemory => "set_memory",
+            Self::Reload => "reload",
+            Self::WaitGpus => "wait_gpus",
+            Self::SetCompute => "set_compute",
+            Self::Verify => "verify",
+            Self::Relaunch => "relaunch",
+            Self::MigMode => "mig_mode",
+            Self::Destroy => "destroy",
+            Self::Create => "create",
+        }
+    }
+}
+
+impl std::fmt::Display for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for StepKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Which executor a run belongs to (the action's prefix: `repartition.step`, `mig.step`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunKind {
+    /// An AMD repartition.
+    Repartition,
+    /// An NVIDIA MIG layout.
+    Mig,
+}
+
+impl RunKind {
+    /// The action's prefix.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Repartition => "repartition",
+            Self::Mig => "mig",
+        }
+    }
+
+    /// The kind an action's prefix names.
+    pub fn from_word(w: &str) -> Option<Self> {
+        match w {
+            "repartition" => Some(Self::Repartition),
+            "mig" => Some(Self::Mig),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RunKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RunKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// How a run was closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// Every step done.
+    Done,
+    /// Closed by hand after the operator restored the node.
+    Abandoned,
+}
+
+impl Close {
+    /// The action's suffix.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// What one journal line of an apply run says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunEvent {
+    /// The run begins: the whole plan as confirmed, where its file is, who runs it, how it is
+    /// resumed.
+    Started {
+        /// The plan as confirmed.
+        plan: Value,
+        /// Where its file was, when it came from one.
+        plan_file: Option<String>,
+        /// The pid of the partop that runs it.
+        pid: Option<u32>,
+        /// The node it changes.
+        node: Option<String>,
+        /// The exact command that resumes it.
+        resume: Option<String>,
+        /// How many steps.
+        steps: Option<u64>,
+    },
+    /// A resumed run goes on (same run id).
+    Resumed {
+        /// The pid of the partop that resumed it.
+        pid: Option<u32>,
+        /// The first step it runs.
+        from_step: u64,
+    },
+    /// A step is about to act (journaled before it does).
+    StepBegun {
+        /// Its index.
+        idx: usize,
+        /// Its kind's word (kept as read: an older partop's word still shows).
+        key: String,
+        /// How long it may take.
+        limit_secs: Option<u32>,
+    },
+    /// A step acted.
+    StepEnded {
+        /// Its index.
+        idx: usize,
+        /// Its kind's word.
+        key: String,
+        /// Whether it did what it should.
+        ok: bool,
+        /// What happened (the tool's text).
+        detail: String,
+    },
+    /// The run is closed.
+    Closed(Close),
+}
+
+/// One journal line of an apply run: whose, when, and what it says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunLine {
+    /// The executor.
+    pub kind: RunKind,
+    /// The run id.
+    pub run: String,
+    /// The plan's fingerprint.
+    pub fingerprint: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What.
+    pub event: RunEvent,
+}
+
+fn small(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+fn text(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+impl RunEvent {
+    /// The action's suffix, the targets and the outcome this event is written as (the run id
+    /// and fingerprint are added by [`RunLine::encode`]).
+    pub fn encode(&self) -> (&'static str, Value, Value) {
+        match self {
+            Self::Started {
+                plan,
+                plan_file,
+                pid,
+                node,
+                resume,
+                steps,
+            } => (
+                "start",
+                json!({"plan": plan, "plan_file": plan_file, "pid": pid, "node": node, "resume": resume}),
+                json!({"steps": steps}),
+            ),
+            Self::Resumed { pid, from_step } => (
+                "resume",
+                json!({"pid": pid}),
+                json!({"from_step": from_step}),
+            ),
+            Self::StepBegun {
+                idx,
+                key,
+                limit_secs,
+            } => {
+                let mut outcome = json!({"state": "begin"});
+                if let Some(l) = limit_secs {
+                    outcome["limit_secs"] = json!(l);
+                }
+                ("step", json!({"step": idx, "key": key}), outcome)
+            }
+            Self::StepEnded {
+                idx,
+                key,
+                ok,
+                detail,
+            } => (
+                "step",
+                json!({"step": idx, "key": key}),
+                json!({"ok": ok, "detail": detail}),
+            ),
+            Self::Closed(c) => (c.as_str(), json!({}), json!({"ok": true})),
+        }
+    }
+}
+
+impl RunLine {
+    /// The action, targets and outcome of its journal line: the shape partop always wrote
+    /// (keys in the same order, so what `partop journal` shows does not move).
+    pub fn encode(&self) -> (String, Value, Value) {
+        let (what, mut targets, outcome) = self.event.encode();
+        targets["run"] = json!(self.run);
+        targets["fingerprint"] = json!(self.fingerprint);
+        (format!("{}.{what}", self.kind), targets, outcome)
+    }
+
+    /// What a journal line says about a run; None for a line of no run (a kill, a model
+    /// action, a fleet rollout) or one whose run id is not a string.
+    pub fn decode(e: &Entry) -> Option<Self> {
+        let (kind, what) = e.action.split_once('.')?;
+        let kind = RunKind::from_word(kind)?;
+        // Lines of an older partop carry no run id: read as run "" (see `Runs::unnamed`).
+        let run = match &e.targets["run"] {
+            Value::Null => String::new(),
+            v => v.as_str()?.to_string(),
+        };
+        let t = &e.targets;
+        let o = &e.outcome;
+        let event = match what {
+            "start" => RunEvent::Started {
+                plan: t["plan"].clone(),
+                plan_file: text(&t["plan_file"]),
+                pid: small(&t["pid"]),
+                node: text(&t["node"]),
+                resume: text(&t["resume"]),
+                steps: o["steps"].as_u64(),
+            },
+            "resume" => RunEvent::Resumed {
+                pid: small(&t["pid"]),
+                from_step: o["from_step"].as_u64().unwrap_or(0),
+            },
+            "step" => {
+                let idx = t["step"]
+                    .as_u64()
+                    .and_then(|s| usize::try_from(s).ok())
+                    .unwrap_or(0);
+                let key = t["key"].as_str().unwrap_or("?").to_string();
+                match o["ok"].as_bool() {
+                    Some(ok) => RunEvent::StepEnded {
+                        idx,
+                        key,
+                        ok,
+                        detail: o["detail"]
+                            .as_str()
+                            .or_else(|| o["error"].as_str())
+                            .unwrap_or("")
+                            .to_string(),
+                    },
+                    None => RunEvent::StepBegun {
+                        idx,
+                        key,
+                        limit_secs: small(&o["limit_secs"]),
+                    },
+                }
+            }
+            "done" => RunEvent::Closed(Close::Done),
+            "abandoned" => RunEvent::Closed(Close::Abandoned),
+            _ => return None,
+        };
+        Some(Self {
+            kind,
+            run,
+            fingerprint: e.targets["fingerprint"].as_str().unwrap_or("").to_string(),
+            at: e.at.clone(),
+            event,
+        })
+    }
+}
+
+/// One apply run (AMD repartition or MIG), as the journal tells it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// The executor.
+    pub kind: RunKind,
+    /// Its id.
+    pub run: String,
+    /// The plan's fingerprint.
+    pub fingerprint: String,
+    /// The plan as confirmed (journaled at the start).
+    pub plan: Value,
+    /// Where the plan file was, when it came from one.
+    pub plan_file: Option<String>,
+    /// When it started.
+    pub started_at: String,
+    /// The pid of the partop that ran it.
+    pub pid: Option<u32>,
+    /// The node it changes; None for runs journaled before partop recorded it.
+    pub node: Option<String>,
+    /// How many steps its start said it has.
+    pub steps: Option<u64>,
+    /// Steps done (ok), by index, in the order they were.
+    pub done: Vec<usize>,
+    /// Each step's latest result: ok and detail, by index.
+    pub results: std::collections::BTreeMap<usize, (bool, String)>,
+    /// A step failed in this run (a resume may have gone on since).
+    pub failed: bool,
+    /// The last step entry: index, key, ok, detail.
+    pub last: Option<(usize, String, Option<bool>, String)>,
+    /// It finished (`done`) or was `abandoned`.
+    pub closed: Option<String>,
+    /// The exact command that resumes it, as its start journaled it (every option it ran
+    /// with); None for runs journaled before partop recorded it.
+    pub resume: Option<String>,
+    /// The last step that began: its index, when, and how long it may take (progress:
+    /// elapsed against limit).
+    pub last_begin: Option<(usize, String, Option<u32>)>,
+}
+
+impl Run {
+    fn started(line: &RunLine) -> Option<Self> {
+        let RunEvent::Started {
+            plan,
+            plan_file,
+            pid,
+            node,
+            resume,
+            steps,
+        } = &line.event
+        else {
+            return None;
+        };
+        Some(Self {
+            kind: line.kind,
+            run: line.run.clone(),
+            fingerprint: line.fingerprint.clone(),
+            plan: plan.clone(),
+            plan_file: plan_file.clone(),
+            started_at: line.at.clone(),
+            pid: *pid,
+            node: node.clone(),
+            steps: *steps,
+            done: Vec::new(),
+            results: std::collections::BTreeMap::new(),
+            failed: false,
+            last: None,
+            closed: None,
+            resume: resume.clone(),
+            last_begin: None,
+        })
+    }
+
+    /// One more line of this run.
+    fn apply(&mut self, line: &RunLine) {
+        match &line.event {
+            RunEvent::Started { .. } | RunEvent::Resumed { .. } => {}
+            RunEvent::StepBegun {
+                idx,
+                key,
+                limit_secs,
+            } => {
+                self.last_begin = Some((*idx, line.at.clone(), *limit_secs));
+                self.last = Some((*idx, key.clone(), None, String::new()));
+            }
+            RunEvent::StepEnded {
+                idx,
+                key,
+                ok,
+                detail,
+            } => {
+                if *ok {
+                    self.done.push(*idx);
+                } else {
+                    self.failed = true;
+                }
+                self.results.insert(*idx, (*ok, detail.clone()));
+                self.last = Some((*idx, key.clone(), Some(*ok), detail.clone()));
+            }
+            RunEvent::Closed(c) => self.closed = Some(c.as_str().into()),
+        }
+    }
+
+    /// The first step not done (where a resume continues).
+    pub fn resume_point(&self) -> usize {
+        self.done.iter().max().map_or(0, |s| s + 1)
+    }
+
+    /// How it ended, as far as the journal says: applied, failed at a step, or still open.
+    pub fn outcome(&self) -> Option<bool> {
+        match (self.closed.as_deref(), self.failed) {
+            (Some("done"), _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The command that continues it: the one its start journaled, else rebuilt from the plan
+    /// file (without the options an older partop did not record).
+    pub fn resume_command(&self) -> String {
+        if let Some(r) = &self.resume {
+            return r.clone();
+        }
+        let sub = match self.kind {
+            RunKind::Mig => "partop mig apply",
+            RunKind::Repartition => "partop apply",
+        };
+        format!(
+            "{sub} {} --resume",
+            self.plan_file.as_deref().unwrap_or("PLAN.json")
+        )
+    }
+
+    /// Where it stopped, in a few words.
+    fn stopped_at(&self) -> String {
+        match &self.last {
+            Some((i, key, Some(false), _)) => format!("failed at step {} ({key})", i + 1),
+            Some((i, key, None, _)) => format!("stopped during step {} ({key})", i + 1),
+            Some((i, key, Some(true), _)) => format!("stopped after step {} ({key})", i + 1),
+            None => "stopped before its first step".into(),
+        }
+    }
+
+    /// One line for a header: what, where it stopped, the command that continues it.
+    pub fn headline(&self) -> String {
+        format!(
+            "{} {} {} · {}",
+            self.kind,
+            self.run,
+            self.stopped_at(),
+            self.resume_command()
+        )
+    }
+
+    /// One sentence for the operator.
+    pub fn describe(&self) -> String {
+        let step = match &self.last {
+            Some((i, key, Some(false), detail)) => {
+                format!("failed at step {} ({key}): {detail}", i + 1)
+            }
+            _ => self.stopped_at(),
+        };
+        format!(
+            "unfinished {} {} (plan {}, started {}): {step}. Continue it with `{}`, or after restoring the node by hand close it with `partop journal --abandon {}`",
+            self.kind,
+            self.run,
+            self.fingerprint,
+            self.started_at,
+            self.resume_command(),
+            self.run
+        )
+    }
+}
+
+/// The one fold: journal lines in, runs out (oldest first). Fed line by line, so a reader
+/// that holds it can go on with what was appended since.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Runs {
+    /// Every run so far, oldest first.
+    pub runs: Vec<Run>,
+    /// Lines journaled without a run id (an older partop), as runs of their plan: only the
+    /// monitor's progress reads them; resume and the refusals never count them.
+    pub unnamed: Vec<Run>,
+}
+
+impl Runs {
+    /// One more run line: a start opens a run; any other line goes to the newest run of its
+    /// id (a line of a run whose start is not in the journal is dropped).
+    pub fn apply(&mut self, line: &RunLine) {
+        if line.run.is_empty() {
+            return self.apply_unnamed(line);
+        }
+        if let Some(r) = Run::started(line) {
+            self.runs.push(r);
+        } else if let Some(r) = self.runs.iter_mut().rev().find(|r| r.run == line.run) {
+            r.apply(line);
+        }
+    }
+
+    fn apply_unnamed(&mut self, line: &RunLine) {
+        if let Some(r) = Run::started(line) {
+            self.unnamed.push(r);
+            return;
+        }
+        let at = self
+            .unnamed
+            .iter()
+            .rposition(|r| r.kind == line.kind && r.fingerprint == line.fingerprint);
+        let r = match at {
+            Some(i) => &mut self.unnamed[i],
+            None => {
+                let opened = RunLine {
+                    event: RunEvent::Started {
+                        plan: Value::Null,
+                        plan_file: None,
+                        pid: None,
+                        node: None,
+                        resume: None,
+                        steps: None,
+                    },
+                    ..line.clone()
+                };
+                let Some(r) = Run::started(&opened) else {
+                    return;
+                };
+                self.unnamed.push(r);
+                let last = self.unnamed.len() - 1;
+                &mut self.unnamed[last]
+            }
+        };
+        r.apply(line);
+    }
+
+    /// One more journal line (lines of no run are skipped).
+    pub fn feed(&mut self, e: &Entry) {
+        if let Some(line) = RunLine::decode(e) {
+            self.apply(&line);
+        }
+    }
+
+    /// The runs of these lines.
+    pub fn of(entries: &[Entry]) -> Self {
+        let mut s = Self::default();
+        for e in entries {
+            s.feed(e);
+        }
+        s
+    }
+
+    /// The newest run of `kind` for `fingerprint`, else the lines of that plan an older
+    /// partop journaled without a run id (what the monitor's progress follows).
+    pub fn following(&self, kind: RunKind, fingerprint: &str) -> Option<&Run> {
+        self.latest(kind, fingerprint).or_else(|| {
+            self.unnamed
+                .iter()
+                .rev()
+                .find(|r| r.kind == kind && r.fingerprint == fingerprint)
+        })
+    }
+
+    /// The newest run of `kind` for `fingerprint`.
+    pub fn latest(&self, kind: RunKind, fingerprint: &str) -> Option<&Run> {
+        self.runs
+            .iter()
+            .rev()
+            .find(|r| r.kind == kind && r.fingerprint == fingerprint)
+    }
+
+    /// The unfinished runs of `node` (or of every node; a run journaled before partop recorded
+    /// its node counts for every node), newest first.
+    pub fn unfinished(&self, node: Option<&str>) -> Vec<Run> {
+        self.runs
+            .iter()
+            .rev()
+            .filter(|r| r.closed.is_none())
+            .filter(|r| node.is_none_or(|n| r.node.as_deref().is_none_or(|m| m == n)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A node of a fleet rollout, as its start journals it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutNode {
+    /// Its name.
+    pub node: String,
+    /// Where ssh reaches it.
+    pub dest: String,
+    /// Its plan's fingerprint.
+    pub plan: String,
+}
+
+/// What one journal line of a fleet rollout says (a rollout is a change whose steps are nodes:
+/// each node runs its own `partop apply`, journaled on the node).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RolloutEvent {
+    /// The rollout of a plan set begins.
+    Started {
+        /// The set's fingerprint.
+        set: String,
+        /// The set's file.
+        file: String,
+        /// Its nodes, in order.
+        nodes: Vec<RolloutNode>,
+        /// How many nodes at a time.
+        parallel: usize,
+    },
+    /// A node's apply is about to start: afresh, resuming its run, or unknown (`error`).
+    NodeStarted {
+        /// The node.
+        node: RolloutNode,
+        /// It resumes its own run on the node.
+        resume: Option<bool>,
+        /// Why it could not be asked whether it has a run.
+        error: Option<String>,
+    },
+    /// A node applied and verified its plan.
+    NodeDone {
+        /// The node.
+        node: String,
+        /// Its plan.
+        plan: String,
+    },
+    /// A node's apply failed.
+    NodeFailed {
+        /// The node.
+        node: String,
+        /// Its plan.
+        plan: String,
+        /// What it said.
+        error: String,
+    },
+    /// The rollout stopped at a failure; these nodes were not touched.
+    Stopped {
+        /// The set.
+        set: String,
+        /// The nodes left.
+        untouched: Vec<String>,
+    },
+    /// Every node applied and verified.
+    Done {
+        /// The set.
+        set: String,
+    },
+}
+
+impl RolloutEvent {
+    /// The action, targets and outcome of this event's journal line in rollout `rollout`: the
+    /// shape partop always wrote.
+    pub fn encode(&self, rollout: &str) -> (&'static str, Value, Value) {
+        match self {
+            Self::Started {
+                set,
+                file,
+                nodes,
+                parallel,
+            } => (
+                "fleet.rollout.start",
+                json!({"set": set, "file": file,
+                       "nodes": nodes.iter().map(|n| json!({"node": n.node, "dest": n.dest, "plan": n.plan})).collect::<Vec<_>>()}),
+                json!({"rollout": rollout, "parallel": parallel}),
+            ),
+            Self::NodeStarted {
+                node,
+                resume,
+                error,
+            } => (
+                "fleet.node.start",
+                json!({"node": node.node, "dest": node.dest, "plan": node.plan}),
+                json!({"rollout": rollout, "resume": resume, "error": error}),
+            ),
+            Self::NodeDone { node, plan } => (
+                "fleet.node.done",
+                json!({"node": node, "plan": plan}),
+                json!({"rollout": rollout, "ok": true}),
+            ),
+            Self::NodeFailed { node, plan, error } => (
+                "fleet.node.failed",
+                json!({"node": node, "plan": plan}),
+                json!({"rollout": rollout, "ok": false, "error": error}),
+            ),
+            Self::Stopped { set, untouched } => (
+                "fleet.rollout.stopped",
+                json!({"set": set}),
+                json!({"rollout": rollout, "untouched": untouched}),
+            ),
+            Self::Done { set } => (
+                "fleet.rollout.done",
+                json!({"set": set}),
+                json!({"rollout": rollout, "ok": true}),
+            ),
+        }
+    }
+
+    /// What a journal line says about a rollout (its id and the event); None for a line of no
+    /// rollout.
+    pub fn decode(e: &Entry) -> Option<(String, Self)> {
+        let t = &e.targets;
+        let rollout = e.outcome["rollout"].as_str()?.to_string();
+        let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+        let node = |v: &Value| RolloutNode {
+            node: s(&v["node"]),
+            dest: s(&v["dest"]),
+            plan: s(&v["plan"]),
+        };
+        let ev = match e.action.as_str() {
+            "fleet.rollout.start" => Self::Started {
+                set: s(&t["set"]),
+                file: s(&t["file"]),
+                nodes: t["nodes"]
+                    .as_array()
+                    .map(|a| a.iter().map(node).collect())
+                    .unwrap_or_default(),
+                parallel: e.outcome["parallel"]
+                    .as_u64()
+                    .and_then(|p| usize::try_from(p).ok())
+                    .unwrap_or(1),
+            },
+            "fleet.node.start" => Self::NodeStarted {
+                node: node(t),
+                resume: e.outcome["resume"].as_bool(),
+                error: text(&e.outcome["error"]),
+            },
+            "fleet.node.done" => Self::NodeDone {
+                node: s(&t["node"]),
+                plan: s(&t["plan"]),
+            },
+            "fleet.node.failed" => Self::NodeFailed {
+                node: s(&t["node"]),
+                plan: s(&t["plan"]),
+                error: s(&e.outcome["error"]),
+            },
+            "fleet.rollout.stopped" => Self::Stopped {
+                set: s(&t["set"]),
+                untouched: e.outcome["untouched"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            "fleet.rollout.done" => Self::Done { set: s(&t["set"]) },
+            _ => return None,
+        };
+        Some((rollout, ev))
+    }
+}
+
+/// One fleet rollout, as the fleet journal tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollout {
+    /// Its id.
+    pub id: String,
+    /// The plan set's fingerprint.
+    pub set: String,
+    /// Nodes applied and verified.
+    pub done: Vec<String>,
+    /// Nodes that failed, then nodes started that never reported (the rollout was killed under
+    /// them): each continues its own run on the node when resumed.
+    pub failed: Vec<String>,
+    /// Nodes started.
+    pub started: Vec<String>,
+    /// Every node done.
+    pub finished: bool,
+}
+
+impl Rollout {
+    /// The nodes to treat as attempted before: failed, or started and never done.
+    pub fn attempted(&self) -> Vec<String> {
+        let mut v = self.failed.clone();
+        v.extend(
+            self.started
+                .iter()
+                .filter(|n| !self.done.contains(n))
+                .cloned(),
+        );
+        v.dedup();
+        v
+    }
+}
+
+/// The fold of the fleet journal: its rollouts, oldest first (the same fold shape as `Runs`:
+/// a start opens one, the other lines go to the newest rollout of their id).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rollouts {
+    /// Every rollout, oldest first.
+    pub rollouts: Vec<Rollout>,
+}
+
+impl Rollouts {
+    /// The rollouts of these lines.
+    pub fn of(entries: &[Entry]) -> Self {
+        let mut s = Self::default();
+        for (id, ev) in entries.iter().filter_map(RolloutEvent::decode) {
+            s.apply(&id, &ev);
+        }
+        s
+    }
+
+    /// One more rollout line.
+    pub fn apply(&mut self, id: &str, ev: &RolloutEvent) {
+        if let RolloutEvent::Started { set, .. } = ev {
+            self.rollouts.push(Rollout {
+                id: id.to_string(),
+                set: set.clone(),
+                done: Vec::new(),
+                failed: Vec::new(),
+                started: Vec::new(),
+                finished: false,
+            });
+            return;
+        }
+        let Some(r) = self.rollouts.iter_mut().rev().find(|r| r.id == id) else {
+            return;
+        };
+        match ev {
+            RolloutEvent::Started { .. } | RolloutEvent::Stopped { .. } => {}
+            RolloutEvent::NodeStarted { node, .. } => r.started.push(node.node.clone()),
+            RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
+            RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
+            RolloutEvent::Done { .. } => r.finished = true,
+        }
+    }
+
+    /// The newest rollout of plan set `set`.
+    pub fn latest(&self, set: &str) -> Option<&Rollout> {
+        self.rollouts.iter().rev().find(|r| r.set == set)
+    }
+}

@@ -1,0 +1,249 @@
+//! The one change protocol, below the commands: a saved plan is verified (its content against
+//! its fingerprint), the node is locked, a resume is checked against its journaled run and the
+//! node as it is now (`still_valid`), a fresh run is re-planned live and must come out
+//! identical, the run is journaled before any step acts, then the executor runs the steps (the
+//! last of which verifies). Generic over what is changed ([`Change`]: the AMD plan, the MIG
+//! plan), so `partop apply` and `partop mig apply` keep only their arguments, prompts and
+//! printing, and a new kind of change is one `impl Change`.
+
+use super::journal::{self, Run};
+use super::runlog::RunLog;
+use crate::domain::journal::{RunKind, StepKind};
+use std::path::Path;
+
+/// What a change protocol needs to know of a plan.
+pub trait Change: Clone + PartialEq + serde::Serialize + serde::de::DeserializeOwned {
+    /// The kind of run its journal entries belong to.
+    const RUN: RunKind;
+    /// The command that makes such a plan (what a refusal tells the operator to run again).
+    const PLAN_COMMAND: &'static str;
+    /// Its fingerprint, as saved.
+    fn fingerprint(&self) -> &str;
+    /// Its content's fingerprint, computed now.
+    fn content_fingerprint(&self) -> String;
+    /// Its steps' kinds, in order.
+    fn step_kinds(&self) -> Vec<StepKind>;
+    /// What differs between it and a plan made now, in words (empty when nothing is named).
+    fn differences(&self, _now: &Self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Change for crate::domain::plan::Plan {
+    const RUN: RunKind = RunKind::Repartition;
+    const PLAN_COMMAND: &'static str = "partop plan … --json";
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+    fn content_fingerprint(&self) -> String {
+        Self::content_fingerprint(self)
+    }
+    fn step_kinds(&self) -> Vec<StepKind> {
+        self.steps.iter().map(|s| s.key).collect()
+    }
+    fn differences(&self, now: &Self) -> Vec<String> {
+        crate::domain::plan::differences(self, now)
+    }
+}
+
+impl Change for crate::domain::mig::MigPlan {
+    const RUN: RunKind = RunKind::Mig;
+    const PLAN_COMMAND: &'static str = "partop mig plan … --json";
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+    fn content_fingerprint(&self) -> String {
+        Self::content_fingerprint(self)
+    }
+    fn step_kinds(&self) -> Vec<StepKind> {
+        self.steps.iter().map(|s| s.key).collect()
+    }
+}
+
+/// Why nothing was done: the sentence for the operator, naming the way out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// Where a confirmed plan's run starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Start<P> {
+    /// A new run: the plan as re-derived from the node now (identical to the saved one).
+    Fresh(P),
+    /// The journaled run goes on at step `from`, with the plan as it was confirmed.
+    Resume {
+        /// The journaled plan.
+        plan: P,
+        /// The first step not done.
+        from: usize,
+        /// The run.
+        run: Box<Run>,
+    },
+    /// The run of this plan is complete: nothing to do.
+    Complete(Box<Run>),
+}
+
+/// The saved plan is what was fingerprinted (never trusted: a changed file is refused).
+pub fn verify<P: Change>(plan: &P, file: &Path) -> Result<(), Refused> {
+    let now = plan.content_fingerprint();
+    if now == plan.fingerprint() {
+        return Ok(());
+    }
+    Err(Refused(format!(
+        "{} was changed after it was planned: its content no longer matches its fingerprint {} (now {now}). Nothing is applied. Make a new plan with `{}`",
+        file.display(),
+        plan.fingerprint(),
+        P::PLAN_COMMAND
+    )))
+}
+
+/// The run id this apply journals under: a resume continues the newest run of the plan, a
+/// fresh apply starts its own (taken before the lock, which names it).
+pub fn run_id<P: Change>(journal_path: &Path, plan: &P, resume: bool) -> String {
+    if resume {
+        journal::latest_run(journal_path, P::RUN, plan.fingerprint())
+            .map(|r| r.run)
+            .unwrap_or_default()
+    } else {
+        journal::new_run_id()
+    }
+}
+
+/// What the node is now, as the protocol asks it (read under the lock).
+pub trait Node<P> {
+    /// Why a fresh run of `plan` cannot start on the node as it is now (empty: it can).
+    fn can_start(&self, plan: &P) -> Vec<String>;
+    /// Why the journaled `plan` cannot be resumed on the node as it is now (`still_valid`;
+    /// empty: it can). `stop_done`: its stop step already ran, so its processes are gone.
+    fn can_resume(&self, plan: &P, stop_done: bool) -> Vec<String>;
+    /// The plan made now from the saved plan's request, or why it cannot be made.
+    fn replan(&self, saved: &P) -> Result<P, String>;
+}
+
+/// The resume check and the live re-plan, under the lock: where this apply starts, or why it
+/// must not. `node` names the node in the journal (its unfinished runs refuse a fresh apply).
+pub fn start<P: Change>(
+    journal_path: &Path,
+    node_id: &str,
+    saved: &P,
+    resume: bool,
+    node: &impl Node<P>,
+) -> Result<Start<P>, Refused> {
+    if resume {
+        return resume_start(journal_path, saved, node);
+    }
+    if let Some(u) = journal::unfinished_on(journal_path, node_id).first() {
+        return Err(Refused(u.describe()));
+    }
+    let why = node.can_start(saved);
+    if !why.is_empty() {
+        return Err(Refused(format!("{}\nnothing was changed", why.join("\n"))));
+    }
+    // The node must still be the node the plan was made for: re-planned here, the plan must
+    // come out identical, and the re-derived plan is what runs.
+    match node.replan(saved) {
+        Ok(now) if now == *saved => Ok(Start::Fresh(now)),
+        Ok(now) => {
+            let diff = saved.differences(&now);
+            Err(Refused(format!(
+                "the node changed since this plan was made (plan {}, now {}){}. Review the new plan with `{}` and save it again",
+                saved.fingerprint(),
+                now.fingerprint(),
+                if diff.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", diff.join("; "))
+                },
+                P::PLAN_COMMAND
+            )))
+        }
+        Err(e) => Err(Refused(format!("this plan no longer applies: {e}"))),
+    }
+}
+
+/// A resume: the newest run of this plan, as journaled, continued where it stopped if the node
+/// is in a state the plan can have produced.
+fn resume_start<P: Change>(
+    journal_path: &Path,
+    saved: &P,
+    node: &impl Node<P>,
+) -> Result<Start<P>, Refused> {
+    let Some(run) = journal::latest_run(journal_path, P::RUN, saved.fingerprint()) else {
+        return Err(Refused(format!(
+            "the journal {} has no run of {} plan {}: there is nothing to resume. Apply it without --resume",
+            journal_path.display(),
+            P::RUN,
+            saved.fingerprint()
+        )));
+    };
+    match run.closed.as_deref() {
+        Some("done") => return Ok(Start::Complete(Box::new(run))),
+        Some(_) => {
+            return Err(Refused(format!(
+                "run {} of this plan was abandoned; make a new plan with `{}`",
+                run.run,
+                P::PLAN_COMMAND
+            )));
+        }
+        None => {}
+    }
+    // The run continues with the plan as it was confirmed and journaled.
+    let journaled: P = serde_json::from_value(run.plan.clone()).map_err(|e| {
+        Refused(format!(
+            "the journaled plan of run {} cannot be read: {e}",
+            run.run
+        ))
+    })?;
+    if journaled != *saved {
+        return Err(Refused(format!(
+            "the plan given differs from the plan run {} confirmed: nothing is resumed",
+            run.run
+        )));
+    }
+    let from = run.resume_point();
+    let kinds = journaled.step_kinds();
+    if from >= kinds.len() {
+        return Ok(Start::Complete(Box::new(run)));
+    }
+    let stop_done = kinds
+        .iter()
+        .position(|k| *k == StepKind::Stop)
+        .is_none_or(|i| run.done.contains(&i));
+    let why = node.can_resume(&journaled, stop_done);
+    if !why.is_empty() {
+        return Err(Refused(format!(
+            "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
+            run.run,
+            why.join("\n  ")
+        )));
+    }
+    Ok(Start::Resume {
+        plan: journaled,
+        from,
+        run: Box::new(run),
+    })
+}
+
+/// Journal first: the run's start (the whole plan as confirmed, its file, the command that
+/// resumes it) or its resumption, before any step acts. Without it nothing is done.
+pub fn journal_start<P: Change>(
+    log: &RunLog,
+    start: &Start<P>,
+    plan_file: Option<&Path>,
+    resume_command: &str,
+) -> Result<(), Refused> {
+    let r = match start {
+        Start::Fresh(plan) => {
+            let value = serde_json::to_value(plan).map_err(|e| Refused(e.to_string()))?;
+            log.start_resumable(
+                &value,
+                plan_file,
+                plan.step_kinds().len(),
+                Some(resume_command),
+            )
+        }
+        Start::Resume { from, .. } => log.resumed(*from),
+        Start::Complete(_) => return Ok(()),
+    };
+    r.map_err(|e| Refused(e.to_string()))
+}
