@@ -8,6 +8,8 @@ pub mod check_config;
 pub mod commands;
 pub mod fleet;
 pub mod fleet_apply;
+pub mod fleet_nodes;
+pub mod fleet_rollouts;
 pub mod fleet_view;
 pub mod kill;
 pub mod mig;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 /// Key-to-screen latency, for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`): the input thread
 /// notes when it read each key, the loop writes how long until the next frame was on the
 /// terminal (µs, one per line). Off (one relaxed load per key) unless the variable is set.
-mod latency {
+pub(crate) mod latency {
     use std::collections::VecDeque;
     use std::io::Write as _;
     use std::sync::{Mutex, OnceLock};
@@ -62,8 +62,34 @@ mod latency {
     }
 }
 
-/// Spawns the input thread; it stops when `stop` is set or the channel closes.
-fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
+/// The monitor's message for a terminal event: keys, resizes, presses and the wheel (motion,
+/// reported while the mouse is captured, would only wake the loop).
+fn monitor_input(e: Event) -> Option<Msg> {
+    match e {
+        Event::Key(k) => Some(Msg::Key(k)),
+        Event::Resize(w, h) => Some(Msg::Resize(w, h)),
+        Event::Mouse(m)
+            if matches!(
+                m.kind,
+                event::MouseEventKind::Down(_)
+                    | event::MouseEventKind::ScrollDown
+                    | event::MouseEventKind::ScrollUp
+            ) =>
+        {
+            Some(Msg::Mouse(m))
+        }
+        _ => None,
+    }
+}
+
+/// Spawns the input thread of an app (the monitor, the fleet): each terminal event becomes the
+/// app's message through `map` (None drops it); it stops when `stop` is set or the channel
+/// closes.
+pub fn input_thread<M: Send + 'static>(
+    tx: mpsc::Sender<M>,
+    stop: Arc<AtomicBool>,
+    map: fn(Event) -> Option<M>,
+) {
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match event::poll(Duration::from_millis(250)) {
@@ -71,27 +97,14 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
                 Ok(false) => continue,
                 Err(_) => break,
             }
-            let msg = match event::read() {
-                Ok(Event::Key(k)) => {
-                    latency::key();
-                    Msg::Key(k)
-                }
-                Ok(Event::Resize(w, h)) => Msg::Resize(w, h),
-                // Presses and the wheel; motion (reported while the mouse is captured) would
-                // only wake the loop.
-                Ok(Event::Mouse(m))
-                    if matches!(
-                        m.kind,
-                        event::MouseEventKind::Down(_)
-                            | event::MouseEventKind::ScrollDown
-                            | event::MouseEventKind::ScrollUp
-                    ) =>
-                {
-                    Msg::Mouse(m)
-                }
-                Ok(_) => continue,
+            let e = match event::read() {
+                Ok(e) => e,
                 Err(_) => break,
             };
+            if matches!(e, Event::Key(_)) {
+                latency::key();
+            }
+            let Some(msg) = map(e) else { continue };
             if tx.blocking_send(msg).is_err() {
                 break;
             }
@@ -111,7 +124,7 @@ pub async fn run(
 ) -> anyhow::Result<State> {
     let (tx, rx) = mpsc::channel(64);
     let stop = Arc::new(AtomicBool::new(false));
-    input_thread(tx.clone(), Arc::clone(&stop));
+    input_thread(tx.clone(), Arc::clone(&stop), monitor_input);
     let runner = EffectRunner { exec, requests, tx };
     let r = run_with(terminal, state, theme, snapshots, runner, rx, |t| {
         super::terminal::suspend(t)
