@@ -45,5 +45,6 @@ pub fn transport(a: &FleetArgs, n: usize) -> Transport {
         connect_timeout: Duration::from_secs(u64::from(a.connect_timeout.clamp(1, 120))),
         refresh: crate::domain::fleet::refresh_for(n),
         concurrency: usize::from(a.concurrency),
+        local: std::env::current_exe().unwrap_or_else(|_| "partop".into()),
     }
 }

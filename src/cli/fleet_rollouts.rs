@@ -33,6 +33,23 @@ pub struct CommandRollouts {
 impl CommandRollouts {
     /// For the view's nodes and transport options.
     pub fn new(a: &FleetArgs, nodes: &[NodeSpec], settings: &crate::config::Settings) -> Self {
+        Self::with(
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("partop")),
+            &settings.journal,
+            a,
+            nodes,
+            &crate::config::paths::state_dir().join("fleet-sets"),
+        )
+    }
+
+    /// The same with the partop to run, the audit journal and where sets are saved given.
+    pub fn with(
+        exe: PathBuf,
+        journal: &Path,
+        a: &FleetArgs,
+        nodes: &[NodeSpec],
+        dir: &Path,
+    ) -> Self {
         let mut fleet: Vec<OsString> = vec![
             "--connect-timeout".into(),
             a.connect_timeout.to_string().into(),
@@ -43,14 +60,11 @@ impl CommandRollouts {
             fleet.extend(["--ssh-config".into(), c.clone().into_os_string()]);
         }
         Self {
-            exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("partop")),
-            global: vec![
-                "--journal".into(),
-                settings.journal.clone().into_os_string(),
-            ],
+            exe,
+            global: vec!["--journal".into(), journal.as_os_str().to_owned()],
             fleet,
             nodes: nodes.to_vec(),
-            dir: crate::config::paths::state_dir().join("fleet-sets"),
+            dir: dir.to_path_buf(),
         }
     }
 

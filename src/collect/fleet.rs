@@ -106,6 +106,8 @@ pub struct Transport {
     pub refresh: u32,
     /// Handshakes at once (streams, once up, do not count).
     pub concurrency: usize,
+    /// The partop a rehearsal node runs in ssh's place (this one).
+    pub local: PathBuf,
 }
 
 /// The words of a hosts-file line: split at blanks, `"…"` quoting inside a word (with `\"` and
@@ -375,9 +377,7 @@ pub fn rehearsal_home(state: &std::path::Path) -> PathBuf {
 pub fn node_command(t: &Transport, dest: &str, remote: &[String]) -> std::process::Command {
     if let Some(state) = rehearsal(dest) {
         let home = rehearsal_home(state);
-        let mut c = std::process::Command::new(
-            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("partop")),
-        );
+        let mut c = std::process::Command::new(&t.local);
         c.args(remote.iter().skip(1))
             .env("PARTOP_SIM_STATE", state)
             .env("XDG_STATE_HOME", home.join("state"))
