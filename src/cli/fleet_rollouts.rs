@@ -36,29 +36,21 @@ impl CommandRollouts {
         Self::with(
             std::env::current_exe().unwrap_or_else(|_| PathBuf::from("partop")),
             &settings.journal,
-            a,
+            fleet_options(a),
             nodes,
             &crate::config::paths::state_dir().join("fleet-sets"),
         )
     }
 
-    /// The same with the partop to run, the audit journal and where sets are saved given.
+    /// The same with the partop to run, the audit journal (the fleet journal lies beside it),
+    /// the options of `fleet` ([`fleet_options`]) and where sets are saved given.
     pub fn with(
         exe: PathBuf,
         journal: &Path,
-        a: &FleetArgs,
+        fleet: Vec<OsString>,
         nodes: &[NodeSpec],
         dir: &Path,
     ) -> Self {
-        let mut fleet: Vec<OsString> = vec![
-            "--connect-timeout".into(),
-            a.connect_timeout.to_string().into(),
-            "--concurrency".into(),
-            a.concurrency.to_string().into(),
-        ];
-        if let Some(c) = &a.ssh_config {
-            fleet.extend(["--ssh-config".into(), c.clone().into_os_string()]);
-        }
         Self {
             exe,
             global: vec!["--journal".into(), journal.as_os_str().to_owned()],
@@ -86,6 +78,20 @@ impl CommandRollouts {
             .map_err(|e| format!("cannot write {}: {e}", f.display()))?;
         Ok(f)
     }
+}
+
+/// The options of `fleet` that say how the nodes are reached, as the view was given them.
+pub fn fleet_options(a: &FleetArgs) -> Vec<OsString> {
+    let mut o: Vec<OsString> = vec![
+        "--connect-timeout".into(),
+        a.connect_timeout.to_string().into(),
+        "--concurrency".into(),
+        a.concurrency.to_string().into(),
+    ];
+    if let Some(c) = &a.ssh_config {
+        o.extend(["--ssh-config".into(), c.clone().into_os_string()]);
+    }
+    o
 }
 
 /// A hosts-file word in double quotes (a path with blanks, `#` or quotes reads back as written).

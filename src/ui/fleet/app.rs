@@ -77,17 +77,18 @@ pub async fn run(
     state: FleetState,
     theme: &Theme,
     runner: FleetRunner,
-    rx: mpsc::Receiver<FleetMsg>,
+    mut rx: mpsc::Receiver<FleetMsg>,
 ) -> anyhow::Result<FleetState> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::ui::app::input_thread(runner.tx.clone(), Arc::clone(&stop), fleet_input);
-    let r = run_with(terminal, state, theme, runner, rx).await;
+    let r = run_with(terminal, state, theme, &runner, &mut rx).await;
     stop.store(true, Ordering::Relaxed);
     r
 }
 
 /// The fleet's loop over any backend and any source of messages: the real terminal above, a
-/// `TestBackend` and scripted keys in the headless tests. Returns the final state.
+/// `TestBackend` and scripted keys in the headless tests. Returns the final state (the
+/// channel stays the caller's: a test runs the loop again on it).
 ///
 /// # Errors
 /// The terminal fails.
@@ -95,8 +96,8 @@ pub async fn run_with<B>(
     terminal: &mut Terminal<B>,
     mut state: FleetState,
     theme: &Theme,
-    runner: FleetRunner,
-    mut rx: mpsc::Receiver<FleetMsg>,
+    runner: &FleetRunner,
+    rx: &mut mpsc::Receiver<FleetMsg>,
 ) -> anyhow::Result<FleetState>
 where
     B: Backend,
@@ -138,7 +139,7 @@ where
             match e {
                 FleetEffect::Quit => return Ok(state),
                 FleetEffect::Open(name) => {
-                    open_node(terminal, &mut state, theme, &runner, &name, &mut rx).await?;
+                    open_node(terminal, &mut state, theme, runner, &name, rx).await?;
                     terminal.clear()?;
                     draw = true;
                 }
@@ -146,10 +147,10 @@ where
                     nodes,
                     compute,
                     memory,
-                } => off_loop(&runner, move |r, say| {
+                } => off_loop(runner, move |r, say| {
                     FleetMsg::Planned(r.plan(&nodes, compute, memory, say))
                 }),
-                FleetEffect::Rollout(set) => off_loop(&runner, move |r, say| {
+                FleetEffect::Rollout(set) => off_loop(runner, move |r, say| {
                     FleetMsg::RolledOut(r.roll_out(&set, say))
                 }),
             }
