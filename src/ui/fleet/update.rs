@@ -287,3 +287,62 @@ fn stage(s: &mut FleetState) {
     }
     s.stage = Some(FleetStage::new(nodes));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ui::fleet::state::NodeRow;
+    use crate::ui::keymap::Keymap;
+    use ratatui::crossterm::event::KeyModifiers;
+
+    fn key(c: char) -> FleetMsg {
+        FleetMsg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+    }
+
+    #[test]
+    fn keys_sort_tag_filter_and_stage() {
+        let (km, e) = Keymap::load("default", None, false);
+        assert!(e.is_empty(), "{e:?}");
+        let rows = ["b", "a", "c"]
+            .iter()
+            .map(|n| NodeRow::connecting(n, true))
+            .collect();
+        let mut s = FleetState::new(rows, km, "ssh".into(), 1);
+        assert_eq!(s.selected(), Some("a"), "none worse than another: by name");
+        assert_eq!(update(&mut s, key(' ')), []);
+        assert!(s.tagged.contains("a"));
+        // p stages on the tagged node; the plan is asked once the modes are chosen.
+        assert_eq!(update(&mut s, key('p')), []);
+        assert_eq!(
+            s.stage.as_ref().map(|x| x.nodes.clone()),
+            Some(vec!["a".into()])
+        );
+        update(&mut s, key('c'));
+        assert_eq!(
+            update(
+                &mut s,
+                FleetMsg::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE))
+            ),
+            [FleetEffect::Plan {
+                nodes: vec!["a".into()],
+                compute: Some(ComputeMode::Spx),
+                memory: None
+            }]
+        );
+        update(&mut s, FleetMsg::Planned(Err("refused".into())));
+        update(
+            &mut s,
+            FleetMsg::Key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE)),
+        );
+        assert!(s.stage.is_none());
+        // (`c` would keep all three: each row shows `connecting…`.)
+        update(&mut s, key('/'));
+        update(&mut s, key('b'));
+        assert_eq!(s.order.len(), 1);
+        // Read only: staging is gone from the keys.
+        let (km, _) = Keymap::load("default", None, true);
+        let mut r = FleetState::new(vec![NodeRow::connecting("a", true)], km, "ssh".into(), 1);
+        assert_eq!(update(&mut r, key('p')), []);
+        assert!(r.stage.is_none());
+    }
+}
