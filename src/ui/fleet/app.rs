@@ -1,9 +1,9 @@
-//! The fleet's app loop: owns the fleet's state, receives keys, node rows and what its effects
-//! report as [`FleetMsg`]s, runs the reducer, performs its effects and draws (node rows are
-//! coalesced to five frames a second; a key is drawn at once). Enter opens the node in the
-//! monitor's own loop (`ui::app::run_with`), read only, on that node's live stream read
-//! through the node's own transport; Esc returns. Planning and the rollout run off the loop,
-//! through [`Rollouts`], which the command layer supplies.
+//! The fleet as an app of the one app loop (`ui::app::run_app`, which runs the monitor too):
+//! keys, node rows and what its effects report arrive as [`FleetMsg`]s; it reduces them, runs
+//! its effects and draws (node rows coalesced to five frames a second; a key drawn at once).
+//! Enter runs the monitor on the node in the same loop function and terminal, read only, on
+//! that node's live stream read through the node's own transport; Esc returns. Planning and
+//! the rollout run off the loop, through [`Rollouts`], which the command layer supplies.
 
 use super::msg::{FleetEffect, FleetMsg, Staged};
 use super::state::FleetState;
@@ -11,6 +11,7 @@ use super::update::update;
 use super::view::render;
 use crate::collect::fleet::{NodeSpec, Remote, Transport};
 use crate::domain::{ComputeMode, MemoryMode};
+use crate::ui::app::{App, Flow};
 use crate::ui::keymap::Keymap;
 use crate::ui::theme::Theme;
 use ratatui::Terminal;
@@ -68,7 +69,8 @@ fn fleet_input(e: Event) -> Option<FleetMsg> {
     }
 }
 
-/// Runs the fleet view in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT).
+/// Runs the fleet view in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT);
+/// SIGTSTP suspends it like a shell job.
 ///
 /// # Errors
 /// The terminal fails.
@@ -81,20 +83,29 @@ pub async fn run(
 ) -> anyhow::Result<FleetState> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::ui::app::input_thread(runner.tx.clone(), Arc::clone(&stop), fleet_input);
-    let r = run_with(terminal, state, theme, &runner, &mut rx).await;
+    let mut app = Fleet {
+        state,
+        theme,
+        runner: &runner,
+        dirty: false,
+    };
+    let r = crate::ui::app::run_app(terminal, &mut app, &mut rx, |t| {
+        crate::ui::terminal::suspend(t)
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
-    r
+    r.map(|()| app.state)
 }
 
-/// The fleet's loop over any backend and any source of messages: the real terminal above, a
-/// `TestBackend` and scripted keys in the headless tests. Returns the final state (the
-/// channel stays the caller's: a test runs the loop again on it).
+/// The fleet in the one app loop (`ui::app::run_app`) over any backend and any source of
+/// messages: the real terminal above, a `TestBackend` and scripted keys in the headless tests.
+/// Returns the final state (the channel stays the caller's: a test runs the loop again on it).
 ///
 /// # Errors
 /// The terminal fails.
 pub async fn run_with<B>(
     terminal: &mut Terminal<B>,
-    mut state: FleetState,
+    state: FleetState,
     theme: &Theme,
     runner: &FleetRunner,
     rx: &mut mpsc::Receiver<FleetMsg>,
@@ -103,60 +114,98 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let size = terminal.size()?;
-    update(&mut state, FleetMsg::Resize(size.width, size.height));
-    update(&mut state, FleetMsg::Tick(crate::collect::clock::now_ms()));
-    let mut signals = crate::ui::terminal::QuitSignals::new()?;
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    let (mut draw, mut dirty) = (true, false);
-    loop {
-        if draw {
-            terminal.draw(|f| render(f, &state, theme))?;
-            crate::ui::app::latency::drawn();
-            dirty = false;
-        }
-        let effects = tokio::select! {
-            biased;
-            () = signals.recv() => vec![FleetEffect::Quit],
-            _ = tick.tick() => {
-                // Ages and the worst-first order move with the clock; rows that came since the
-                // last frame are drawn now.
-                update(&mut state, FleetMsg::Tick(crate::collect::clock::now_ms()));
-                draw = dirty;
-                Vec::new()
+    let mut app = Fleet {
+        state,
+        theme,
+        runner,
+        dirty: false,
+    };
+    crate::ui::app::run_app(terminal, &mut app, rx, |_| Ok(())).await?;
+    Ok(app.state)
+}
+
+/// The fleet as an app of the one loop: its state and reducer, no feed besides its channel
+/// (node rows come as messages), its effects run here.
+struct Fleet<'a> {
+    state: FleetState,
+    theme: &'a Theme,
+    runner: &'a FleetRunner,
+    /// Rows came since the last frame.
+    dirty: bool,
+}
+
+impl<B> App<B> for Fleet<'_>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Msg = FleetMsg;
+    // Rows are coalesced to five frames a second.
+    const TICK: Duration = Duration::from_millis(200);
+
+    async fn feed(&mut self) -> Option<FleetMsg> {
+        std::future::pending().await
+    }
+
+    fn resize(w: u16, h: u16) -> FleetMsg {
+        FleetMsg::Resize(w, h)
+    }
+
+    fn tick(now_ms: u64) -> FleetMsg {
+        FleetMsg::Tick(now_ms)
+    }
+
+    async fn step(
+        &mut self,
+        m: FleetMsg,
+        terminal: &mut Terminal<B>,
+        rx: &mut mpsc::Receiver<FleetMsg>,
+    ) -> anyhow::Result<Flow> {
+        // A node's row waits for the next tick (a fleet sends dozens a second); the clock
+        // draws what came; what the operator did is drawn at once.
+        let flow = match m {
+            FleetMsg::Node(_) => {
+                self.dirty = true;
+                Flow::Wait
             }
-            m = rx.recv() => {
-                let Some(m) = m else { break };
-                // A node's row waits for the next tick (a fleet sends dozens a second); what
-                // the operator did is drawn at once.
-                let node = matches!(m, FleetMsg::Node(_));
-                dirty |= node;
-                draw = !node;
-                update(&mut state, m)
-            }
+            FleetMsg::Tick(_) if !self.dirty => Flow::Wait,
+            _ => Flow::Draw,
         };
-        for e in effects {
+        for e in update(&mut self.state, m) {
             match e {
-                FleetEffect::Quit => return Ok(state),
+                FleetEffect::Quit => return Ok(Flow::Quit),
                 FleetEffect::Open(name) => {
-                    open_node(terminal, &mut state, theme, runner, &name, rx).await?;
+                    open_node(
+                        terminal,
+                        &mut self.state,
+                        self.theme,
+                        self.runner,
+                        &name,
+                        rx,
+                    )
+                    .await?;
                     terminal.clear()?;
-                    draw = true;
+                    return Ok(Flow::Draw);
                 }
                 FleetEffect::Plan {
                     nodes,
                     compute,
                     memory,
-                } => off_loop(runner, move |r, say| {
+                } => off_loop(self.runner, move |r, say| {
                     FleetMsg::Planned(r.plan(&nodes, compute, memory, say))
                 }),
-                FleetEffect::Rollout(set) => off_loop(runner, move |r, say| {
+                FleetEffect::Rollout(set) => off_loop(self.runner, move |r, say| {
                     FleetMsg::RolledOut(r.roll_out(&set, say))
                 }),
             }
         }
+        Ok(flow)
     }
-    Ok(state)
+
+    fn view(&mut self, frame: &mut ratatui::Frame<'_>) {
+        self.dirty = false;
+        render(frame, &self.state, self.theme);
+    }
 }
 
 /// Runs a planning or rollout job on a blocking thread: its lines and its end come back as

@@ -18,7 +18,11 @@ pub fn update(s: &mut FleetState, m: FleetMsg) -> Vec<FleetEffect> {
         FleetMsg::Key(k) => return key(s, &k),
         FleetMsg::Command(c) => return command(s, c),
         FleetMsg::Resize(w, h) => s.size = (w, h),
-        FleetMsg::Tick(now) => s.now_ms = now,
+        FleetMsg::Tick(now) => {
+            // Data goes stale with the clock: the worst-first order and the filter follow.
+            s.now_ms = now;
+            s.derive();
+        }
         FleetMsg::Node(e) => node(s, e, crate::collect::clock::now_ms()),
         FleetMsg::Said(l) => {
             if let Some(st) = s.stage.as_mut() {
