@@ -559,3 +559,79 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
     );
     feed.abort();
 }
+
+/// The staged change's dialog at 80x24 and 120x40, in each phase a key reaches: the modes
+/// chosen, the plan shown, the fingerprint being typed after a wrong word (the prompt of one
+/// node's apply, `view::stage::typed_prompt`), the rollout stopped with its reason.
+#[test]
+fn the_stage_dialog_in_each_phase() {
+    let nodes: Vec<NodeRow> = ["node1", "node2"]
+        .iter()
+        .map(|n| NodeRow::connecting(n, true))
+        .collect();
+    let set = partop::ui::fleet::Staged {
+        fingerprint: "4717ddac61b9f52c".into(),
+        file: "/var/lib/partop/fleet-sets/set-1.json".into(),
+    };
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let mut s = FleetState::new(nodes.clone(), keymap(), "ssh (partop stream)".into(), 1);
+        s.size = (w, h);
+        command(&mut s, Command::TagNode);
+        command(&mut s, Command::TagNode);
+        update(&mut s, key(KeyCode::Char('p')));
+        typed(&mut s, "ccm");
+        let mut shots = Vec::new();
+        let mut draw = |s: &FleetState, what: &str| {
+            let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+            t.draw(|f| partop::ui::fleet::render(f, s, &theme()))
+                .unwrap();
+            let text = format!("{}", t.backend());
+            shots.push(format!("== {what}\n{text}"));
+            text
+        };
+        assert!(draw(&s, "choose").contains("compute DPX · memory NPS1"));
+        update(&mut s, key(KeyCode::Enter));
+        for n in ["node1", "node2"] {
+            update(
+                &mut s,
+                FleetMsg::Said(format!(
+                    "{n}: plan 93f422974a479eb1 · logical GPUs 8 -> 16 · 1 to stop"
+                )),
+            );
+        }
+        update(&mut s, FleetMsg::Planned(Ok(set.clone())));
+        assert!(draw(&s, "review").contains("enter: confirm"));
+        update(&mut s, key(KeyCode::Enter));
+        typed(&mut s, "nope");
+        update(&mut s, key(KeyCode::Enter));
+        let text = draw(&s, "typing");
+        assert!(text.contains("type 4717ddac61b9f52c exactly"), "{text}");
+        assert!(
+            text.contains("Type the set's fingerprint (4717ddac61b9f52c)"),
+            "{text}"
+        );
+        assert!(text.contains("enter rolls out · esc goes back"), "{text}");
+        for _ in 0..4 {
+            update(&mut s, key(KeyCode::Backspace));
+        }
+        typed(&mut s, &set.fingerprint);
+        let e = update(&mut s, key(KeyCode::Enter));
+        assert_eq!(e, [partop::ui::fleet::FleetEffect::Rollout(set.clone())]);
+        update(
+            &mut s,
+            FleetMsg::Said("   node1: applied and verified".into()),
+        );
+        update(
+            &mut s,
+            FleetMsg::Said("   node2: failed at [4/7] reload the driver: refused (exit 1)".into()),
+        );
+        update(
+            &mut s,
+            FleetMsg::RolledOut(Err(
+                "the rollout stopped: untouched: none (exit status: 1)".into()
+            )),
+        );
+        assert!(draw(&s, "stopped").contains("the rollout stopped"));
+        insta::assert_snapshot!(format!("fleet_stage__{w}x{h}"), shots.join("\n"));
+    }
+}

@@ -359,26 +359,17 @@ fn stage(frame: &mut Frame<'_>, area: Rect, st: &super::state::FleetStage, theme
             format!("planning on {} node(s)…", st.nodes.len()),
             theme.get("status.warn"),
         )),
-        (Phase::Review, Some(set), Some(c)) => {
-            if let Some(n) = &c.notice {
-                bottom.extend(hang(Line::styled(n.clone(), theme.get("status.crit"))));
-            }
-            bottom.extend(hang(Line::from(vec![
-                Span::styled(
-                    format!(
-                        "Type the set's fingerprint ({}) to roll it out on these {} node(s): ",
-                        set.fingerprint,
-                        st.nodes.len()
-                    ),
-                    theme.get("danger"),
-                ),
-                Span::raw(format!("{}▏", c.typed)),
-            ])));
-            bottom.push(Line::styled(
-                "enter rolls out · esc goes back",
-                theme.get("ui.hint"),
-            ));
-        }
+        (Phase::Review, Some(set), Some(c)) => bottom.extend(crate::ui::view::stage::typed_prompt(
+            c,
+            format!(
+                "Type the set's fingerprint ({}) to roll it out on these {} node(s): ",
+                set.fingerprint,
+                st.nodes.len()
+            ),
+            "enter rolls out · esc goes back",
+            theme,
+            w,
+        )),
         (Phase::Review, _, _) => bottom.push(Line::styled(
             "enter: confirm (you will type the set's fingerprint) · esc cancel",
             theme.get("danger"),
