@@ -384,7 +384,8 @@ const ONE: &str = "\n[[workload]]\nname = \"a\"\nkind = \"batch\"\ngpu = 0\npart
 /// DPX/NPS2, Enter has every node plan; a wrong fingerprint rolls nothing out; the right one
 /// rolls out node by node: the first is applied and verified, the second fails at its step,
 /// the third is untouched and named; the fleet journal records it. The first node, opened from
-/// the fleet, reads its own journal through its transport.
+/// the fleet is the monitor, in the same loop, keys going to it; its journal is the node's
+/// own, read through its transport.
 #[test]
 fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -522,6 +523,27 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
         state.rows.iter().all(|r| r.summary.is_some()),
         "{:?}",
         state.rows
+    );
+
+    // Enter opens the selected node in the monitor, in the same loop function and terminal,
+    // on its full stream through its transport; Esc goes to that monitor and brings the fleet
+    // back (a key that did not reach it would leave the loop in the monitor: the phase's
+    // quits would not end it).
+    let (state, text) = phase(
+        &rt,
+        state,
+        &runner,
+        &mut rx,
+        &[
+            FleetMsg::Command(Command::Top),
+            key(KeyCode::Enter),
+            key(KeyCode::Esc),
+        ],
+    );
+    assert!(state.notice.is_none(), "{:?}", state.notice);
+    assert!(
+        text.contains("Nodes: 3 of 3 shown"),
+        "the fleet is back: {text}"
     );
 
     // The first node opened from the fleet: its own journal, through its transport.

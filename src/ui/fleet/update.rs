@@ -23,7 +23,12 @@ pub fn update(s: &mut FleetState, m: FleetMsg) -> Vec<FleetEffect> {
             s.now_ms = now;
             s.derive();
         }
-        FleetMsg::Node(e) => node(s, e, crate::collect::clock::now_ms()),
+        // A row is stamped with the loop's clock (the last tick, at most 200 ms old): the
+        // reducer reads no clock of its own.
+        FleetMsg::Node(e) => {
+            let now = s.now_ms;
+            node(s, e, now);
+        }
         FleetMsg::Said(l) => {
             if let Some(st) = s.stage.as_mut() {
                 st.say(&l);
