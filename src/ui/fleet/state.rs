@@ -72,14 +72,15 @@ pub enum FleetSort {
 }
 
 impl FleetSort {
-    /// The order `s` steps through.
+    /// The order `s` steps through (from worst, the measures in the order they had when the
+    /// name came first, so `s` pressed four times still sorts by logical GPUs).
     pub const ORDER: [Self; 6] = [
         Self::Worst,
-        Self::Name,
         Self::Busy,
         Self::Findings,
         Self::Age,
         Self::Logical,
+        Self::Name,
     ];
 
     /// Its label.
