@@ -36,6 +36,7 @@ fn exec(dir: &Path, sim_state: Option<PathBuf>) -> ExecSettings {
         nvidia_replay: false,
         exe: env!("CARGO_BIN_EXE_partop").into(),
         apply_dir: dir.join("apply"),
+        remote: None,
     }
 }
 

@@ -478,37 +478,40 @@ fn unreachable_wrong_host_key_missing_partop_stopped_stream_and_slow_node_each_s
     wait_until("the node to report again", || {
         screen().contains("nodes reporting 1 of 1")
     });
-    // Staging from the view: `p` on the selected node, the modes asked, its plan shown, the
-    // set's fingerprint typed, rolled out, back to the view with the new layout.
-    let send = |text: &str| {
+    // Staging from the view, inside it: `p` on the selected node, the modes chosen, its plan
+    // shown, the set's fingerprint typed, rolled out, back to the view with the new layout.
+    let keys = |text: &str| {
         Command::new("tmux")
             .args(["-L", &sock, "send-keys", "-l", text])
             .status()
             .unwrap();
+    };
+    let send = |text: &str| {
+        keys(text);
         Command::new("tmux")
             .args(["-L", &sock, "send-keys", "Enter"])
             .status()
             .unwrap();
     };
-    Command::new("tmux")
-        .args(["-L", &sock, "send-keys", "p"])
-        .status()
-        .unwrap();
-    wait_until("the compute prompt", || {
-        screen().contains("compute mode (SPX")
+    keys("p");
+    wait_until("the stage dialog", || {
+        screen().contains("Stage a change on 1 node(s)")
     });
-    send("DPX");
-    wait_until("the memory prompt", || {
-        screen().contains("memory mode (NPS1")
+    // c: SPX, then DPX; m: NPS1, then NPS2.
+    keys("ccmm");
+    wait_until("the modes chosen", || {
+        screen().contains("compute DPX · memory NPS2")
     });
-    send("NPS2");
-    wait_until("the plan and the confirmation", || {
-        screen().contains("Type the plan set's fingerprint (")
-    });
+    send("");
+    wait_until("the plan", || screen().contains("enter: confirm"));
     let s = screen();
     assert!(s.contains("good: plan "), "{s}");
-    let fp = s
-        .split("Type the plan set's fingerprint (")
+    send("");
+    wait_until("the confirmation", || {
+        screen().contains("Type the set's fingerprint (")
+    });
+    let fp = screen()
+        .split("Type the set's fingerprint (")
         .nth(1)
         .and_then(|x| x.split(')').next())
         .unwrap()

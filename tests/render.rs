@@ -588,13 +588,11 @@ fn fleet_view() {
     for (w, h) in [(80, 24), (200, 50)] {
         let mut rows = Vec::new();
         for i in 0..6 {
-            rows.push(NodeRow {
-                name: format!("node{i:02}"),
-                connecting: true,
-                ..NodeRow::default()
-            });
+            rows.push(NodeRow::connecting(&format!("node{i:02}"), true));
         }
         let mut s = FleetState::new(rows, km.clone(), "ssh (partop stream)".into(), 1);
+        // This picture is of the name order (worst first, the default, has its own below).
+        s.sort = partop::ui::fleet::FleetSort::Name;
         for i in 0..5u32 {
             let mut r: NodeSummary = base.clone();
             r.gfx_mean = Some(f64::from(i * 20));

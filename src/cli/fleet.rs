@@ -5,66 +5,10 @@
 use crate::cli::args::FleetArgs;
 use crate::cli::out::out;
 use crate::cli::{Cli, exit};
-use crate::collect::fleet::{FleetEvent, NodeSpec, Reach, Transport};
-use crate::domain::fleet::NodeSummary;
-use anyhow::{Context, Result};
+use crate::collect::fleet::{FleetEvent, NodeSpec, Reach};
+use crate::ui::fleet::NodeRow;
+use anyhow::Result;
 use std::time::Duration;
-
-/// The nodes the arguments name.
-pub fn nodes(a: &FleetArgs) -> Result<Vec<NodeSpec>> {
-    let mut v = Vec::new();
-    for h in &a.hosts {
-        v.push(crate::collect::fleet::spec(h, &a.remote_partop).map_err(exit::Usage)?);
-    }
-    if let Some(f) = &a.hosts_file {
-        let text = crate::collect::small_file::operator_text(f)
-            .with_context(|| format!("cannot read the hosts file {}", f.display()))?;
-        v.extend(
-            crate::collect::fleet::parse_hosts(&text, &a.remote_partop)
-                .map_err(|e| exit::Usage(format!("{}: {e}", f.display())))?,
-        );
-    }
-    // The ssh config names the nodes only when nothing else does (it is always ssh's -F).
-    if let Some(c) = a.ssh_config.as_ref().filter(|_| v.is_empty()) {
-        let text = crate::collect::small_file::operator_text(c)
-            .with_context(|| format!("cannot read the ssh config {}", c.display()))?;
-        for h in crate::collect::fleet::hosts_of_ssh_config(&text) {
-            v.push(crate::collect::fleet::spec(&h, &a.remote_partop).map_err(exit::Usage)?);
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    v.retain(|n| seen.insert(n.name.clone()));
-    Ok(v)
-}
-
-/// How the nodes are read.
-pub fn transport(a: &FleetArgs, n: usize) -> Transport {
-    let control_dir = crate::config::paths::state_dir().join("ssh");
-    let _ = std::fs::create_dir_all(&control_dir);
-    Transport {
-        ssh: std::env::var("PARTOP_SSH").unwrap_or_else(|_| "ssh".into()),
-        ssh_config: a.ssh_config.clone(),
-        control_dir,
-        connect_timeout: Duration::from_secs(u64::from(a.connect_timeout.clamp(1, 120))),
-        refresh: crate::domain::fleet::refresh_for(n),
-        concurrency: usize::from(a.concurrency),
-    }
-}
-
-/// One node's state as the view keeps it.
-#[derive(Clone, Debug, Default)]
-pub struct Row {
-    /// Its name.
-    pub name: String,
-    /// Its last row.
-    pub summary: Option<NodeSummary>,
-    /// Reachability.
-    pub reach: Option<Reach>,
-    /// When the last row arrived (this machine's clock), ms.
-    pub seen_ms: u64,
-    /// The last row is settled: no source of it is still on its first read.
-    pub settled: bool,
-}
 
 /// `partop fleet`.
 pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
@@ -77,7 +21,7 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
     if a.kubernetes {
         return crate::cli::fleet_kube::fleet(a);
     }
-    let nodes = nodes(a)?;
+    let nodes = crate::cli::fleet_nodes::nodes(a)?;
     if nodes.is_empty() {
         return Err(exit::Usage(
             "no nodes: name them (partop fleet node01 node02), or give --hosts-file, --ssh-config or --prometheus".into(),
@@ -95,24 +39,21 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
 /// the connect timeout and 20 s; a node still pending then is said as pending, not down. Then a
 /// table or JSON.
 fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
-    let t = transport(a, nodes.len());
+    let t = crate::cli::fleet_nodes::transport(a, nodes.len());
     let rt = crate::cli::out::runtime()?;
     let rows = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         let tasks = crate::collect::fleet::spawn(nodes, &t, &tx);
         drop(tx);
-        let mut rows: Vec<Row> = nodes
+        let mut rows: Vec<NodeRow> = nodes
             .iter()
-            .map(|n| Row {
+            .map(|n| NodeRow {
                 name: n.name.clone(),
-                ..Row::default()
+                ..NodeRow::default()
             })
             .collect();
         let deadline = tokio::time::Instant::now() + t.connect_timeout + Duration::from_secs(20);
-        let done = |rows: &[Row]| {
-            rows.iter()
-                .all(|r| r.settled || matches!(r.reach, Some(Reach::Down(_))))
-        };
+        let done = |rows: &[NodeRow]| rows.iter().all(|r| r.settled || r.down.is_some());
         while !done(&rows) {
             let Ok(Some(e)) = tokio::time::timeout_at(deadline, rx.recv()).await else {
                 break;
@@ -124,14 +65,19 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
                     {
                         r.settled = s.health != crate::domain::snapshot::Health::Pending;
                         r.summary = Some(*s);
-                        r.reach = Some(Reach::Up);
+                        r.down = None;
+                        r.connecting = false;
                     }
                 }
                 FleetEvent::Reach(n, reach) => {
                     if let Some(r) = rows.iter_mut().find(|r| r.name == n)
                         && !r.settled
                     {
-                        r.reach = Some(reach);
+                        r.connecting = reach == Reach::Connecting;
+                        r.down = match reach {
+                            Reach::Down(w) => Some(w),
+                            _ => None,
+                        };
                     }
                 }
             }
@@ -150,8 +96,8 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
                     "node": r.name,
                     "reporting": r.summary.is_some(),
                     "settled": r.settled,
-                    "reason": match &r.reach {
-                        Some(Reach::Down(w)) => Some(w.clone()),
+                    "reason": match &r.down {
+                        Some(w) => Some(w.clone()),
                         _ if r.summary.is_some() && !r.settled => Some(format!(
                             "pending: no settled sample within {}s ({})",
                             (t.connect_timeout + Duration::from_secs(20)).as_secs(),
@@ -165,28 +111,11 @@ fn once(a: &FleetArgs, nodes: &[NodeSpec]) -> Result<u8> {
             .collect();
         out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
     } else {
-        out(&crate::ui::fleet::table_text(&rows_to_view(&rows)))?;
+        out(&crate::ui::fleet::table_text(&rows))?;
     }
     Ok(if rows.iter().all(|r| r.settled) {
         exit::OK
     } else {
         exit::PARTIAL
     })
-}
-
-/// The view's rows from the command's.
-pub fn rows_to_view(rows: &[Row]) -> Vec<crate::ui::fleet::NodeRow> {
-    rows.iter()
-        .map(|r| crate::ui::fleet::NodeRow {
-            name: r.name.clone(),
-            summary: r.summary.clone(),
-            down: match &r.reach {
-                Some(Reach::Down(w)) => Some(w.clone()),
-                _ => None,
-            },
-            connecting: matches!(r.reach, Some(Reach::Connecting) | None),
-            seen_ms: r.seen_ms,
-            gfx_history: Vec::new(),
-        })
-        .collect()
 }

@@ -8,13 +8,12 @@
 use crate::cli::args::{FleetArgs, FleetCmd};
 use crate::cli::out::{confirm, out};
 use crate::cli::{Cli, exit};
-use crate::collect::fleet::{NodeSpec, Target, Transport, ssh_argv};
+use crate::collect::fleet::{NodeSpec, Target, Transport};
 use crate::domain::journal::{RolloutEvent, RolloutNode, Rollouts};
 use crate::domain::plan::Plan;
 use crate::exec::journal;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,7 +59,7 @@ pub fn fleet_journal(settings: &crate::config::Settings) -> PathBuf {
     settings.journal.with_file_name("fleet-journal.jsonl")
 }
 
-/// Runs `argv` on the node over ssh with `stdin`, within `limit`: (exit code, stdout, stderr).
+/// Runs `remote` on the node with `stdin`, within `limit`: (exit code, stdout, stderr).
 fn ssh_run(
     t: &Transport,
     dest: &str,
@@ -68,68 +67,7 @@ fn ssh_run(
     stdin: &str,
     limit: Duration,
 ) -> (Option<i32>, String, String) {
-    let mut child = match std::process::Command::new(&t.ssh)
-        .args(ssh_argv(t, dest, remote))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => return (None, String::new(), format!("cannot run {}: {e}", t.ssh)),
-    };
-    if let Some(mut i) = child.stdin.take() {
-        let _ = i.write_all(stdin.as_bytes());
-    }
-    // Each output read to at most 64 MiB (a plan, a snapshot, a journal: far less), the rest
-    // drained unread, so a node cannot grow this machine's memory without end.
-    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                use std::io::Read as _;
-                let _ = (&mut r).take(64 << 20).read_to_end(&mut buf);
-                let _ = std::io::copy(&mut r, &mut std::io::sink());
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
-    );
-    let (tx, rx) = std::sync::mpsc::channel();
-    let pid = child.id();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(Ok(st)) => (
-            st.code(),
-            out.join().unwrap_or_default(),
-            err.join().unwrap_or_default(),
-        ),
-        Ok(Err(e)) => (None, String::new(), e.to_string()),
-        Err(_) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            (
-                None,
-                String::new(),
-                format!("no answer within {}s", limit.as_secs()),
-            )
-        }
-    }
+    crate::collect::fleet::run_on(t, dest, remote, stdin, limit)
 }
 
 fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
@@ -199,8 +137,8 @@ pub fn action(
     action: &FleetCmd,
     settings: &crate::config::Settings,
 ) -> Result<u8> {
-    let nodes = crate::cli::fleet::nodes(a)?;
-    let t = crate::cli::fleet::transport(a, nodes.len());
+    let nodes = crate::cli::fleet_nodes::nodes(a)?;
+    let t = crate::cli::fleet_nodes::transport(a, nodes.len());
     match action {
         FleetCmd::Plan {
             compute,
@@ -711,43 +649,4 @@ fn apply(
         set.nodes.len()
     ))?;
     Ok(exit::OK)
-}
-
-/// Staging from the fleet view, on the plain terminal: asks the modes, plans on every node,
-/// shows every plan and the total, then the same typed confirmation and rollout as
-/// `partop fleet apply` (the set is saved under the state directory first).
-pub fn stage_interactive(
-    t: &Transport,
-    nodes: Vec<NodeSpec>,
-    settings: &crate::config::Settings,
-) -> Result<u8> {
-    let nodes = ssh_nodes(nodes)?;
-    out(&format!(
-        "Stage a change on {} node(s): {}\n",
-        nodes.len(),
-        nodes
-            .iter()
-            .map(|n| n.0.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))?;
-    let ask = |what: &str| -> Result<Option<String>> {
-        out(what)?;
-        let a = crate::cli::out::answer()?.trim().to_uppercase();
-        Ok((!a.is_empty()).then_some(a))
-    };
-    let compute = ask("compute mode (SPX, DPX, QPX, CPX; Enter keeps): ")?;
-    let memory = ask("memory mode (NPS1, NPS2, NPS4; Enter keeps): ")?;
-    if compute.is_none() && memory.is_none() {
-        out("nothing staged\n")?;
-        return Ok(exit::OK);
-    }
-    let dir = crate::config::paths::state_dir().join("fleet-sets");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let file = dir.join(format!("set-{}.json", crate::collect::clock::now_ms()));
-    let r = plan(t, nodes, compute.as_deref(), memory.as_deref(), &file)?;
-    if r != exit::OK {
-        return Ok(r);
-    }
-    apply(t, &file, 1, false, false, &fleet_journal(settings))
 }

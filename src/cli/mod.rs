@@ -9,6 +9,8 @@ pub mod commands;
 pub mod fleet;
 pub mod fleet_apply;
 pub mod fleet_kube;
+pub mod fleet_nodes;
+pub mod fleet_rollouts;
 pub mod fleet_view;
 pub mod kill;
 pub mod mig;

@@ -88,6 +88,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         nvidia_replay: cli.source.nvidia_replay.is_some(),
         exe: std::env::current_exe()?,
         apply_dir: crate::ui::effect::default_apply_dir(),
+        remote: None,
     };
     state.nvidia_smi = cli
         .source

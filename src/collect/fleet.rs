@@ -67,6 +67,30 @@ pub enum FleetEvent {
     Reach(String, Reach),
 }
 
+/// A node opened from the fleet: its name, and the target and transport it was read through
+/// (what the monitor opened on it reads its journal through; nothing is changed through it).
+#[derive(Clone, Debug)]
+pub struct Remote {
+    /// What the operator called it.
+    pub name: String,
+    /// How it is reached.
+    pub target: Target,
+    /// How it was read.
+    pub transport: Transport,
+}
+
+impl Remote {
+    /// Where it is read from, in words (`ssh node01`, `partop serve 10.0.0.5:9477`).
+    pub fn via(&self) -> String {
+        match &self.target {
+            Target::Ssh { dest, .. } if rehearsal(dest).is_some() => format!("rehearsal {dest}"),
+            Target::Ssh { dest, .. } => format!("ssh {dest}"),
+            Target::SshAmdSmi { dest, .. } => format!("amd-smi over ssh {dest}"),
+            Target::Http { addr } => format!("partop serve {addr}"),
+        }
+    }
+}
+
 /// How nodes are read.
 #[derive(Clone, Debug)]
 pub struct Transport {
@@ -82,6 +106,8 @@ pub struct Transport {
     pub refresh: u32,
     /// Handshakes at once (streams, once up, do not count).
     pub concurrency: usize,
+    /// The partop a rehearsal node runs in ssh's place (this one).
+    pub local: PathBuf,
 }
 
 /// The words of a hosts-file line: split at blanks, `"…"` quoting inside a word (with `\"` and
@@ -173,6 +199,22 @@ pub fn spec(word: &str, partop: &str) -> Result<NodeSpec, String> {
             name: addr.to_string(),
             target: Target::Http {
                 addr: addr.to_string(),
+            },
+            amd_smi: "amd-smi".into(),
+        });
+    }
+    // A rehearsal node: this partop on a simulator state, reached as an ssh node is.
+    if let Some(state) = rehearsal(word) {
+        if state.as_os_str().is_empty() {
+            return Err(format!(
+                "{word}: give {REHEARSE}STATE, a simulated node's state (partop sim start … --state STATE)"
+            ));
+        }
+        return Ok(NodeSpec {
+            name: word.to_string(),
+            target: Target::Ssh {
+                dest: word.to_string(),
+                partop: partop.to_string(),
             },
             amd_smi: "amd-smi".into(),
         });
@@ -309,6 +351,126 @@ fn cut(s: &str, max: usize) -> String {
         return e.into_owned();
     }
     e.chars().take(max).chain(std::iter::once('…')).collect()
+}
+
+/// The prefix of a rehearsal node's destination: `rehearse:STATE` is a simulated node (a
+/// `partop sim start … --state STATE`) changed as a real one is, without ssh.
+pub const REHEARSE: &str = "rehearse:";
+
+/// The simulator state a rehearsal destination names (None for an ssh destination).
+pub fn rehearsal(dest: &str) -> Option<&std::path::Path> {
+    dest.strip_prefix(REHEARSE).map(std::path::Path::new)
+}
+
+/// What a rehearsal node keeps of its own (journal, lock, config), as a real node does on
+/// its disk: beside its simulator state, so two rehearsal nodes never share a journal.
+pub fn rehearsal_home(state: &std::path::Path) -> PathBuf {
+    let mut h = state.as_os_str().to_owned();
+    h.push(".node");
+    PathBuf::from(h)
+}
+
+/// The one way a command reaches a node (its stream, a plan, an apply, a verify, its
+/// journal): `remote` is the node's command line, its first word the partop there. Over ssh
+/// it is ssh's argv ([`ssh_argv`]); on a rehearsal node it is the same words run by this
+/// partop on the node's simulator state, with the node's own state and config directories.
+pub fn node_command(t: &Transport, dest: &str, remote: &[String]) -> std::process::Command {
+    if let Some(state) = rehearsal(dest) {
+        let home = rehearsal_home(state);
+        let mut c = std::process::Command::new(&t.local);
+        c.args(remote.iter().skip(1))
+            .env("PARTOP_SIM_STATE", state)
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_CONFIG_HOME", home.join("config"));
+        return c;
+    }
+    let mut c = std::process::Command::new(&t.ssh);
+    c.args(ssh_argv(t, dest, remote));
+    c
+}
+
+/// The program [`node_command`] runs for `dest`, for messages.
+pub fn node_program(t: &Transport, dest: &str) -> String {
+    if rehearsal(dest).is_some() {
+        "this partop (rehearsal)".into()
+    } else {
+        t.ssh.clone()
+    }
+}
+
+/// Runs `remote` on the node at `dest` ([`node_command`]) with `stdin`, within `limit`:
+/// (exit code, stdout, stderr). Blocking; each output bounded.
+pub fn run_on(
+    t: &Transport,
+    dest: &str,
+    remote: &[String],
+    stdin: &str,
+    limit: Duration,
+) -> (Option<i32>, String, String) {
+    let mut child = match node_command(t, dest, remote)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let p = node_program(t, dest);
+            return (None, String::new(), format!("cannot run {p}: {e}"));
+        }
+    };
+    if let Some(mut i) = child.stdin.take() {
+        let _ = std::io::Write::write_all(&mut i, stdin.as_bytes());
+    }
+    // Each output read to at most 64 MiB (a plan, a snapshot, a journal: far less), the rest
+    // drained unread, so a node cannot grow this machine's memory without end.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                use std::io::Read as _;
+                let _ = (&mut r).take(64 << 20).read_to_end(&mut buf);
+                let _ = std::io::copy(&mut r, &mut std::io::sink());
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(st)) => (
+            st.code(),
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
+        ),
+        Ok(Err(e)) => (None, String::new(), e.to_string()),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            (
+                None,
+                String::new(),
+                format!("no answer within {}s", limit.as_secs()),
+            )
+        }
+    }
 }
 
 /// The ssh argv that runs `args` on `dest`.
@@ -468,8 +630,7 @@ async fn ssh_once(
         "--summary".into(),
     ];
     let permit = permits.acquire().await;
-    let mut child = match tokio::process::Command::new(&t.ssh)
-        .args(ssh_argv(t, dest, &remote))
+    let mut child = match tokio::process::Command::from(node_command(t, dest, &remote))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -477,7 +638,7 @@ async fn ssh_once(
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => return (false, format!("cannot run {}: {e}", t.ssh)),
+        Err(e) => return (false, format!("cannot run {}: {e}", node_program(t, dest))),
     };
     let Some(stdout) = child.stdout.take() else {
         return (false, "no stdout".into());
@@ -781,15 +942,14 @@ pub async fn full_stream(
                 "1".into(),
                 "stream".into(),
             ];
-            let Ok(mut child) = tokio::process::Command::new(&t.ssh)
-                .args(ssh_argv(t, dest, &remote))
+            let Ok(mut child) = tokio::process::Command::from(node_command(t, dest, &remote))
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .kill_on_drop(true)
                 .spawn()
             else {
-                return format!("cannot run {}", t.ssh);
+                return format!("cannot run {}", node_program(t, dest));
             };
             let Some(out) = child.stdout.take() else {
                 return "no stdout".into();

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 /// Key-to-screen latency, for the benchmark (`PARTOP_KEY_LATENCY_LOG=FILE`): the input thread
 /// notes when it read each key, the loop writes how long until the next frame was on the
 /// terminal (µs, one per line). Off (one relaxed load per key) unless the variable is set.
-mod latency {
+pub(crate) mod latency {
     use std::collections::VecDeque;
     use std::io::Write as _;
     use std::sync::{Mutex, OnceLock};
@@ -62,8 +62,34 @@ mod latency {
     }
 }
 
-/// Spawns the input thread; it stops when `stop` is set or the channel closes.
-fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
+/// The monitor's message for a terminal event: keys, resizes, presses and the wheel (motion,
+/// reported while the mouse is captured, would only wake the loop).
+fn monitor_input(e: Event) -> Option<Msg> {
+    match e {
+        Event::Key(k) => Some(Msg::Key(k)),
+        Event::Resize(w, h) => Some(Msg::Resize(w, h)),
+        Event::Mouse(m)
+            if matches!(
+                m.kind,
+                event::MouseEventKind::Down(_)
+                    | event::MouseEventKind::ScrollDown
+                    | event::MouseEventKind::ScrollUp
+            ) =>
+        {
+            Some(Msg::Mouse(m))
+        }
+        _ => None,
+    }
+}
+
+/// Spawns the input thread of an app (the monitor, the fleet): each terminal event becomes the
+/// app's message through `map` (None drops it); it stops when `stop` is set or the channel
+/// closes.
+pub fn input_thread<M: Send + 'static>(
+    tx: mpsc::Sender<M>,
+    stop: Arc<AtomicBool>,
+    map: fn(Event) -> Option<M>,
+) {
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match event::poll(Duration::from_millis(250)) {
@@ -71,27 +97,14 @@ fn input_thread(tx: mpsc::Sender<Msg>, stop: Arc<AtomicBool>) {
                 Ok(false) => continue,
                 Err(_) => break,
             }
-            let msg = match event::read() {
-                Ok(Event::Key(k)) => {
-                    latency::key();
-                    Msg::Key(k)
-                }
-                Ok(Event::Resize(w, h)) => Msg::Resize(w, h),
-                // Presses and the wheel; motion (reported while the mouse is captured) would
-                // only wake the loop.
-                Ok(Event::Mouse(m))
-                    if matches!(
-                        m.kind,
-                        event::MouseEventKind::Down(_)
-                            | event::MouseEventKind::ScrollDown
-                            | event::MouseEventKind::ScrollUp
-                    ) =>
-                {
-                    Msg::Mouse(m)
-                }
-                Ok(_) => continue,
+            let e = match event::read() {
+                Ok(e) => e,
                 Err(_) => break,
             };
+            if matches!(e, Event::Key(_)) {
+                latency::key();
+            }
+            let Some(msg) = map(e) else { continue };
             if tx.blocking_send(msg).is_err() {
                 break;
             }
@@ -111,7 +124,7 @@ pub async fn run(
 ) -> anyhow::Result<State> {
     let (tx, rx) = mpsc::channel(64);
     let stop = Arc::new(AtomicBool::new(false));
-    input_thread(tx.clone(), Arc::clone(&stop));
+    input_thread(tx.clone(), Arc::clone(&stop), monitor_input);
     let runner = EffectRunner { exec, requests, tx };
     let r = run_with(terminal, state, theme, snapshots, runner, rx, |t| {
         super::terminal::suspend(t)
@@ -121,85 +134,218 @@ pub async fn run(
     r
 }
 
-/// The app loop over any ratatui backend and any source of messages (keys, resizes, and what
-/// effects send back): the real terminal above, a `TestBackend` and scripted input in the
-/// headless tests. Owns the state, draws when something changed, and hands every effect to the
-/// runner, which never touches the state. Returns the final state.
+/// What the loop does after a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Leave.
+    Quit,
+    /// Draw now.
+    Draw,
+    /// Draw only if no frame was drawn for most of a second (ages on screen move).
+    DrawIfStale,
+    /// Nothing to draw yet.
+    Wait,
+}
+
+/// An app the one loop runs (the monitor, the fleet): its own state, messages, reducer, view
+/// and effect runner. The loop owns the terminal and the order of what arrives; the app
+/// reduces, runs its effects and draws.
+pub(crate) trait App<B: Backend> {
+    /// What its reducer receives.
+    type Msg: Send + 'static;
+    /// How often its clock ticks.
+    const TICK: Duration;
+    /// Its feed besides its channel (the monitor's samples), taken before anything else that
+    /// is ready; never ready for an app without one. None: the feed is gone, the loop ends.
+    async fn feed(&mut self) -> Option<Self::Msg>;
+    /// The message for a new terminal size.
+    fn resize(w: u16, h: u16) -> Self::Msg;
+    /// The message for the clock.
+    fn tick(now_ms: u64) -> Self::Msg;
+    /// Reduces one message and runs its effects; an effect may run another app in the
+    /// terminal, reading the same channel (the fleet opening a node).
+    async fn step(
+        &mut self,
+        m: Self::Msg,
+        terminal: &mut Terminal<B>,
+        rx: &mut mpsc::Receiver<Self::Msg>,
+    ) -> anyhow::Result<Flow>;
+    /// Just before a frame: what arrived outside the messages (the monitor's log records).
+    fn before_draw(&mut self) -> Flow {
+        Flow::Wait
+    }
+    /// Draws a frame.
+    fn view(&mut self, frame: &mut ratatui::Frame<'_>);
+}
+
+/// The one app loop, over any ratatui backend and any source of messages (keys, resizes, and
+/// what effects send back): the real terminal, a `TestBackend` and scripted input in the
+/// headless tests. A feed ready is taken before a message, a message before the clock, and a
+/// quit signal (SIGTERM, SIGINT, SIGHUP) ends it; SIGTSTP suspends like a shell job.
+pub(crate) async fn run_app<A, B>(
+    terminal: &mut Terminal<B>,
+    app: &mut A,
+    rx: &mut mpsc::Receiver<A::Msg>,
+    mut suspend: impl FnMut(&mut Terminal<B>) -> std::io::Result<()>,
+) -> anyhow::Result<()>
+where
+    A: App<B>,
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let size = terminal.size()?;
+    for m in [A::resize(size.width, size.height), A::tick(clock::now_ms())] {
+        if app.step(m, terminal, rx).await? == Flow::Quit {
+            return Ok(());
+        }
+    }
+    let mut signals = super::terminal::QuitSignals::new()?;
+    let mut tstp = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
+        nix::sys::signal::Signal::SIGTSTP as i32,
+    ))?;
+    let mut tick = tokio::time::interval(A::TICK);
+    let mut redraw = true;
+    let mut last_draw = std::time::Instant::now();
+    loop {
+        if redraw {
+            if app.before_draw() == Flow::Quit {
+                break;
+            }
+            terminal.draw(|f| app.view(f))?;
+            latency::drawn();
+            last_draw = std::time::Instant::now();
+        }
+        let m = tokio::select! {
+            // A sample that is ready is taken before a key that is ready: what the operator acts
+            // on next is the newest view of the node (and scripted input is deterministic).
+            biased;
+            m = app.feed() => match m {
+                Some(m) => m,
+                None => break,
+            },
+            Some(m) = rx.recv() => m,
+            _ = tick.tick() => A::tick(clock::now_ms()),
+            () = signals.recv() => break,
+            _ = tstp.recv() => {
+                suspend(terminal)?;
+                redraw = true;
+                continue;
+            }
+        };
+        redraw = match app.step(m, terminal, rx).await? {
+            Flow::Quit => break,
+            Flow::Draw => true,
+            // Ages on screen move once a second: a tick redraws only if nothing else has.
+            Flow::DrawIfStale => last_draw.elapsed() >= Duration::from_millis(950),
+            Flow::Wait => false,
+        };
+    }
+    Ok(())
+}
+
+/// The monitor as an app of the loop: its state and reducer, its samples as its feed, its
+/// effects through the runner (which never touches the state).
+struct Monitor<'a> {
+    state: State,
+    theme: &'a Theme,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    runner: EffectRunner,
+}
+
+impl Monitor<'_> {
+    /// Runs every effect, whatever caused it; true when one is Quit. What the effects may read
+    /// is copied only when there are effects (most messages have none).
+    fn run(&self, effects: Vec<Effect>) -> bool {
+        if effects.is_empty() {
+            return false;
+        }
+        let facts = Facts {
+            grace_ms: self.state.grace_ms,
+            snapshot: self.state.snapshot.clone(),
+            followed: self.state.followed(),
+        };
+        let mut quit = false;
+        for e in effects {
+            quit |= self.runner.run(e, &facts);
+        }
+        quit
+    }
+}
+
+impl<B: Backend> App<B> for Monitor<'_> {
+    type Msg = Msg;
+    const TICK: Duration = Duration::from_secs(1);
+
+    async fn feed(&mut self) -> Option<Msg> {
+        self.snapshots.changed().await.ok()?;
+        Some(Msg::Snapshot(Arc::clone(
+            &self.snapshots.borrow_and_update(),
+        )))
+    }
+
+    fn resize(w: u16, h: u16) -> Msg {
+        Msg::Resize(w, h)
+    }
+
+    fn tick(now_ms: u64) -> Msg {
+        Msg::Tick(now_ms)
+    }
+
+    async fn step(
+        &mut self,
+        m: Msg,
+        _terminal: &mut Terminal<B>,
+        _rx: &mut mpsc::Receiver<Msg>,
+    ) -> anyhow::Result<Flow> {
+        let tick = matches!(m, Msg::Tick(_));
+        let effects = update(&mut self.state, m);
+        Ok(if self.run(effects) {
+            Flow::Quit
+        } else if tick {
+            Flow::DrawIfStale
+        } else {
+            Flow::Draw
+        })
+    }
+
+    fn before_draw(&mut self) -> Flow {
+        let lines = super::logbuf::take();
+        if !lines.is_empty() {
+            let effects = update(&mut self.state, Msg::Log(lines));
+            if self.run(effects) {
+                return Flow::Quit;
+            }
+        }
+        Flow::Wait
+    }
+
+    fn view(&mut self, frame: &mut ratatui::Frame<'_>) {
+        view::render(frame, &self.state, self.theme);
+    }
+}
+
+/// The monitor in the one app loop, over any ratatui backend and any source of messages: the
+/// real terminal above, a `TestBackend` and scripted input in the headless tests (and the node
+/// the fleet opens). Returns the final state.
 pub async fn run_with<B>(
     terminal: &mut Terminal<B>,
-    mut state: State,
+    state: State,
     theme: &Theme,
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     runner: EffectRunner,
     mut rx: mpsc::Receiver<Msg>,
-    mut suspend: impl FnMut(&mut Terminal<B>) -> std::io::Result<()>,
+    suspend: impl FnMut(&mut Terminal<B>) -> std::io::Result<()>,
 ) -> anyhow::Result<State>
 where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let size = terminal.size()?;
-    let mut pending: std::collections::VecDeque<Effect> = std::collections::VecDeque::new();
-    pending.extend(update(&mut state, Msg::Resize(size.width, size.height)));
-    pending.extend(update(&mut state, Msg::Tick(clock::now_ms())));
-    let mut signals = super::terminal::QuitSignals::new()?;
-    let mut tstp = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
-        nix::sys::signal::Signal::SIGTSTP as i32,
-    ))?;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut redraw = true;
-    let mut last_draw = std::time::Instant::now();
-    loop {
-        // Every effect is run, whatever caused it and whether or not a frame is drawn. What
-        // the effects may read is copied only when there are effects (most messages have none).
-        let mut quit = false;
-        if !pending.is_empty() {
-            let facts = Facts {
-                grace_ms: state.grace_ms,
-                snapshot: state.snapshot.clone(),
-                followed: state.followed(),
-            };
-            while let Some(e) = pending.pop_front() {
-                quit |= runner.run(e, &facts);
-            }
-        }
-        if quit {
-            break;
-        }
-        if redraw {
-            let lines = super::logbuf::take();
-            if !lines.is_empty() {
-                pending.extend(update(&mut state, Msg::Log(lines)));
-            }
-            terminal.draw(|f| view::render(f, &state, theme))?;
-            latency::drawn();
-            last_draw = std::time::Instant::now();
-        }
-        let (effects, draw) = tokio::select! {
-            // A sample that is ready is taken before a key that is ready: what the operator acts
-            // on next is the newest view of the node (and scripted input is deterministic).
-            biased;
-            r = snapshots.changed() => {
-                if r.is_err() {
-                    break;
-                }
-                let s = Arc::clone(&snapshots.borrow_and_update());
-                (update(&mut state, Msg::Snapshot(s)), true)
-            }
-            Some(m) = rx.recv() => (update(&mut state, m), true),
-            _ = tick.tick() => {
-                // Ages on screen move once a second: a tick redraws only if nothing else has.
-                let e = update(&mut state, Msg::Tick(clock::now_ms()));
-                (e, last_draw.elapsed() >= Duration::from_millis(950))
-            }
-            () = signals.recv() => (vec![Effect::Quit], false),
-            _ = tstp.recv() => {
-                suspend(terminal)?;
-                (Vec::new(), true)
-            }
-        };
-        pending.extend(effects);
-        redraw = draw;
-    }
-    Ok(state)
+    let mut app = Monitor {
+        state,
+        theme,
+        snapshots,
+        runner,
+    };
+    run_app(terminal, &mut app, &mut rx, suspend).await?;
+    Ok(app.state)
 }

@@ -31,6 +31,71 @@ pub struct ExecSettings {
     pub exe: std::path::PathBuf,
     /// Where detached applies keep their plan, log and exit status.
     pub apply_dir: std::path::PathBuf,
+    /// The node is not this machine: opened from the fleet, read through this target and
+    /// transport. Its journal is read there; nothing is signalled, applied or started from here.
+    pub remote: Option<crate::collect::fleet::Remote>,
+}
+
+impl ExecSettings {
+    /// The settings of a monitor opened from the fleet on `node`: read only, its journal read
+    /// through the transport it was read through. The local paths name nothing of the node and
+    /// are never used: every effect that would use them is refused for a remote node.
+    pub fn remote(node: crate::collect::fleet::Remote) -> Self {
+        let none = std::path::PathBuf::from("/nonexistent/partop-remote-node");
+        Self {
+            journal: none.join("journal.jsonl"),
+            proc_root: none.join("proc"),
+            simulated: false,
+            sim_state: None,
+            models: None,
+            model_log_dir: none.join("models"),
+            nvidia_smi: None,
+            nvidia_replay: true,
+            exe: std::env::current_exe().unwrap_or_default(),
+            apply_dir: none.join("apply"),
+            remote: Some(node),
+        }
+    }
+}
+
+/// A remote node's journal, read where the node was read: `partop journal --json` through its
+/// transport (ssh, or this partop on a rehearsal node's state); a `partop serve` endpoint does
+/// not publish its journal, which is said.
+fn remote_journal(r: &crate::collect::fleet::Remote) -> Msg {
+    use crate::collect::fleet::Target;
+    let why = match &r.target {
+        Target::Ssh { dest, partop } => {
+            let remote = [partop.clone(), "journal".into(), "--json".into()];
+            let (code, out, err) = crate::collect::fleet::run_on(
+                &r.transport,
+                dest,
+                &remote,
+                "",
+                Duration::from_secs(30),
+            );
+            if code == Some(0) {
+                let (entries, bad) = crate::exec::journal::parse(&r.name, out.as_bytes());
+                let unfinished = crate::exec::journal::unfinished_in(&entries, None)
+                    .first()
+                    .map(crate::exec::journal::Run::headline);
+                return Msg::Journal(entries, bad, unfinished, None);
+            }
+            format!(
+                "cannot read its journal: {}",
+                crate::collect::fleet::ssh_reason(code, &err, false)
+            )
+        }
+        Target::SshAmdSmi { .. } => "partop is not installed there: it keeps no journal".into(),
+        Target::Http { addr } => format!(
+            "read through partop serve at {addr}, which does not publish the journal: partop journal on the node"
+        ),
+    };
+    Msg::Journal(
+        Vec::new(),
+        vec![crate::domain::text::escape_controls(&format!("{}: {why}", r.name)).into_owned()],
+        None,
+        None,
+    )
 }
 
 /// Runs a confirmed model action (blocking: signals, launches, the health wait), reporting in
@@ -329,6 +394,26 @@ impl EffectRunner {
     /// Runs one effect; true when it is Quit.
     pub fn run(&self, e: Effect, facts: &Facts) -> bool {
         let exec = &self.exec;
+        if let Some(r) = &exec.remote {
+            match e {
+                Effect::Kill(..) | Effect::Apply(_) | Effect::MigApply(_) | Effect::Model(_) => {
+                    log::error!(
+                        "{} is read through {}: it is changed on the node (or with partop fleet), not from here",
+                        r.name,
+                        r.via()
+                    );
+                    return false;
+                }
+                Effect::LoadJournal => {
+                    let (r, tx) = (r.clone(), self.tx.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let _ = tx.blocking_send(remote_journal(&r));
+                    });
+                    return false;
+                }
+                _ => {}
+            }
+        }
         match e {
             Effect::Quit => return true,
             Effect::RefreshNow => {

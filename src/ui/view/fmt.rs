@@ -75,6 +75,24 @@ pub fn cut(s: &str, w: usize) -> String {
     }
 }
 
+/// Cut to `w` characters in the middle (`127.0…:19004`), for names whose distinguishing part
+/// is at either end: a third of the room for the start, the rest for the end.
+pub fn cut_middle(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_string();
+    }
+    if w < 3 {
+        return cut(s, w);
+    }
+    let head = (w - 1) / 3;
+    let tail = w - 1 - head;
+    let mut t: String = s.chars().take(head).collect();
+    t.push('…');
+    t.extend(s.chars().skip(n - tail));
+    t
+}
+
 /// A line of `spans` cut to `w` columns, ending in `…` where something was cut.
 pub fn fit(spans: Vec<ratatui::text::Span<'_>>, w: usize) -> ratatui::text::Line<'_> {
     use unicode_width::UnicodeWidthStr as _;

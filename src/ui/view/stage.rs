@@ -277,30 +277,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
     // The prompt and keys are anchored at the bottom so they are never pushed off screen.
     let mut bottom: Vec<Line<'static>> = Vec::new();
     match (&st.confirming, st.required_word()) {
-        (Some(c), Some(word)) => {
-            if let Some(n) = &c.notice {
-                bottom.extend(super::fmt::hang(
-                    Line::styled(n.clone(), theme.get("status.crit")),
-                    w,
-                    2,
-                ));
-            }
-            bottom.extend(super::fmt::hang(
-                Line::from(vec![
-                    Span::styled(
-                        format!("Type {word} to apply plan {}: ", c.fingerprint),
-                        theme.get("danger"),
-                    ),
-                    Span::raw(format!("{}▏", c.typed)),
-                ]),
-                w,
-                2,
-            ));
-            bottom.push(Line::styled(
-                "enter applies · esc goes back",
-                theme.get("ui.hint"),
-            ));
-        }
+        (Some(c), Some(word)) => bottom.extend(typed_prompt(
+            c,
+            format!("Type {word} to apply plan {}: ", c.fingerprint),
+            "enter applies · esc goes back",
+            theme,
+            w,
+        )),
         _ => bottom.extend(super::fmt::hang(
             Line::styled(
                 "c compute · m memory · a scope · ↑↓ PgUp PgDn scroll · enter confirm · esc cancel",
@@ -581,4 +564,34 @@ pub fn render_mig(
     frame.render_widget(block, rect);
     frame.render_widget(Paragraph::new(body).scroll((top, 0)), body_r);
     frame.render_widget(Paragraph::new(bottom), tail_r);
+}
+
+/// The typed confirmation's prompt, in the one form of a node's apply and a fleet's rollout:
+/// why the last Enter did not confirm (a wrong word, a plan that changed), what to type and
+/// what it does (`ask`), what has been typed, and its keys.
+pub fn typed_prompt(
+    c: &crate::ui::confirm::Confirming,
+    ask: String,
+    keys: &'static str,
+    theme: &Theme,
+    w: usize,
+) -> Vec<Line<'static>> {
+    let mut v = Vec::new();
+    if let Some(n) = &c.notice {
+        v.extend(super::fmt::hang(
+            Line::styled(n.clone(), theme.get("status.crit")),
+            w,
+            2,
+        ));
+    }
+    v.extend(super::fmt::hang(
+        Line::from(vec![
+            Span::styled(ask, theme.get("danger")),
+            Span::raw(format!("{}▏", c.typed)),
+        ]),
+        w,
+        2,
+    ));
+    v.push(Line::styled(keys, theme.get("ui.hint")));
+    v
 }

@@ -1,0 +1,659 @@
+//! The fleet as an app, headless: its reducer over generated fleets (worst first, `/` over every
+//! word shown, `p` only where a change can go), its screen at 80x24 and 120x40 (the NODE
+//! column), and its whole loop (`ui::fleet::app::run_with`) over a `TestBackend` with scripted
+//! keys, reading rehearsal nodes (simulated nodes changed as real ones are, without sshd)
+//! through the real transport and rolling a change out on them through the real rollout.
+#![allow(clippy::unwrap_used, reason = "tests panic on failure")]
+
+mod common;
+use common::{partop, quick, run};
+use partop::collect::fleet::{NodeSpec, Remote, Transport};
+use partop::domain::fleet::{ApplyInfo, NodeSummary};
+use partop::domain::snapshot::Health;
+use partop::ui::command::Command;
+use partop::ui::fleet::app::{FleetRunner, Rollouts};
+use partop::ui::fleet::{FleetMsg, FleetState, NodeRow, Phase, cells, command, update};
+use partop::ui::keymap::Keymap;
+use partop::ui::theme::Theme;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const NOW: u64 = 1_800_000_000_000;
+
+fn theme() -> Theme {
+    Theme::load("default", Path::new("/nonexistent")).0
+}
+
+fn keymap() -> Keymap {
+    Keymap::load("default", None, false).0
+}
+
+fn key(c: KeyCode) -> FleetMsg {
+    FleetMsg::Key(KeyEvent::new(c, KeyModifiers::NONE))
+}
+
+fn typed(s: &mut FleetState, text: &str) {
+    for c in text.chars() {
+        update(s, key(KeyCode::Char(c)));
+    }
+}
+
+/// A reporting row with these traits.
+fn summary(warn: u32, info: u32, apply: bool, stale: bool) -> NodeSummary {
+    NodeSummary {
+        host: "h".into(),
+        products: vec!["AMD Instinct MI300X".into()],
+        modes: "SPX/NPS1×8".into(),
+        physical: 8,
+        logical: 8,
+        gfx_mean: Some(12.0),
+        vram_total: 192 << 30,
+        findings_warn: warn,
+        findings_info: info,
+        health: if stale { Health::Stale } else { Health::Ok },
+        taken_at_ms: NOW,
+        apply: apply.then(|| ApplyInfo {
+            fingerprint: "93f422974a479eb1".into(),
+            step: 2,
+            key: "reload".into(),
+        }),
+        ..NodeSummary::default()
+    }
+}
+
+/// Every kind of node the worst-first order tells apart: down; reporting with 0..=2 warnings,
+/// 0..=2 infos, with or without an unfinished apply, stale or fresh; not heard from yet.
+fn generated_fleet() -> FleetState {
+    let mut s = FleetState::new(Vec::new(), keymap(), "ssh (partop stream)".into(), 1);
+    s.now_ms = NOW;
+    let mut i = 0;
+    for warn in 0..=2 {
+        for info in 0..=2 {
+            for apply in [false, true] {
+                for stale in [false, true] {
+                    s.row(
+                        &format!("node{i:03}"),
+                        summary(warn, info, apply, stale),
+                        NOW,
+                    );
+                    i += 1;
+                }
+            }
+        }
+    }
+    for d in 0..3 {
+        s.reach(
+            &format!("down{d}"),
+            Some(format!("unreachable: reason {d}")),
+            false,
+        );
+    }
+    s.reach("waiting", None, true);
+    s
+}
+
+/// Worst first by default, over every kind of node: every node down comes first, then every
+/// reporting node by findings (warnings, an unfinished apply counting as one, then infos),
+/// stale before fresh among equals, nodes not heard from last.
+#[test]
+fn worst_first_is_the_default_order() {
+    let s = generated_fleet();
+    assert_eq!(s.sort, partop::ui::fleet::FleetSort::Worst);
+    let shown: Vec<&NodeRow> = s.order.iter().map(|i| &s.rows[*i]).collect();
+    assert_eq!(shown.len(), 3 * 3 * 2 * 2 + 4, "every node shown");
+    let rank = |r: &NodeRow| -> (u8, i64, i64, bool) {
+        match &r.summary {
+            _ if r.down.is_some() => (0, 0, 0, false),
+            None => (2, 0, 0, false),
+            Some(x) => (
+                1,
+                -(i64::from(x.findings_warn) + i64::from(x.apply.is_some())),
+                -i64::from(x.findings_info),
+                x.health != Health::Stale,
+            ),
+        }
+    };
+    for w in shown.windows(2) {
+        assert!(
+            rank(w[0]) <= rank(w[1]),
+            "{} ({:?}) before {} ({:?})",
+            w[0].name,
+            rank(w[0]),
+            w[1].name,
+            rank(w[1])
+        );
+    }
+    assert!(shown[..3].iter().all(|r| r.down.is_some()), "down first");
+    assert_eq!(shown.last().unwrap().name, "waiting");
+    // The most warnings, with an unfinished apply, stale: right after the nodes down.
+    let top = shown[3].summary.as_ref().unwrap();
+    assert_eq!(
+        (top.findings_warn, top.apply.is_some(), top.findings_info),
+        (2, true, 2)
+    );
+    assert_eq!(top.health, Health::Stale);
+    println!(
+        "{} nodes ordered, {} pairs checked",
+        shown.len(),
+        shown.len() - 1
+    );
+}
+
+/// `/` matches every word shown: for every node of the generated fleet and every word of its
+/// row on screen (name, product, modes, GFX, VRAM, models, findings, data, state, `DOWN`, the
+/// reason, `connecting…`), typed as shown and in lower case, the filter keeps that node.
+#[test]
+fn the_filter_matches_every_word_shown() {
+    let mut s = generated_fleet();
+    let mut cases = 0;
+    let rows = s.rows.clone();
+    for r in &rows {
+        let words: Vec<String> = cells(r, s.now_ms, 0)
+            .iter()
+            .flat_map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        assert!(!words.is_empty(), "{}", r.name);
+        for w in words {
+            for typed_as in [w.clone(), w.to_lowercase()] {
+                update(&mut s, key(KeyCode::Char('/')));
+                typed(&mut s, &typed_as);
+                update(&mut s, key(KeyCode::Enter));
+                assert!(
+                    s.order.iter().any(|i| s.rows[*i].name == r.name),
+                    "/{typed_as} hides {} although the word is on its row",
+                    r.name
+                );
+                update(&mut s, FleetMsg::Command(Command::Cancel));
+                assert_eq!(s.order.len(), s.rows.len(), "Esc clears the filter");
+                cases += 1;
+            }
+        }
+    }
+    // `/DOWN` keeps exactly the nodes that are down.
+    update(&mut s, key(KeyCode::Char('/')));
+    typed(&mut s, "DOWN");
+    update(&mut s, key(KeyCode::Enter));
+    assert_eq!(s.order.len(), 3);
+    assert!(s.order.iter().all(|i| s.rows[*i].down.is_some()));
+    assert!(cases > 600, "{cases} words filtered");
+    println!("{cases} words filtered");
+}
+
+/// Tagging with space, and `p` only where a change can go: on a fleet of `partop serve`
+/// endpoints the footer and the help do not offer it and the key says why; on nodes over ssh
+/// it opens the stage on the tagged nodes, and `c`, `m`, Enter ask every node to plan.
+#[test]
+fn p_is_offered_only_where_a_change_can_go() {
+    let theme = theme();
+    let draw = |s: &FleetState| {
+        let mut t = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        t.draw(|f| partop::ui::fleet::render(f, s, &theme)).unwrap();
+        format!("{}", t.backend())
+    };
+    let served: Vec<NodeRow> = (1..=3)
+        .map(|i| NodeRow::connecting(&format!("127.0.0.1:1900{i}"), false))
+        .collect();
+    let mut s = FleetState::new(served, keymap(), "partop serve /events".into(), 1);
+    let text = draw(&s);
+    assert!(!text.contains("p stage"), "{text}");
+    command(&mut s, Command::ToggleHelp);
+    assert!(
+        !draw(&s).contains("Stage a change"),
+        "help offers no staging"
+    );
+    command(&mut s, Command::ToggleHelp);
+    update(&mut s, key(KeyCode::Char('p')));
+    assert!(s.stage.is_none());
+    let n = s.notice.clone().unwrap();
+    assert!(n.contains("read only here"), "{n}");
+    assert!(draw(&s).contains("read only here"));
+
+    let ssh: Vec<NodeRow> = ["a", "b", "c"]
+        .iter()
+        .map(|n| NodeRow::connecting(n, true))
+        .collect();
+    let mut s = FleetState::new(ssh, keymap(), "ssh (partop stream)".into(), 1);
+    assert!(draw(&s).contains("p stage a change"));
+    update(&mut s, key(KeyCode::Char(' ')));
+    update(&mut s, key(KeyCode::Char(' ')));
+    assert_eq!(s.tagged.len(), 2);
+    assert!(update(&mut s, key(KeyCode::Char('p'))).is_empty());
+    assert_eq!(s.stage.as_ref().unwrap().nodes, ["a", "b"]);
+    // Nothing chosen: Enter says what to do and plans nothing.
+    assert!(update(&mut s, key(KeyCode::Enter)).is_empty());
+    for c in ['c', 'c', 'm'] {
+        update(&mut s, key(KeyCode::Char(c)));
+    }
+    let e = update(&mut s, key(KeyCode::Enter));
+    assert_eq!(
+        e,
+        [partop::ui::fleet::FleetEffect::Plan {
+            nodes: vec!["a".into(), "b".into()],
+            compute: Some(partop::domain::ComputeMode::Dpx),
+            memory: Some(partop::domain::MemoryMode::Nps1),
+        }]
+    );
+    // While the nodes plan, q does not leave.
+    assert!(command(&mut s, Command::Quit).is_empty());
+    // Read only: staging is gone from the keys.
+    let ro = Keymap::load("default", None, true).0;
+    let mut r = FleetState::new(vec![NodeRow::connecting("a", true)], ro, "ssh".into(), 1);
+    assert!(update(&mut r, key(KeyCode::Char('p'))).is_empty());
+    assert!(r.stage.is_none());
+}
+
+/// The NODE column keeps the names: at 80x24 and 120x40, fifteen `partop serve` endpoints on
+/// one host and three rehearsal nodes are each shown with their distinguishing end (the port,
+/// the node's directory), not cut to `127.0.0.1:1…`.
+#[test]
+fn node_names_keep_their_distinguishing_part() {
+    let mut rows: Vec<NodeRow> = (1..=15)
+        .map(|i| NodeRow::connecting(&format!("127.0.0.1:190{i:02}"), false))
+        .collect();
+    for n in ["n01", "n02", "n03"] {
+        rows.push(NodeRow::connecting(
+            &format!("rehearse:/var/tmp/partop-rehearsal/{n}/node.json"),
+            true,
+        ));
+    }
+    let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let mut s = FleetState::new(rows.clone(), keymap(), "ssh (partop stream)".into(), 1);
+        s.now_ms = NOW;
+        for (i, n) in names.iter().enumerate().take(15) {
+            let mut x = summary(u32::from(i % 3 == 0), 0, false, false);
+            x.taken_at_ms = NOW;
+            s.row(n, x, NOW);
+        }
+        s.size = (w, h);
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| partop::ui::fleet::render(f, &s, &theme()))
+            .unwrap();
+        let text = format!("{}", t.backend());
+        let shown = usize::from(h) - 9;
+        for i in s.order.iter().take(shown) {
+            let n = &s.rows[*i].name;
+            let end: String = n
+                .chars()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(&end) && !l.contains("127.0.0.1:1…")),
+                "{n}: its end {end:?} is not on screen at {w}x{h}:\n{text}"
+            );
+        }
+        if w >= 120 {
+            // Wide enough: every name whole.
+            for i in s.order.iter().take(shown) {
+                assert!(text.contains(&s.rows[*i].name), "{w}x{h}: {text}");
+            }
+        }
+        insta::assert_snapshot!(format!("fleet_node_column__{w}x{h}"), text);
+    }
+}
+
+/// `partop sim start` of a quick scenario, at `state`.
+fn sim_node(state: &Path, scenario: &str) {
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let toml = state.with_file_name("scenario.toml");
+    std::fs::write(&toml, scenario).unwrap();
+    let o = run(
+        partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .args(["sim", "start"])
+            .arg(&toml)
+            .arg("--state")
+            .arg(state),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+}
+
+fn modes(state: &Path) -> String {
+    let o = run(
+        partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .arg("--sim-state")
+            .arg(state)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    format!(
+        "{}/{}",
+        v["gpus"][0]["compute_partition"].as_str().unwrap_or("?"),
+        v["gpus"][0]["memory_partition"].as_str().unwrap_or("?")
+    )
+}
+
+/// Runs the fleet's loop until it quits, after `keys`: a quit is asked every 200 ms (the view
+/// refuses it while the nodes plan or the rollout runs), so the loop returns once the job the
+/// keys started has ended. Returns the state and the last screen.
+fn phase(
+    rt: &tokio::runtime::Runtime,
+    state: FleetState,
+    runner: &FleetRunner,
+    rx: &mut mpsc::Receiver<FleetMsg>,
+    keys: &[FleetMsg],
+) -> (FleetState, String) {
+    for k in keys {
+        runner.tx.blocking_send(k.clone()).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let quitter = {
+        let (tx, stop) = (runner.tx.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = tx.blocking_send(FleetMsg::Command(Command::Quit));
+            }
+        })
+    };
+    let (s, text) = rt.block_on(async {
+        let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+        let theme = theme();
+        let run = partop::ui::fleet::app::run_with(&mut term, state, &theme, runner, rx);
+        let s = tokio::time::timeout(Duration::from_secs(180), run)
+            .await
+            .expect("the job ends within 3 minutes")
+            .unwrap();
+        (s, format!("{}", term.backend()))
+    });
+    stop.store(true, Ordering::Relaxed);
+    quitter.join().unwrap();
+    // The quits asked after the loop returned are not for the next phase.
+    while rx.try_recv().is_ok() {}
+    (s, text)
+}
+
+const ONE: &str = "\n[[workload]]\nname = \"a\"\nkind = \"batch\"\ngpu = 0\npartition = 0\nvram_gb = 10\nbusy = 40\ncomm = \"python3\"\n";
+
+/// Three rehearsal nodes, the second of which fails its driver reload, read through the real
+/// transport and changed from the view: space tags all three, `p` stages, `c c m m` asks
+/// DPX/NPS2, Enter has every node plan; a wrong fingerprint rolls nothing out; the right one
+/// rolls out node by node: the first is applied and verified, the second fails at its step,
+/// the third is untouched and named; the fleet journal records it. The first node, opened from
+/// the fleet is the monitor, in the same loop, keys going to it; its journal is the node's
+/// own, read through its transport.
+#[test]
+fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let states: Vec<PathBuf> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| dir.path().join(n).join("node.json"))
+        .collect();
+    sim_node(&states[0], &quick("n1", "7.0.2", "SPX", "NPS1", ONE));
+    sim_node(
+        &states[1],
+        &quick(
+            "n2",
+            "7.0.2",
+            "SPX",
+            "NPS1",
+            &format!("fail_reloads = 1\n{ONE}"),
+        ),
+    );
+    sim_node(&states[2], &quick("n3", "7.0.2", "SPX", "NPS1", ONE));
+    let nodes: Vec<NodeSpec> = states
+        .iter()
+        .map(|p| {
+            partop::collect::fleet::spec(&format!("rehearse:{}", p.display()), "partop").unwrap()
+        })
+        .collect();
+    let t = Transport {
+        ssh: "ssh".into(),
+        ssh_config: None,
+        control_dir: dir.path().join("ssh"),
+        connect_timeout: Duration::from_secs(5),
+        refresh: 1,
+        concurrency: 8,
+        local: env!("CARGO_BIN_EXE_partop").into(),
+    };
+    let journal = dir.path().join("operator/journal.jsonl");
+    let rollouts = partop::cli::fleet_rollouts::CommandRollouts::with(
+        env!("CARGO_BIN_EXE_partop").into(),
+        &journal,
+        vec!["--connect-timeout".into(), "5".into()],
+        &nodes,
+        &dir.path().join("sets"),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, mut rx) = mpsc::channel(4096);
+    let feed = {
+        let (nodes, t, tx) = (nodes.clone(), t.clone(), tx.clone());
+        rt.spawn(async move {
+            let (etx, mut erx) = mpsc::channel(256);
+            let tasks = partop::collect::fleet::spawn(&nodes, &t, &etx);
+            while let Some(e) = erx.recv().await {
+                if tx.send(FleetMsg::Node(e)).await.is_err() {
+                    break;
+                }
+            }
+            drop(tasks);
+        })
+    };
+    let runner = FleetRunner {
+        nodes: nodes.clone(),
+        transport: Some(t.clone()),
+        rollouts: Some(Arc::new(rollouts) as Arc<dyn Rollouts>),
+        monitor_keymap: Keymap::load("default", None, true).0,
+        tx: tx.clone(),
+    };
+    let rows = nodes
+        .iter()
+        .map(|n| NodeRow::connecting(&n.name, true))
+        .collect();
+    let state = FleetState::new(rows, keymap(), "rehearsal".into(), 1);
+
+    // Tag all three, stage DPX/NPS2, plan.
+    let mut keys = vec![key(KeyCode::Char(' ')); 3];
+    keys.extend(["p", "c", "c", "m", "m"].map(|c| key(KeyCode::Char(c.chars().next().unwrap()))));
+    keys.push(key(KeyCode::Enter));
+    let (state, text) = phase(&rt, state, &runner, &mut rx, &keys);
+    let st = state.stage.as_ref().expect("the stage stays open");
+    assert_eq!(st.phase, Phase::Review, "{:?}\n{text}", st.log);
+    assert_eq!(st.nodes.len(), 3);
+    let set = st.staged.clone().unwrap();
+    for n in &nodes {
+        assert!(
+            st.log
+                .iter()
+                .any(|l| l.starts_with(&format!("{}: plan ", n.name))),
+            "{}: {:?}",
+            n.name,
+            st.log
+        );
+    }
+    assert!(text.contains("enter: confirm"), "{text}");
+    assert!(text.contains("compute DPX · memory NPS2"), "{text}");
+
+    // A wrong word rolls nothing out; the fingerprint typed does.
+    let mut keys = vec![key(KeyCode::Enter)];
+    keys.extend("nope".chars().map(|c| key(KeyCode::Char(c))));
+    keys.push(key(KeyCode::Enter));
+    keys.extend((0..4).map(|_| key(KeyCode::Backspace)));
+    keys.extend(set.fingerprint.chars().map(|c| key(KeyCode::Char(c))));
+    keys.push(key(KeyCode::Enter));
+    let (state, text) = phase(&rt, state, &runner, &mut rx, &keys);
+    let st = state.stage.as_ref().unwrap();
+    let Phase::Done(Err(why)) = &st.phase else {
+        panic!("{:?}\n{:?}\n{text}", st.phase, st.log)
+    };
+    assert!(why.contains("the rollout stopped"), "{why}");
+    let log = st.log.join("\n");
+    assert!(
+        log.contains(&format!("{}: applied and verified", nodes[0].name)),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("{}: failed at [", nodes[1].name)),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("untouched: {}", nodes[2].name)),
+        "{log}"
+    );
+    assert!(text.contains("the rollout stopped"), "{text}");
+    assert_eq!(modes(&states[0]), "DPX/NPS2");
+    assert_eq!(modes(&states[2]), "SPX/NPS1", "the third node is untouched");
+    let fj = std::fs::read_to_string(dir.path().join("operator/fleet-journal.jsonl")).unwrap();
+    for a in [
+        "fleet.rollout.start",
+        "fleet.node.done",
+        "fleet.node.failed",
+        "fleet.rollout.stopped",
+    ] {
+        assert!(fj.contains(a), "{a} missing:\n{fj}");
+    }
+    // Esc closes the outcome; the rows of the three nodes came through their transport.
+    let (state, _) = phase(&rt, state, &runner, &mut rx, &[key(KeyCode::Esc)]);
+    assert!(state.stage.is_none());
+    assert!(
+        state.rows.iter().all(|r| r.summary.is_some()),
+        "{:?}",
+        state.rows
+    );
+
+    // Enter opens the selected node in the monitor, in the same loop function and terminal,
+    // on its full stream through its transport; Esc goes to that monitor and brings the fleet
+    // back (a key that did not reach it would leave the loop in the monitor: the phase's
+    // quits would not end it).
+    let (state, text) = phase(
+        &rt,
+        state,
+        &runner,
+        &mut rx,
+        &[
+            FleetMsg::Command(Command::Top),
+            key(KeyCode::Enter),
+            key(KeyCode::Esc),
+        ],
+    );
+    assert!(state.notice.is_none(), "{:?}", state.notice);
+    assert!(
+        text.contains("Nodes: 3 of 3 shown"),
+        "the fleet is back: {text}"
+    );
+
+    // The first node opened from the fleet: its own journal, through its transport.
+    let (mtx, mut mrx) = mpsc::channel(8);
+    let (rtx, _rrx) = mpsc::channel(8);
+    let monitor = partop::ui::effect::EffectRunner {
+        exec: partop::ui::effect::ExecSettings::remote(Remote {
+            name: nodes[0].name.clone(),
+            target: nodes[0].target.clone(),
+            transport: t,
+        }),
+        requests: rtx,
+        tx: mtx,
+    };
+    let facts = partop::ui::effect::Facts {
+        grace_ms: 1000,
+        snapshot: None,
+        followed: None,
+    };
+    let got = rt.block_on(async {
+        monitor.run(partop::ui::state::Effect::LoadJournal, &facts);
+        tokio::time::timeout(Duration::from_secs(60), mrx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    let partop::ui::state::Msg::Journal(entries, bad, _, _) = got else {
+        panic!("{got:?}")
+    };
+    assert!(bad.is_empty(), "{bad:?}");
+    assert!(
+        entries.iter().any(|e| e.action == "repartition.start"),
+        "the node's own journal: {:?}",
+        entries.iter().map(|e| &e.action).collect::<Vec<_>>()
+    );
+    feed.abort();
+}
+
+/// The staged change's dialog at 80x24 and 120x40, in each phase a key reaches: the modes
+/// chosen, the plan shown, the fingerprint being typed after a wrong word (the prompt of one
+/// node's apply, `view::stage::typed_prompt`), the rollout stopped with its reason.
+#[test]
+fn the_stage_dialog_in_each_phase() {
+    let nodes: Vec<NodeRow> = ["node1", "node2"]
+        .iter()
+        .map(|n| NodeRow::connecting(n, true))
+        .collect();
+    let set = partop::ui::fleet::Staged {
+        fingerprint: "4717ddac61b9f52c".into(),
+        file: "/var/lib/partop/fleet-sets/set-1.json".into(),
+    };
+    for (w, h) in [(80u16, 24u16), (120, 40)] {
+        let mut s = FleetState::new(nodes.clone(), keymap(), "ssh (partop stream)".into(), 1);
+        s.size = (w, h);
+        command(&mut s, Command::TagNode);
+        command(&mut s, Command::TagNode);
+        update(&mut s, key(KeyCode::Char('p')));
+        typed(&mut s, "ccm");
+        let mut shots = Vec::new();
+        let mut draw = |s: &FleetState, what: &str| {
+            let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+            t.draw(|f| partop::ui::fleet::render(f, s, &theme()))
+                .unwrap();
+            let text = format!("{}", t.backend());
+            shots.push(format!("== {what}\n{text}"));
+            text
+        };
+        assert!(draw(&s, "choose").contains("compute DPX · memory NPS1"));
+        update(&mut s, key(KeyCode::Enter));
+        for n in ["node1", "node2"] {
+            update(
+                &mut s,
+                FleetMsg::Said(format!(
+                    "{n}: plan 93f422974a479eb1 · logical GPUs 8 -> 16 · 1 to stop"
+                )),
+            );
+        }
+        update(&mut s, FleetMsg::Planned(Ok(set.clone())));
+        assert!(draw(&s, "review").contains("enter: confirm"));
+        update(&mut s, key(KeyCode::Enter));
+        typed(&mut s, "nope");
+        update(&mut s, key(KeyCode::Enter));
+        let text = draw(&s, "typing");
+        assert!(text.contains("type 4717ddac61b9f52c exactly"), "{text}");
+        assert!(
+            text.contains("Type the set's fingerprint (4717ddac61b9f52c)"),
+            "{text}"
+        );
+        assert!(text.contains("enter rolls out · esc goes back"), "{text}");
+        for _ in 0..4 {
+            update(&mut s, key(KeyCode::Backspace));
+        }
+        typed(&mut s, &set.fingerprint);
+        let e = update(&mut s, key(KeyCode::Enter));
+        assert_eq!(e, [partop::ui::fleet::FleetEffect::Rollout(set.clone())]);
+        update(
+            &mut s,
+            FleetMsg::Said("   node1: applied and verified".into()),
+        );
+        update(
+            &mut s,
+            FleetMsg::Said("   node2: failed at [4/7] reload the driver: refused (exit 1)".into()),
+        );
+        update(
+            &mut s,
+            FleetMsg::RolledOut(Err(
+                "the rollout stopped: untouched: none (exit status: 1)".into()
+            )),
+        );
+        assert!(draw(&s, "stopped").contains("the rollout stopped"));
+        insta::assert_snapshot!(format!("fleet_stage__{w}x{h}"), shots.join("\n"));
+    }
+}
