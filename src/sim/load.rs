@@ -50,7 +50,9 @@ pub fn busy(state: &SimState, i: usize, t: f64) -> f64 {
     (w.busy + w.swing * noise(state.seed, i as u64, t)).clamp(0.0, 100.0)
 }
 
-/// Workload `i`'s VRAM, bytes (model servers grow their KV cache a little with load).
+/// Workload `i`'s VRAM, bytes. A model server holds what it reserved at load (weights and its
+/// KV-cache pool) and up to 0.5% more with load, never less: a read at any moment gives the same
+/// whole GiB for `models add`.
 #[expect(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
@@ -59,7 +61,7 @@ pub fn busy(state: &SimState, i: usize, t: f64) -> f64 {
 pub fn vram(state: &SimState, i: usize, t: f64) -> u64 {
     let w = &state.workloads[i].spec;
     let wobble = if w.kind == Kind::ModelServer {
-        1.0 + 0.01 * noise(state.seed, 1000 + i as u64, t)
+        1.0 + 0.0025 * (1.0 + noise(state.seed, 1000 + i as u64, t))
     } else {
         1.0
     };
