@@ -18,6 +18,7 @@ pub mod placement;
 pub mod plan;
 pub mod product;
 pub mod provenance;
+pub mod replicas;
 pub mod sanity;
 pub mod served;
 pub mod snapshot;

@@ -1,0 +1,313 @@
+//! Replica sets: one registry entry served as many servers, one per logical GPU, each on its
+//! own port from a range (AMD's guide runs 8 vLLM servers on SPX, 16 on DPX, behind nginx).
+//! Pure: the registry parser reads a set's `replicas`, `ports` and `gpus` here; the collector
+//! expands a set into its members on the current layout; the planner re-expands it on the
+//! staged one (what each set becomes); the executor resolves a member's name to its launch.
+
+use super::layout::LayoutRow;
+use super::models::{ModelSpec, Registry, Want};
+use super::placement::{gb_to_mb, holds};
+use serde::{Deserialize, Serialize};
+
+/// How many members a set asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Count {
+    /// Exactly this many (fewer where fewer logical GPUs hold the model: said in the plan).
+    Exactly(u32),
+    /// Every logical GPU that holds it (within `gpus`), up to the port range.
+    Fill,
+}
+
+/// A registry entry's replica set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaSet {
+    /// How many members.
+    pub count: Count,
+    /// First and last port of the range; member k (1-based) listens on `first + k - 1`.
+    pub ports: (u16, u16),
+    /// Physical or logical GPU identities the members may use (BDF prefixes: `0000:05:00`
+    /// takes every partition of that GPU, `0000:05:00.1` one logical GPU); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
+}
+
+impl ReplicaSet {
+    /// Most members the port range allows.
+    pub fn max_members(&self) -> u32 {
+        u32::from(self.ports.1.saturating_sub(self.ports.0)) + 1
+    }
+
+    /// The range as the plan and the view say it: `8001-8016`.
+    pub fn ports_text(&self, members: u32) -> String {
+        let last = u32::from(self.ports.0) + members.max(1) - 1;
+        if members <= 1 {
+            self.ports.0.to_string()
+        } else {
+            format!("{}-{last}", self.ports.0)
+        }
+    }
+}
+
+/// A member's place in its set (on a member's spec).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The set's registry name.
+    pub set: String,
+    /// 1-based index: its port is the range's first + index - 1.
+    pub index: u32,
+}
+
+/// Separates a set's name from a member's index in the member's name (`mistral-12b#3`): no
+/// registry name is a set name followed by it, so a member's name is never another model's.
+pub const MEMBER_SEP: char = '#';
+
+/// `replicas = N` (1 or more) or `replicas = "fill"`.
+pub fn parse_count(v: &toml::Value) -> Result<Count, String> {
+    match v {
+        toml::Value::Integer(n) if (1..=4096).contains(n) => {
+            Ok(Count::Exactly(u32::try_from(*n).unwrap_or(1)))
+        }
+        toml::Value::String(s) if s == "fill" => Ok(Count::Fill),
+        other => Err(format!(
+            "replicas = {other} is not a count: give 1 to 4096, or \"fill\" (every logical GPU that holds the model)"
+        )),
+    }
+}
+
+/// `ports = "8001-8016"` (first and last, first <= last, none 0).
+pub fn parse_ports(s: &str) -> Result<(u16, u16), String> {
+    let bad = || {
+        format!(
+            "ports = {s:?} is not a port range: write the first and last port, like \"8001-8016\""
+        )
+    };
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || b < a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+/// The spec of member `index` of set `set`, placed on `bdf` (or anywhere free that holds it):
+/// its own name, port and health and metrics URLs; the set's launch, with `{port}` and
+/// `{name}` its own.
+pub fn member_spec(set: &ModelSpec, index: u32, bdf: Option<&str>) -> Option<ModelSpec> {
+    let r = set.replicas.as_ref()?;
+    if index == 0 || index > r.max_members() {
+        return None;
+    }
+    let port = u16::try_from(u32::from(r.ports.0) + index - 1).ok()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let mut m = set.clone();
+    m.name = format!("{}{MEMBER_SEP}{index}", set.name);
+    m.port = port;
+    m.health_url = format!("{base}/health");
+    m.metrics_url = format!("{base}/metrics");
+    m.want = bdf.map_or(Want::AnyFree(0.0), |b| Want::Gpu(b.to_string()));
+    m.replicas = None;
+    m.member = Some(Member {
+        set: set.name.clone(),
+        index,
+    });
+    Some(m)
+}
+
+/// The logical GPUs a set's members take on `rows`, in logical GPU order, skipping `taken`:
+/// those within the set's `gpus` that hold its memory; all of them for `fill`, the first N
+/// otherwise; never more than the port range has ports.
+pub fn places<'a>(set: &ModelSpec, rows: &'a [LayoutRow], taken: &[String]) -> Vec<&'a LayoutRow> {
+    let Some(r) = set.replicas.as_ref() else {
+        return vec![];
+    };
+    let need = gb_to_mb(set.memory_gb);
+    let mut fit: Vec<&LayoutRow> = rows
+        .iter()
+        .filter(|row| !taken.contains(&row.bdf))
+        .filter(|row| r.gpus.is_empty() || r.gpus.iter().any(|g| row.bdf.starts_with(g)))
+        .filter(|row| holds(row.vram_mb, need))
+        .collect();
+    fit.sort_by_key(|row| row.gpu_id);
+    let n = match r.count {
+        Count::Exactly(n) => n.min(r.max_members()),
+        Count::Fill => r.max_members(),
+    };
+    fit.truncate(n as usize);
+    fit
+}
+
+/// The registry as served on `rows`: each set replaced by its members (member k on the k-th
+/// logical GPU of [`places`]), other entries as they are. `taken` are logical GPUs the set
+/// may not use (held by what is not a member).
+pub fn expand(registry: &Registry, rows: &[LayoutRow], taken: &[String]) -> Vec<ModelSpec> {
+    let mut out = Vec::new();
+    for m in &registry.models {
+        if m.replicas.is_none() {
+            out.push(m.clone());
+            continue;
+        }
+        for (k, row) in places(m, rows, taken).iter().enumerate() {
+            let index = u32::try_from(k + 1).unwrap_or(u32::MAX);
+            out.extend(member_spec(m, index, Some(&row.bdf)));
+        }
+    }
+    out
+}
+
+/// The entry named `name`: a registry entry, or a member of a set (`set#k`, any k the port
+/// range allows; placed where the caller places it).
+pub fn resolve(registry: &Registry, name: &str) -> Option<ModelSpec> {
+    if let Some(m) = registry.models.iter().find(|m| m.name == name) {
+        return Some(m.clone());
+    }
+    let (set, k) = name.rsplit_once(MEMBER_SEP)?;
+    let k: u32 = k.parse().ok()?;
+    let set = registry
+        .models
+        .iter()
+        .find(|m| m.name == set && m.replicas.is_some())?;
+    member_spec(set, k, None)
+}
+
+/// What a set becomes in a repartition, for the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetChange {
+    /// The set's name.
+    pub name: String,
+    /// Members before.
+    pub before: u32,
+    /// Members after.
+    pub after: u32,
+    /// The layout before and after, as the plan names it (`SPX`, `DPX/NPS2`).
+    pub layouts: (String, String),
+    /// Ports after (`8001-8016`).
+    pub ports: String,
+}
+
+impl std::fmt::Display for SetChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |k: u32| if k == 1 { "replica" } else { "replicas" };
+        write!(
+            f,
+            "{}: {} {} on {} -> {} on {}, ports {}",
+            self.name,
+            self.before,
+            n(self.before),
+            self.layouts.0,
+            self.after,
+            self.layouts.1,
+            self.ports
+        )?;
+        if self.after < self.before {
+            write!(
+                f,
+                " (shrinks: the {} surplus stop first)",
+                self.before - self.after
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: u32, gb: u64) -> Vec<LayoutRow> {
+        (0..n)
+            .map(|i| LayoutRow {
+                gpu_id: i,
+                bdf: format!("0000:{:02x}:00.{}", 5 + i / 2, i % 2),
+                cus: 152,
+                vram_mb: gb << 10,
+            })
+            .collect()
+    }
+
+    fn set(count: &str, gpus: &str) -> Registry {
+        let toml = format!(
+            "[[model]]\nname = \"m12\"\nmodel = \"mistral\"\nmemory_gb = 30\nreplicas = {count}\nports = \"8001-8016\"\n{gpus}launch.command = [\"vllm\", \"--port\", \"{{port}}\"]\n"
+        );
+        super::super::models::parse("m.toml", &toml).unwrap()
+    }
+
+    /// Every count (fill, 1..20) on layouts of 4, 8 and 16 logical GPUs of 24, 48 and 96 GiB,
+    /// with and without a GPU limit: members take the first fitting GPUs in order, never more
+    /// than asked, than fit or than the 16 ports; names and ports follow the index.
+    #[test]
+    fn a_set_expands_to_the_gpus_that_hold_it() {
+        let mut cases = 0;
+        let counts: Vec<String> = std::iter::once("\"fill\"".to_string())
+            .chain((1..=20).map(|n| n.to_string()))
+            .collect();
+        for count in &counts {
+            for limit in ["", "gpus = [\"0000:05:00\"]\n"] {
+                let reg = set(count, limit);
+                for (n, gb) in [(4, 24), (8, 48), (16, 96), (32, 48)] {
+                    let l = rows(n, gb);
+                    let members = expand(&reg, &l, &[]);
+                    let fit = if gb >= 30 { n } else { 0 };
+                    let fit = if limit.is_empty() { fit } else { fit.min(2) };
+                    let want = count.parse::<u32>().unwrap_or(16).min(16).min(fit);
+                    assert_eq!(members.len() as u32, want, "{count} {limit:?} {n}x{gb}");
+                    for (k, m) in members.iter().enumerate() {
+                        let k32 = u32::try_from(k).unwrap();
+                        assert_eq!(m.name, format!("m12#{}", k + 1));
+                        assert_eq!(m.port, 8001 + u16::try_from(k).unwrap());
+                        assert_eq!(m.want, Want::Gpu(l[k].bdf.clone()));
+                        assert_eq!(m.health_url, format!("http://127.0.0.1:{}/health", m.port));
+                        assert_eq!(m.member.as_ref().map(|x| x.index), Some(k32 + 1));
+                        assert_eq!(resolve(&reg, &m.name).map(|r| r.port), Some(m.port));
+                    }
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 21 * 2 * 4, "{cases} cases");
+        let reg = set("\"fill\"", "");
+        assert!(resolve(&reg, "m12#17").is_none(), "beyond the port range");
+        assert!(resolve(&reg, "m12#0").is_none());
+        assert!(resolve(&reg, "other#1").is_none());
+    }
+
+    #[test]
+    fn bad_sets_are_refused_where_written() {
+        for (bad, says) in [
+            ("replicas = 0\nports = \"8001-8002\"\n", "not a count"),
+            ("replicas = \"all\"\nports = \"8001-8002\"\n", "not a count"),
+            ("replicas = 2\n", "needs ports"),
+            ("replicas = 2\nports = \"8002-8001\"\n", "not a port range"),
+            ("replicas = 2\nports = \"x\"\n", "not a port range"),
+            ("ports = \"8001-8002\"\n", "go with replicas"),
+            (
+                "replicas = 2\nports = \"8001-8002\"\ngpu = \"0000:05:00.0\"\n",
+                "gpus",
+            ),
+            ("replicas = 2\nports = \"7999-8002\"\n", "already used"),
+        ] {
+            let toml = format!(
+                "[[model]]\nname = \"a\"\nmodel = \"x\"\nport = 8000\nmemory_gb = 1\nlaunch.command = [\"x\"]\n\n[[model]]\nname = \"b\"\nmodel = \"y\"\nmemory_gb = 1\n{bad}launch.command = [\"x\"]\n"
+            );
+            let e = super::super::models::parse("m.toml", &toml).unwrap_err();
+            assert!(e.message.contains(says), "{bad:?}: {e}");
+            assert!(e.line >= 8, "{bad:?}: located in the set's entry: {e}");
+        }
+    }
+
+    #[test]
+    fn the_plan_says_what_a_set_becomes() {
+        let c = SetChange {
+            name: "mistral-12b".into(),
+            before: 16,
+            after: 8,
+            layouts: ("DPX/NPS2".into(), "SPX/NPS1".into()),
+            ports: "8001-8008".into(),
+        };
+        assert_eq!(
+            c.to_string(),
+            "mistral-12b: 16 replicas on DPX/NPS2 -> 8 on SPX/NPS1, ports 8001-8008 (shrinks: the 8 surplus stop first)"
+        );
+    }
+}
