@@ -180,6 +180,9 @@ pub struct Plan {
     /// Served models it stops and relaunches.
     #[serde(default)]
     pub models: Vec<ModelMove>,
+    /// What each replica set becomes (its members are among `models`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<super::replicas::SetChange>,
 }
 
 impl Plan {
@@ -566,7 +569,15 @@ pub fn plan(
                 .map(|m| m.name.clone()),
         })
         .collect();
-    let models = model_moves(snap, &stops, &before, &after, &mut warnings);
+    let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
+    let sets = super::replicas::plan_sets(
+        snap,
+        &stops,
+        &before,
+        &after,
+        &mut models,
+        &layout_names(&changes),
+    );
     let target_m = draft.memory.filter(|_| memory_change);
     let mut steps = Vec::new();
     if !stops.is_empty() {
@@ -662,9 +673,25 @@ pub fn plan(
         reload_secs,
         grace_secs,
         models,
+        sets,
     };
     p.fingerprint = p.content_fingerprint();
     Ok(p)
+}
+
+/// The layout before and after, as a set's change names it (`SPX/NPS1`, `DPX/NPS2`): the
+/// first changed GPU's modes.
+fn layout_names(changes: &[GpuChange]) -> (String, String) {
+    changes.first().map_or_else(
+        || ("this layout".into(), "this layout".into()),
+        |c| {
+            let from = match c.from {
+                (Some(a), Some(b)) => format!("{a}/{b}"),
+                _ => "the current layout".into(),
+            };
+            (from, format!("{}/{}", c.to.0, c.to.1))
+        },
+    )
 }
 
 /// The stop step: models by their own stop, units by systemctl, the rest by SIGTERM.
@@ -893,10 +920,11 @@ fn model_moves(
         .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
         .map(|r| r.bdf.clone())
         .collect();
+    // Replica set members are placed as their set ([`super::replicas::plan_sets`]).
     let movers: Vec<&super::model_status::ServedModel> = snap
         .models
         .iter()
-        .filter(|m| m.spec.is_some() && stopped(m.pid))
+        .filter(|m| m.spec.as_ref().is_some_and(|s| s.member.is_none()) && stopped(m.pid))
         .collect();
     for m in snap
         .models

@@ -107,7 +107,7 @@ pub fn member_spec(set: &ModelSpec, index: u32, bdf: Option<&str>) -> Option<Mod
     m.health_url = format!("{base}/health");
     m.metrics_url = format!("{base}/metrics");
     m.want = bdf.map_or(Want::AnyFree(0.0), |b| Want::Gpu(b.to_string()));
-    m.replicas = None;
+    // It keeps the set's settings (`replicas`): the planner re-expands the set from a member.
     m.member = Some(Member {
         set: set.name.clone(),
         index,
@@ -154,6 +154,32 @@ pub fn expand(registry: &Registry, rows: &[LayoutRow], taken: &[String]) -> Vec<
         }
     }
     out
+}
+
+/// The logical GPUs (BDFs) of `snap` that a set may not fill: those held by processes that are
+/// not a member of any set (a member is known by its port, in a set's range).
+pub fn taken_by_others(snap: &super::snapshot::Snapshot, registry: &Registry) -> Vec<String> {
+    let rows = super::layout::layout_rows(snap);
+    let in_a_set = |port: u16| {
+        registry.models.iter().any(|m| {
+            m.replicas
+                .as_ref()
+                .is_some_and(|r| (r.ports.0..=r.ports.1).contains(&port))
+        })
+    };
+    snap.processes
+        .iter()
+        .filter(|p| {
+            let port = p.command.as_deref().and_then(|c| {
+                let (server, _) = super::served::model_of(c)?;
+                super::served::port_of(c, server)
+            });
+            !port.is_some_and(in_a_set)
+        })
+        .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
+        .filter_map(|u| rows.iter().find(|r| r.gpu_id == u.gpu_id))
+        .map(|r| r.bdf.clone())
+        .collect()
 }
 
 /// The entry named `name`: a registry entry, or a member of a set (`set#k`, any k the port
@@ -209,6 +235,137 @@ impl std::fmt::Display for SetChange {
         }
         Ok(())
     }
+}
+
+/// The set a member belongs to, as its registry entry reads (from the member's spec, which
+/// carries the set's settings).
+pub fn set_spec_of(member: &ModelSpec) -> Option<ModelSpec> {
+    let who = member.member.as_ref()?;
+    let r = member.replicas.as_ref()?;
+    let mut s = member.clone();
+    s.name.clone_from(&who.set);
+    s.port = r.ports.0;
+    s.member = None;
+    Some(s)
+}
+
+/// What each replica set with members the plan stops becomes on the staged layout `after`:
+/// members that keep running stay; the set is filled again (or cut to its count) on the logical
+/// GPUs that hold it and that nothing else keeps or takes (`models`' targets), each new member
+/// on the lowest free index; members left over are surplus, stopped and not relaunched, and
+/// put first in `models` (they leave first). Adds the members' moves to `models`.
+pub fn plan_sets(
+    snap: &super::snapshot::Snapshot,
+    stops: &[super::plan::Stop],
+    before: &[LayoutRow],
+    after: &[LayoutRow],
+    models: &mut Vec<super::plan::ModelMove>,
+    layouts: &(String, String),
+) -> Vec<SetChange> {
+    use super::plan::ModelMove;
+    let stopped = |pid: Option<u32>| pid.is_some_and(|p| stops.iter().any(|s| s.pid == p));
+    let mut taken: Vec<String> = snap
+        .processes
+        .iter()
+        .filter(|p| !stopped(Some(p.pid)))
+        .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
+        .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
+        .map(|r| r.bdf.clone())
+        .chain(
+            models
+                .iter()
+                .flat_map(|m| m.to.iter().map(|r| r.bdf.clone())),
+        )
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for m in &snap.models {
+        if let Some(who) = m.spec.as_ref().and_then(|s| s.member.as_ref())
+            && stopped(m.pid)
+            && !names.contains(&who.set)
+        {
+            names.push(who.set.clone());
+        }
+    }
+    let mut changes = Vec::new();
+    let mut surplus = Vec::new();
+    for name in names {
+        let members: Vec<(&super::model_status::ServedModel, &ModelSpec, u32)> = snap
+            .models
+            .iter()
+            .filter_map(|m| {
+                let s = m.spec.as_ref()?;
+                let who = s.member.as_ref()?;
+                (who.set == name).then_some((m, s, who.index))
+            })
+            .collect();
+        let Some(set) = members.first().and_then(|(_, s, _)| set_spec_of(s)) else {
+            continue;
+        };
+        let Some(r) = set.replicas.clone() else {
+            continue;
+        };
+        let kept: Vec<u32> = members
+            .iter()
+            .filter(|(m, _, _)| m.pid.is_some() && !stopped(m.pid))
+            .map(|(_, _, k)| *k)
+            .collect();
+        let running_before = members.iter().filter(|(m, _, _)| m.pid.is_some()).count();
+        let want = match r.count {
+            Count::Exactly(n) => n.min(r.max_members()),
+            Count::Fill => r.max_members(),
+        };
+        let room = want.saturating_sub(u32::try_from(kept.len()).unwrap_or(u32::MAX)) as usize;
+        let mut rows = places(&set, after, &taken);
+        rows.truncate(room);
+        let free = (1..=r.max_members()).filter(|k| !kept.contains(k));
+        let mut assigned = Vec::new();
+        for (k, row) in free.zip(rows) {
+            let old = members.iter().find(|(_, _, i)| *i == k);
+            let Some(spec) = member_spec(&set, k, Some(&row.bdf)) else {
+                continue;
+            };
+            taken.push(row.bdf.clone());
+            assigned.push(k);
+            models.push(ModelMove {
+                name: spec.name.clone(),
+                from: old.map(|(m, _, _)| m.bdfs.clone()).unwrap_or_default(),
+                stop: old.map_or_else(String::new, |(m, s, _)| {
+                    s.stop_text(&m.gpus, &m.bdfs, m.pid)
+                }),
+                launch: spec.launch_text(&[row.gpu_id], std::slice::from_ref(&row.bdf)),
+                to: vec![row.clone()],
+                reason: None,
+            });
+        }
+        let after_n = kept.len() + assigned.len();
+        for (m, s, k) in &members {
+            if stopped(m.pid) && !assigned.contains(k) {
+                surplus.push(ModelMove {
+                    name: s.name.clone(),
+                    from: m.bdfs.clone(),
+                    to: vec![],
+                    reason: Some(format!(
+                        "surplus: set {name} has {after_n} replica(s) on the new layout"
+                    )),
+                    stop: s.stop_text(&m.gpus, &m.bdfs, m.pid),
+                    launch: String::new(),
+                });
+            }
+        }
+        let top = kept.iter().chain(&assigned).copied().max().unwrap_or(0);
+        changes.push(SetChange {
+            name,
+            before: u32::try_from(running_before).unwrap_or(u32::MAX),
+            after: u32::try_from(after_n).unwrap_or(u32::MAX),
+            layouts: layouts.clone(),
+            ports: r.ports_text(top),
+        });
+    }
+    if !surplus.is_empty() {
+        surplus.append(models);
+        *models = surplus;
+    }
+    changes
 }
 
 #[cfg(test)]

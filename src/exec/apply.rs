@@ -65,10 +65,11 @@ impl ApplyCtx {
         }
     }
 
-    fn spec(&self, name: &str) -> Option<&crate::domain::models::ModelSpec> {
+    /// A registry entry, or a replica set's member by its name (`set#k`).
+    fn spec(&self, name: &str) -> Option<crate::domain::models::ModelSpec> {
         self.registry
             .as_ref()
-            .and_then(|r| r.models.iter().find(|m| m.name == name))
+            .and_then(|r| crate::domain::replicas::resolve(r, name))
     }
 }
 
@@ -572,6 +573,7 @@ fn stop(
         let Some(spec) = s.model.as_deref().and_then(|m| ctx.spec(m)) else {
             continue;
         };
+        let spec = &spec;
         if matches!(
             spec.launch,
             crate::domain::models::Launch::Command { stop: None, .. }
@@ -907,6 +909,7 @@ async fn relaunch(
                 failed.push(format!("{}: not in the registry any more", m.name));
                 continue;
             };
+            let spec = &spec;
             let bdfs: Vec<String> = m.to.iter().map(|r| r.bdf.clone()).collect();
             let ids: Option<Vec<u32>> = bdfs
                 .iter()
