@@ -62,6 +62,9 @@ pub fn table(models: &[ServedModel]) -> String {
             m.model,
         ));
     }
+    for set in crate::domain::replicas::summaries(models) {
+        o.push_str(&format!("set {set}\n"));
+    }
     o
 }
 

@@ -197,6 +197,89 @@ pub fn resolve(registry: &Registry, name: &str) -> Option<ModelSpec> {
     member_spec(set, k, None)
 }
 
+/// A set as the Models view and `partop models` head its members: how many are healthy of
+/// how many it has on this layout, and their tokens/s summed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetSummary {
+    /// The set's name.
+    pub name: String,
+    /// Members healthy.
+    pub healthy: usize,
+    /// Members on this layout.
+    pub total: usize,
+    /// Tokens/s of the members that report it, summed (None: none does yet).
+    pub tokens_per_sec: Option<f64>,
+    /// Tokens/s per member, in member order (None where unknown).
+    pub per_member: Vec<Option<f64>>,
+}
+
+impl std::fmt::Display for SetSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}/{} healthy · {} tokens/s",
+            self.name,
+            self.healthy,
+            self.total,
+            rate_text(self.tokens_per_sec)
+        )
+    }
+}
+
+/// Tokens/s as the guide writes them (`3,046`), or `N/A` while unknown.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a rate, rounded"
+)]
+pub fn rate_text(v: Option<f64>) -> String {
+    let Some(v) = v.filter(|v| v.is_finite() && *v >= 0.0) else {
+        return "N/A".into();
+    };
+    let digits = (v.round() as u64).to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The sets among `models` (members carry their set's name), in order of first member.
+pub fn summaries(models: &[super::model_status::ServedModel]) -> Vec<SetSummary> {
+    let mut out: Vec<SetSummary> = Vec::new();
+    for m in models {
+        let Some(who) = m.spec.as_ref().and_then(|s| s.member.as_ref()) else {
+            continue;
+        };
+        let i = out
+            .iter()
+            .position(|s| s.name == who.set)
+            .unwrap_or_else(|| {
+                out.push(SetSummary {
+                    name: who.set.clone(),
+                    healthy: 0,
+                    total: 0,
+                    tokens_per_sec: None,
+                    per_member: vec![],
+                });
+                out.len() - 1
+            });
+        let s = &mut out[i];
+        s.total += 1;
+        if m.state == super::model_status::ModelState::Healthy {
+            s.healthy += 1;
+        }
+        s.per_member.push(m.tokens_per_sec);
+        if let Some(t) = m.tokens_per_sec {
+            s.tokens_per_sec = Some(s.tokens_per_sec.unwrap_or(0.0) + t);
+        }
+    }
+    out
+}
+
 /// What a set becomes in a repartition, for the plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetChange {
@@ -451,6 +534,16 @@ mod tests {
             assert!(e.message.contains(says), "{bad:?}: {e}");
             assert!(e.line >= 8, "{bad:?}: located in the set's entry: {e}");
         }
+    }
+
+    #[test]
+    fn rates_read_like_the_guide() {
+        assert_eq!(rate_text(Some(3046.2)), "3,046");
+        assert_eq!(rate_text(Some(999.6)), "1,000");
+        assert_eq!(rate_text(Some(12.0)), "12");
+        assert_eq!(rate_text(Some(1_234_567.0)), "1,234,567");
+        assert_eq!(rate_text(None), "N/A");
+        assert_eq!(rate_text(Some(f64::NAN)), "N/A");
     }
 
     #[test]
