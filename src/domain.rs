@@ -3,6 +3,7 @@
 //! [`Snapshot`]s, the UI and planners read them. No I/O, no tokio, no ratatui here; the
 //! architecture test in `tests/architecture.rs` enforces that.
 
+pub mod balancer;
 pub mod findings;
 pub mod fingerprint;
 pub mod fleet;

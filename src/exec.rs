@@ -3,6 +3,7 @@
 //! plan the operator confirmed.
 
 pub mod apply;
+pub mod balancer;
 pub mod journal;
 pub mod kill;
 pub mod lock;

@@ -217,6 +217,9 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
         for c in &p.sets {
             let _ = writeln!(o, "  {c}");
         }
+        for b in &p.balancers {
+            let _ = writeln!(o, "  {b}");
+        }
     }
     if !p.models.is_empty() {
         let _ = writeln!(o, "\nserved models ({}):", p.models.len());

@@ -121,6 +121,9 @@ pub struct ModelSpec {
     /// The set it is a member of (a member's spec, made by [`super::replicas::member_spec`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<super::replicas::Member>,
+    /// The load balancer in front of its set (`[[balancer]]` naming it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancer: Option<super::balancer::Balancer>,
 }
 
 /// Placeholders a launch may use.
@@ -267,6 +270,8 @@ pub struct RegistryError {
 struct FileDoc {
     #[serde(default)]
     model: Vec<toml::Spanned<toml::Table>>,
+    #[serde(default)]
+    balancer: Vec<toml::Spanned<toml::Table>>,
 }
 
 #[derive(Deserialize)]
@@ -919,7 +924,32 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
             defined_at: format!("{origin}:{line}"),
             replicas,
             member: None,
+            balancer: None,
         });
+    }
+    // Each balancer goes with the replica set it fronts (its members carry it to the plan).
+    for spanned in doc.balancer {
+        let at = spanned.span().start;
+        match super::balancer::entry(spanned.into_inner()) {
+            Err(m) => errors.push(err(at, m)),
+            Ok(b) => match models
+                .iter_mut()
+                .find(|m| m.name == b.set && m.replicas.is_some())
+            {
+                None => errors.push(err(
+                    at,
+                    format!(
+                        "balancer for {:?}: no replica set of that name here ([[model]] with replicas)",
+                        b.set
+                    ),
+                )),
+                Some(m) if m.balancer.is_some() => errors.push(err(
+                    at,
+                    format!("balancer for {:?}: the set has a balancer already", b.set),
+                )),
+                Some(m) => m.balancer = Some(b),
+            },
+        }
     }
     (
         Registry {

@@ -183,6 +183,9 @@ pub struct Plan {
     /// What each replica set becomes (its members are among `models`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sets: Vec<super::replicas::SetChange>,
+    /// What each load balancer's upstream becomes (steps `balancer_drain`, `balancer_join`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub balancers: Vec<super::balancer::BalancerChange>,
 }
 
 impl Plan {
@@ -570,7 +573,7 @@ pub fn plan(
         })
         .collect();
     let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
-    let sets = super::replicas::plan_sets(
+    let (sets, balancers) = super::replicas::plan_sets(
         snap,
         &stops,
         &before,
@@ -637,6 +640,7 @@ pub fn plan(
     if !stops.is_empty() {
         steps.push(relaunch_step(snap, &stops, &models));
     }
+    super::balancer::add_steps(&mut steps, &balancers);
     // What does not come back, said before the confirmation (a discovered server outside the
     // registry has its own warning from `model_moves`).
     for s in stops.iter().filter(|s| {
@@ -674,6 +678,7 @@ pub fn plan(
         grace_secs,
         models,
         sets,
+        balancers,
     };
     p.fingerprint = p.content_fingerprint();
     Ok(p)
@@ -710,7 +715,7 @@ fn stop_step(stops: &[Stop], models: &[ModelMove], grace_secs: u32) -> Step {
     let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
     let mut commands: Vec<String> = models
         .iter()
-        .filter(|m| !m.stop.starts_with("kill "))
+        .filter(|m| !m.stop.is_empty() && !m.stop.starts_with("kill "))
         .map(|m| m.stop.clone())
         .collect();
     if !units.is_empty() {

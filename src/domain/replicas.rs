@@ -344,7 +344,7 @@ pub fn plan_sets(
     after: &[LayoutRow],
     models: &mut Vec<super::plan::ModelMove>,
     layouts: &(String, String),
-) -> Vec<SetChange> {
+) -> (Vec<SetChange>, Vec<super::balancer::BalancerChange>) {
     use super::plan::ModelMove;
     let stopped = |pid: Option<u32>| pid.is_some_and(|p| stops.iter().any(|s| s.pid == p));
     let mut taken: Vec<String> = snap
@@ -370,6 +370,7 @@ pub fn plan_sets(
         }
     }
     let mut changes = Vec::new();
+    let mut balancers = Vec::new();
     let mut surplus = Vec::new();
     for name in names {
         let members: Vec<(&super::model_status::ServedModel, &ModelSpec, u32)> = snap
@@ -435,6 +436,11 @@ pub fn plan_sets(
                 });
             }
         }
+        if let Some(b) = set.balancer.clone() {
+            balancers.push(balancer_change(
+                b, &set, &members, &kept, &assigned, &stopped,
+            ));
+        }
         let top = kept.iter().chain(&assigned).copied().max().unwrap_or(0);
         changes.push(SetChange {
             name,
@@ -448,7 +454,56 @@ pub fn plan_sets(
         surplus.append(models);
         *models = surplus;
     }
-    changes
+    (changes, balancers)
+}
+
+/// A set's upstream before, during and after the change: members that keep running stay in
+/// service throughout; the ones that stop are drained; every member after the change serves.
+fn balancer_change(
+    b: super::balancer::Balancer,
+    set: &ModelSpec,
+    members: &[(&super::model_status::ServedModel, &ModelSpec, u32)],
+    kept: &[u32],
+    assigned: &[u32],
+    stopped: &dyn Fn(Option<u32>) -> bool,
+) -> super::balancer::BalancerChange {
+    use super::balancer::Server;
+    let mut running: Vec<&(&super::model_status::ServedModel, &ModelSpec, u32)> =
+        members.iter().filter(|(m, _, _)| m.pid.is_some()).collect();
+    running.sort_by_key(|(_, _, k)| *k);
+    let before = running
+        .iter()
+        .map(|(_, s, _)| Server {
+            name: s.name.clone(),
+            port: s.port,
+            up: true,
+        })
+        .collect();
+    let during = running
+        .iter()
+        .map(|(m, s, _)| Server {
+            name: s.name.clone(),
+            port: s.port,
+            up: !stopped(m.pid),
+        })
+        .collect();
+    let mut now: Vec<u32> = kept.iter().chain(assigned).copied().collect();
+    now.sort_unstable();
+    let after = now
+        .iter()
+        .filter_map(|k| member_spec(set, *k, None))
+        .map(|s| Server {
+            name: s.name,
+            port: s.port,
+            up: true,
+        })
+        .collect();
+    super::balancer::BalancerChange {
+        balancer: b,
+        before,
+        during,
+        after,
+    }
 }
 
 #[cfg(test)]

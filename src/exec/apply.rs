@@ -399,6 +399,8 @@ async fn run_step(
         "set_compute" => set_compute(ctx, step).await,
         "verify" => verify(plan, ctx).await,
         "relaunch" => relaunch(plan, ctx, emit).await,
+        crate::domain::balancer::DRAIN_STEP => super::balancer::drain(plan, ctx.registry.as_ref()),
+        crate::domain::balancer::JOIN_STEP => super::balancer::join(plan, ctx.registry.as_ref()),
         other => Err((
             format!("unknown step {other:?}"),
             "use the partop version that made the plan".into(),

@@ -56,6 +56,9 @@ fn plan_lines(
                 for c in &p.sets {
                     push(Line::raw(format!("  {c}")), 4);
                 }
+                for b in &p.balancers {
+                    push(Line::raw(format!("  {b}")), 4);
+                }
             }
             if !p.models.is_empty() {
                 push(Line::styled("served models:", theme.get("table.header")), 0);
