@@ -24,6 +24,7 @@ pub mod sanity;
 pub mod served;
 pub mod snapshot;
 pub mod text;
+pub mod throughput;
 
 pub use modes::{ComputeMode, MemoryMode};
 pub use provenance::{Missing, Origin, Provenance, SourceKind};

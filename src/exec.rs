@@ -13,3 +13,4 @@ pub mod registry;
 pub mod runlog;
 pub mod safe_file;
 pub mod signal;
+pub mod throughput;
