@@ -45,7 +45,10 @@ fn a_measurement_survives_a_restart_and_shows_beside_the_advice() {
         .parse()
         .unwrap();
     assert!((17_000.0..=20_500.0).contains(&tokens), "{line}");
-    assert!(line.contains("with 8 replicas, p99 "), "{line}");
+    assert!(
+        line.contains("with 8 replicas, p50 ") && line.contains(", p99 "),
+        "{line}"
+    );
     assert!(e.xdg().join("partop/throughput.json").is_file());
 
     // Another partop process (a restart) reads it back beside the advice.

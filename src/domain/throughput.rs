@@ -56,6 +56,9 @@ impl std::fmt::Display for Measured {
             self.replicas,
             if self.replicas == 1 { "" } else { "s" }
         )?;
+        if let Some(p) = self.p50 {
+            write!(f, ", p50 {p:.1} s")?;
+        }
         if let Some(p) = self.p99 {
             write!(f, ", p99 {p:.1} s")?;
         }
@@ -262,7 +265,7 @@ mod tests {
         assert_eq!((m.p50, m.p99), (Some(3.75), Some(9.5)));
         assert_eq!(
             m.to_string(),
-            "DPX/NPS2: 3,046 tokens/s with 2 replicas, p99 9.5 s (over 10 s)"
+            "DPX/NPS2: 3,046 tokens/s with 2 replicas, p50 3.8 s, p99 9.5 s (over 10 s)"
         );
         assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
         assert_eq!(
@@ -295,7 +298,8 @@ mod tests {
             vec![
                 "m:".to_string(),
                 "  DPX/NPS2: no measurement on this node".into(),
-                "  SPX/NPS1: 2,500 tokens/s with 1 replica, p99 5.0 s (over 20 s)".into()
+                "  SPX/NPS1: 2,500 tokens/s with 1 replica, p50 2.5 s, p99 5.0 s (over 20 s)"
+                    .into()
             ]
         );
     }

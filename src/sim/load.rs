@@ -68,14 +68,29 @@ pub fn vram(state: &SimState, i: usize, t: f64) -> u64 {
     (w.vram_gb * wobble * f64::from(1u32 << 30)).max(0.0) as u64
 }
 
-/// Pressure from other workloads on the same physical GPU (0..1): the noisy-neighbour effect.
+/// Pressure from other workloads sharing an HBM domain with workload `i` (0..1): the
+/// noisy-neighbour effect. Partitions of one GPU with memory domains of their own (DPX on
+/// NPS2, CPX on NPS4) do not press on each other: AMD's guide measures two DPX/NPS2 servers
+/// at 1.2x one SPX server.
 pub fn neighbour_pressure(state: &SimState, i: usize, t: f64) -> f64 {
     let me = &state.workloads[i].spec;
+    let logical = state.logical();
+    let domains = |gpu: u32, partition: u32| -> Vec<u32> {
+        logical
+            .iter()
+            .find(|l| l.phys == gpu as usize && l.shape.partition_id == partition)
+            .map(|l| l.shape.memory_domains.clone())
+            .unwrap_or_default()
+    };
+    let mine = domains(me.gpu, me.partition);
     (0..state.workloads.len())
         .filter(|j| *j != i && state.alive(*j))
         .filter(|j| {
             let o = &state.workloads[*j].spec;
-            o.kind != Kind::Agent && o.gpu == me.gpu && o.partition != me.partition
+            o.kind != Kind::Agent
+                && o.gpu == me.gpu
+                && o.partition != me.partition
+                && domains(o.gpu, o.partition).iter().any(|d| mine.contains(d))
         })
         .map(|j| busy(state, j, t) / 100.0)
         .fold(0.0, f64::max)
