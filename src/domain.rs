@@ -19,6 +19,7 @@ pub mod placement;
 pub mod plan;
 pub mod product;
 pub mod provenance;
+pub mod replica_set;
 pub mod replicas;
 pub mod sanity;
 pub mod served;

@@ -1,7 +1,7 @@
 //! The load balancer in front of a replica set (`[[balancer]]` in models.toml): the upstream
 //! file partop writes (an nginx `upstream` block by default, or any template), the command that
 //! reloads it, and the URL a request through it is verified on. Pure: the registry parser
-//! reads entries here, the planner says what each upstream becomes (members leave it before
+//! reads entries here, the planner says what each upstream becomes (and adds the steps) (members leave it before
 //! they stop and join it once healthy), the executor (`exec::balancer`) writes and reloads.
 
 use serde::{Deserialize, Serialize};
@@ -114,61 +114,6 @@ impl std::fmt::Display for BalancerChange {
 pub const DRAIN_STEP: &str = "balancer_drain";
 /// See [`DRAIN_STEP`].
 pub const JOIN_STEP: &str = "balancer_join";
-
-fn step(key: &str, title: String, commands: Vec<String>) -> super::plan::Step {
-    super::plan::Step {
-        key: key.into(),
-        title,
-        commands,
-        argv: vec![],
-        bdfs: vec![],
-        count: None,
-        limit_secs: Some(60),
-    }
-}
-
-/// Puts the balancer steps into a plan's `steps`: the drain just before the stop (members
-/// leave the upstream before they stop), the join just after the relaunch (they join once
-/// healthy). Nothing when no balancer changes.
-pub fn add_steps(steps: &mut Vec<super::plan::Step>, changes: &[BalancerChange]) {
-    if changes.is_empty() {
-        return;
-    }
-    let cmds = |pick: fn(&BalancerChange) -> &Vec<Server>| -> Vec<String> {
-        changes
-            .iter()
-            .flat_map(|c| {
-                [
-                    format!(
-                        "write {} (servers in service: {})",
-                        c.balancer.upstream,
-                        ports_text(pick(c))
-                    ),
-                    super::text::shell_line(&c.balancer.reload),
-                ]
-            })
-            .collect()
-    };
-    let drain = step(
-        DRAIN_STEP,
-        "take the members that stop out of the load balancer's upstream, and reload it".into(),
-        cmds(|c| &c.during),
-    );
-    let mut join_cmds = cmds(|c| &c.after);
-    join_cmds.extend(changes.iter().map(|c| format!("GET {}", c.balancer.verify)));
-    let join = step(
-        JOIN_STEP,
-        "put the healthy members into the load balancer's upstream, reload it, and verify a request through it".into(),
-        join_cmds,
-    );
-    let at = steps.iter().position(|s| s.key == "stop").unwrap_or(0);
-    steps.insert(at, drain);
-    let after = steps
-        .iter()
-        .position(|s| s.key == "relaunch")
-        .map_or(steps.len(), |i| i + 1);
-    steps.insert(after, join);
-}
 
 /// The keys of a `[[balancer]]` entry.
 const KEYS: &[&str] = &[

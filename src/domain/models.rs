@@ -115,12 +115,12 @@ pub struct ModelSpec {
     /// Where it was defined (`models.toml:12`).
     pub defined_at: String,
     /// Its replica set (`replicas`, `ports`, `gpus`): served as many members, one per logical
-    /// GPU (see [`super::replicas`]).
+    /// GPU (`domain::replicas` expands it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<super::replicas::ReplicaSet>,
-    /// The set it is a member of (a member's spec, made by [`super::replicas::member_spec`]).
+    pub replicas: Option<super::replica_set::ReplicaSet>,
+    /// The set it is a member of (a member's spec, made by `replicas::member_spec`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member: Option<super::replicas::Member>,
+    pub member: Option<super::replica_set::Member>,
     /// The load balancer in front of its set (`[[balancer]]` naming it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balancer: Option<super::balancer::Balancer>,
@@ -467,7 +467,7 @@ fn replica_set(
     e: &Entry,
     at: &dyn Fn(&str) -> usize,
     bad: &mut dyn FnMut(usize, String),
-) -> Option<super::replicas::ReplicaSet> {
+) -> Option<super::replica_set::ReplicaSet> {
     let name = &e.name;
     let Some(count) = &e.replicas else {
         for (k, given) in [("ports", e.ports.is_some()), ("gpus", e.gpus.is_some())] {
@@ -480,7 +480,7 @@ fn replica_set(
         }
         return None;
     };
-    let count = super::replicas::parse_count(count)
+    let count = super::replica_set::parse_count(count)
         .map_err(|m| bad(at("replicas"), format!("model {name:?}: {m}")))
         .ok();
     let ports = match &e.ports {
@@ -493,7 +493,7 @@ fn replica_set(
             );
             None
         }
-        Some(p) => super::replicas::parse_ports(p)
+        Some(p) => super::replica_set::parse_ports(p)
             .map_err(|m| bad(at("ports"), format!("model {name:?}: {m}")))
             .ok(),
     };
@@ -539,7 +539,7 @@ fn replica_set(
             );
         }
     }
-    Some(super::replicas::ReplicaSet {
+    Some(super::replica_set::ReplicaSet {
         count: count?,
         ports: ports?,
         gpus,
@@ -643,7 +643,7 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
         let range = table
             .get("ports")
             .and_then(toml::Value::as_str)
-            .map(super::replicas::parse_ports);
+            .map(super::replica_set::parse_ports);
         if !table.contains_key("port")
             && (table.contains_key("replicas") || table.contains_key("ports"))
         {
@@ -726,14 +726,14 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
         }
         if e.name.is_empty()
             || e.name.contains(char::is_whitespace)
-            || e.name.contains(super::replicas::MEMBER_SEP)
+            || e.name.contains(super::replica_set::MEMBER_SEP)
         {
             errors.push(err(
                 key_at(text, &span, "name"),
                 format!(
                     "model name {:?} must be one word, without {:?} (it names a replica)",
                     e.name,
-                    super::replicas::MEMBER_SEP
+                    super::replica_set::MEMBER_SEP
                 ),
             ));
         }

@@ -573,14 +573,25 @@ pub fn plan(
         })
         .collect();
     let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
-    let (sets, balancers) = super::replicas::plan_sets(
+    let stopped_pids: Vec<u32> = stops.iter().map(|s| s.pid).collect();
+    let planned: Vec<String> = models
+        .iter()
+        .flat_map(|m| m.to.iter().map(|r| r.bdf.clone()))
+        .collect();
+    let set_plan = super::replicas::plan_sets(
         snap,
-        &stops,
+        &stopped_pids,
         &before,
         &after,
-        &mut models,
+        &planned,
         &layout_names(&changes),
     );
+    // A shrinking set's surplus members first: they leave first.
+    let mut surplus: Vec<ModelMove> = set_plan.surplus.into_iter().map(ModelMove::from).collect();
+    surplus.append(&mut models);
+    models = surplus;
+    models.extend(set_plan.moves.into_iter().map(ModelMove::from));
+    let (sets, balancers) = (set_plan.changes, set_plan.balancers);
     let target_m = draft.memory.filter(|_| memory_change);
     let mut steps = Vec::new();
     if !stops.is_empty() {
@@ -640,7 +651,7 @@ pub fn plan(
     if !stops.is_empty() {
         steps.push(relaunch_step(snap, &stops, &models));
     }
-    super::balancer::add_steps(&mut steps, &balancers);
+    add_balancer_steps(&mut steps, &balancers);
     // What does not come back, said before the confirmation (a discovered server outside the
     // registry has its own warning from `model_moves`).
     for s in stops.iter().filter(|s| {
@@ -682,6 +693,65 @@ pub fn plan(
     };
     p.fingerprint = p.content_fingerprint();
     Ok(p)
+}
+
+impl From<super::replicas::ModelMove> for ModelMove {
+    fn from(m: super::replicas::ModelMove) -> Self {
+        Self {
+            name: m.name,
+            from: m.from,
+            to: m.to,
+            reason: m.reason,
+            stop: m.stop,
+            launch: m.launch,
+        }
+    }
+}
+
+/// Puts the load balancer steps into `steps`: the drain just before the stop (members leave
+/// the upstream before they stop), the join just after the relaunch (they join once healthy).
+/// Nothing when no balancer changes.
+fn add_balancer_steps(steps: &mut Vec<Step>, changes: &[super::balancer::BalancerChange]) {
+    use super::balancer::{DRAIN_STEP, JOIN_STEP, ports_text};
+    if changes.is_empty() {
+        return;
+    }
+    let cmds = |pick: fn(&super::balancer::BalancerChange) -> &Vec<super::balancer::Server>| {
+        changes
+            .iter()
+            .flat_map(|c| {
+                [
+                    format!(
+                        "write {} (servers in service: {})",
+                        c.balancer.upstream,
+                        ports_text(pick(c))
+                    ),
+                    super::text::shell_line(&c.balancer.reload),
+                ]
+            })
+            .collect::<Vec<String>>()
+    };
+    let drain = Step::plain(
+        DRAIN_STEP,
+        "take the members that stop out of the load balancer's upstream, and reload it".into(),
+        cmds(|c| &c.during),
+    )
+    .limit(60);
+    let mut join_cmds = cmds(|c| &c.after);
+    join_cmds.extend(changes.iter().map(|c| format!("GET {}", c.balancer.verify)));
+    let join = Step::plain(
+        JOIN_STEP,
+        "put the healthy members into the load balancer's upstream, reload it, and verify a request through it".into(),
+        join_cmds,
+    )
+    .limit(60);
+    let at = steps.iter().position(|s| s.key == "stop").unwrap_or(0);
+    steps.insert(at, drain);
+    let after = steps
+        .iter()
+        .position(|s| s.key == "relaunch")
+        .map_or(steps.len(), |i| i + 1);
+    steps.insert(after, join);
 }
 
 /// The layout before and after, as a set's change names it (`SPX/NPS1`, `DPX/NPS2`): the

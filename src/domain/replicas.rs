@@ -7,89 +7,8 @@
 use super::layout::LayoutRow;
 use super::models::{ModelSpec, Registry, Want};
 use super::placement::{gb_to_mb, holds};
+pub use super::replica_set::{Count, MEMBER_SEP, Member, ReplicaSet, parse_count, parse_ports};
 use serde::{Deserialize, Serialize};
-
-/// How many members a set asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Count {
-    /// Exactly this many (fewer where fewer logical GPUs hold the model: said in the plan).
-    Exactly(u32),
-    /// Every logical GPU that holds it (within `gpus`), up to the port range.
-    Fill,
-}
-
-/// A registry entry's replica set.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicaSet {
-    /// How many members.
-    pub count: Count,
-    /// First and last port of the range; member k (1-based) listens on `first + k - 1`.
-    pub ports: (u16, u16),
-    /// Physical or logical GPU identities the members may use (BDF prefixes: `0000:05:00`
-    /// takes every partition of that GPU, `0000:05:00.1` one logical GPU); empty: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpus: Vec<String>,
-}
-
-impl ReplicaSet {
-    /// Most members the port range allows.
-    pub fn max_members(&self) -> u32 {
-        u32::from(self.ports.1.saturating_sub(self.ports.0)) + 1
-    }
-
-    /// The range as the plan and the view say it: `8001-8016`.
-    pub fn ports_text(&self, members: u32) -> String {
-        let last = u32::from(self.ports.0) + members.max(1) - 1;
-        if members <= 1 {
-            self.ports.0.to_string()
-        } else {
-            format!("{}-{last}", self.ports.0)
-        }
-    }
-}
-
-/// A member's place in its set (on a member's spec).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// The set's registry name.
-    pub set: String,
-    /// 1-based index: its port is the range's first + index - 1.
-    pub index: u32,
-}
-
-/// Separates a set's name from a member's index in the member's name (`mistral-12b#3`): no
-/// registry name is a set name followed by it, so a member's name is never another model's.
-pub const MEMBER_SEP: char = '#';
-
-/// `replicas = N` (1 or more) or `replicas = "fill"`.
-pub fn parse_count(v: &toml::Value) -> Result<Count, String> {
-    match v {
-        toml::Value::Integer(n) if (1..=4096).contains(n) => {
-            Ok(Count::Exactly(u32::try_from(*n).unwrap_or(1)))
-        }
-        toml::Value::String(s) if s == "fill" => Ok(Count::Fill),
-        other => Err(format!(
-            "replicas = {other} is not a count: give 1 to 4096, or \"fill\" (every logical GPU that holds the model)"
-        )),
-    }
-}
-
-/// `ports = "8001-8016"` (first and last, first <= last, none 0).
-pub fn parse_ports(s: &str) -> Result<(u16, u16), String> {
-    let bad = || {
-        format!(
-            "ports = {s:?} is not a port range: write the first and last port, like \"8001-8016\""
-        )
-    };
-    let (a, b) = s.split_once('-').ok_or_else(bad)?;
-    let a: u16 = a.trim().parse().map_err(|_| bad())?;
-    let b: u16 = b.trim().parse().map_err(|_| bad())?;
-    if a == 0 || b < a {
-        return Err(bad());
-    }
-    Ok((a, b))
-}
 
 /// The spec of member `index` of set `set`, placed on `bdf` (or anywhere free that holds it):
 /// its own name, port and health and metrics URLs; the set's launch, with `{port}` and
@@ -332,6 +251,36 @@ pub fn set_spec_of(member: &ModelSpec) -> Option<ModelSpec> {
     Some(s)
 }
 
+/// A member the plan stops, relaunches or both: the fields of the plan's model move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelMove {
+    /// Member name.
+    pub name: String,
+    /// Logical GPUs now (BDFs).
+    pub from: Vec<String>,
+    /// Logical GPU after; empty: not relaunched.
+    pub to: Vec<LayoutRow>,
+    /// Why it is not relaunched.
+    pub reason: Option<String>,
+    /// How it is stopped.
+    pub stop: String,
+    /// How it is started again.
+    pub launch: String,
+}
+
+/// What [`plan_sets`] gives the planner.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SetPlan {
+    /// What each set becomes.
+    pub changes: Vec<SetChange>,
+    /// What each balancer's upstream becomes.
+    pub balancers: Vec<super::balancer::BalancerChange>,
+    /// Members stopped and not relaunched (first in the plan: they leave first).
+    pub surplus: Vec<ModelMove>,
+    /// Members relaunched.
+    pub moves: Vec<ModelMove>,
+}
+
 /// What each replica set with members the plan stops becomes on the staged layout `after`:
 /// members that keep running stay; the set is filled again (or cut to its count) on the logical
 /// GPUs that hold it and that nothing else keeps or takes (`models`' targets), each new member
@@ -339,14 +288,13 @@ pub fn set_spec_of(member: &ModelSpec) -> Option<ModelSpec> {
 /// put first in `models` (they leave first). Adds the members' moves to `models`.
 pub fn plan_sets(
     snap: &super::snapshot::Snapshot,
-    stops: &[super::plan::Stop],
+    stopped_pids: &[u32],
     before: &[LayoutRow],
     after: &[LayoutRow],
-    models: &mut Vec<super::plan::ModelMove>,
+    planned: &[String],
     layouts: &(String, String),
-) -> (Vec<SetChange>, Vec<super::balancer::BalancerChange>) {
-    use super::plan::ModelMove;
-    let stopped = |pid: Option<u32>| pid.is_some_and(|p| stops.iter().any(|s| s.pid == p));
+) -> SetPlan {
+    let stopped = |pid: Option<u32>| pid.is_some_and(|p| stopped_pids.contains(&p));
     let mut taken: Vec<String> = snap
         .processes
         .iter()
@@ -354,11 +302,7 @@ pub fn plan_sets(
         .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
         .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
         .map(|r| r.bdf.clone())
-        .chain(
-            models
-                .iter()
-                .flat_map(|m| m.to.iter().map(|r| r.bdf.clone())),
-        )
+        .chain(planned.iter().cloned())
         .collect();
     let mut names: Vec<String> = Vec::new();
     for m in &snap.models {
@@ -372,6 +316,7 @@ pub fn plan_sets(
     let mut changes = Vec::new();
     let mut balancers = Vec::new();
     let mut surplus = Vec::new();
+    let mut moves = Vec::new();
     for name in names {
         let members: Vec<(&super::model_status::ServedModel, &ModelSpec, u32)> = snap
             .models
@@ -410,7 +355,7 @@ pub fn plan_sets(
             };
             taken.push(row.bdf.clone());
             assigned.push(k);
-            models.push(ModelMove {
+            moves.push(ModelMove {
                 name: spec.name.clone(),
                 from: old.map(|(m, _, _)| m.bdfs.clone()).unwrap_or_default(),
                 stop: old.map_or_else(String::new, |(m, s, _)| {
@@ -450,11 +395,12 @@ pub fn plan_sets(
             ports: r.ports_text(top),
         });
     }
-    if !surplus.is_empty() {
-        surplus.append(models);
-        *models = surplus;
+    SetPlan {
+        changes,
+        balancers,
+        surplus,
+        moves,
     }
-    (changes, balancers)
 }
 
 /// A set's upstream before, during and after the change: members that keep running stay in

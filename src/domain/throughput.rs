@@ -225,6 +225,10 @@ pub fn advice_lines(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for model in models {
+        if !layouts.iter().any(|l| store.get(node, l, model).is_some()) {
+            out.push(format!("{model}: no measurement on this node"));
+            continue;
+        }
         out.push(format!("{model}:"));
         out.extend(layouts.iter().map(|l| {
             store.get(node, l, model).map_or_else(
@@ -292,6 +296,10 @@ mod tests {
             "n",
             &["DPX/NPS2".into(), "SPX/NPS1".into()],
             &["m".into()],
+        );
+        assert_eq!(
+            advice_lines(&s, "n", &["DPX/NPS2".into()], &["m".into()]),
+            vec!["m: no measurement on this node".to_string()]
         );
         assert_eq!(
             lines,
