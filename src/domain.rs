@@ -3,6 +3,7 @@
 //! [`Snapshot`]s, the UI and planners read them. No I/O, no tokio, no ratatui here; the
 //! architecture test in `tests/architecture.rs` enforces that.
 
+pub mod balancer;
 pub mod cluster;
 pub mod findings;
 pub mod fingerprint;
@@ -20,10 +21,13 @@ pub mod placement;
 pub mod plan;
 pub mod product;
 pub mod provenance;
+pub mod replica_set;
+pub mod replicas;
 pub mod sanity;
 pub mod served;
 pub mod snapshot;
 pub mod text;
+pub mod throughput;
 
 pub use modes::{ComputeMode, MemoryMode};
 pub use provenance::{Missing, Origin, Provenance, SourceKind};

@@ -3,6 +3,7 @@
 //! plan the operator confirmed.
 
 pub mod apply;
+pub mod balancer;
 pub mod journal;
 pub mod kill;
 pub mod lock;
@@ -13,3 +14,4 @@ pub mod registry;
 pub mod runlog;
 pub mod safe_file;
 pub mod signal;
+pub mod throughput;

@@ -212,10 +212,21 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
             .map_or_else(|| format!("GPUs {:?}", s.gpus), |a| format!("agent: {a}"));
         let _ = writeln!(o, "  pid {:>7}  {:<16} {what}", s.pid, s.name);
     }
+    if !p.sets.is_empty() {
+        let _ = writeln!(o, "\nreplica sets:");
+        for c in &p.sets {
+            let _ = writeln!(o, "  {c}");
+        }
+        for b in &p.balancers {
+            let _ = writeln!(o, "  {b}");
+        }
+    }
     if !p.models.is_empty() {
         let _ = writeln!(o, "\nserved models ({}):", p.models.len());
         for m in &p.models {
-            let to = if m.to.is_empty() {
+            let to = if let Some(r) = m.reason.as_deref().filter(|r| r.starts_with("surplus")) {
+                format!("stopped first, not relaunched ({r})")
+            } else if m.to.is_empty() {
                 format!(
                     "does not fit: {}",
                     m.reason.as_deref().unwrap_or("no free logical GPU")

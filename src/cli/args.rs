@@ -513,6 +513,13 @@ pub enum ModelsCmd {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Measure what each registered model (a replica set as a whole) delivers under the
+    /// current layout, and keep it in this node's throughput store (the advice shows it).
+    Measure {
+        /// Seconds to measure over.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        secs: u64,
+    },
     /// Suggest the partition layout that serves the registry's models best on this node.
     Advise {
         /// Print JSON.

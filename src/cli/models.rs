@@ -62,6 +62,9 @@ pub fn table(models: &[ServedModel]) -> String {
             m.model,
         ));
     }
+    for set in crate::domain::replicas::summaries(models) {
+        o.push_str(&format!("set {set}\n"));
+    }
     o
 }
 
@@ -213,6 +216,34 @@ pub fn models(
                 }
             }
         }
+        ModelsCmd::Measure { secs } => {
+            let snap = sample(&node)?;
+            let layout = crate::domain::throughput::layout_of(&snap)
+                .context("the node's partition modes are unknown: nothing to measure against")?;
+            let groups = crate::domain::throughput::measured_models(&snap);
+            if groups.is_empty() {
+                bail!("no registered model runs: nothing to measure (partop models list)");
+            }
+            let path = crate::exec::throughput::path();
+            let mut store = crate::exec::throughput::load(&path).map_err(anyhow::Error::msg)?;
+            say(&format!(
+                "measuring {} model(s) on {layout} for {secs} s...\n",
+                groups.len()
+            ))?;
+            for (name, urls) in groups {
+                let w = crate::collect::served::measure::windows(&urls, secs);
+                match crate::domain::throughput::measure(&snap.host, &layout, &name, &w) {
+                    Some(m) => {
+                        say(&format!("{name}: {m}\n"))?;
+                        store.record(m);
+                    }
+                    None => say(&format!("{name}: no server answered at both ends\n"))?,
+                }
+            }
+            crate::exec::throughput::save(&path, &store).map_err(anyhow::Error::msg)?;
+            say(&format!("kept in {}\n", path.display()))?;
+            Ok(exit::OK)
+        }
         ModelsCmd::Advise { json } => {
             let snap = sample(&node)?;
             if node.registry()?.is_none() {
@@ -235,6 +266,23 @@ pub fn models(
                 node_args.push_str(&format!(" --models {}", m.display()));
             }
             say(&advice_text(&ranked, &snap, &node_args))?;
+            // Beside the estimate, what this node measured under each candidate layout.
+            let store = crate::exec::throughput::load(&crate::exec::throughput::path())
+                .map_err(anyhow::Error::msg)?;
+            let layouts: Vec<String> = ranked
+                .iter()
+                .map(|p| format!("{}/{}", p.compute, p.memory))
+                .collect();
+            let lines = crate::domain::throughput::advice_lines(
+                &store,
+                &snap.host,
+                &layouts,
+                &crate::domain::throughput::model_names(&snap),
+            );
+            say("measured on this node (partop models measure):\n")?;
+            for l in lines {
+                say(&format!("  {l}\n"))?;
+            }
             Ok(exit::OK)
         }
         ModelsCmd::Add { pid, write } => {

@@ -4,6 +4,7 @@
 //! has a short timeout so a hung server only costs its own row.
 
 pub mod http;
+pub mod measure;
 pub mod metrics;
 pub mod prober;
 

@@ -95,11 +95,15 @@ pub enum StepKind {
     Destroy,
     /// MIG: create instances.
     Create,
+    /// Take the members that stop out of the load balancer's upstream.
+    BalancerDrain,
+    /// Put the healthy members into the load balancer's upstream and verify through it.
+    BalancerJoin,
 }
 
 impl StepKind {
     /// Every kind (tests enumerate them).
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::Stop,
         Self::WaitIdle,
         Self::SetMemory,
@@ -111,6 +115,8 @@ impl StepKind {
         Self::MigMode,
         Self::Destroy,
         Self::Create,
+        Self::BalancerDrain,
+        Self::BalancerJoin,
     ];
 
     /// The word plans and the journal hold.
@@ -127,6 +133,8 @@ impl StepKind {
             Self::MigMode => "mig_mode",
             Self::Destroy => "destroy",
             Self::Create => "create",
+            Self::BalancerDrain => "balancer_drain",
+            Self::BalancerJoin => "balancer_join",
         }
     }
 }

@@ -114,6 +114,16 @@ pub struct ModelSpec {
     pub log: String,
     /// Where it was defined (`models.toml:12`).
     pub defined_at: String,
+    /// Its replica set (`replicas`, `ports`, `gpus`): served as many members, one per logical
+    /// GPU (`domain::replicas` expands it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<super::replica_set::ReplicaSet>,
+    /// The set it is a member of (a member's spec, made by `replicas::member_spec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<super::replica_set::Member>,
+    /// The load balancer in front of its set (`[[balancer]]` naming it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balancer: Option<super::balancer::Balancer>,
 }
 
 /// Placeholders a launch may use.
@@ -260,6 +270,8 @@ pub struct RegistryError {
 struct FileDoc {
     #[serde(default)]
     model: Vec<toml::Spanned<toml::Table>>,
+    #[serde(default)]
+    balancer: Vec<toml::Spanned<toml::Table>>,
 }
 
 #[derive(Deserialize)]
@@ -297,6 +309,9 @@ const ENTRY_KEYS: &[&str] = &[
     "metrics",
     "health_timeout_secs",
     "log",
+    "replicas",
+    "ports",
+    "gpus",
 ];
 const LAUNCH_KEYS: &[&str] = &[
     "command", "env", "stop", "systemd", "docker", "image", "args",
@@ -330,6 +345,12 @@ struct Entry {
     health_timeout_secs: u64,
     #[serde(default)]
     log: Option<String>,
+    #[serde(default)]
+    replicas: Option<toml::Value>,
+    #[serde(default)]
+    ports: Option<String>,
+    #[serde(default)]
+    gpus: Option<Vec<String>>,
 }
 
 const fn one() -> u32 {
@@ -440,6 +461,91 @@ pub fn valid_bdf(g: &str) -> bool {
         && (b'0'..=b'7').contains(&b[11])
 }
 
+/// An entry's replica set, checked: `replicas` with `ports` (and `port`, if written, their
+/// first), `gpus` only with them, one logical GPU per member. Errors go to `bad` at their key.
+fn replica_set(
+    e: &Entry,
+    at: &dyn Fn(&str) -> usize,
+    bad: &mut dyn FnMut(usize, String),
+) -> Option<super::replica_set::ReplicaSet> {
+    let name = &e.name;
+    let Some(count) = &e.replicas else {
+        for (k, given) in [("ports", e.ports.is_some()), ("gpus", e.gpus.is_some())] {
+            if given {
+                bad(
+                    at(k),
+                    format!("model {name:?}: {k} go with replicas (replicas = N or \"fill\")"),
+                );
+            }
+        }
+        return None;
+    };
+    let count = super::replica_set::parse_count(count)
+        .map_err(|m| bad(at("replicas"), format!("model {name:?}: {m}")))
+        .ok();
+    let ports = match &e.ports {
+        None => {
+            bad(
+                at("replicas"),
+                format!(
+                    "model {name:?}: a replica set needs ports = \"FIRST-LAST\", one port per replica"
+                ),
+            );
+            None
+        }
+        Some(p) => super::replica_set::parse_ports(p)
+            .map_err(|m| bad(at("ports"), format!("model {name:?}: {m}")))
+            .ok(),
+    };
+    if let Some((first, _)) = ports
+        && e.port != first
+    {
+        bad(
+            at("port"),
+            format!(
+                "model {name:?}: port = {} must be the first of ports ({first}), or left out",
+                e.port
+            ),
+        );
+    }
+    if e.gpu.is_some() || e.min_free_gb.is_some() {
+        bad(
+            at(if e.gpu.is_some() {
+                "gpu"
+            } else {
+                "min_free_gb"
+            }),
+            format!(
+                "model {name:?}: a replica set takes every logical GPU that holds it; limit it with gpus = [\"0000:05:00\", ...]"
+            ),
+        );
+    }
+    if e.tensor_parallel > 1 {
+        bad(
+            at("tensor_parallel"),
+            format!(
+                "model {name:?}: a replica set runs one member per logical GPU (tensor_parallel = 1)"
+            ),
+        );
+    }
+    let gpus = e.gpus.clone().unwrap_or_default();
+    for g in &gpus {
+        if !(valid_bdf(g) || valid_bdf(&format!("{g}.0"))) {
+            bad(
+                at("gpus"),
+                format!(
+                    "model {name:?}: gpus: {g:?} is not a GPU's identity; write a BDF like \"0000:05:00\" (every partition) or \"0000:05:00.1\" (one logical GPU)"
+                ),
+            );
+        }
+    }
+    Some(super::replica_set::ReplicaSet {
+        count: count?,
+        ports: ports?,
+        gpus,
+    })
+}
+
 /// Parses and validates a registry. Every error names the file, line and column of the entry.
 pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
     let (reg, mut errors) = check(origin, text);
@@ -533,6 +639,34 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
                 ));
             }
         }
+        // A replica set's `port` is the first of its `ports` (written or not).
+        let range = table
+            .get("ports")
+            .and_then(toml::Value::as_str)
+            .map(super::replica_set::parse_ports);
+        if !table.contains_key("port")
+            && (table.contains_key("replicas") || table.contains_key("ports"))
+        {
+            match range {
+                Some(Ok((first, _))) => {
+                    table.insert("port".into(), toml::Value::Integer(i64::from(first)));
+                }
+                Some(Err(m)) => {
+                    errors.push(err(
+                        key_at(text, &span, "ports"),
+                        format!("model {named:?}: {m}"),
+                    ));
+                    continue;
+                }
+                None => {
+                    errors.push(err(
+                        key_at(text, &span, "replicas"),
+                        format!("model {named:?}: a replica set needs ports = \"FIRST-LAST\", one port per replica"),
+                    ));
+                    continue;
+                }
+            }
+        }
         // Each value on its own: one of the wrong type is reported at its key and left out,
         // and the rest of the entry is still checked.
         let mut dropped_required = false;
@@ -561,6 +695,9 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
         };
         let n0 = errors.len();
         let launch_at = key_at(text, &span, "launch");
+        let replicas = replica_set(&e, &|k: &str| key_at(text, &span, k), &mut |o, m| {
+            errors.push(err(o, m));
+        });
         let l = e.launch;
         if names.contains(&e.name) {
             errors.push(err(
@@ -568,10 +705,14 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
                 format!("model name {:?} is used twice", e.name),
             ));
         }
-        if let Some(m) = ports.get(&e.port) {
+        let own_ports: Vec<u16> = replicas
+            .as_ref()
+            .map_or_else(|| vec![e.port], |r| (r.ports.0..=r.ports.1).collect());
+        if let Some((p, m)) = own_ports.iter().find_map(|p| ports.get(p).map(|m| (p, m))) {
+            let at = if replicas.is_some() { "ports" } else { "port" };
             errors.push(err(
-                key_at(text, &span, "port"),
-                format!("port {} is already used by model {m:?}", e.port),
+                key_at(text, &span, at),
+                format!("port {p} is already used by model {m:?}"),
             ));
         }
         if e.port == 0 {
@@ -583,10 +724,17 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
                 ),
             ));
         }
-        if e.name.is_empty() || e.name.contains(char::is_whitespace) {
+        if e.name.is_empty()
+            || e.name.contains(char::is_whitespace)
+            || e.name.contains(super::replica_set::MEMBER_SEP)
+        {
             errors.push(err(
                 key_at(text, &span, "name"),
-                format!("model name {:?} must be one word", e.name),
+                format!(
+                    "model name {:?} must be one word, without {:?} (it names a replica)",
+                    e.name,
+                    super::replica_set::MEMBER_SEP
+                ),
             ));
         }
         if l.docker.is_none() && (l.image.is_some() || l.args.is_some()) {
@@ -757,7 +905,9 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
         let base = format!("http://127.0.0.1:{}", e.port);
         let (line, _) = index.line_col(at);
         names.insert(e.name.clone());
-        ports.insert(e.port, e.name.clone());
+        for p in own_ports {
+            ports.insert(p, e.name.clone());
+        }
         models.push(ModelSpec {
             name: e.name,
             model: e.model,
@@ -772,7 +922,34 @@ pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
             health_timeout_secs: e.health_timeout_secs,
             log: e.log.unwrap_or_default(),
             defined_at: format!("{origin}:{line}"),
+            replicas,
+            member: None,
+            balancer: None,
         });
+    }
+    // Each balancer goes with the replica set it fronts (its members carry it to the plan).
+    for spanned in doc.balancer {
+        let at = spanned.span().start;
+        match super::balancer::entry(spanned.into_inner()) {
+            Err(m) => errors.push(err(at, m)),
+            Ok(b) => match models
+                .iter_mut()
+                .find(|m| m.name == b.set && m.replicas.is_some())
+            {
+                None => errors.push(err(
+                    at,
+                    format!(
+                        "balancer for {:?}: no replica set of that name here ([[model]] with replicas)",
+                        b.set
+                    ),
+                )),
+                Some(m) if m.balancer.is_some() => errors.push(err(
+                    at,
+                    format!("balancer for {:?}: the set has a balancer already", b.set),
+                )),
+                Some(m) => m.balancer = Some(b),
+            },
+        }
     }
     (
         Registry {

@@ -48,6 +48,40 @@ pub fn gb_to_mb(gb: f64) -> u64 {
     mb
 }
 
+/// How far a partition may fall short of a model's stated need and still hold it: 1% of the
+/// partition. The hardware gives a little less than the nominal sizes the docs and the
+/// registry speak in (an MI300X has 196,592 MiB, 16 short of 192 GiB, so a CPX partition is
+/// 23.998 GiB where the docs say 24): `memory_gb = 24` holds on it. A real shortfall (a 24 GiB
+/// model on 23 GiB) is still refused.
+pub const SIZE_TOLERANCE: f64 = 0.01;
+
+/// Whether a logical GPU of `have_mb` MiB holds a need of `need_mb` MiB, within
+/// [`SIZE_TOLERANCE`]. Every size comparison of placement goes through here.
+#[expect(clippy::cast_precision_loss, reason = "MiB of HBM")]
+pub fn holds(have_mb: u64, need_mb: u64) -> bool {
+    need_mb as f64 <= have_mb as f64 * (1.0 + SIZE_TOLERANCE)
+}
+
+/// What a process holding `bytes` of HBM needs, in the registry's unit: whole GiB (1024 MiB,
+/// as amd-smi gives HBM), rounded up beyond [`SIZE_TOLERANCE`]. A server holding 64.0 GiB, or
+/// 64.3 as its KV cache moves, needs `memory_gb = 64`, and a 64 GiB partition [`holds`] it.
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "GiB of HBM"
+)]
+pub fn whole_gib_held(bytes: u64) -> u64 {
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    let whole = gib.floor();
+    let g = if gib - whole <= whole * SIZE_TOLERANCE {
+        whole
+    } else {
+        whole + 1.0
+    };
+    (g as u64).max(1)
+}
+
 /// MiB as GiB with one decimal, the unit every table shows (`23.9 GiB`, never a floored `23 GB`).
 pub fn gib_mb(mb: u64) -> String {
     #[expect(clippy::cast_precision_loss, reason = "display")]
@@ -78,7 +112,7 @@ pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Plac
         let placed = match &n.want {
             Want::Gpu(bdf) => match layout.iter().find(|r| &r.bdf == bdf) {
                 None => Err(format!("{bdf} does not exist in this layout")),
-                Some(r) if r.vram_mb < min => Err(format!(
+                Some(r) if !holds(r.vram_mb, min) => Err(format!(
                     "{bdf} has {}, it needs {}",
                     gib_mb(r.vram_mb),
                     gib_mb(min)
@@ -88,8 +122,11 @@ pub fn place(needs: &[Need], layout: &[LayoutRow], taken: &[String]) -> Vec<Plac
             },
             Want::AnyFree(_) => {
                 let k = n.tp.max(1) as usize;
-                let mut fits: Vec<&LayoutRow> =
-                    free.iter().copied().filter(|r| r.vram_mb >= min).collect();
+                let mut fits: Vec<&LayoutRow> = free
+                    .iter()
+                    .copied()
+                    .filter(|r| holds(r.vram_mb, min))
+                    .collect();
                 // Its own partitions first, then the smallest that fit.
                 fits.sort_by_key(|r| (!n.prefer.contains(&r.bdf), r.vram_mb, r.gpu_id));
                 if fits.len() >= k {
@@ -147,6 +184,7 @@ pub fn place_now(
         .flat_map(|p| p.gpus.iter().filter(|u| !u.attached_only()))
         .filter_map(|u| rows.iter().find(|r| r.gpu_id == u.gpu_id))
         .map(|r| r.bdf.clone())
+        .chain(owned_by_servers(&snap.models, &spec.name))
         .collect();
     let need = Need {
         name: spec.name.clone(),
@@ -156,6 +194,25 @@ pub fn place_now(
         prefer: vec![],
     };
     place(&[need], &rows, &taken).remove(0)
+}
+
+/// The logical GPUs (BDFs) that running model servers own, other than `except`'s: a server
+/// owns its GPUs from the moment its process runs, whatever their VRAM shows (one still
+/// loading its weights holds little, and picking its GPU for another model would make both
+/// fail).
+pub fn owned_by_servers(models: &[super::model_status::ServedModel], except: &str) -> Vec<String> {
+    use super::model_status::ModelState;
+    models
+        .iter()
+        .filter(|m| m.name != except && m.pid.is_some())
+        .filter(|m| {
+            matches!(
+                m.state,
+                ModelState::Healthy | ModelState::Starting | ModelState::Unhealthy
+            )
+        })
+        .flat_map(|m| m.bdfs.iter().cloned())
+        .collect()
 }
 
 /// The advisor on a snapshot: the registered models' needs on this node's product and
@@ -286,6 +343,7 @@ pub fn advise(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::model_status::{ModelState, ServedModel};
     use crate::domain::product;
 
     fn rows(n: u32, gb: u64) -> Vec<LayoutRow> {
@@ -339,6 +397,128 @@ mod tests {
         };
         let p = place(&[fixed], &rows(2, 96), &["0000:00:00.1".into()]);
         assert_eq!(p[0].reason.as_deref(), Some("0000:00:00.1 is taken"));
+    }
+
+    /// Issue 29: `memory_gb = 24` holds on an MI300X's CPX partition (196,592 MiB / 8 =
+    /// 23.998 GiB); the 1% tolerance is a tolerance, not a rounding: 23 GiB still refuses 24.
+    #[test]
+    fn sizes_compare_within_the_stated_tolerance() {
+        let cpx_mb = 196_592 / 8;
+        let p = place(
+            &[need("m", 24.0, &[])],
+            &rows(1, 0)
+                .into_iter()
+                .map(|r| LayoutRow {
+                    vram_mb: cpx_mb,
+                    ..r
+                })
+                .collect::<Vec<_>>(),
+            &[],
+        );
+        assert_eq!(p[0].reason, None, "{:?}", p[0].reason);
+        assert!(holds(cpx_mb, gb_to_mb(24.0)));
+        assert!(!holds(23 << 10, gb_to_mb(24.0)));
+        // Every whole-GiB need against partitions from need - 2 GiB to need + 2 GiB, in 16 MiB
+        // steps: holds exactly when the shortfall is within 1% of the partition.
+        let mut cases = 0;
+        for need_gb in 1..=192u64 {
+            let need_mb = need_gb << 10;
+            for have_mb in (need_mb.saturating_sub(2048)..=need_mb + 2048).step_by(16) {
+                #[expect(clippy::cast_precision_loss, reason = "test sizes")]
+                let within = (need_mb as f64) <= have_mb as f64 * 1.01;
+                assert_eq!(holds(have_mb, need_mb), within, "{need_mb} on {have_mb}");
+                if have_mb >= need_mb {
+                    assert!(holds(have_mb, need_mb), "{need_mb} on {have_mb}");
+                }
+                cases += 1;
+            }
+        }
+        // 257 partitions per need; 193 for 1 GiB (none below 0).
+        assert_eq!(cases, 191 * 257 + 193, "{cases} cases");
+    }
+
+    /// Issue 29: a server holding 64.0 GiB was written `memory_gb = 69` (GB of 10^9 bytes) or
+    /// 70 (a read with its KV cache up). Every whole GiB from 1 to 256, each read exact, +0.25%
+    /// and +0.5% (a server's VRAM only grows past what it reserved at load): a partition of the
+    /// entry's size holds what was read, the entry is never above the read rounded up, and an
+    /// exact read (or, below 100 GiB, any of them) gives that GiB.
+    #[test]
+    fn a_held_size_becomes_the_gib_the_hardware_gives() {
+        let mut cases = 0;
+        for gib in 1..=256u64 {
+            for wobble in [1.0, 1.0025, 1.005] {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    clippy::cast_precision_loss,
+                    reason = "test sizes"
+                )]
+                let bytes = ((gib << 30) as f64 * wobble) as u64;
+                let g = whole_gib_held(bytes);
+                assert!(holds(g << 10, bytes >> 20), "{gib} GiB x {wobble}: {g}");
+                assert!(g <= (bytes >> 30) + 1, "{gib} GiB x {wobble}: {g}");
+                if wobble == 1.0 || gib < 100 {
+                    assert_eq!(g, gib, "{gib} GiB x {wobble}");
+                }
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 768, "{cases} cases");
+        assert_eq!(whole_gib_held(0), 1);
+        assert_eq!(whole_gib_held(17_500_000_000), 17, "16.3 GiB rounds up");
+    }
+
+    fn server(name: &str, state: ModelState, pid: Option<u32>, bdf: &str) -> ServedModel {
+        ServedModel {
+            name: name.into(),
+            model: "m".into(),
+            server: Some("vllm".into()),
+            spec: None,
+            pid,
+            start_ticks: None,
+            gpus: vec![0],
+            bdfs: vec![bdf.into()],
+            port: Some(8001),
+            state,
+            reason: None,
+            running: None,
+            waiting: None,
+            kv_cache: None,
+            tokens_per_sec: None,
+            restarts: 0,
+            log: None,
+            log_tail: vec![],
+            probed_ms: None,
+        }
+    }
+
+    /// A running server owns its GPU whatever its VRAM shows; a stopped one, or the model being
+    /// started itself, does not. All 5 states, with and without a process.
+    #[test]
+    fn a_running_server_owns_its_gpu() {
+        use ModelState as S;
+        let mut cases = 0;
+        for state in [
+            S::Starting,
+            S::Healthy,
+            S::Unhealthy,
+            S::Stopped,
+            S::Unknown,
+        ] {
+            for pid in [Some(42), None] {
+                let owns =
+                    pid.is_some() && matches!(state, S::Starting | S::Healthy | S::Unhealthy);
+                let m = [server("a", state, pid, "0000:05:00.0")];
+                assert_eq!(
+                    owned_by_servers(&m, "b") == vec!["0000:05:00.0".to_string()],
+                    owns,
+                    "{state:?} pid {pid:?}"
+                );
+                assert!(owned_by_servers(&m, "a").is_empty());
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 10);
     }
 
     #[test]

@@ -181,6 +181,12 @@ pub struct Plan {
     /// Served models it stops and relaunches.
     #[serde(default)]
     pub models: Vec<ModelMove>,
+    /// What each replica set becomes (its members are among `models`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<super::replicas::SetChange>,
+    /// What each load balancer's upstream becomes (steps `balancer_drain`, `balancer_join`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub balancers: Vec<super::balancer::BalancerChange>,
 }
 
 impl Plan {
@@ -567,7 +573,26 @@ pub fn plan(
                 .map(|m| m.name.clone()),
         })
         .collect();
-    let models = model_moves(snap, &stops, &before, &after, &mut warnings);
+    let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
+    let stopped_pids: Vec<u32> = stops.iter().map(|s| s.pid).collect();
+    let planned: Vec<String> = models
+        .iter()
+        .flat_map(|m| m.to.iter().map(|r| r.bdf.clone()))
+        .collect();
+    let set_plan = super::replicas::plan_sets(
+        snap,
+        &stopped_pids,
+        &before,
+        &after,
+        &planned,
+        &layout_names(&changes),
+    );
+    // A shrinking set's surplus members first: they leave first.
+    let mut surplus: Vec<ModelMove> = set_plan.surplus.into_iter().map(ModelMove::from).collect();
+    surplus.append(&mut models);
+    models = surplus;
+    models.extend(set_plan.moves.into_iter().map(ModelMove::from));
+    let (sets, balancers) = (set_plan.changes, set_plan.balancers);
     let target_m = draft.memory.filter(|_| memory_change);
     let mut steps = Vec::new();
     if !stops.is_empty() {
@@ -627,6 +652,7 @@ pub fn plan(
     if !stops.is_empty() {
         steps.push(relaunch_step(snap, &stops, &models));
     }
+    add_balancer_steps(&mut steps, &balancers);
     // What does not come back, said before the confirmation (a discovered server outside the
     // registry has its own warning from `model_moves`).
     for s in stops.iter().filter(|s| {
@@ -663,9 +689,85 @@ pub fn plan(
         reload_secs,
         grace_secs,
         models,
+        sets,
+        balancers,
     };
     p.fingerprint = p.content_fingerprint();
     Ok(p)
+}
+
+impl From<super::replicas::ModelMove> for ModelMove {
+    fn from(m: super::replicas::ModelMove) -> Self {
+        Self {
+            name: m.name,
+            from: m.from,
+            to: m.to,
+            reason: m.reason,
+            stop: m.stop,
+            launch: m.launch,
+        }
+    }
+}
+
+/// Puts the load balancer steps into `steps`: the drain just before the stop (members leave
+/// the upstream before they stop), the join just after the relaunch (they join once healthy).
+/// Nothing when no balancer changes.
+fn add_balancer_steps(steps: &mut Vec<Step>, changes: &[super::balancer::BalancerChange]) {
+    use super::balancer::{DRAIN_STEP, JOIN_STEP, ports_text};
+    if changes.is_empty() {
+        return;
+    }
+    let cmds = |pick: fn(&super::balancer::BalancerChange) -> &Vec<super::balancer::Server>| {
+        changes
+            .iter()
+            .flat_map(|c| {
+                [
+                    format!(
+                        "write {} (servers in service: {})",
+                        c.balancer.upstream,
+                        ports_text(pick(c))
+                    ),
+                    super::text::shell_line(&c.balancer.reload),
+                ]
+            })
+            .collect::<Vec<String>>()
+    };
+    let drain = Step::plain(
+        DRAIN_STEP,
+        "take the members that stop out of the load balancer's upstream, and reload it".into(),
+        cmds(|c| &c.during),
+    )
+    .limit(60);
+    let mut join_cmds = cmds(|c| &c.after);
+    join_cmds.extend(changes.iter().map(|c| format!("GET {}", c.balancer.verify)));
+    let join = Step::plain(
+        JOIN_STEP,
+        "put the healthy members into the load balancer's upstream, reload it, and verify a request through it".into(),
+        join_cmds,
+    )
+    .limit(60);
+    let at = steps.iter().position(|s| s.key == "stop").unwrap_or(0);
+    steps.insert(at, drain);
+    let after = steps
+        .iter()
+        .position(|s| s.key == "relaunch")
+        .map_or(steps.len(), |i| i + 1);
+    steps.insert(after, join);
+}
+
+/// The layout before and after, as a set's change names it (`SPX/NPS1`, `DPX/NPS2`): the
+/// first changed GPU's modes.
+fn layout_names(changes: &[GpuChange]) -> (String, String) {
+    changes.first().map_or_else(
+        || ("this layout".into(), "this layout".into()),
+        |c| {
+            let from = match c.from {
+                (Some(a), Some(b)) => format!("{a}/{b}"),
+                _ => "the current layout".into(),
+            };
+            (from, format!("{}/{}", c.to.0, c.to.1))
+        },
+    )
 }
 
 /// The stop step: models by their own stop, units by systemctl, the rest by SIGTERM.
@@ -684,7 +786,7 @@ fn stop_step(stops: &[Stop], models: &[ModelMove], grace_secs: u32) -> Step {
     let units: Vec<String> = stops.iter().filter_map(|s| s.unit.clone()).collect();
     let mut commands: Vec<String> = models
         .iter()
-        .filter(|m| !m.stop.starts_with("kill "))
+        .filter(|m| !m.stop.is_empty() && !m.stop.starts_with("kill "))
         .map(|m| m.stop.clone())
         .collect();
     if !units.is_empty() {
@@ -894,10 +996,11 @@ fn model_moves(
         .filter_map(|u| before.iter().find(|r| r.gpu_id == u.gpu_id))
         .map(|r| r.bdf.clone())
         .collect();
+    // Replica set members are placed as their set ([`super::replicas::plan_sets`]).
     let movers: Vec<&super::model_status::ServedModel> = snap
         .models
         .iter()
-        .filter(|m| m.spec.is_some() && stopped(m.pid))
+        .filter(|m| m.spec.as_ref().is_some_and(|s| s.member.is_none()) && stopped(m.pid))
         .collect();
     for m in snap
         .models

@@ -166,7 +166,8 @@ pub fn entry_for_model(snap: &Snapshot, m: &super::model_status::ServedModel) ->
 }
 
 /// A registry entry for a server partop discovered: its command line with the port and the
-/// device turned into placeholders, its memory from what it holds now (rounded up to GB).
+/// device turned into placeholders, its memory from what it holds now, in whole GiB
+/// as the hardware gives them ([`super::placement::whole_gib_held`]).
 pub fn entry_for_discovered(
     name: &str,
     model: &str,
@@ -187,8 +188,7 @@ pub fn entry_for_discovered(
             argv.push(a.to_string());
         }
     }
-    #[expect(clippy::cast_precision_loss, reason = "GB of HBM")]
-    let gb = (vram_bytes as f64 / 1e9).ceil().max(1.0);
+    let gb = super::placement::whole_gib_held(vram_bytes);
     let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
     format!(
         "\n[[model]]\nname = {name:?}\nmodel = {model:?}\nport = {}\nmemory_gb = {gb}  # what it holds now; set it to what it needs\nlaunch.command = [{}]\n",
@@ -266,7 +266,8 @@ mod tests {
         let r = crate::domain::models::parse("m.toml", &e).unwrap();
         let m = &r.models[0];
         assert_eq!(m.port, 8011);
-        assert!((m.memory_gb - 18.0).abs() < f64::EPSILON);
+        // 17.5e9 bytes are 16.3 GiB: the registry's GB is amd-smi's GiB (was 18, decimal GB).
+        assert!((m.memory_gb - 17.0).abs() < f64::EPSILON);
         assert_eq!(
             m.launch_text(&[5], &[]),
             "HIP_VISIBLE_DEVICES=5 /opt/venv/bin/python3 /opt/venv/bin/vllm serve meta-llama/Llama-3.1-8B --port 8011 --max-model-len 8192"

@@ -66,10 +66,11 @@ impl ApplyCtx {
         }
     }
 
-    fn spec(&self, name: &str) -> Option<&crate::domain::models::ModelSpec> {
+    /// A registry entry, or a replica set's member by its name (`set#k`).
+    fn spec(&self, name: &str) -> Option<crate::domain::models::ModelSpec> {
         self.registry
             .as_ref()
-            .and_then(|r| r.models.iter().find(|m| m.name == name))
+            .and_then(|r| crate::domain::replicas::resolve(r, name))
     }
 }
 
@@ -434,6 +435,8 @@ async fn run_step(
         StepKind::SetCompute => set_compute(ctx, step).await,
         StepKind::Verify => verify(plan, ctx).await,
         StepKind::Relaunch => relaunch(plan, ctx, emit).await,
+        StepKind::BalancerDrain => super::balancer::drain(plan, ctx.registry.as_ref()),
+        StepKind::BalancerJoin => super::balancer::join(plan, ctx.registry.as_ref()),
         // A MIG step in a repartition plan: an edited plan file (a changed plan no longer
         // matches its fingerprint, so this is a plan made by hand).
         other @ (StepKind::MigMode | StepKind::Destroy | StepKind::Create) => Err((
@@ -611,6 +614,7 @@ fn stop(
         let Some(spec) = s.model.as_deref().and_then(|m| ctx.spec(m)) else {
             continue;
         };
+        let spec = &spec;
         if matches!(
             spec.launch,
             crate::domain::models::Launch::Command { stop: None, .. }
@@ -958,6 +962,7 @@ async fn relaunch(
                 failed.push(format!("{}: not in the registry any more", m.name));
                 continue;
             };
+            let spec = &spec;
             let bdfs: Vec<String> = m.to.iter().map(|r| r.bdf.clone()).collect();
             let ids: Option<Vec<u32>> = bdfs
                 .iter()

@@ -311,7 +311,9 @@ fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, St
         | StepKind::Reload
         | StepKind::WaitGpus
         | StepKind::SetCompute
-        | StepKind::Relaunch) => Err((
+        | StepKind::Relaunch
+        | StepKind::BalancerDrain
+        | StepKind::BalancerJoin) => Err((
             format!("{other} is a repartition step, not a MIG step"),
             "make the plan with `partop mig plan` (repartition plans are applied with `partop apply`)"
                 .into(),

@@ -50,6 +50,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "cpx-64-busy",
         include_str!("../../scenarios/cpx-64-busy.toml"),
     ),
+    (
+        "guide-12b-spx",
+        include_str!("../../scenarios/guide-12b-spx.toml"),
+    ),
 ];
 
 /// What a workload is.

@@ -58,6 +58,55 @@ fn free_port() -> u16 {
         .map_or(0, |a| a.port())
 }
 
+/// Ports a simulated replica set's range holds: one per logical GPU of the largest layout (8
+/// MI300X in CPX give 64), so a `fill` set grows into any layout.
+pub const SET_PORTS: u16 = 64;
+
+/// The set a workload named `SET#k` is a member of, and k.
+fn member_of(name: &str) -> Option<(&str, u16)> {
+    let (set, k) = name.rsplit_once(crate::domain::replicas::MEMBER_SEP)?;
+    Some((set, k.parse().ok().filter(|k| (1..=SET_PORTS).contains(k))?))
+}
+
+/// The first port of a free range of [`SET_PORTS`] ports, outside the ephemeral range like
+/// [`free_port`]'s.
+fn free_range() -> u16 {
+    let mut x = crate::collect::clock::now_ms() ^ (u64::from(std::process::id()) << 24);
+    for _ in 0..64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let base = 20_000 + u16::try_from(x % (12_768 - u64::from(SET_PORTS))).unwrap_or(0);
+        if (base..base + SET_PORTS).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    20_000
+}
+
+/// Gives each replica set's members (workloads named `SET#k` with no port) the ports of one
+/// free range, member k on the range's k-th port, as the registry's `ports` says.
+fn set_ports(state: &mut SimState) {
+    let mut bases: Vec<(String, u16)> = Vec::new();
+    for i in 0..state.workloads.len() {
+        let w = &state.workloads[i];
+        if w.spec.kind != Kind::ModelServer || w.port != 0 {
+            continue;
+        }
+        let Some((set, k)) = member_of(&w.spec.name) else {
+            continue;
+        };
+        let base = if let Some((_, b)) = bases.iter().find(|(s, _)| s == set) {
+            *b
+        } else {
+            let b = free_range();
+            bases.push((set.to_string(), b));
+            b
+        };
+        state.workloads[i].port = base + k - 1;
+    }
+}
+
 /// The command line a workload shows in `ps` (what discovery and operators see).
 fn shown(w: &super::scenario::WorkloadSpec, port: u16) -> Vec<String> {
     match w.kind {
@@ -108,6 +157,7 @@ pub fn start(
         log_dir,
         clock::now_ms(),
     );
+    set_ports(&mut state);
     state.save(state_path)?;
     for i in 0..state.workloads.len() {
         launch(&mut state, i, state_path)?;
@@ -193,11 +243,29 @@ fn write_registry(state: &SimState, state_path: &Path) -> Result<(), SessionErro
     let mut o = String::from(
         "# Written by `partop sim start`: the simulated node's model servers, launched through\n# `partop sim serve` (a stand-in for `vllm serve`). Edit freely; `partop check-config --models FILE`.\n",
     );
+    let mut sets_written: Vec<&str> = Vec::new();
     for w in state
         .workloads
         .iter()
         .filter(|w| w.spec.kind == Kind::ModelServer)
     {
+        // A replica set's members are one entry: `replicas = "fill"` over the set's range.
+        if let Some((set, k)) = member_of(&w.spec.name) {
+            if sets_written.contains(&set) {
+                continue;
+            }
+            sets_written.push(set);
+            let model = w.spec.model.clone().unwrap_or_else(|| set.to_string());
+            let first = w.port + 1 - k;
+            let _ = write!(
+                o,
+                "\n[[model]]\nname = {set:?}\nmodel = {model:?}\nreplicas = \"fill\"\nports = \"{first}-{last}\"\nmemory_gb = {mem}\nhealth_timeout_secs = 60\nlaunch.command = [{exe:?}, \"sim\", \"serve\", \"--state\", {state:?}, \"--name\", \"{{name}}\", \"--port\", \"{{port}}\"]\n",
+                last = first + SET_PORTS - 1,
+                mem = w.spec.vram_gb,
+                state = state_path.display().to_string(),
+            );
+            continue;
+        }
         let model = w.spec.model.clone().unwrap_or_else(|| w.spec.name.clone());
         let _ = write!(
             o,
@@ -233,11 +301,30 @@ pub fn serve(state_path: &Path, name: &str, port: u16) -> SessionError {
         error,
     };
     let placed = SimState::update(state_path, |state| {
-        let Some(i) = state
+        let found = state
             .workloads
             .iter()
-            .position(|w| w.spec.name == name && w.spec.kind == Kind::ModelServer)
-        else {
+            .position(|w| w.spec.name == name && w.spec.kind == Kind::ModelServer);
+        // A new member of a replica set (a set that grows into a new layout) is served as its
+        // set's members are: the same model, memory and load.
+        let found = found.or_else(|| {
+            let (set, _) = member_of(name)?;
+            let template = state.workloads.iter().find(|w| {
+                w.spec.kind == Kind::ModelServer
+                    && member_of(&w.spec.name).is_some_and(|(s, _)| s == set)
+            })?;
+            let mut spec = template.spec.clone();
+            spec.name = name.to_string();
+            state.workloads.push(super::state::SimWorkload {
+                spec,
+                pid: None,
+                start_ticks: None,
+                port,
+                started_ms: 0,
+            });
+            Some(state.workloads.len() - 1)
+        });
+        let Some(i) = found else {
             return Ok(Err(format!(
                 "the simulated node has no model server {name:?}"
             )));

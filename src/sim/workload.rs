@@ -1,6 +1,7 @@
 //! One simulated workload process (`partop sim workload`). It is a real process: it holds its
 //! place until signalled, honours or ignores SIGTERM as its scenario says, and model servers
-//! answer HTTP on 127.0.0.1 like vLLM: `/health`, `/v1/models`, and `/metrics` in Prometheus text.
+//! answer HTTP on 127.0.0.1 like vLLM: `/health`, `/v1/models`, `/v1/completions` (naming the
+//! server that answered) and `/metrics` in Prometheus text, counters kept by the process.
 
 use super::load;
 use super::scenario::Kind;
@@ -42,12 +43,19 @@ pub fn from_env() -> Option<i32> {
     Some(run(Path::new(&state), &name, &term))
 }
 
-/// Prometheus text for model server `i`, as vLLM names its metrics.
-pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
+/// Prometheus text for model server `i`, as vLLM names its metrics. `counters` are the serving
+/// process's own (they start at 0 with it), advanced to `now_ms` first.
+pub fn metrics_text(
+    state: &SimState,
+    i: usize,
+    counters: &mut load::ServerCounters,
+    now_ms: u64,
+) -> String {
     if let Some(text) = &state.workloads[i].spec.metrics {
         return text.clone();
     }
     let t = load::elapsed(state, now_ms);
+    counters.advance(state, i, t);
     let f = load::model_figures(state, i, t);
     let model = state.workloads[i].spec.model.clone().unwrap_or_default();
     let l = format!("{{model_name=\"{model}\"}}");
@@ -76,19 +84,45 @@ pub fn metrics_text(state: &SimState, i: usize, now_ms: u64) -> String {
         "gauge",
         f.kv_cache,
     );
+    // Counters are whole numbers, floored: a floor of a growing figure never goes down.
     g(
         "vllm:prompt_tokens_total",
         "Number of prefill tokens processed.",
         "counter",
-        f.prompt_tokens,
+        counters.prompt_tokens.floor(),
     );
     g(
         "vllm:generation_tokens_total",
         "Number of generation tokens processed.",
         "counter",
-        f.generation_tokens,
+        counters.generation_tokens.floor(),
     );
+    latency_histogram(&mut o, &model, counters);
     o
+}
+
+/// `vllm:e2e_request_latency_seconds` as vLLM exposes it: cumulative buckets, sum and count.
+fn latency_histogram(o: &mut String, model: &str, c: &load::ServerCounters) {
+    let name = "vllm:e2e_request_latency_seconds";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Histogram of end to end request latency in seconds.\n# TYPE {name} histogram"
+    );
+    let mut cumulative = 0.0;
+    for (k, le) in load::LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += c.buckets[k];
+        let _ = writeln!(
+            o,
+            "{name}_bucket{{le=\"{le:?}\",model_name=\"{model}\"}} {}",
+            cumulative.floor()
+        );
+    }
+    let total = c.requests().floor();
+    let _ = writeln!(
+        o,
+        "{name}_bucket{{le=\"+Inf\",model_name=\"{model}\"}} {total}\n{name}_sum{{model_name=\"{model}\"}} {}\n{name}_count{{model_name=\"{model}\"}} {total}",
+        c.latency_sum
+    );
 }
 
 /// Says why the workload cannot run, on its stderr (its log, as a real server's would be). Not
@@ -146,6 +180,8 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
         );
         let _ = out.flush();
     }
+    // vLLM's counters live in its process: they start at 0 with it.
+    let mut counters = load::ServerCounters::new(load::elapsed(&state, clock::now_ms()));
     let mut checked = std::time::Instant::now();
     loop {
         // A node whose state file is gone no longer exists (its owner was killed and its files
@@ -170,7 +206,7 @@ pub fn run(state_path: &Path, name: &str, term: &AtomicBool) -> i32 {
         match &server {
             Some(s) => {
                 if let Ok(Some(req)) = s.recv_timeout(Duration::from_millis(200)) {
-                    respond(state_path, i, req);
+                    respond(state_path, i, &mut counters, req);
                 }
             }
             None => std::thread::sleep(Duration::from_millis(200)),
@@ -187,7 +223,12 @@ fn load_ms(s: &SimState) -> u64 {
     (s.model_load_secs.max(0.0) * 1000.0) as u64
 }
 
-fn respond(state_path: &Path, i: usize, req: tiny_http::Request) {
+fn respond(
+    state_path: &Path,
+    i: usize,
+    counters: &mut load::ServerCounters,
+    req: tiny_http::Request,
+) {
     // Re-read the node so neighbours' load (the noisy-neighbour effect) is current.
     let state = SimState::load(state_path);
     let url = req.url().split('?').next().unwrap_or("").to_string();
@@ -204,9 +245,16 @@ fn respond(state_path: &Path, i: usize, req: tiny_http::Request) {
             let body = serde_json::json!({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": 32768}]});
             (200, body.to_string(), "application/json")
         }
+        // A completion answers at once and says which server gave it, so a request through a
+        // load balancer shows the replica it reached (the simulated load stands for the work).
+        (Ok(s), "/v1/completions" | "/v1/chat/completions") => {
+            let w = &s.workloads[i];
+            let body = serde_json::json!({"object": "text_completion", "model": w.spec.model.clone().unwrap_or_default(), "served_by": w.spec.name, "port": w.port, "choices": [{"index": 0, "text": " (simulated)", "finish_reason": "length"}]});
+            (200, body.to_string(), "application/json")
+        }
         (Ok(s), "/metrics") => (
             200,
-            metrics_text(s, i, clock::now_ms()),
+            metrics_text(s, i, counters, clock::now_ms()),
             "text/plain; version=0.0.4",
         ),
         (Err(_), _) => (503, "simulator state unavailable".into(), "text/plain"),

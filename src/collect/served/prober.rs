@@ -177,7 +177,17 @@ impl ModelProber {
         let proc_of = |pid: u32| snap.processes.iter().find(|p| p.pid == pid);
         let mut out = Vec::new();
         let mut used = Vec::new();
-        for spec in self.registry.iter().flat_map(|r| &r.models) {
+        // A replica set is served as its members on the current layout (one row each).
+        let specs: Vec<crate::domain::models::ModelSpec> = self
+            .registry
+            .iter()
+            .flat_map(|r| {
+                let rows = crate::domain::layout::layout_rows(snap);
+                let taken = crate::domain::replicas::taken_by_others(snap, r);
+                crate::domain::replicas::expand(r, &rows, &taken)
+            })
+            .collect();
+        for spec in &specs {
             let d = found.iter().find(|d| d.port == Some(spec.port));
             if let Some(d) = d {
                 used.push(d.pid);

@@ -39,10 +39,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         return;
     }
     let w = usize::from(top.width.saturating_sub(2));
-    let visible = usize::from(top.height.saturating_sub(3));
+    // Each replica set heads the table: healthy / total and its members' tokens/s summed
+    // (each member's own is on its row).
+    let sets = crate::domain::replicas::summaries(models);
+    let heads = sets
+        .len()
+        .min(usize::from(top.height.saturating_sub(4)) / 2);
+    let visible = usize::from(top.height.saturating_sub(3)).saturating_sub(heads);
     let first = offset(state.model_sel, visible);
     state.hits.rows(crate::ui::hit::Rows {
-        y: top.y + 2,
+        y: top.y + 2 + u16::try_from(heads).unwrap_or(0),
         height: u16::try_from(visible).unwrap_or(0),
         x: (top.x + 1, top.right().saturating_sub(1)),
         first,
@@ -58,6 +64,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         ),
         theme.get("table.header"),
     )];
+    for set in sets.iter().take(heads) {
+        lines.push(Line::styled(
+            cut(&format!(" set {set}"), w),
+            theme.get("ui.title"),
+        ));
+    }
     for (i, m) in models.iter().enumerate().skip(first).take(visible) {
         let gpus = m.gpus_label();
         let state_style = match m.state {

@@ -51,6 +51,15 @@ fn plan_lines(
             for x in &p.warnings {
                 push(Line::styled(format!("! {x}"), theme.get("status.warn")), 2);
             }
+            if !p.sets.is_empty() {
+                push(Line::styled("replica sets:", theme.get("table.header")), 0);
+                for c in &p.sets {
+                    push(Line::raw(format!("  {c}")), 4);
+                }
+                for b in &p.balancers {
+                    push(Line::raw(format!("  {b}")), 4);
+                }
+            }
             if !p.models.is_empty() {
                 push(Line::styled("served models:", theme.get("table.header")), 0);
                 for m in &p.models {
