@@ -3,10 +3,12 @@
 //! [`Snapshot`]s, the UI and planners read them. No I/O, no tokio, no ratatui here; the
 //! architecture test in `tests/architecture.rs` enforces that.
 
+pub mod cgroup;
 pub mod findings;
 pub mod fingerprint;
 pub mod fleet;
 pub mod history;
+pub mod k8s;
 pub mod kill;
 pub mod layout;
 pub mod mig;

@@ -152,6 +152,9 @@ pub struct Scenario {
     /// Workloads.
     #[serde(default, rename = "workload")]
     pub workloads: Vec<WorkloadSpec>,
+    /// The node is a Kubernetes node: its workloads are pods of a kubelet twin.
+    #[serde(default)]
+    pub kubernetes: Option<super::kubelet::KubeSpec>,
 }
 
 const fn default_gpus() -> u32 {

@@ -1,0 +1,258 @@
+//! Kubernetes on the node, pure: the kubelet's device allocations (read by
+//! `collect::kubelet` from PodResources) joined to the snapshot's logical GPUs and to each
+//! holder process, the way AMD's metrics exporter joins them: by the device id the device
+//! plugin advertised (the PCI BDF for partition 0, the platform device `amdgpu_xcp_N` or
+//! `amdgpu_xcp.N` for the others), the DRA device `gpu-<card>-<render>` of `gpu.amd.com`, or
+//! NVIDIA's GPU and MIG UUIDs. Runs after the enrichers, before the sanity check.
+
+use super::snapshot::{Kubelet, LogicalGpu, PhysicalGpu, PodRef, Snapshot};
+use std::collections::BTreeMap;
+
+/// The AMD DRA driver's name (its DeviceClass too).
+pub const AMD_DRA_DRIVER: &str = "gpu.amd.com";
+
+/// One device the kubelet allocated to a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Device {
+    /// A device plugin's device: its resource and id.
+    Plugin {
+        /// `amd.com/gpu`, `amd.com/cpx_nps4`, `nvidia.com/gpu`.
+        resource: String,
+        /// The id the plugin advertised.
+        id: String,
+    },
+    /// A DRA device of a resource claim.
+    Dra {
+        /// `gpu.amd.com`.
+        driver: String,
+        /// `gpu-<card>-<render>`.
+        device: String,
+        /// `<namespace>/<claim>`.
+        claim: String,
+    },
+}
+
+impl Device {
+    /// The resource column: the extended resource, or the DRA driver and claim.
+    pub fn resource(&self) -> String {
+        match self {
+            Self::Plugin { resource, .. } => resource.clone(),
+            Self::Dra { driver, claim, .. } => format!("{driver} claim {claim}"),
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Self::Plugin { id, .. } => id,
+            Self::Dra { device, .. } => device,
+        }
+    }
+}
+
+/// One allocation: a pod's container and a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod.
+    pub pod: String,
+    /// Container.
+    pub container: String,
+    /// The device.
+    pub device: Device,
+}
+
+/// What PodResources answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResources {
+    /// Every allocated device of every container (`List`).
+    pub allocations: Vec<Allocation>,
+    /// Allocatable device ids per resource (`GetAllocatableResources`); None where the kubelet
+    /// did not answer that call.
+    pub allocatable: Option<BTreeMap<String, Vec<String>>>,
+    /// The socket it came from.
+    pub source: String,
+}
+
+/// The device-plugin name of each render node's device (`renderD129` → `amdgpu_xcp_0`,
+/// `renderD128` → `0000:05:00.0`), read from the kernel's tree by the collector.
+pub type DeviceNames = BTreeMap<String, String>;
+
+/// The one spelling of a platform partition device: the kernel's `amdgpu_xcp.N` and the
+/// plugin's `amdgpu_xcp_N` are the same device (the plugin's glob misses the first).
+fn canonical(id: &str) -> String {
+    let id = id.trim().to_ascii_lowercase();
+    match id.strip_prefix("amdgpu_xcp.") {
+        Some(n) => format!("amdgpu_xcp_{n}"),
+        None => id,
+    }
+}
+
+/// The render number of `renderD129`.
+fn render_number(node: &str) -> Option<u32> {
+    node.strip_prefix("renderD")?.parse().ok()
+}
+
+/// Whether `device` names logical GPU `l` of `phys`.
+pub fn names(device: &Device, phys: &PhysicalGpu, l: &LogicalGpu, names: &DeviceNames) -> bool {
+    match device {
+        Device::Plugin { id, .. } => {
+            let id = canonical(id);
+            if id.starts_with("gpu-") || id.starts_with("mig-") {
+                let own = l.uuid.as_deref().map(canonical);
+                let whole = (l.partition_id == 0 && l.profile.is_none())
+                    .then(|| phys.uuid.as_deref().map(canonical))
+                    .flatten();
+                return own.as_deref() == Some(id.as_str()) || whole.as_deref() == Some(&id);
+            }
+            if l.partition_id == 0 && (id == canonical(&phys.bdf) || id == canonical(&l.bdf)) {
+                return true;
+            }
+            l.render_node
+                .as_ref()
+                .and_then(|r| names.get(r))
+                .is_some_and(|n| canonical(n) == id)
+        }
+        Device::Dra { driver, device, .. } => {
+            if driver != AMD_DRA_DRIVER {
+                return false;
+            }
+            // `gpu-<card>-<render>`: render nodes are unique on a node, so the render number
+            // alone names the partition (the card index is not in the snapshot).
+            let render = device
+                .strip_prefix("gpu-")
+                .and_then(|r| r.split_once('-'))
+                .and_then(|(_, r)| r.parse::<u32>().ok());
+            render.is_some() && render == l.render_node.as_deref().and_then(render_number)
+        }
+    }
+}
+
+/// Joins the kubelet's allocations to the snapshot: each logical GPU's pods, each holder
+/// process's pod, the allocatable counts and the allocations that name no GPU here.
+pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) {
+    let mut unmatched = Vec::new();
+    let mut pods = std::collections::BTreeSet::new();
+    for a in &pr.allocations {
+        pods.insert((a.namespace.clone(), a.pod.clone()));
+        let pod = PodRef {
+            namespace: a.namespace.clone(),
+            pod: a.pod.clone(),
+            container: a.container.clone(),
+            resource: a.device.resource(),
+        };
+        let mut found = false;
+        for g in &mut snap.gpus {
+            let phys = g.clone();
+            for l in &mut g.partitions {
+                if names(&a.device, &phys, l, device_names) {
+                    found = true;
+                    if !l.pods.contains(&pod) {
+                        l.pods.push(pod.clone());
+                    }
+                }
+            }
+        }
+        if !found {
+            unmatched.push(format!("{} {}", a.device.resource(), a.device.id()));
+        }
+    }
+    for g in &mut snap.gpus {
+        for l in &mut g.partitions {
+            l.pods.sort();
+        }
+    }
+    attribute_processes(snap);
+    snap.kubelet = Some(Kubelet {
+        allocatable: pr
+            .allocatable
+            .iter()
+            .flatten()
+            .map(|(r, ids)| (r.clone(), u32::try_from(ids.len()).unwrap_or(u32::MAX)))
+            .collect(),
+        pods_with_devices: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        unmatched,
+        source: pr.source.clone(),
+    });
+}
+
+/// Each holder process gets the pod container whose allocated GPU it holds, where that is one
+/// container; a process whose cgroup names a pod UID learnt that way (a second process of the
+/// pod, one holding only `/dev/kfd`) gets the same pod. A process whose cgroup names another
+/// pod than the allocation's is not given it.
+fn attribute_processes(snap: &mut Snapshot) {
+    let by_gpu: BTreeMap<u32, Vec<PodRef>> = snap
+        .gpus
+        .iter()
+        .flat_map(|g| &g.partitions)
+        .filter(|l| !l.pods.is_empty())
+        .map(|l| (l.gpu_id, l.pods.clone()))
+        .collect();
+    let mut by_uid: BTreeMap<String, Option<PodRef>> = BTreeMap::new();
+    let mut pending = Vec::new();
+    for (i, p) in snap.processes.iter_mut().enumerate() {
+        let mut held: Vec<&PodRef> = p
+            .gpus
+            .iter()
+            .filter_map(|u| by_gpu.get(&u.gpu_id))
+            .flatten()
+            .collect();
+        held.sort();
+        held.dedup();
+        let one = match held.as_slice() {
+            [one] => Some((*one).clone()),
+            _ => None,
+        };
+        match (&p.k8s_pod_uid, one) {
+            (Some(uid), Some(pod)) => {
+                let known = by_uid.entry(uid.clone()).or_insert_with(|| Some(pod.clone()));
+                // Two pods claimed by one UID: not one pod, so neither is said.
+                if known.as_ref().is_some_and(|k| k.label() != pod.label()) {
+                    *known = None;
+                }
+                pending.push(i);
+            }
+            (None, Some(pod)) => p.pod = Some(pod),
+            (Some(_), None) => pending.push(i),
+            (None, None) => {}
+        }
+    }
+    for i in pending {
+        let p = &mut snap.processes[i];
+        let Some(uid) = &p.k8s_pod_uid else { continue };
+        if let Some(Some(pod)) = by_uid.get(uid) {
+            let mut pod = pod.clone();
+            // Its own container where the process holds one of the pod's GPUs.
+            if let Some(own) = p
+                .gpus
+                .iter()
+                .filter_map(|u| by_gpu.get(&u.gpu_id))
+                .flatten()
+                .find(|x| x.label() == pod.label())
+            {
+                pod = own.clone();
+            }
+            p.pod = Some(pod);
+        }
+    }
+}
+
+/// The kernel's logical GPUs per device-plugin resource, as the plugin would advertise them:
+/// `single` naming counts every logical GPU as `amd.com/gpu`; `mixed` names each by its modes
+/// (`amd.com/cpx_nps4`).
+pub fn kernel_counts(snap: &Snapshot) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for g in &snap.gpus {
+        let n = u32::try_from(g.partitions.len()).unwrap_or(u32::MAX);
+        if g.mig.is_some() || g.uuid.as_deref().is_some_and(|u| u.starts_with("GPU-")) {
+            *out.entry("nvidia.com/gpu".to_string()).or_insert(0) += n;
+            continue;
+        }
+        *out.entry("amd.com/gpu".to_string()).or_insert(0) += n;
+        if let (Some(c), Some(m)) = (g.compute_partition, g.memory_partition) {
+            let name = format!("amd.com/{c}_{m}").to_ascii_lowercase();
+            *out.entry(name).or_insert(0) += n;
+        }
+    }
+    out
+}
