@@ -237,22 +237,76 @@ fn attribute_processes(snap: &mut Snapshot) {
     }
 }
 
-/// The kernel's logical GPUs per device-plugin resource, as the plugin would advertise them:
-/// `single` naming counts every logical GPU as `amd.com/gpu`; `mixed` names each by its modes
-/// (`amd.com/cpx_nps4`).
+/// The AMD device plugin's single resource name.
+pub const AMD_SINGLE: &str = "amd.com/gpu";
+
+/// The kernel's logical GPUs per AMD device-plugin resource, as the plugin would advertise
+/// them: `single` naming counts every logical GPU as `amd.com/gpu`; `mixed` names each by its
+/// modes (`amd.com/cpx_nps4`). NVIDIA GPUs are not counted (MIG strategies name them
+/// otherwise).
 pub fn kernel_counts(snap: &Snapshot) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
-    for g in &snap.gpus {
+    for g in snap.gpus.iter().filter(|g| g.mig.is_none()) {
         let n = u32::try_from(g.partitions.len()).unwrap_or(u32::MAX);
-        if g.mig.is_some() || g.uuid.as_deref().is_some_and(|u| u.starts_with("GPU-")) {
-            *out.entry("nvidia.com/gpu".to_string()).or_insert(0) += n;
-            continue;
-        }
-        *out.entry("amd.com/gpu".to_string()).or_insert(0) += n;
+        *out.entry(AMD_SINGLE.to_string()).or_insert(0) += n;
         if let (Some(c), Some(m)) = (g.compute_partition, g.memory_partition) {
             let name = format!("amd.com/{c}_{m}").to_ascii_lowercase();
             *out.entry(name).or_insert(0) += n;
         }
     }
     out
+}
+
+/// One resource whose allocatable count is not the kernel's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The resource.
+    pub resource: String,
+    /// What the kubelet advertises.
+    pub kubelet: u32,
+    /// What the kernel has.
+    pub kernel: u32,
+}
+
+/// The AMD resources whose kubelet allocatable count differs from the kernel's logical GPUs:
+/// under single naming `amd.com/gpu` against every logical GPU; under mixed naming each
+/// `amd.com/<compute>_<memory>` the kubelet or the kernel has (a resource of a mode the node
+/// left, still advertised, is drift too). Nothing where the kubelet did not answer
+/// `GetAllocatableResources` or advertises no AMD resource (not an AMD node's plugin).
+pub fn drift(snap: &Snapshot) -> Vec<Drift> {
+    let Some(k) = &snap.kubelet else {
+        return Vec::new();
+    };
+    let amd: BTreeMap<&String, u32> = k
+        .allocatable
+        .iter()
+        .filter(|(r, _)| r.starts_with("amd.com/"))
+        .map(|(r, n)| (r, *n))
+        .collect();
+    if amd.is_empty() {
+        return Vec::new();
+    }
+    let kernel = kernel_counts(snap);
+    let mut names: Vec<String> = if amd.contains_key(&AMD_SINGLE.to_string()) {
+        vec![AMD_SINGLE.to_string()]
+    } else {
+        amd.keys()
+            .map(|r| (*r).clone())
+            .chain(kernel.keys().filter(|r| *r != AMD_SINGLE).cloned())
+            .collect()
+    };
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|r| {
+            let kubelet = amd.get(&r).copied().unwrap_or(0);
+            let kernel = kernel.get(&r).copied().unwrap_or(0);
+            (kubelet != kernel).then_some(Drift {
+                resource: r,
+                kubelet,
+                kernel,
+            })
+        })
+        .collect()
 }

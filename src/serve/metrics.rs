@@ -826,6 +826,8 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::PartitionMismatch => "partition_mismatch",
         Kind::KfdOnlyHolder => "kfd_only_holder",
         Kind::HiddenHolders => "hidden_holders",
+        Kind::PluginDrift => "plugin_drift",
+        Kind::Reclaimable => "reclaimable_partition",
     }
 }
 
