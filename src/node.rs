@@ -284,10 +284,8 @@ impl Node {
         if let Some(k) = c.enrich.kubelet.as_mut() {
             // The simulated node's pods are its kubelet twin's, never the host's kubelet's.
             if let Some(sim) = &self.sim {
-                *k = crate::collect::kubelet::Kubelet::new(
-                    session::kubelet_socket(&sim.state),
-                    "/",
-                );
+                *k =
+                    crate::collect::kubelet::Kubelet::new(session::kubelet_socket(&sim.state), "/");
             }
             if let Some(r) = &self.roots {
                 k.sys_root.clone_from(&r.sys_root);

@@ -93,7 +93,8 @@ fn every_pod_layout_names_its_pod_qos_and_container() {
                         };
                         let text = file(&path, v2);
                         let o = parse(&text);
-                        let what = format!("{driver:?} {rt:?} {qos:?} v2={v2} nested={nested}: {text}");
+                        let what =
+                            format!("{driver:?} {rt:?} {qos:?} v2={v2} nested={nested}: {text}");
                         assert_eq!(o.pod.as_deref(), Some(UID), "{what}");
                         assert_eq!(o.qos, Some(qos), "{what}");
                         assert_eq!(o.container_full.as_deref(), Some(CID), "{what}");
@@ -139,11 +140,16 @@ fn a_pod_without_its_container_yet_and_paths_of_no_pod() {
     for t in not_pods {
         let o = parse(t);
         assert_eq!(o.pod, None, "{t}");
-        assert_eq!(o.unit, None, "{t}: the kubelet's and runtime's own units are no owner");
+        assert_eq!(
+            o.unit, None,
+            "{t}: the kubelet's and runtime's own units are no owner"
+        );
     }
     // A plain service and a plain Docker container keep what they were.
     assert_eq!(
-        parse("0::/system.slice/vllm-llama.service\n").unit.as_deref(),
+        parse("0::/system.slice/vllm-llama.service\n")
+            .unit
+            .as_deref(),
         Some("vllm-llama.service")
     );
     let d = parse(&format!("0::/system.slice/docker-{CID}.scope\n"));

@@ -51,7 +51,11 @@ fn a_device_plugin_that_does_not_re_register_is_named_with_both_counts() {
         let n = node(stale);
         let before = snapshot(&n);
         assert_eq!(before["kubelet"]["allocatable"]["amd.com/gpu"], 2);
-        assert!(drift_findings(&before).is_empty(), "{:?}", drift_findings(&before));
+        assert!(
+            drift_findings(&before).is_empty(),
+            "{:?}",
+            drift_findings(&before)
+        );
         let o = n.amd("set -C DPX", "");
         assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
         let after = snapshot(&n);
@@ -162,7 +166,10 @@ fn reclaimable_partitions_over_holders_loads_and_ages() {
                         .filter(|f| f.kind == Kind::Reclaimable)
                         .collect();
                     if m < 60 {
-                        assert!(last.is_empty(), "{holder} {load} old={old}: before the window at minute {m}");
+                        assert!(
+                            last.is_empty(),
+                            "{holder} {load} old={old}: before the window at minute {m}"
+                        );
                     }
                 }
                 let want = holder != "none" && load != "busy" && old;
@@ -176,7 +183,13 @@ fn reclaimable_partitions_over_holders_loads_and_ages() {
                     assert!(saw.contains("holds 24.0 GiB of memory"), "{saw}");
                     assert!(saw.contains("over the last 1h 0m"), "{saw}");
                     if holder == "pod" {
-                        for part in ["pod team-a/notebook-7", "container jupyter", "amd.com/cpx_nps4", "priority class", "kubectl -n team-a delete pod notebook-7"] {
+                        for part in [
+                            "pod team-a/notebook-7",
+                            "container jupyter",
+                            "amd.com/cpx_nps4",
+                            "priority class",
+                            "kubectl -n team-a delete pod notebook-7",
+                        ] {
                             assert!(saw.contains(part), "`{part}` in {saw}");
                         }
                     } else {
@@ -199,7 +212,11 @@ fn reclaim_thresholds_are_read_from_config_and_range_checked() {
     );
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(
-        (c.reclaim_busy_percent, c.reclaim_window_minutes, c.reclaim_min_age_minutes),
+        (
+            c.reclaim_busy_percent,
+            c.reclaim_window_minutes,
+            c.reclaim_min_age_minutes
+        ),
         (3.5, 30.0, 120.0)
     );
     // 3 values out of their ranges, each said at its line, the defaults kept.
@@ -208,10 +225,23 @@ fn reclaim_thresholds_are_read_from_config_and_range_checked() {
         "reclaim_busy_percent = 150\nreclaim_window_minutes = 0\nreclaim_min_age_minutes = -1\n",
     );
     assert_eq!(e.len(), 3, "{e:?}");
-    for (i, key) in ["reclaim_busy_percent", "reclaim_window_minutes", "reclaim_min_age_minutes"].iter().enumerate() {
+    for (i, key) in [
+        "reclaim_busy_percent",
+        "reclaim_window_minutes",
+        "reclaim_min_age_minutes",
+    ]
+    .iter()
+    .enumerate()
+    {
         let text = e[i].to_string();
-        assert!(text.contains(key) && text.contains("out of range"), "{text}");
-        assert!(text.starts_with(&format!("config.toml:{}:", i + 1)), "{text}");
+        assert!(
+            text.contains(key) && text.contains("out of range"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with(&format!("config.toml:{}:", i + 1)),
+            "{text}"
+        );
     }
     assert_eq!(c.reclaim_window_minutes, 60.0, "the default stands in");
 }

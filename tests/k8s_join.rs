@@ -106,8 +106,14 @@ fn pods_per_partition_for_each_device_id_spelling_and_a_dra_claim() {
     // 2 nodes: the plugin's `amdgpu_xcp_N` with single naming; the kernel's `amdgpu_xcp.N`
     // (which the real plugin's glob misses) with mixed naming. Both have a DRA claim.
     let cases = [
-        ("xcp_name = \"underscore\"\nnaming = \"single\"\ndra = [\"finetune\"]", "amd.com/gpu"),
-        ("xcp_name = \"dot\"\nnaming = \"mixed\"\ndra = [\"finetune\"]", "amd.com/dpx_nps2"),
+        (
+            "xcp_name = \"underscore\"\nnaming = \"single\"\ndra = [\"finetune\"]",
+            "amd.com/gpu",
+        ),
+        (
+            "xcp_name = \"dot\"\nnaming = \"mixed\"\ndra = [\"finetune\"]",
+            "amd.com/dpx_nps2",
+        ),
     ];
     for (kube, resource) in cases {
         let node = Node::start(&scenario(kube));
@@ -136,7 +142,10 @@ fn pods_per_partition_for_each_device_id_spelling_and_a_dra_claim() {
         let k = &s["kubelet"];
         assert_eq!(k["pods_with_devices"], 3, "{kube}: {k}");
         assert_eq!(k["allocatable"][resource], 4, "{kube}: {k}");
-        assert!(k.get("unmatched").is_none(), "{kube}: every device joined: {k}");
+        assert!(
+            k.get("unmatched").is_none(),
+            "{kube}: every device joined: {k}"
+        );
         // Each holder process carries its pod (the agent holds /dev/kfd only: no pod).
         let by_name: Vec<(String, String)> = s["processes"]
             .as_array()
@@ -329,7 +338,11 @@ fn holders_get_their_pod_by_device_and_by_pod_uid() {
     };
     assert_eq!(pod(10).as_deref(), Some("a"), "by device, UID learnt");
     assert_eq!(pod(11).as_deref(), Some("a"), "by the UID learnt from 10");
-    assert_eq!(pod(12).as_deref(), Some("b"), "by device, the two spellings the same device");
+    assert_eq!(
+        pod(12).as_deref(),
+        Some("b"),
+        "by device, the two spellings the same device"
+    );
     assert_eq!(pod(13), None, "two pods' GPUs: not one pod");
     assert_eq!(pod(14), None, "a GPU no allocation names");
     let k = snap.kubelet.unwrap();

@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 use partop::collect::podresources::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, CallError, CdiDevice,
-    ClaimResource, Client, ContainerDevices, ContainerMemory, ContainerResources,
-    DynamicResource, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, CallError, CdiDevice, ClaimResource,
+    Client, ContainerDevices, ContainerMemory, ContainerResources, DynamicResource,
+    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, Lister, NumaNode, PodResources, TopologyInfo,
 };
 use prost::Message as _;
@@ -140,7 +140,10 @@ fn every_field_number_is_the_protos() {
     let proto = proto_fields();
     // Every message populated in every field, so each is on the wire.
     let encoded: Vec<(&str, Vec<u8>)> = vec![
-        ("ListPodResourcesRequest", ListPodResourcesRequest {}.encode_to_vec()),
+        (
+            "ListPodResourcesRequest",
+            ListPodResourcesRequest {}.encode_to_vec(),
+        ),
         (
             "ListPodResourcesResponse",
             ListPodResourcesResponse {
@@ -155,7 +158,10 @@ fn every_field_number_is_the_protos() {
         ("TopologyInfo", topology().unwrap().encode_to_vec()),
         ("NUMANode", NumaNode { id: 3 }.encode_to_vec()),
         ("DynamicResource", dynamic().encode_to_vec()),
-        ("ClaimResource", dynamic().claim_resources[0].encode_to_vec()),
+        (
+            "ClaimResource",
+            dynamic().claim_resources[0].encode_to_vec(),
+        ),
         ("CDIDevice", CdiDevice { name: "x".into() }.encode_to_vec()),
         (
             "AllocatableResourcesRequest",
@@ -188,7 +194,10 @@ fn every_field_number_is_the_protos() {
     ];
     let names: BTreeSet<&str> = encoded.iter().map(|(n, _)| *n).collect();
     let in_proto: BTreeSet<&str> = proto.keys().map(String::as_str).collect();
-    assert_eq!(names, in_proto, "every message of the proto has its Rust type");
+    assert_eq!(
+        names, in_proto,
+        "every message of the proto has its Rust type"
+    );
     let mut fields = 0;
     for (name, bytes) in &encoded {
         assert_eq!(
@@ -305,13 +314,18 @@ fn hostile_sockets_are_bounded_and_named() {
         let serve = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt as _;
             while let Ok((mut s, _)) = l.accept().await {
-                let _ = s.write_all(b"\x1b[31mHTTP/1.1 200 OK\r\n\r\nnot grpc at all").await;
+                let _ = s
+                    .write_all(b"\x1b[31mHTTP/1.1 200 OK\r\n\r\nnot grpc at all")
+                    .await;
                 let _ = s.shutdown().await;
             }
         });
         let t = Instant::now();
         let e = Client::new(&junk, limit).list().await.unwrap_err();
-        assert!(matches!(e, CallError::Bad(..) | CallError::Timeout(..)), "{e}");
+        assert!(
+            matches!(e, CallError::Bad(..) | CallError::Timeout(..)),
+            "{e}"
+        );
         assert!(e.to_string().contains("junk.sock"), "{e}");
         assert!(t.elapsed() < limit * 3, "bounded: {:?}", t.elapsed());
         serve.abort();
@@ -358,7 +372,10 @@ fn the_enricher_says_a_broken_kubelet_once_and_nothing_without_one() {
                 s.error
             );
             if i > 0 {
-                assert!(waited < Duration::from_millis(100), "sample {i} waited {waited:?}");
+                assert!(
+                    waited < Duration::from_millis(100),
+                    "sample {i} waited {waited:?}"
+                );
             }
         }
         keep.abort();

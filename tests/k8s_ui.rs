@@ -81,7 +81,11 @@ fn state() -> State {
 fn the_map_processes_and_detail_speak_in_pods() {
     let mut s = state();
     let snap = s.snapshot.clone().unwrap();
-    let held: Vec<u32> = snap.processes.iter().flat_map(|p| p.gpus.iter().map(|u| u.gpu_id)).collect();
+    let held: Vec<u32> = snap
+        .processes
+        .iter()
+        .flat_map(|p| p.gpus.iter().map(|u| u.gpu_id))
+        .collect();
     assert!(held.len() >= 2, "the recording has holders on several GPUs");
     // The map's labels: each held partition's pod.
     for g in &held {
@@ -92,12 +96,18 @@ fn the_map_processes_and_detail_speak_in_pods() {
         );
     }
     let overview = draw(&s, 200, 60);
-    assert!(overview.contains(&format!("team-a/job-{}", held[0])), "{overview}");
+    assert!(
+        overview.contains(&format!("team-a/job-{}", held[0])),
+        "{overview}"
+    );
     // Processes: a POD column with namespace/pod/container.
     key(&mut s, KeyCode::Char('3'));
     let procs = draw(&s, 200, 60);
     assert!(procs.contains("POD"), "{procs}");
-    assert!(procs.contains(&format!("team-a/job-{}/main", held[0])), "{procs}");
+    assert!(
+        procs.contains(&format!("team-a/job-{}/main", held[0])),
+        "{procs}"
+    );
     // The filter finds a process by its pod.
     let all = s.rows.len();
     key(&mut s, KeyCode::Char('/'));
@@ -106,10 +116,16 @@ fn the_map_processes_and_detail_speak_in_pods() {
     }
     key(&mut s, KeyCode::Enter);
     let shown = s.rows.len();
-    assert!(shown >= 1 && shown < all, "{shown} of {all} rows for one pod");
+    assert!(
+        shown >= 1 && shown < all,
+        "{shown} of {all} rows for one pod"
+    );
     // Detail of that process: its pod from the kubelet.
     key(&mut s, KeyCode::Tab);
     let detail = draw(&s, 200, 60);
     assert!(detail.contains("pod (kubelet)"), "{detail}");
-    assert!(detail.contains(&format!("team-a/job-{} main (amd.com/gpu)", held[0])), "{detail}");
+    assert!(
+        detail.contains(&format!("team-a/job-{} main (amd.com/gpu)", held[0])),
+        "{detail}"
+    );
 }

@@ -170,7 +170,9 @@ pub fn allocations(list: &podresources::ListPodResourcesResponse) -> Vec<Allocat
 }
 
 /// The answer of `GetAllocatableResources`: device ids per resource.
-pub fn allocatable(a: &podresources::AllocatableResourcesResponse) -> BTreeMap<String, Vec<String>> {
+pub fn allocatable(
+    a: &podresources::AllocatableResourcesResponse,
+) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for d in &a.devices {
         out.entry(d.resource_name.clone())
@@ -203,10 +205,8 @@ fn device_names<'a>(
             .iter()
             .filter(|r| r.starts_with("renderD") && !r.contains('/'))
             .filter_map(|r| {
-                let dev = crate::collect::sysfs::collector::follow(
-                    sys,
-                    &format!("class/drm/{r}/device"),
-                );
+                let dev =
+                    crate::collect::sysfs::collector::follow(sys, &format!("class/drm/{r}/device"));
                 let name = dev.file_name()?.to_str()?.to_string();
                 (name != "device").then(|| (r.clone(), name))
             })

@@ -278,7 +278,8 @@ impl Client {
             }))
             .await
             .map_err(|e| bad(&e))?;
-        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES);
+        let mut grpc =
+            tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES);
         grpc.ready().await.map_err(|e| bad(&e))?;
         let codec = tonic_prost::ProstCodec::<Q, A>::default();
         grpc.unary(
@@ -347,8 +348,11 @@ type BoxFuture<R> = std::pin::Pin<Box<dyn std::future::Future<Output = R> + Send
 /// One method as a unary service: the request in, the lister's answer out.
 fn unary<Q, A>(
     answer: impl Fn(Q) -> Result<A, tonic::Status> + Send + Clone + 'static,
-) -> impl tonic::server::UnaryService<Q, Response = A, Future = std::future::Ready<Result<tonic::Response<A>, tonic::Status>>>
-+ Send
+) -> impl tonic::server::UnaryService<
+    Q,
+    Response = A,
+    Future = std::future::Ready<Result<tonic::Response<A>, tonic::Status>>,
+> + Send
 + 'static
 where
     Q: Send + 'static,

@@ -126,9 +126,24 @@ impl Config {
             ("refresh_secs", self.refresh_secs, 0.1, 3600.0),
             ("idle_minutes", self.idle_minutes, 0.0, 525_600.0),
             ("grace_secs", self.grace_secs, 0.0, 3600.0),
-            ("reclaim_busy_percent", self.reclaim_busy_percent, 0.0, 100.0),
-            ("reclaim_window_minutes", self.reclaim_window_minutes, 1.0, 10_080.0),
-            ("reclaim_min_age_minutes", self.reclaim_min_age_minutes, 0.0, 525_600.0),
+            (
+                "reclaim_busy_percent",
+                self.reclaim_busy_percent,
+                0.0,
+                100.0,
+            ),
+            (
+                "reclaim_window_minutes",
+                self.reclaim_window_minutes,
+                1.0,
+                10_080.0,
+            ),
+            (
+                "reclaim_min_age_minutes",
+                self.reclaim_min_age_minutes,
+                0.0,
+                525_600.0,
+            ),
         ]
     }
 

@@ -142,8 +142,7 @@ pub fn parse(text: &str) -> CgroupOwner {
                 o.monitor = false;
             } else if seg == "burstable" || seg == "besteffort" {
                 // cgroupfs QoS level: the pod below says its own class.
-            } else if let Some((id, rt, monitor)) = container_segment(seg, in_pod || docker_tree)
-            {
+            } else if let Some((id, rt, monitor)) = container_segment(seg, in_pod || docker_tree) {
                 if o.container_full.is_none() || in_pod {
                     let rt = if docker_tree && !in_pod && rt == Runtime::Unnamed {
                         Runtime::Docker

@@ -477,9 +477,10 @@ impl Tracker {
             if age < t.reclaim_min_age_ms {
                 continue;
             }
-            let memory = l
-                .vram_used_bytes
-                .map_or_else(|| "memory N/A".to_string(), |v| format!("{} of memory", gib(v)));
+            let memory = l.vram_used_bytes.map_or_else(
+                || "memory N/A".to_string(),
+                |v| format!("{} of memory", gib(v)),
+            );
             let who = if l.pods.is_empty() {
                 format!(
                     "{}; stop it (K in Processes, or `partop models stop NAME` for a model) to give the partition to a job that waits",

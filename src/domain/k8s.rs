@@ -205,7 +205,9 @@ fn attribute_processes(snap: &mut Snapshot) {
         };
         match (&p.k8s_pod_uid, one) {
             (Some(uid), Some(pod)) => {
-                let known = by_uid.entry(uid.clone()).or_insert_with(|| Some(pod.clone()));
+                let known = by_uid
+                    .entry(uid.clone())
+                    .or_insert_with(|| Some(pod.clone()));
                 // Two pods claimed by one UID: not one pod, so neither is said.
                 if known.as_ref().is_some_and(|k| k.label() != pod.label()) {
                     *known = None;

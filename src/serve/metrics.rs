@@ -192,10 +192,7 @@ fn dme_labels(
 
 /// One field of the pods the kubelet allocated a logical GPU to, as DME labels it: the value
 /// of its pod, or the distinct values of a shared device joined with `,`.
-fn pods(
-    p: &LogicalGpu,
-    field: impl Fn(&crate::domain::snapshot::PodRef) -> &String,
-) -> String {
+fn pods(p: &LogicalGpu, field: impl Fn(&crate::domain::snapshot::PodRef) -> &String) -> String {
     let mut v: Vec<&str> = p.pods.iter().map(|x| field(x).as_str()).collect();
     v.sort_unstable();
     v.dedup();

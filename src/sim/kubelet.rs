@@ -9,7 +9,7 @@ use super::scenario::Kind;
 use super::state::SimState;
 use crate::collect::podresources::{
     AllocatableResourcesResponse, ClaimResource, ContainerDevices, ContainerResources,
-    DynamicResource, Lister, ListPodResourcesResponse, PodResources,
+    DynamicResource, ListPodResourcesResponse, Lister, PodResources,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -190,7 +190,10 @@ impl Twin {
 impl Lister for Twin {
     fn list(&self) -> ListPodResourcesResponse {
         ListPodResourcesResponse {
-            pod_resources: self.now().map(|(s, k)| pods(&s, &k.spec)).unwrap_or_default(),
+            pod_resources: self
+                .now()
+                .map(|(s, k)| pods(&s, &k.spec))
+                .unwrap_or_default(),
         }
     }
 

@@ -362,9 +362,9 @@ impl State {
                 .into_iter()
                 .flatten()
                 .any(|s| s.to_lowercase().contains(&needle))
-                || p.pod.as_ref().is_some_and(|x| {
-                    x.label().to_lowercase().contains(&needle)
-                })
+                || p.pod
+                    .as_ref()
+                    .is_some_and(|x| x.label().to_lowercase().contains(&needle))
                 || p.pid.to_string().contains(&needle)
         };
         let mut idx: Vec<usize> = (0..snap.processes.len())
