@@ -381,3 +381,164 @@ fn the_enricher_says_a_broken_kubelet_once_and_nothing_without_one() {
         keep.abort();
     });
 }
+
+/// The cost of the kubelet enricher per tick on 64 logical GPUs and 200 pods: List and
+/// GetAllocatableResources over the socket, the conversion and the join, against the same
+/// snapshot without it. A measurement, not a check: `cargo test --test k8s_podresources
+/// measure -- --ignored --nocapture` (docs/kubernetes.md keeps the figures).
+#[test]
+#[ignore = "a measurement"]
+fn measure_the_join_on_64_gpus_and_200_pods() {
+    use partop::domain::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Process, Snapshot};
+    struct Big;
+    fn big_pods() -> Vec<PodResources> {
+        (0..200u32)
+            .map(|i| PodResources {
+                name: format!("pod-{i}"),
+                namespace: "ml".into(),
+                containers: vec![ContainerResources {
+                    name: "main".into(),
+                    // 64 pods hold one partition each (8 GPUs × 8 CPX partitions); 136 none.
+                    devices: if i < 64 {
+                        vec![ContainerDevices {
+                            resource_name: "amd.com/gpu".into(),
+                            device_ids: vec![if i % 8 == 0 {
+                                format!("0000:{:02x}:00.0", i / 8)
+                            } else {
+                                format!("amdgpu_xcp_{}", i - i / 8 - 1)
+                            }],
+                            topology: None,
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    ..Default::default()
+                }],
+            })
+            .collect()
+    }
+    impl Lister for Big {
+        fn list(&self) -> ListPodResourcesResponse {
+            ListPodResourcesResponse {
+                pod_resources: big_pods(),
+            }
+        }
+        fn allocatable(&self) -> AllocatableResourcesResponse {
+            AllocatableResourcesResponse::default()
+        }
+        fn get(&self, _: &str, _: &str) -> Option<PodResources> {
+            None
+        }
+    }
+    let snap = || {
+        let mut s = Snapshot::default();
+        for g in 0..8u32 {
+            s.gpus.push(PhysicalGpu {
+                bdf: format!("0000:{g:02x}:00.0"),
+                partitions: (0..8u32)
+                    .map(|p| LogicalGpu {
+                        gpu_id: g * 8 + p,
+                        partition_id: p,
+                        bdf: format!("0000:{g:02x}:00.{p}"),
+                        render_node: Some(format!("renderD{}", 128 + g * 8 + p)),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+        }
+        s.processes = (0..64u32)
+            .map(|i| Process {
+                pid: 1000 + i,
+                gpus: vec![GpuUse {
+                    gpu_id: i,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        s
+    };
+    // The kernel's tree: each render node's device, `amdgpu_xcp_N` numbered across the node.
+    let sys = tempfile::tempdir().unwrap();
+    let mut xcp = 0;
+    for g in 0..8u32 {
+        for p in 0..8u32 {
+            let render = sys
+                .path()
+                .join(format!("class/drm/renderD{}", 128 + g * 8 + p));
+            std::fs::create_dir_all(&render).unwrap();
+            let target = if p == 0 {
+                format!("devices/pci0000:00/0000:{g:02x}:00.0")
+            } else {
+                xcp += 1;
+                format!("devices/platform/amdgpu_xcp_{}", xcp - 1)
+            };
+            std::fs::create_dir_all(sys.path().join(&target)).unwrap();
+            std::os::unix::fs::symlink(format!("../../../{target}"), render.join("device"))
+                .unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kubelet.sock");
+    let rt = runtime();
+    {
+        let sock = sock.clone();
+        rt.spawn(async move {
+            partop::collect::podresources::serve(Big, &sock, std::future::pending()).await
+        });
+    }
+    let ticks = 200;
+    let (with, without) = rt.block_on(async {
+        while !sock.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut k = partop::collect::kubelet::Kubelet::new(&sock, sys.path());
+        let mut with = Vec::new();
+        let mut without = Vec::new();
+        for _ in 0..ticks {
+            let mut s = snap();
+            let t = Instant::now();
+            k.enrich(&mut s).await;
+            with.push(t.elapsed());
+            assert_eq!(
+                s.processes.iter().filter(|p| p.pod.is_some()).count(),
+                64,
+                "every holder joined to its pod"
+            );
+            // The pure join alone, on the same answer (what remains is the two calls).
+            let list = Client::new(&sock, Duration::from_secs(5))
+                .list()
+                .await
+                .unwrap();
+            let pr = partop::domain::k8s::PodResources {
+                allocations: partop::collect::kubelet::allocations(&list),
+                allocatable: None,
+                source: String::new(),
+            };
+            let names: partop::domain::k8s::DeviceNames = (0..64u32)
+                .filter(|i| i % 8 != 0)
+                .map(|i| {
+                    (
+                        format!("renderD{}", 128 + i),
+                        format!("amdgpu_xcp_{}", i - i / 8 - 1),
+                    )
+                })
+                .collect();
+            let mut s = snap();
+            let t = Instant::now();
+            partop::domain::k8s::join(&mut s, &pr, &names);
+            without.push(t.elapsed());
+            assert_eq!(s.processes.iter().filter(|p| p.pod.is_some()).count(), 64);
+        }
+        with.sort();
+        without.sort();
+        (with[ticks / 2], without[ticks / 2])
+    });
+    #[expect(clippy::print_stdout, reason = "the measurement's output")]
+    {
+        println!(
+            "kubelet enricher, 64 logical GPUs, 200 pods ({ticks} ticks, median): {with:?} per tick, of which the pure join {without:?}"
+        );
+    }
+}

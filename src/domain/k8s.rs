@@ -93,68 +93,98 @@ fn render_number(node: &str) -> Option<u32> {
     node.strip_prefix("renderD")?.parse().ok()
 }
 
-/// Whether `device` names logical GPU `l` of `phys`.
-pub fn names(device: &Device, phys: &PhysicalGpu, l: &LogicalGpu, names: &DeviceNames) -> bool {
+/// The keys an allocation's device can name: `uuid:` a GPU or MIG UUID, `dev:` a device-plugin
+/// id (a PCI BDF or a platform partition device), `render:` the render number of a DRA device.
+fn device_key(device: &Device) -> Option<String> {
     match device {
         Device::Plugin { id, .. } => {
             let id = canonical(id);
-            if id.starts_with("gpu-") || id.starts_with("mig-") {
-                let own = l.uuid.as_deref().map(canonical);
-                let whole = (l.partition_id == 0 && l.profile.is_none())
-                    .then(|| phys.uuid.as_deref().map(canonical))
-                    .flatten();
-                return own.as_deref() == Some(id.as_str()) || whole.as_deref() == Some(&id);
-            }
-            if l.partition_id == 0 && (id == canonical(&phys.bdf) || id == canonical(&l.bdf)) {
-                return true;
-            }
-            l.render_node
-                .as_ref()
-                .and_then(|r| names.get(r))
-                .is_some_and(|n| canonical(n) == id)
+            Some(if id.starts_with("gpu-") || id.starts_with("mig-") {
+                format!("uuid:{id}")
+            } else {
+                format!("dev:{id}")
+            })
         }
-        Device::Dra { driver, device, .. } => {
-            if driver != AMD_DRA_DRIVER {
-                return false;
-            }
-            // `gpu-<card>-<render>`: render nodes are unique on a node, so the render number
-            // alone names the partition (the card index is not in the snapshot).
-            let render = device
-                .strip_prefix("gpu-")
-                .and_then(|r| r.split_once('-'))
-                .and_then(|(_, r)| r.parse::<u32>().ok());
-            render.is_some() && render == l.render_node.as_deref().and_then(render_number)
-        }
+        // `gpu-<card>-<render>`: render nodes are unique on a node, so the render number
+        // alone names the partition (the card index is not in the snapshot).
+        Device::Dra { driver, device, .. } => (driver == AMD_DRA_DRIVER)
+            .then(|| {
+                device
+                    .strip_prefix("gpu-")
+                    .and_then(|r| r.split_once('-'))
+                    .and_then(|(_, r)| r.parse::<u32>().ok())
+            })
+            .flatten()
+            .map(|r| format!("render:{r}")),
     }
 }
 
+/// The keys under which logical GPU `l` of `phys` is named (see [`device_key`]).
+fn gpu_keys(phys: &PhysicalGpu, l: &LogicalGpu, names: &DeviceNames) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(u) = &l.uuid {
+        keys.push(format!("uuid:{}", canonical(u)));
+    }
+    if l.partition_id == 0 {
+        if l.profile.is_none()
+            && let Some(u) = &phys.uuid
+        {
+            keys.push(format!("uuid:{}", canonical(u)));
+        }
+        keys.push(format!("dev:{}", canonical(&phys.bdf)));
+        keys.push(format!("dev:{}", canonical(&l.bdf)));
+    }
+    if let Some(r) = &l.render_node {
+        if let Some(n) = names.get(r) {
+            keys.push(format!("dev:{}", canonical(n)));
+        }
+        if let Some(n) = render_number(r) {
+            keys.push(format!("render:{n}"));
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Whether `device` names logical GPU `l` of `phys`.
+pub fn names(device: &Device, phys: &PhysicalGpu, l: &LogicalGpu, names: &DeviceNames) -> bool {
+    device_key(device).is_some_and(|k| gpu_keys(phys, l, names).contains(&k))
+}
+
 /// Joins the kubelet's allocations to the snapshot: each logical GPU's pods, each holder
-/// process's pod, the allocatable counts and the allocations that name no GPU here.
+/// process's pod, the allocatable counts and the allocations that name no GPU here. One index
+/// of the logical GPUs' keys, then one look-up per allocation.
 pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) {
+    let mut index: std::collections::HashMap<String, Vec<(usize, usize)>> =
+        std::collections::HashMap::new();
+    for (gi, g) in snap.gpus.iter().enumerate() {
+        for (li, l) in g.partitions.iter().enumerate() {
+            for k in gpu_keys(g, l, device_names) {
+                index.entry(k).or_default().push((gi, li));
+            }
+        }
+    }
     let mut unmatched = Vec::new();
     let mut pods = std::collections::BTreeSet::new();
     for a in &pr.allocations {
-        pods.insert((a.namespace.clone(), a.pod.clone()));
+        pods.insert((a.namespace.as_str(), a.pod.as_str()));
         let pod = PodRef {
             namespace: a.namespace.clone(),
             pod: a.pod.clone(),
             container: a.container.clone(),
             resource: a.device.resource(),
         };
-        let mut found = false;
-        for g in &mut snap.gpus {
-            let phys = g.clone();
-            for l in &mut g.partitions {
-                if names(&a.device, &phys, l, device_names) {
-                    found = true;
-                    if !l.pods.contains(&pod) {
-                        l.pods.push(pod.clone());
-                    }
-                }
-            }
-        }
-        if !found {
+        let found = device_key(&a.device).and_then(|k| index.get(&k));
+        let Some(found) = found else {
             unmatched.push(format!("{} {}", a.device.resource(), a.device.id()));
+            continue;
+        };
+        for &(gi, li) in found {
+            let l = &mut snap.gpus[gi].partitions[li];
+            if !l.pods.contains(&pod) {
+                l.pods.push(pod.clone());
+            }
         }
     }
     for g in &mut snap.gpus {
@@ -162,6 +192,7 @@ pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) 
             l.pods.sort();
         }
     }
+    let pods_with_devices = u32::try_from(pods.len()).unwrap_or(u32::MAX);
     attribute_processes(snap);
     snap.kubelet = Some(Kubelet {
         allocatable: pr
@@ -170,7 +201,7 @@ pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) 
             .flatten()
             .map(|(r, ids)| (r.clone(), u32::try_from(ids.len()).unwrap_or(u32::MAX)))
             .collect(),
-        pods_with_devices: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        pods_with_devices,
         unmatched,
         source: pr.source.clone(),
     });
