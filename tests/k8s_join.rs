@@ -403,3 +403,109 @@ fn metrics_carry_dme_pod_labels() {
     );
     assert!(of("1").contains("pod=\"\""), "{}", of("1"));
 }
+
+#[test]
+fn a_kubernetes_table_naming_no_workload_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.toml");
+    std::fs::write(&f, scenario("dra = [\"nope\"]")).unwrap();
+    let o = run(
+        partop()
+            .args(["sim", "start"])
+            .arg(&f)
+            .arg("--state")
+            .arg(dir.path().join("n.json")),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("\"nope\"") && o.stderr.contains("[[workload]]"),
+        "{}",
+        o.stderr
+    );
+    // An unknown key in the table is named too.
+    std::fs::write(&f, scenario("xcp_names = \"dot\"")).unwrap();
+    let o = run(
+        partop()
+            .args(["sim", "start"])
+            .arg(&f)
+            .arg("--state")
+            .arg(dir.path().join("n.json")),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("xcp_names"), "{}", o.stderr);
+}
+
+/// An ordinary user (the one tests/hostile_identity.rs creates) for the socket's permission.
+fn ordinary_user() -> (u32, u32) {
+    let user = "partop-hid";
+    let id = |flag: &str| -> Option<u32> {
+        let o = std::process::Command::new("id")
+            .args([flag, user])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let _ = std::process::Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                user,
+            ])
+            .output();
+    }
+    (id("-u").unwrap(), id("-g").unwrap())
+}
+
+/// The kubelet's socket is root's: an ordinary user's partop says so once, naming the socket
+/// and the way out, and the rest of the sample (its GPUs) is there.
+#[test]
+fn a_socket_this_user_may_not_open_is_said_and_the_rest_stands() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (uid, gid) = ordinary_user();
+    let node = Node::start(&scenario(""));
+    let sock = node.state.with_extension("kubelet.sock");
+    wait_until("the kubelet twin's socket", || sock.exists());
+    let dir = node.state.parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The binary where the user can run it (a checkout under root's home is not searchable).
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("partop");
+    std::fs::copy(env!("CARGO_BIN_EXE_partop"), &bin).unwrap();
+    let home = bin_dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run(
+        std::process::Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--clear-groups")
+            .arg("--")
+            .arg(&bin)
+            .env("HOME", &home)
+            .env("XDG_STATE_HOME", &home)
+            .env("XDG_CONFIG_HOME", &home)
+            .arg("--sim-state")
+            .arg(&node.state)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 3, "partial: {}", o.stderr);
+    let said: Vec<&str> = o.stderr.lines().filter(|l| l.contains("kubelet")).collect();
+    assert_eq!(said.len(), 1, "said once: {}", o.stderr);
+    assert!(
+        said[0].contains(&sock.display().to_string())
+            && said[0].contains("permission denied")
+            && said[0].contains("run partop as root"),
+        "{}",
+        said[0]
+    );
+    let s: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(s["gpus"].as_array().unwrap().len(), 2, "the GPUs stand");
+    assert!(s.get("kubelet").is_none());
+}

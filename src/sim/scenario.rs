@@ -379,6 +379,18 @@ impl Scenario {
                 ));
             }
         }
+        // A DRA claim is a workload's GPU: the name must be a workload that has one.
+        for d in self.kubernetes.iter().flat_map(|k| &k.dra) {
+            if !self
+                .workloads
+                .iter()
+                .any(|w| &w.name == d && w.kind != Kind::Agent)
+            {
+                return bad(format!(
+                    "[kubernetes] dra names {d:?}, which is no workload placed on a GPU; name one of the [[workload]] entries"
+                ));
+            }
+        }
         Ok(())
     }
 }
