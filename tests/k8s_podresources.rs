@@ -535,10 +535,7 @@ fn measure_the_join_on_64_gpus_and_200_pods() {
         without.sort();
         (with[ticks / 2], without[ticks / 2])
     });
-    #[expect(clippy::print_stdout, reason = "the measurement's output")]
-    {
-        println!(
-            "kubelet enricher, 64 logical GPUs, 200 pods ({ticks} ticks, median): {with:?} per tick, of which the pure join {without:?}"
-        );
-    }
+    println!(
+        "kubelet enricher, 64 logical GPUs, 200 pods ({ticks} ticks, median): {with:?} per tick, of which the pure join {without:?}"
+    );
 }
