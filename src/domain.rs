@@ -4,12 +4,14 @@
 //! architecture test in `tests/architecture.rs` enforces that.
 
 pub mod balancer;
+pub mod cgroup;
 pub mod cluster;
 pub mod findings;
 pub mod fingerprint;
 pub mod fleet;
 pub mod history;
 pub mod journal;
+pub mod k8s;
 pub mod kill;
 pub mod layout;
 pub mod mig;

@@ -281,6 +281,16 @@ impl Node {
         c.simulated = self.sim.is_some();
         c.enrich.roots.clone_from(&self.roots);
         c.enrich.models = Some(self.prober());
+        if let Some(k) = c.enrich.kubelet.as_mut() {
+            // The simulated node's pods are its kubelet twin's, never the host's kubelet's.
+            if let Some(sim) = &self.sim {
+                *k =
+                    crate::collect::kubelet::Kubelet::new(session::kubelet_socket(&sim.state), "/");
+            }
+            if let Some(r) = &self.roots {
+                k.sys_root.clone_from(&r.sys_root);
+            }
+        }
         if matches!(self.nvidia, Some(NvidiaAccess::Recorded(_))) {
             c.without_host_usage();
         }

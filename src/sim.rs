@@ -10,6 +10,7 @@ pub mod cost;
 pub mod fleet;
 pub mod human;
 pub mod kernel;
+pub mod kubelet;
 pub mod load;
 pub mod nvidia;
 pub mod pyjson;

@@ -364,6 +364,10 @@ pub enum SimCmd {
         /// Seed for the simulated load (default: the scenario's).
         #[arg(long)]
         seed: Option<u64>,
+        /// Make the node a Kubernetes node: a kubelet twin serves PodResources for its
+        /// workloads as pods on STATE.kubelet.sock (a scenario's `[kubernetes]` table says how).
+        #[arg(long)]
+        kubernetes: bool,
     },
     /// Stop the workloads; the node stays (idle) and the state file usable.
     Stop {

@@ -60,8 +60,12 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             scenario,
             state,
             seed,
+            kubernetes,
         } => {
-            let sc = Scenario::load(&scenario)?;
+            let mut sc = Scenario::load(&scenario)?;
+            if kubernetes && sc.kubernetes.is_none() {
+                sc.kubernetes = Some(crate::sim::kubelet::KubeSpec::default());
+            }
             let st = session::start(&sc, &state, seed)?;
             out(&session::status(&st))?;
             Ok(exit::OK)

@@ -46,6 +46,8 @@ pub struct Enrich {
     pub probe_models: bool,
     /// The node is another machine (amd-smi over ssh): nothing of this host is merged.
     pub remote: bool,
+    /// The kubelet's PodResources (None: not this host's processes, or not asked for).
+    pub kubelet: Option<crate::collect::kubelet::Kubelet>,
 }
 
 impl Default for Enrich {
@@ -61,6 +63,7 @@ impl Default for Enrich {
             models: None,
             probe_models: true,
             remote: false,
+            kubelet: Some(crate::collect::kubelet::Kubelet::host()),
         }
     }
 }
@@ -170,6 +173,13 @@ impl Enrich {
                 self.usage = had_usage.then(|| Usage::new("/proc"));
                 Snapshot::default()
             }
+        }
+    }
+
+    /// The pods of each logical GPU and holder, where the node has a kubelet.
+    pub async fn kubelet(&mut self, snap: &mut Snapshot) {
+        if let Some(k) = self.kubelet.as_mut() {
+            k.enrich(snap).await;
         }
     }
 

@@ -128,6 +128,7 @@ impl Collector {
             // its model servers are not here.
             enrich.usage = None;
             enrich.probe_models = false;
+            enrich.kubelet = None;
         }
         Self {
             source,
@@ -152,6 +153,7 @@ impl Collector {
         self.enrich.usage = None;
         self.enrich.roots = None;
         self.enrich.probe_models = false;
+        self.enrich.kubelet = None;
     }
 
     /// A recorded source read as if live (an NVIDIA recording): nothing of this host is mixed
@@ -159,6 +161,7 @@ impl Collector {
     pub fn without_host_usage(&mut self) {
         self.enrich.usage = None;
         self.enrich.probe_models = false;
+        self.enrich.kubelet = None;
     }
 
     /// The detected amd-smi version.
@@ -223,6 +226,7 @@ impl Collector {
         let (snap, need) = self.read(wait).await;
         let mut snap = self.enrich.proc(snap, need).await;
         self.after_enrich(&mut snap).await;
+        self.enrich.kubelet(&mut snap).await;
         self.enrich.models(&mut snap).await;
         self.generation += 1;
         snap.schema = SCHEMA;

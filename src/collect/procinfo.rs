@@ -7,61 +7,8 @@ use crate::domain::provenance::{Missing, SourceKind, note};
 use crate::domain::snapshot::Snapshot;
 use std::path::Path;
 
-/// Who owns a process, from its cgroup path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CgroupOwner {
-    /// Container id (64 hex).
-    pub container: Option<String>,
-    /// systemd unit (`vllm.service`).
-    pub unit: Option<String>,
-    /// Kubernetes pod UID.
-    pub pod: Option<String>,
-}
-
-fn hex_id(s: &str) -> Option<String> {
-    let id: String = s.chars().take_while(char::is_ascii_hexdigit).collect();
-    (id.len() >= 12).then(|| id[..12.min(id.len())].to_string())
-}
-
-/// Parses `/proc/PID/cgroup` (v1 or v2).
-pub fn parse_cgroup(text: &str) -> CgroupOwner {
-    let mut o = CgroupOwner::default();
-    for line in text.lines() {
-        let path = line.splitn(3, ':').nth(2).unwrap_or("");
-        for seg in path.split('/') {
-            if let Some(rest) = seg
-                .strip_prefix("docker-")
-                .or_else(|| seg.strip_prefix("cri-containerd-"))
-                .or_else(|| seg.strip_prefix("crio-"))
-                .or_else(|| seg.strip_prefix("libpod-"))
-            {
-                o.container = o.container.or_else(|| hex_id(rest));
-            } else if let Some(pod) = seg
-                .strip_prefix("kubepods-")
-                .and_then(|s| s.rsplit_once("-pod"))
-                .map(|(_, p)| p.trim_end_matches(".slice"))
-            {
-                o.pod = Some(pod.replace('_', "-"));
-            } else if let Some(pod) = seg.strip_prefix("pod") {
-                if pod.len() >= 32 {
-                    o.pod = Some(pod.to_string());
-                }
-            } else if seg.ends_with(".service")
-                && !seg.starts_with("docker")
-                && !seg.starts_with("containerd")
-                && !seg.starts_with("user@")
-            {
-                o.unit = Some(seg.to_string());
-            } else if path.starts_with("/docker/") {
-                o.container = o.container.or_else(|| hex_id(seg));
-            }
-        }
-    }
-    if o.container.is_some() {
-        o.unit = None;
-    }
-    o
-}
+/// The cgroup parser is pure and lives in the domain; its names stay here for the callers.
+pub use crate::domain::cgroup::{CgroupOwner, parse as parse_cgroup};
 
 /// Fills user, command line, start time, parent and cgroup owner for every process.
 pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {

@@ -78,6 +78,12 @@ pub struct Config {
     pub journal: Option<PathBuf>,
     /// `cluster_name` on every series of `partop serve` (AMD's dashboards start at it).
     pub cluster_name: String,
+    /// Reclaimable partition: GFX busy averaged over the window at or under this, percent.
+    pub reclaim_busy_percent: f64,
+    /// Reclaimable partition: the window the busy is averaged over, minutes.
+    pub reclaim_window_minutes: f64,
+    /// Reclaimable partition: held at least this long, minutes.
+    pub reclaim_min_age_minutes: f64,
 }
 
 impl Default for Config {
@@ -91,6 +97,9 @@ impl Default for Config {
             grace_secs: 10.0,
             journal: None,
             cluster_name: String::new(),
+            reclaim_busy_percent: 0.0,
+            reclaim_window_minutes: 60.0,
+            reclaim_min_age_minutes: 60.0,
         }
     }
 }
@@ -105,15 +114,36 @@ const FIELDS: &[&str] = &[
     "grace_secs",
     "journal",
     "cluster_name",
+    "reclaim_busy_percent",
+    "reclaim_window_minutes",
+    "reclaim_min_age_minutes",
 ];
 
 impl Config {
     /// The numbers with their limits: finite and within sense.
-    fn ranges(&self) -> [(&'static str, f64, f64, f64); 3] {
+    fn ranges(&self) -> [(&'static str, f64, f64, f64); 6] {
         [
             ("refresh_secs", self.refresh_secs, 0.1, 3600.0),
             ("idle_minutes", self.idle_minutes, 0.0, 525_600.0),
             ("grace_secs", self.grace_secs, 0.0, 3600.0),
+            (
+                "reclaim_busy_percent",
+                self.reclaim_busy_percent,
+                0.0,
+                100.0,
+            ),
+            (
+                "reclaim_window_minutes",
+                self.reclaim_window_minutes,
+                1.0,
+                10_080.0,
+            ),
+            (
+                "reclaim_min_age_minutes",
+                self.reclaim_min_age_minutes,
+                0.0,
+                525_600.0,
+            ),
         ]
     }
 
@@ -182,6 +212,9 @@ impl Config {
                 match key {
                     "refresh_secs" => config.refresh_secs = d,
                     "idle_minutes" => config.idle_minutes = d,
+                    "reclaim_busy_percent" => config.reclaim_busy_percent = d,
+                    "reclaim_window_minutes" => config.reclaim_window_minutes = d,
+                    "reclaim_min_age_minutes" => config.reclaim_min_age_minutes = d,
                     _ => config.grace_secs = d,
                 }
             }

@@ -20,9 +20,13 @@ impl Settings {
             clippy::cast_sign_loss,
             reason = "minutes, validated when read"
         )]
-        let idle_after_ms = (self.config.idle_minutes.max(0.0) * 60_000.0) as u64;
+        let ms = |minutes: f64| (minutes.max(0.0) * 60_000.0) as u64;
+        let idle_after_ms = ms(self.config.idle_minutes);
         crate::domain::findings::Thresholds {
             idle_after_ms,
+            reclaim_busy: self.config.reclaim_busy_percent,
+            reclaim_window_ms: ms(self.config.reclaim_window_minutes),
+            reclaim_min_age_ms: ms(self.config.reclaim_min_age_minutes),
             ..crate::domain::findings::Thresholds::default()
         }
     }

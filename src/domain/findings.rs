@@ -11,6 +11,12 @@
 //! - Unlisted holder: a process holding a GPU's device files that amd-smi does not list
 //!   (needs the /proc holder scan; reported when the snapshot carries holder data).
 //!
+//! - Device plugin out of date (Kubernetes): the kubelet's allocatable count of an AMD resource
+//!   differs from the kernel's logical GPUs, named with the resource, both counts and the fix.
+//! - Reclaimable partition: a held partition (by a pod, else a process or model) whose GFX busy
+//!   averaged over the window stayed at or under the threshold, held longer than the minimum
+//!   age (the HPE reclaim scheduler plugin's rule; default 0 % over an hour).
+//!
 //! Every finding on a logical GPU names who holds it (pid, name, the model it serves and its
 //! pod where known) and what to do, so the header badge, the Findings view, `partop snapshot`
 //! and `/snapshot` all say the same whole sentence.
@@ -47,6 +53,10 @@ pub enum Kind {
     KfdOnlyHolder,
     /// Processes hold GPUs but permissions hide them (or their files) from this user.
     HiddenHolders,
+    /// The kubelet advertises another count of an AMD resource than the kernel's logical GPUs.
+    PluginDrift,
+    /// A held partition idle over the reclaim window.
+    Reclaimable,
 }
 
 /// One finding.
@@ -76,6 +86,8 @@ impl Kind {
             Self::PartitionMismatch => "partitions missing",
             Self::KfdOnlyHolder => "holds /dev/kfd only",
             Self::HiddenHolders => "hidden from this user",
+            Self::PluginDrift => "device plugin out of date",
+            Self::Reclaimable => "reclaimable partition",
         }
     }
 
@@ -83,7 +95,7 @@ impl Kind {
     pub const fn about_a_process(self) -> bool {
         matches!(
             self,
-            Self::UnlistedHolder | Self::KfdOnlyHolder | Self::HiddenHolders
+            Self::UnlistedHolder | Self::KfdOnlyHolder | Self::HiddenHolders | Self::PluginDrift
         )
     }
 }
@@ -190,6 +202,12 @@ pub struct Thresholds {
     pub hot_after_ms: u64,
     /// A sibling busier than this is "doing work".
     pub sibling_active: f64,
+    /// Reclaimable: GFX busy averaged over the window at or under this, percent.
+    pub reclaim_busy: f64,
+    /// Reclaimable: the window the busy is averaged over.
+    pub reclaim_window_ms: u64,
+    /// Reclaimable: held at least this long.
+    pub reclaim_min_age_ms: u64,
 }
 
 impl Default for Thresholds {
@@ -201,6 +219,9 @@ impl Default for Thresholds {
             hot_umc: 80.0,
             hot_after_ms: 30 * 1000,
             sibling_active: 5.0,
+            reclaim_busy: 0.0,
+            reclaim_window_ms: 60 * 60 * 1000,
+            reclaim_min_age_ms: 60 * 60 * 1000,
         }
     }
 }
@@ -214,6 +235,9 @@ pub struct Tracker {
     hot_since: HashMap<String, u64>,
     unlisted_since: HashMap<u32, u64>,
     mismatch_since: HashMap<String, u64>,
+    /// Per held partition: when it was first seen held, and its busy samples in the window.
+    held: HashMap<String, (u64, std::collections::VecDeque<(u64, f64)>)>,
+    drift_since: HashMap<String, u64>,
 }
 
 /// "12m 5s", "40s".
@@ -253,6 +277,8 @@ impl Tracker {
         let now = snap.taken_at_ms;
         let t = self.thresholds;
         let mut out = self.mismatches(snap);
+        out.extend(self.drift(snap));
+        out.extend(self.reclaimable(snap));
         let mut seen_idle = Vec::new();
         let mut seen_hot = Vec::new();
         for g in &snap.gpus {
@@ -349,6 +375,153 @@ impl Tracker {
                 since_ms: now,
             });
         }
+        out
+    }
+
+    /// The kubelet's allocatable count of an AMD resource against the kernel's.
+    fn drift(&mut self, snap: &Snapshot) -> Vec<Finding> {
+        let now = snap.taken_at_ms;
+        let unmatched = snap
+            .kubelet
+            .as_ref()
+            .map(|k| {
+                k.unmatched
+                    .iter()
+                    .filter(|u| u.contains("amdgpu_xcp"))
+                    .count()
+            })
+            .unwrap_or(0);
+        let out: Vec<Finding> = super::k8s::drift(snap)
+            .into_iter()
+            .map(|d| {
+                let since = *self.drift_since.entry(d.resource.clone()).or_insert(now);
+                let why = if d.kubelet < d.kernel && unmatched > 0 {
+                    format!(
+                        "the device plugin misses partitions ({unmatched} allocated amdgpu_xcp id(s) name no partition here: a kernel that names them amdgpu_xcp.N)"
+                    )
+                } else {
+                    "the device plugin did not re-register after the partition change".to_string()
+                };
+                Finding {
+                    kind: Kind::PluginDrift,
+                    severity: Severity::Warn,
+                    subject: super::text::escape_controls(&d.resource).into_owned(),
+                    gpu_id: 0,
+                    saw: format!(
+                        "the kubelet advertises {} {} but the kernel has {} logical GPU(s) of it: {why}; pods are scheduled against the wrong count. Restart the device-plugin pod on this node (`kubectl -n <its namespace> delete pod <device-plugin pod on this node>`: its DaemonSet starts it again and it registers what the kernel has) ({})",
+                        d.kubelet,
+                        super::text::escape_controls(&d.resource),
+                        d.kernel,
+                        duration(now.saturating_sub(since))
+                    ),
+                    since_ms: since,
+                }
+            })
+            .collect();
+        self.drift_since
+            .retain(|k, _| out.iter().any(|f| &f.subject == k));
+        out
+    }
+
+    /// Held partitions whose busy, averaged over the window, stayed at or under the threshold.
+    fn reclaimable(&mut self, snap: &Snapshot) -> Vec<Finding> {
+        let now = snap.taken_at_ms;
+        let t = self.thresholds;
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        for l in snap.gpus.iter().flat_map(|g| &g.partitions) {
+            let holders: Vec<&super::snapshot::Process> = snap
+                .processes
+                .iter()
+                .filter(|p| {
+                    p.gpus
+                        .iter()
+                        .any(|u| u.gpu_id == l.gpu_id && !u.attached_only())
+                })
+                .collect();
+            let (Some(busy), true) = (
+                l.gfx_busy_percent,
+                !l.pods.is_empty() || !holders.is_empty(),
+            ) else {
+                continue;
+            };
+            seen.push(l.bdf.clone());
+            let (first, samples) = self
+                .held
+                .entry(l.bdf.clone())
+                .or_insert_with(|| (now, std::collections::VecDeque::new()));
+            samples.push_back((now, busy));
+            while samples
+                .front()
+                .is_some_and(|(at, _)| now.saturating_sub(*at) > t.reclaim_window_ms)
+            {
+                samples.pop_front();
+            }
+            // The whole window must have been watched: an average of a minute is not an hour's.
+            if now.saturating_sub(*first) < t.reclaim_window_ms || samples.is_empty() {
+                continue;
+            }
+            #[expect(clippy::cast_precision_loss, reason = "a count of samples")]
+            let avg = samples.iter().map(|(_, b)| b).sum::<f64>() / samples.len() as f64;
+            if avg > t.reclaim_busy + 1e-9 {
+                continue;
+            }
+            // Held since the oldest holder started (or since partop first saw it held).
+            let since = holders
+                .iter()
+                .filter_map(|p| p.started_at_ms)
+                .min()
+                .unwrap_or(*first)
+                .min(*first);
+            let age = now.saturating_sub(since);
+            if age < t.reclaim_min_age_ms {
+                continue;
+            }
+            let memory = l.vram_used_bytes.map_or_else(
+                || "memory N/A".to_string(),
+                |v| format!("{} of memory", gib(v)),
+            );
+            let who = if l.pods.is_empty() {
+                format!(
+                    "{}; stop it (K in Processes, or `partop models stop NAME` for a model) to give the partition to a job that waits",
+                    held_by(snap, l.gpu_id)
+                )
+            } else {
+                let pods: Vec<String> = l
+                    .pods
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "pod {} (container {}, {}; priority class not known on the node: PodResources does not carry it)",
+                            super::text::escape_controls(&p.label()),
+                            super::text::escape_controls(&p.container),
+                            super::text::escape_controls(&p.resource)
+                        )
+                    })
+                    .collect();
+                format!(
+                    "GPU {} is allocated to {}; evict it through the Eviction API to give the partition back (it honours the pod's PodDisruptionBudget; `kubectl -n {} delete pod {}` does not)",
+                    l.gpu_id,
+                    pods.join(", "),
+                    super::text::escape_controls(&l.pods[0].namespace),
+                    super::text::escape_controls(&l.pods[0].pod)
+                )
+            };
+            out.push(Finding {
+                kind: Kind::Reclaimable,
+                severity: Severity::Info,
+                subject: l.bdf.clone(),
+                gpu_id: l.gpu_id,
+                saw: format!(
+                    "holds {memory} with GFX busy averaging {avg:.1}% (at most {:.1}%) over the last {}, held for {}; {who}",
+                    t.reclaim_busy,
+                    duration(t.reclaim_window_ms),
+                    duration(age)
+                ),
+                since_ms: since,
+            });
+        }
+        self.held.retain(|k, _| seen.contains(k));
         out
     }
 

@@ -154,11 +154,27 @@ fn escape_named(snap: &mut Snapshot) {
         sanitize(&mut pr.container_id);
         sanitize(&mut pr.systemd_unit);
         sanitize(&mut pr.agent);
+        if let Some(pod) = pr.pod.as_mut() {
+            pod_texts(pod, text);
+        }
+    }
+    for l in snap.gpus.iter_mut().flat_map(|g| &mut g.partitions) {
+        for pod in &mut l.pods {
+            pod_texts(pod, text);
+        }
     }
     for s in &mut snap.sources {
         sanitize(&mut s.error);
         sanitize(&mut s.version);
     }
+}
+
+/// A pod's names come from the kubelet: escaped like every outside text.
+fn pod_texts(pod: &mut super::snapshot::PodRef, text: impl Fn(&mut String)) {
+    text(&mut pod.namespace);
+    text(&mut pod.pod);
+    text(&mut pod.container);
+    text(&mut pod.resource);
 }
 
 /// Every number from outside in its range: N/A with the reason otherwise.

@@ -135,6 +135,9 @@ pub struct LogicalGpu {
     /// `partition_id` its instance id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The pod containers the kubelet allocated it to (PodResources; empty off Kubernetes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<PodRef>,
     /// Origin of every field above.
     #[serde(default)]
     pub provenance: Provenance,
@@ -404,6 +407,9 @@ pub struct Process {
     /// its render nodes, engine use and environment are unknown, shown dimmed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub files_hidden: bool,
+    /// The pod container whose allocated GPU it holds (or whose pod UID its cgroup names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
     /// Origin of every field above.
     #[serde(default)]
     pub provenance: Provenance,
@@ -491,6 +497,46 @@ pub struct Snapshot {
     /// What permissions hid from this user (absent when nothing was hidden).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<Hidden>,
+    /// What the kubelet's PodResources API said (absent off Kubernetes: no socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Kubelet>,
+}
+
+/// One container of a pod that holds a device, in cluster terms.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Extended resource (`amd.com/gpu`, `amd.com/cpx_nps4`, `nvidia.com/gpu`) or, for a DRA
+    /// device, `<driver> claim <namespace>/<claim>`.
+    pub resource: String,
+}
+
+impl PodRef {
+    /// `namespace/pod`, the way kubectl names a pod.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.namespace, self.pod)
+    }
+}
+
+/// The kubelet's view of the node's devices, from PodResources.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kubelet {
+    /// Devices the kubelet can allocate, per resource (`GetAllocatableResources`).
+    #[serde(default)]
+    pub allocatable: std::collections::BTreeMap<String, u32>,
+    /// Pods with at least one device (`List`).
+    #[serde(default)]
+    pub pods_with_devices: u32,
+    /// Allocated device ids that name no GPU partop sees (`resource` and id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmatched: Vec<String>,
+    /// Where the answer came from (the socket path).
+    pub source: String,
 }
 
 /// What this user could not see: processes whose open files (`/proc/PID/fd`, `fdinfo`,

@@ -180,10 +180,23 @@ fn dme_labels(
         l("vbios_version", g.vbios_version.as_deref().unwrap_or("")),
         l("serial_number", g.serial.as_deref().unwrap_or("")),
         l("hostname", &snap.host),
-        l("pod", ""),
-        l("namespace", ""),
-        l("container", holders.container.as_deref().unwrap_or("")),
+        l("pod", &pods(p, |x| &x.pod)),
+        l("namespace", &pods(p, |x| &x.namespace)),
+        if p.pods.is_empty() {
+            l("container", holders.container.as_deref().unwrap_or(""))
+        } else {
+            l("container", &pods(p, |x| &x.container))
+        },
     ]
+}
+
+/// One field of the pods the kubelet allocated a logical GPU to, as DME labels it: the value
+/// of its pod, or the distinct values of a shared device joined with `,`.
+fn pods(p: &LogicalGpu, field: impl Fn(&crate::domain::snapshot::PodRef) -> &String) -> String {
+    let mut v: Vec<&str> = p.pods.iter().map(|x| field(x).as_str()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v.join(",")
 }
 
 /// What the holders of one logical GPU tell about it.
@@ -810,6 +823,8 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::PartitionMismatch => "partition_mismatch",
         Kind::KfdOnlyHolder => "kfd_only_holder",
         Kind::HiddenHolders => "hidden_holders",
+        Kind::PluginDrift => "plugin_drift",
+        Kind::Reclaimable => "reclaimable_partition",
     }
 }
 

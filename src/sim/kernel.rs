@@ -83,6 +83,13 @@ fn device_rel(state: &SimState, logical: &[Logical], l: &Logical) -> String {
     }
 }
 
+/// A partition's device name in the tree, the id the device plugin advertises for it: the PCI
+/// BDF for partition 0, `amdgpu_xcp_<n>` for the others.
+pub fn device_name(state: &SimState, logical: &[Logical], l: &Logical) -> String {
+    let rel = device_rel(state, logical, l);
+    rel.rsplit('/').next().unwrap_or_default().to_string()
+}
+
 /// The twin's writer: what it wrote last, so only a layout change rebuilds the tree.
 #[derive(Debug)]
 pub struct Twin {
@@ -597,6 +604,7 @@ pub fn from_env() -> Option<i32> {
 pub fn run(state_path: &Path) {
     let mut twin = Twin::new(root(state_path));
     let me = std::process::id();
+    let mut kubelet_served = false;
     loop {
         let loaded_at = clock::now_ms();
         let mut state = match SimState::load(state_path) {
@@ -633,6 +641,15 @@ pub fn run(state_path: &Path) {
                 "the node's owner (pid {}) is gone: node stopped",
                 o.pid
             ));
+        }
+        if state.kubernetes.is_some() && !kubelet_served {
+            kubelet_served = true;
+            if let Err(e) = super::kubelet::serve(state_path) {
+                #[expect(clippy::print_stderr, reason = "the twin's log")]
+                {
+                    eprintln!("kubelet twin: {e}");
+                }
+            }
         }
         let now = clock::now_ms();
         if state.reloading.is_some_and(|r| now >= r.until_ms) {

@@ -104,6 +104,7 @@ pub fn scenario_from_recording(path: &Path) -> Result<Scenario, ScenarioError> {
         time_scale: super::scenario::default_time_scale(),
         amd_smi_cost: crate::sim::cost::AmdSmiCost::default(),
         workloads,
+        kubernetes: None,
     };
     Ok(s)
 }

@@ -156,6 +156,9 @@ pub struct Scenario {
     /// Workloads.
     #[serde(default, rename = "workload")]
     pub workloads: Vec<WorkloadSpec>,
+    /// The node is a Kubernetes node: its workloads are pods of a kubelet twin.
+    #[serde(default)]
+    pub kubernetes: Option<super::kubelet::KubeSpec>,
 }
 
 const fn default_gpus() -> u32 {
@@ -377,6 +380,18 @@ impl Scenario {
                 return bad(format!(
                     "workload {:?} is placed on GPU {} partition {}, but the node has {} GPUs of {} partitions",
                     w.name, w.gpu, w.partition, self.gpus, parts
+                ));
+            }
+        }
+        // A DRA claim is a workload's GPU: the name must be a workload that has one.
+        for d in self.kubernetes.iter().flat_map(|k| &k.dra) {
+            if !self
+                .workloads
+                .iter()
+                .any(|w| &w.name == d && w.kind != Kind::Agent)
+            {
+                return bad(format!(
+                    "[kubernetes] dra names {d:?}, which is no workload placed on a GPU; name one of the [[workload]] entries"
                 ));
             }
         }

@@ -540,6 +540,7 @@ pub fn discard(state_path: &Path) {
     let _ = std::fs::remove_file(state_path.with_extension("amdsmi-warm"));
     let _ = std::fs::remove_file(super::amdsmi::calls_log(state_path));
     let _ = std::fs::remove_file(registry_path(state_path));
+    let _ = std::fs::remove_file(kubelet_socket(state_path));
     let _ = std::fs::remove_file(state_path.with_extension("lock"));
     let _ = std::fs::remove_file(crate::exec::lock::sim_path(state_path));
 }
@@ -688,6 +689,12 @@ pub fn roots(state_path: &Path) -> crate::collect::holders::Roots {
         sys_root: state_path.with_extension("sys"),
         dev_root: state_path.with_extension("dev"),
     }
+}
+
+/// Where the simulated node's kubelet twin serves PodResources (`partop sim start
+/// --kubernetes`), beside the state file as the kubelet's socket is beside its state.
+pub fn kubelet_socket(state_path: &Path) -> PathBuf {
+    state_path.with_extension("kubelet.sock")
 }
 
 /// Creates the device files a workload opens: /dev/kfd for all, plus its render node.

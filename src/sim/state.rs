@@ -108,6 +108,9 @@ pub struct SimState {
     /// node's twin.
     #[serde(default)]
     pub owner: Option<TwinProc>,
+    /// The kubelet twin, where the node is a Kubernetes node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<super::kubelet::SimKube>,
 }
 
 /// The process keeping the kernel twin current.
@@ -207,7 +210,15 @@ impl SimState {
             amd_smi_cost: s.amd_smi_cost.from_env(),
             twin: None,
             owner: None,
+            kubernetes: None,
         }
+        .with_kubernetes(s.kubernetes.clone())
+    }
+
+    /// The node as a Kubernetes node (`spec`), its device plugin registered as it is now.
+    pub fn with_kubernetes(mut self, spec: Option<super::kubelet::KubeSpec>) -> Self {
+        self.kubernetes = spec.map(|k| super::kubelet::SimKube::new(k, &self));
+        self
     }
 
     /// Reads a state file.

@@ -7,7 +7,7 @@ use super::keymap::{Key, Keymap, Resolve};
 use crate::domain::findings::{Finding, Thresholds, Tracker};
 use crate::domain::history::History;
 use crate::domain::served::model_of;
-use crate::domain::snapshot::{Process, Snapshot};
+use crate::domain::snapshot::{PodRef, Process, Snapshot};
 use ratatui::crossterm::event::{
     KeyCode, KeyEvent, KeyEventKind, MouseButton, MouseEvent, MouseEventKind,
 };
@@ -349,6 +349,15 @@ impl State {
                 }
             }
         }
+        // On a Kubernetes node the pod labels its logical GPUs (`namespace/pod`), in the
+        // cluster's terms, whichever of its processes holds them.
+        for l in snap.gpus.iter().flat_map(|g| &g.partitions) {
+            if !l.pods.is_empty() {
+                let mut names: Vec<String> = l.pods.iter().map(PodRef::label).collect();
+                names.dedup();
+                self.gpu_labels.entry(l.gpu_id).or_default().label = names.join(", ");
+            }
+        }
         // A served model's own name labels its logical GPUs (the registry's name when it has one).
         for m in &snap.models {
             for g in &m.gpus {
@@ -368,10 +377,16 @@ impl State {
                     p.user.as_deref(),
                     p.container_id.as_deref(),
                     p.systemd_unit.as_deref(),
+                    p.pod.as_ref().map(|x| x.namespace.as_str()),
+                    p.pod.as_ref().map(|x| x.pod.as_str()),
+                    p.pod.as_ref().map(|x| x.container.as_str()),
                 ]
                 .into_iter()
                 .flatten()
                 .any(|s| s.to_lowercase().contains(&needle))
+                || p.pod
+                    .as_ref()
+                    .is_some_and(|x| x.label().to_lowercase().contains(&needle))
                 || p.pid.to_string().contains(&needle)
         };
         let mut idx: Vec<usize> = (0..snap.processes.len())

@@ -740,6 +740,7 @@ impl SysfsCollector {
             models: Vec::new(),
             host_usage: None,
             hidden,
+            kubelet: None,
         }
     }
 

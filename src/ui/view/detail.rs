@@ -22,6 +22,22 @@ fn source(o: &Origin) -> &'static str {
     }
 }
 
+/// Pods in cluster terms: `namespace/pod container (resource)`, or why there is none.
+fn pods_line<'a>(theme: &Theme, name: &str, pods: &[crate::domain::snapshot::PodRef]) -> Line<'a> {
+    let text = if pods.is_empty() {
+        "none (the kubelet allocated it to no pod)".to_string()
+    } else {
+        pods.iter()
+            .map(|p| format!("{} {} ({})", p.label(), p.container, p.resource))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Line::from(vec![
+        Span::styled(format!("{name:<22}"), theme.get("table.header")),
+        Span::styled(text, theme.get("ui")),
+    ])
+}
+
 fn row<'a>(
     state: &State,
     theme: &Theme,
@@ -172,6 +188,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 pv,
                 "kfd_id",
             ));
+            // Only on a Kubernetes node: elsewhere the line would say nothing.
+            if state.snapshot.as_ref().is_some_and(|s| s.kubelet.is_some()) {
+                lines.push(pods_line(theme, "allocated to", &l.pods));
+            }
             lines.push(Line::raw(""));
             lines.push(Line::styled(
                 format!("Physical GPU {} · {}", g.bdf, g.product),
@@ -358,6 +378,9 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 pv,
                 "k8s_pod_uid",
             ));
+            if state.snapshot.as_ref().is_some_and(|s| s.kubelet.is_some()) {
+                lines.push(pods_line(theme, "pod (kubelet)", p.pod.as_slice()));
+            }
             lines.push(Line::from(vec![
                 Span::styled(format!("{:<22}", "command"), theme.get("table.header")),
                 Span::raw(p.command.clone().unwrap_or_else(|| "N/A".into())),

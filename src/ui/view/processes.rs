@@ -1,5 +1,5 @@
-//! Processes: pid, user, name, logical GPU(s), VRAM, GTT, CU%, start time, container or unit,
-//! command line; sorted, filtered and grouped as the state's derived rows say.
+//! Processes: pid, user, name, logical GPU(s), VRAM, GTT, CU%, start time, container or unit
+//! (the pod on a Kubernetes node), command line; sorted, filtered and grouped as the state's derived rows say.
 
 use super::fmt::{cut, mark, mem, offset};
 use crate::domain::snapshot::Process;
@@ -28,7 +28,15 @@ fn name_cell(p: &Process, amdsmi_lists: bool) -> String {
     format!("{mark}{}", p.name.as_deref().unwrap_or("N/A"))
 }
 
-fn owner(p: &Process) -> String {
+fn owner(p: &Process, kubernetes: bool) -> String {
+    // On a Kubernetes node the column is the pod, in the cluster's terms.
+    if kubernetes {
+        return p
+            .pod
+            .as_ref()
+            .map(|x| format!("{}/{}", x.label(), x.container))
+            .unwrap_or_default();
+    }
     p.k8s_pod_uid
         .as_ref()
         .map(|x| format!("pod {}", cut(x, 8)))
@@ -84,6 +92,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let Some(snap) = &state.snapshot else { return };
     let lists = snap.amdsmi_lists_processes();
     let cols = columns(area.width);
+    let kubernetes = state.snapshot.as_ref().is_some_and(|s| s.kubelet.is_some());
     // The PID column fits the longest pid shown, plus the tag mark: never cut.
     let pid_w = snap
         .processes
@@ -210,7 +219,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                             Col::Up => p
                                 .running_secs
                                 .map_or_else(|| started(state.now_ms, p), uptime),
-                            Col::Owner => cut(&owner(p), w),
+                            Col::Owner => cut(&owner(p, kubernetes), w),
                             Col::Command => cut(p.command.as_deref().unwrap_or_default(), cmd_w),
                         })
                     })
@@ -227,6 +236,13 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         }
     }
     let arrow = if state.sort_desc { "▼" } else { "▲" };
+    let title = |c: Col| {
+        if kubernetes && c == Col::Owner {
+            "POD"
+        } else {
+            title(c)
+        }
+    };
     let header: Vec<String> = cols
         .iter()
         .map(|c| {
