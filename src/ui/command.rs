@@ -54,6 +54,7 @@ commands! {
     ViewLog = "view_log", "Log of collector errors and actions", Safe;
     ViewJournal = "view_journal", "Journal: every action partop took, who and when", Safe;
     ViewModels = "view_models", "Models: served models, their health, queue, KV cache and log", Safe;
+    ViewHistory = "view_history", "History: ten minutes of the selected GPU (busy, VRAM, power, temperature) and its processes, as charts", Safe;
     SelectNext = "select_next", "Select the next row (scroll down in Detail, Log, help, staging)", Safe;
     SelectPrev = "select_prev", "Select the previous row (scroll up in Detail, Log, help, staging)", Safe;
     PageDown = "page_down", "Down one page", Safe;

@@ -139,7 +139,7 @@ impl State {
     pub fn new(keymap: Keymap, thresholds: Thresholds, refresh_ms: u64) -> Self {
         Self {
             snapshot: None,
-            history: History::new(120),
+            history: History::for_refresh(refresh_ms),
             tracker: Tracker::new(thresholds),
             findings: Vec::new(),
             view: View::Overview,
@@ -200,7 +200,9 @@ impl State {
 
     fn list_len(&self) -> usize {
         match self.view {
-            View::Overview | View::Gpus => self.snapshot.as_ref().map_or(0, |s| s.logical_count()),
+            View::Overview | View::Gpus | View::History => {
+                self.snapshot.as_ref().map_or(0, |s| s.logical_count())
+            }
             View::Processes => self.rows.len(),
             View::Findings => self.findings.len(),
             View::Journal => self.journal.0.len(),
@@ -211,7 +213,7 @@ impl State {
 
     fn sel_mut(&mut self) -> Option<&mut usize> {
         match self.view {
-            View::Overview | View::Gpus => Some(&mut self.gpu_sel),
+            View::Overview | View::Gpus | View::History => Some(&mut self.gpu_sel),
             View::Processes => Some(&mut self.proc_sel),
             View::Findings => Some(&mut self.finding_sel),
             View::Journal => Some(&mut self.journal_sel),
@@ -295,6 +297,16 @@ impl State {
         }
     }
 
+    /// The model a process serves: the registry's (or discovery's) name for the server with
+    /// its pid, else the model its command line names.
+    pub fn model_of(&self, p: &Process) -> Option<String> {
+        self.snapshot
+            .as_ref()
+            .and_then(|s| s.models.iter().find(|m| m.pid == Some(p.pid)))
+            .map(|m| m.name.clone())
+            .or_else(|| p.command.as_deref().and_then(model_of).map(|(_, m)| m))
+    }
+
     /// The model a process serves, or its name.
     pub fn label_of(p: &Process) -> String {
         p.command
@@ -339,8 +351,10 @@ impl State {
         }
         let needle = self.filter.to_lowercase();
         let matches = |p: &Process| {
+            let model = self.model_of(p);
             needle.is_empty()
                 || [
+                    model.as_deref(),
                     p.name.as_deref(),
                     p.command.as_deref(),
                     p.user.as_deref(),
@@ -388,6 +402,11 @@ impl State {
                     .unwrap_or(-1.0)
                     .total_cmp(&q.cpu_percent.unwrap_or(-1.0)),
                 SortKey::Rss => p.rss_bytes.cmp(&q.rss_bytes),
+                SortKey::Busy => p
+                    .engine_busy_percent()
+                    .unwrap_or(-1.0)
+                    .total_cmp(&q.engine_busy_percent().unwrap_or(-1.0)),
+                SortKey::Model => self.model_of(p).cmp(&self.model_of(q)),
             };
             o.then(p.pid.cmp(&q.pid))
         });
@@ -567,6 +586,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         }
         Command::ViewFindings => state.set_view(View::Findings),
         Command::ViewLog => state.set_view(View::Log),
+        Command::ViewHistory => state.set_view(View::History),
         Command::ViewJournal => {
             state.set_view(View::Journal);
             return vec![Effect::LoadJournal];

@@ -349,7 +349,9 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 Command::ModelAddToRegistry,
                 Command::ModelAdvise,
             ],
-            View::Overview | View::Gpus => vec![Command::StageChange, Command::TagGpu],
+            View::Overview | View::Gpus | View::History => {
+                vec![Command::StageChange, Command::TagGpu]
+            }
             _ => vec![],
         };
         cmds.extend([

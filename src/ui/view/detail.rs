@@ -2,13 +2,20 @@
 //! for a missing value the reason it is missing.
 
 use super::fmt::{age, gib};
+use super::history::{self, Series};
 use crate::domain::provenance::{Origin, Provenance, SourceKind};
 use crate::ui::state::{DetailTarget, State};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
+
+/// Detail charts history below its values from this height of its area on.
+const CHARTS_FROM_HEIGHT: u16 = 30;
+
+/// Rows the charts take.
+const CHART_HEIGHT: u16 = 10;
 
 fn source(o: &Origin) -> &'static str {
     match o.source {
@@ -461,6 +468,31 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             return;
         }
     }
+    // A tall screen charts the last ten minutes under the values (the History view has more).
+    let series: Vec<Series> = match &state.detail {
+        Some(DetailTarget::Gpu(bdf)) => {
+            snap.logical().find(|(_, l)| &l.bdf == bdf).map(|(g, l)| {
+                let [busy, vram] = history::gpu_series(state, l);
+                let [power, temp] = history::device_series(state, g);
+                vec![busy, vram, power, temp]
+            })
+        }
+        Some(DetailTarget::Process(pid)) => snap
+            .processes
+            .iter()
+            .find(|p| p.pid == *pid)
+            .map(|p| history::process_series(state, p).into()),
+        None => None,
+    }
+    .unwrap_or_default();
+    let area = if series.is_empty() || area.height < CHARTS_FROM_HEIGHT {
+        area
+    } else {
+        let [text, charts] =
+            Layout::vertical([Constraint::Min(0), Constraint::Length(CHART_HEIGHT)]).areas(area);
+        history::charts_row(frame, charts, &series, state, theme);
+        text
+    };
     super::fmt::scrolled(
         frame,
         area,
