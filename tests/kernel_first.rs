@@ -52,6 +52,7 @@ fn the_twin_reads_like_the_captured_cpx_nps4_tree() {
         sys_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/sys".into(),
         proc_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/proc".into(),
         dev_root: "/dev".into(),
+        fdinfo_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/proc".into(),
     });
     let fix = f.sample_at(0, 0);
     assert_eq!(snap.gpus.len(), 8, "{:?}", twin);
@@ -127,6 +128,7 @@ fn the_twin_reads_like_the_captured_spx_nps1_tree() {
         sys_root: "tests/fixtures/sysfs/mi300x-spx-nps1/sys".into(),
         proc_root: "tests/fixtures/sysfs/mi300x-spx-nps1/proc".into(),
         dev_root: "/dev".into(),
+        fdinfo_root: "tests/fixtures/sysfs/mi300x-spx-nps1/proc".into(),
     })
     .sample_at(0, 0);
     let want = &fix.gpus[0];

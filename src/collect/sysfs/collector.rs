@@ -873,7 +873,10 @@ impl SysfsCollector {
                 let c = match self.fdinfo_cache.get(&(h.pid, *fd)) {
                     Some(c) if cached => c.clone(),
                     _ => {
-                        let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
+                        let path = self
+                            .roots
+                            .fdinfo_root
+                            .join(format!("{}/fdinfo/{fd}", h.pid));
                         if let Err(e) = crate::collect::small_file::proc_read(&path, buf) {
                             if e.kind() == std::io::ErrorKind::PermissionDenied {
                                 // Another user's process: fdinfo is owner-only (0400).

@@ -70,6 +70,14 @@ fn row<'a>(
     ])
 }
 
+/// A derived value (no source of its own): muted where it is not known.
+fn plain<'a>(theme: &Theme, name: &str, value: String, known: bool) -> Line<'a> {
+    Line::from(vec![
+        Span::styled(format!("{name:<22}"), theme.get("table.header")),
+        Span::styled(value, theme.get(if known { "ui" } else { "ui.muted" })),
+    ])
+}
+
 /// Draws the detail view.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let block = Block::default()
@@ -325,6 +333,33 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 p.cpu_percent.map(|c| format!("{c:.1}% of one core")),
                 pv,
                 "cpu_percent",
+            ));
+            let (busy, known) = p.engine_busy_percent().map_or_else(
+                || {
+                    (
+                        "— (no engine counts its work: ROCm compute runs on KFD queues, which \
+                         fdinfo does not count; its CU occupancy below is its busy)"
+                            .to_string(),
+                        false,
+                    )
+                },
+                |b| {
+                    (
+                        format!("{b:.0}% (its busiest engine: DRM fdinfo, or NVML)"),
+                        true,
+                    )
+                },
+            );
+            lines.push(plain(theme, "gpu busy", busy, known));
+            let model = state.model_of(p);
+            let known = model.is_some();
+            lines.push(plain(
+                theme,
+                "serves model",
+                model.unwrap_or_else(|| {
+                    "— (none registered, discovered or on its command line)".into()
+                }),
+                known,
             ));
             lines.push(row(
                 state,
