@@ -1092,7 +1092,15 @@ fn history_charts_on_64_partitions_and_on_one_nvidia_gpu() {
             update(&mut s, Msg::Command(Command::ViewDetail));
             insta::assert_snapshot!(format!("{name}__detail_charts__{w}x{h}"), draw(&s, w, h));
             n += 2;
+            if snap.logical_count() <= 2 {
+                // A one-GPU node's overview fills the screen with the charts and processes.
+                update(&mut s, Msg::Command(Command::ViewOverview));
+                let text = draw(&s, w, h);
+                assert!(text.contains("busiest processes"), "{text}");
+                insta::assert_snapshot!(format!("{name}__overview__{w}x{h}"), text);
+                n += 1;
+            }
         }
     }
-    assert_eq!(n, 8, "8 screens");
+    assert_eq!(n, 10, "10 screens");
 }
