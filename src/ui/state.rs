@@ -487,6 +487,18 @@ impl State {
     }
 }
 
+/// A direct sort key (as htop's and nvitop's): sorts by `key` in its natural order, or
+/// reverses the order when it already sorts by it.
+fn sort_by(state: &mut State, key: SortKey) {
+    if state.sort == key {
+        state.sort_desc = !state.sort_desc;
+    } else {
+        state.sort = key;
+        state.sort_desc = key.desc_by_default();
+    }
+    state.derive_rows();
+}
+
 fn command(state: &mut State, c: Command) -> Vec<Effect> {
     // Read-only (and every replay) is checked here, once: no mutating command goes further.
     // Their keys are not bound in a read-only keymap either; a command that still arrives
@@ -816,6 +828,11 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.sort_desc = !state.sort_desc;
             state.derive_rows();
         }
+        Command::SortByVram => sort_by(state, SortKey::Vram),
+        Command::SortByGpuBusy => sort_by(state, SortKey::Busy),
+        Command::SortByCpu => sort_by(state, SortKey::Cpu),
+        Command::SortByUptime => sort_by(state, SortKey::Start),
+        Command::SortByName => sort_by(state, SortKey::Name),
         Command::CycleGroup => {
             state.group = match state.group {
                 Group::None => Group::Gpu,
