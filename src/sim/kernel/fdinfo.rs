@@ -40,7 +40,7 @@ const REGIONS: [&str; 8] = [
 pub fn size(mut b: u64) -> String {
     let units = ["", " KiB", " MiB"];
     let mut u = 0;
-    while b != 0 && b % 1024 == 0 && u < units.len() - 1 {
+    while b != 0 && b.is_multiple_of(1024) && u < units.len() - 1 {
         b /= 1024;
         u += 1;
     }
