@@ -286,6 +286,7 @@ fn kernel_vs_amdsmi(metric: &RawOutput, process: &RawOutput) {
         proc_root: dir.path().join("proc"),
         sys_root: dir.path().join("sys"),
         dev_root: "/dev".into(),
+        fdinfo_root: dir.path().join("proc"),
     });
     let s = k.sample();
     assert_eq!(s.logical_count(), 64);

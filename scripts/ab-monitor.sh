@@ -6,7 +6,9 @@
 # % of one core, and RSS. Same host, same run, so the binaries compare despite host noise.
 # A binary older than commit 81eb950 aborts on the SIGHUP that ends each window and leaves its
 # simulated node's workloads running; stop them after such a run.
-# Usage: ROUNDS=3 SECS=90 scripts/ab-monitor.sh OLD_BINARY NEW_BINARY [...]
+# KEYS (tmux send-keys words, e.g. KEYS=9 for the History view's charts) are pressed 2 s after
+# the start; a binary that binds nothing to them stays on its first view.
+# Usage: ROUNDS=3 SECS=90 [KEYS=9] scripts/ab-monitor.sh OLD_BINARY NEW_BINARY [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-60}
@@ -28,7 +30,14 @@ for r in $(seq 1 "$ROUNDS"); do
         home=$(mktemp -d)
         tmux -L ab-$$ new-session -d -x 200 -y 60 \
             "env HOME=$home XDG_STATE_HOME=$home/state XDG_CONFIG_HOME=$home/cfg $b --sim cpx-64-busy"
-        sleep 12
+        if [ -n "${KEYS:-}" ]; then
+            sleep 2
+            # shellcheck disable=SC2086 # words, as tmux send-keys takes them
+            tmux -L ab-$$ send-keys $KEYS
+            sleep 10
+        else
+            sleep 12
+        fi
         pid=$(tmux -L ab-$$ list-panes -F '#{pane_pid}' | head -1)
         read -r -a s0 < <(cut -d' ' -f14-17 "/proc/$pid/stat")
         sleep "$SECS"

@@ -413,6 +413,7 @@ pub fn open_with(src: &SourceArgs, exe: &std::path::Path) -> Result<Node> {
         proc_root: src.proc_root.clone(),
         sys_root: src.sysfs_root.clone(),
         dev_root: "/dev".into(),
+        fdinfo_root: src.proc_root.clone(),
     };
     if src.source == crate::collect::sysfs::SourceMode::Sysfs {
         // The kernel only: amd-smi is never run (and need not exist).

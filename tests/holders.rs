@@ -15,6 +15,7 @@ fn roots(tree: &str) -> Roots {
         proc_root: base.join("proc"),
         sys_root: base.join("sys"),
         dev_root: PathBuf::from("/dev"),
+        fdinfo_root: base.join("proc"),
     }
 }
 
@@ -170,6 +171,7 @@ fn a_sweep_looks_at_new_processes_and_reused_pids_a_complete_scan_at_all() {
         proc_root: PathBuf::from("/proc"),
         sys_root: PathBuf::from("/nonexistent"),
         dev_root: dev.path().to_path_buf(),
+        fdinfo_root: PathBuf::from("/proc"),
     };
     let open = format!("exec 3<{}; exec sleep 60", kfd.display());
     let mut swept = Swept::default();

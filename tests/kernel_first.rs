@@ -52,6 +52,7 @@ fn the_twin_reads_like_the_captured_cpx_nps4_tree() {
         sys_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/sys".into(),
         proc_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/proc".into(),
         dev_root: "/dev".into(),
+        fdinfo_root: "tests/fixtures/sysfs/mi300x-cpx-nps4/proc".into(),
     });
     let fix = f.sample_at(0, 0);
     assert_eq!(snap.gpus.len(), 8, "{:?}", twin);
@@ -127,6 +128,7 @@ fn the_twin_reads_like_the_captured_spx_nps1_tree() {
         sys_root: "tests/fixtures/sysfs/mi300x-spx-nps1/sys".into(),
         proc_root: "tests/fixtures/sysfs/mi300x-spx-nps1/proc".into(),
         dev_root: "/dev".into(),
+        fdinfo_root: "tests/fixtures/sysfs/mi300x-spx-nps1/proc".into(),
     })
     .sample_at(0, 0);
     let want = &fix.gpus[0];
@@ -449,4 +451,59 @@ fn every_source_reports_a_broken_registry_and_runs_the_same_enrichers() {
             "{what}: not stamped"
         );
     }
+}
+
+#[test]
+fn the_twin_writes_each_workloads_render_fdinfo_as_amdgpu_prints_it() {
+    // The workloads hold the twin's device files, which are not DRM devices: the twin writes
+    // the fdinfo amdgpu would show behind each render-node fd (kernel-interfaces.md §3.1), and
+    // the kernel reader takes memory from it as on a real node.
+    let node = Node::start("cpx-nps4-small-models");
+    let roots = partop::sim::session::roots(&node.state);
+    let mut k = SysfsCollector::new(roots.clone());
+    wait_until("the twin's fdinfo behind every render fd", || {
+        let s = k.sample();
+        let users: Vec<_> = s
+            .processes
+            .iter()
+            .flat_map(|p| p.gpus.iter().filter(|u| u.render_open))
+            .collect();
+        !users.is_empty() && users.iter().all(|u| u.gtt_bytes == Some(2 << 20))
+    });
+    let s = k.sample();
+    let mut files = 0;
+    for p in s
+        .processes
+        .iter()
+        .filter(|p| p.gpus.iter().any(|u| u.render_open))
+    {
+        let dir = roots.fdinfo_root.join(format!("{}/fdinfo", p.pid));
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            // The kernel's own lines of that fd first, then amdgpu's, in its order.
+            let keys: Vec<&str> = text.lines().map(|l| l.split(':').next().unwrap()).collect();
+            assert_eq!(keys[..4], ["pos", "flags", "mnt_id", "ino"], "{text}");
+            assert_eq!(
+                keys[4..8],
+                ["drm-driver", "drm-client-id", "drm-pdev", "pasid"],
+                "{text}"
+            );
+            assert!(text.contains("drm-memory-gtt: \t2048 KiB\n"), "{text}");
+            assert!(text.contains("drm-total-gtt:\t2 MiB\n"), "{text}");
+            // A ROCm client's compute is on KFD queues: no engine is counted.
+            assert!(!text.contains("drm-engine-"), "{text}");
+            let c = partop::collect::sysfs::fdinfo::parse(&text);
+            let pdev = c.pdev.unwrap();
+            assert!(
+                s.gpus.iter().any(|g| pdev == format!("{}.0", g.bdf)),
+                "drm-pdev {pdev} is a physical GPU of the node"
+            );
+            assert!(c.vram_bytes.unwrap() > 1 << 30, "{text}");
+            files += 1;
+        }
+        // No engine counted: the GPU% column says so rather than 0 %.
+        assert_eq!(p.engine_busy_percent(), None);
+    }
+    eprintln!("{files} fdinfo files checked");
+    assert!(files >= 4, "{files}");
 }

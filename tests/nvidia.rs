@@ -710,3 +710,72 @@ fn serve_on_a_mig_node_gives_dcgm_exporters_series_with_the_parent_uuid() {
         per_gpu.len()
     );
 }
+
+#[test]
+fn gpm_activity_xid_and_per_process_sm_share_from_the_h200_under_load() {
+    // NVML on the lent H200 under a PyTorch bf16 matrix-product loop, read with pynvml
+    // (scripts/nvidia-capture-pynvml.py: the device tool copies the lead's checkout, not this
+    // branch, so partop's own binary could not run there): two GPM samples a second apart gave
+    // graphics activity 99.99 % (nvidia-smi dmon's GPM column said 99 % at the same time,
+    // h200-dmon-gpm.txt), the XID event set registered with no event, and NVML's per-process
+    // samples gave the PyTorch process 86 % of the SMs.
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-gpm-xid-record.json");
+    let o = run(
+        partop()
+            .arg("--nvidia-replay")
+            .arg(&f)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let g = &s.gpus[0];
+    let gr = g.partitions[0].gr_engine_active_percent.unwrap();
+    assert!((99.0..=100.0).contains(&gr), "{gr}");
+    assert_eq!(
+        (g.counters.xid_last, g.counters.xid_count),
+        (Some(0), Some(0))
+    );
+    let p = &s.processes[0];
+    assert_eq!(p.engine_busy_percent(), Some(86.0));
+    // Served as dcgm-exporter names them: the profiling field as a 0-1 ratio.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = partop()
+        .arg("--nvidia-replay")
+        .arg(&f)
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("partop serve to be ready", || {
+        http_get(port, "/-/ready").0 == 200
+    });
+    let body = http_get(port, "/metrics").1;
+    let _ = child.kill();
+    let _ = child.wait();
+    let value = |name: &str| -> Vec<f64> {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect()
+    };
+    let gr = value("DCGM_FI_PROF_GR_ENGINE_ACTIVE");
+    assert_eq!(gr.len(), 1, "{body}");
+    assert!((0.99..=1.0).contains(&gr[0]), "{gr:?}");
+    assert_eq!(value("DCGM_FI_DEV_XID_ERRORS"), vec![0.0], "{body}");
+    let help = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                || l.starts_with("# HELP DCGM_FI_DEV_XID_ERRORS")
+        })
+        .count();
+    assert_eq!(help, 2, "each described once: {body}");
+}

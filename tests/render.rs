@@ -1017,3 +1017,88 @@ fn the_gpus_view_names_every_mig_instance_whole_and_shows_the_mig_gpus_power() {
     // The MIG GPU's power and temperature are on a row (its first instance's).
     assert!(text.contains("176W*") && text.contains("41°C*"), "{text}");
 }
+
+/// Ten minutes of `snap` at 1 s, ending at `T`: each logical GPU's busy and VRAM and each
+/// physical GPU's power moving as a wave (a phase per GPU), its processes' CU occupancy with it.
+fn ten_minutes(s: &mut State, snap: &partop::domain::Snapshot) {
+    for i in 0..600u32 {
+        let mut x = snap.clone();
+        let t = f64::from(i) / 40.0;
+        x.taken_at_ms = T - u64::from(599 - i) * 1000;
+        for (k, g) in x.gpus.iter_mut().enumerate() {
+            let k = f64::from(u32::try_from(k).unwrap());
+            g.power_watts = Some(400.0 + 250.0 * (t + k).sin());
+            g.hotspot_celsius = Some(60.0 + 15.0 * (t / 2.0 + k).sin());
+            for l in &mut g.partitions {
+                l.gfx_busy_percent = Some(50.0 + 45.0 * (t + k).sin());
+                l.vram_used_bytes = l.vram_used_bytes.map(|b| {
+                    let f = 0.6 + 0.4 * (t / 3.0).cos();
+                    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    let v = (b as f64 * f) as u64;
+                    v
+                });
+            }
+        }
+        for p in &mut x.processes {
+            for u in &mut p.gpus {
+                u.cu_percent = u.cu_percent.map(|_| 50.0 + 45.0 * (t * 1.5).cos());
+            }
+        }
+        update(s, Msg::Snapshot(Arc::new(x)));
+    }
+}
+
+fn nvidia_one_gpu() -> partop::domain::Snapshot {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
+    let node: partop::collect::nvidia::NvNode =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let (gpus, processes) = partop::collect::nvidia::assemble(&node, T);
+    partop::domain::Snapshot {
+        host: "h200-node".into(),
+        taken_at_ms: T,
+        gpus,
+        processes,
+        ..partop::domain::Snapshot::default()
+    }
+}
+
+#[test]
+fn history_charts_on_64_partitions_and_on_one_nvidia_gpu() {
+    // The History view and Detail's charts after ten minutes at 1 s, at 80x24 and 200x50, on
+    // the AMD node of 64 logical GPUs (CPX/NPS4) and the one-GPU H200 (4 screens each).
+    let nodes = [
+        ("cpx-nps4-small-models", recorded("cpx-nps4-small-models")),
+        ("h200", nvidia_one_gpu()),
+    ];
+    let mut n = 0;
+    for (name, snap) in &nodes {
+        for (w, h) in [(80, 24), (200, 50)] {
+            let (km, _) = Keymap::load("default", None, false);
+            let mut s = State::new(km, Thresholds::default(), 1000);
+            ten_minutes(&mut s, snap);
+            update(&mut s, Msg::Resize(w, h));
+            update(&mut s, Msg::Tick(T));
+            assert_eq!(s.history.len(), 600, "ten minutes at 1 s kept");
+            update(&mut s, Msg::Command(Command::ViewHistory));
+            let text = draw(&s, w, h);
+            assert!(
+                text.contains("History · GPU 0") && text.contains("busy"),
+                "{text}"
+            );
+            insta::assert_snapshot!(format!("{name}__history__{w}x{h}"), text);
+            update(&mut s, Msg::Command(Command::ViewDetail));
+            insta::assert_snapshot!(format!("{name}__detail_charts__{w}x{h}"), draw(&s, w, h));
+            n += 2;
+            if snap.logical_count() <= 2 {
+                // A one-GPU node's overview fills the screen with the charts and processes.
+                update(&mut s, Msg::Command(Command::ViewOverview));
+                let text = draw(&s, w, h);
+                assert!(text.contains("busiest processes"), "{text}");
+                insta::assert_snapshot!(format!("{name}__overview__{w}x{h}"), text);
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 10, "10 screens");
+}

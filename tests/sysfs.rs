@@ -25,6 +25,7 @@ fn collector(root: &Path) -> SysfsCollector {
         proc_root: root.join("proc"),
         sys_root: root.join("sys"),
         dev_root: "/dev".into(),
+        fdinfo_root: root.join("proc"),
     })
 }
 

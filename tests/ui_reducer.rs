@@ -816,3 +816,41 @@ fn mouse_clicks_tabs_and_rows_and_the_wheel_scrolls() {
     assert_eq!(tabs, View::ALL.len());
     assert!(rows > 30, "{rows} rows clicked");
 }
+
+#[test]
+fn direct_sort_keys_sort_and_a_second_press_reverses() {
+    // Every direct sort key of the default keymap, on the processes of a two-model node: the
+    // first press sorts by its column in the column's natural order, a second reverses.
+    let cases = [
+        ('M', SortKey::Vram, true),
+        ('U', SortKey::Busy, true),
+        ('C', SortKey::Cpu, true),
+        ('T', SortKey::Start, true),
+        ('N', SortKey::Name, false),
+    ];
+    for (k, sort, desc) in cases {
+        let mut s = state("default", "dpx-nps2-two-models");
+        key(&mut s, '3');
+        // Start from another sort, so the first press is a change.
+        key(&mut s, if sort == SortKey::Name { 'M' } else { 'N' });
+        key(&mut s, k);
+        assert_eq!((s.sort, s.sort_desc), (sort, desc), "{k}");
+        let snap = s.snapshot.clone().unwrap();
+        let names: Vec<Option<String>> = s
+            .rows
+            .iter()
+            .filter_map(|r| match r {
+                ProcRow::Process { index, .. } => Some(snap.processes[*index].name.clone()),
+                ProcRow::Heading(_) => None,
+            })
+            .collect();
+        key(&mut s, k);
+        assert_eq!((s.sort, s.sort_desc), (sort, !desc), "{k} again reverses");
+        if sort == SortKey::Name {
+            let mut sorted = names.clone();
+            sorted.sort();
+            assert_eq!(names, sorted, "names ascending");
+        }
+    }
+    assert_eq!(cases.len(), 5, "5 direct sort keys checked");
+}

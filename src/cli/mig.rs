@@ -291,6 +291,10 @@ pub fn nvidia(src: &SourceArgs, action: NvidiaCmd) -> Result<u8> {
             let node = open(src)?;
             let access = node.nvidia.clone().unwrap_or(NvidiaAccess::Nvml);
             let mut s = access.source(&node.nvidia_smi);
+            // Graphics-engine activity (GPM) is the difference of two samples: a second read a
+            // second after the first carries it.
+            s.read().map_err(anyhow::Error::msg)?;
+            std::thread::sleep(std::time::Duration::from_secs(1));
             let n = s.read().map_err(anyhow::Error::msg)?;
             // Where and when, beside the node, as an AMD recording says them: a replay's banner
             // names the recording's host and time, not the file.

@@ -37,6 +37,10 @@ pub struct Roots {
     pub sys_root: PathBuf,
     /// `/dev` (the simulator uses its own directory of device files).
     pub dev_root: PathBuf,
+    /// Where DRM fdinfo is read, `PID/fdinfo/FD` under it: `/proc`; on the simulated node its
+    /// kernel twin's copy (`STATE.fdinfo`), since its device files are not DRM devices and
+    /// the kernel's own fdinfo of them has no `drm-*` lines.
+    pub fdinfo_root: PathBuf,
 }
 
 impl Roots {
@@ -46,6 +50,7 @@ impl Roots {
             proc_root: "/proc".into(),
             sys_root: "/sys".into(),
             dev_root: "/dev".into(),
+            fdinfo_root: "/proc".into(),
         }
     }
 }

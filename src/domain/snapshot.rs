@@ -123,6 +123,10 @@ pub struct LogicalGpu {
     pub xcc_busy_percent: Vec<f64>,
     /// Memory-controller busy, percent (device-wide; primary only).
     pub umc_busy_percent: Option<f64>,
+    /// Graphics-engine activity, percent of the time since the last sample (NVIDIA's GPM,
+    /// Hopper and later: dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`; per MIG instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gr_engine_active_percent: Option<f64>,
     /// DRM render node (`renderD128`).
     pub render_node: Option<String>,
     /// amd-smi UUID (not an identity: shared by partitions before ROCm 7.0).
@@ -233,6 +237,12 @@ pub struct DeviceCounters {
     /// A row remapping failed (NVIDIA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_remap_failure: Option<bool>,
+    /// The last XID error the driver reported while partop watched (0: none) (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_last: Option<u64>,
+    /// XID errors the driver reported while partop watched (NVIDIA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_count: Option<u64>,
 }
 
 impl DeviceCounters {
@@ -341,6 +351,16 @@ pub struct GpuUse {
 }
 
 impl GpuUse {
+    /// Its busy on this GPU, percent: the busiest DRM engine (fdinfo), else CU occupancy.
+    pub fn busy_percent(&self) -> Option<f64> {
+        self.engine_percent
+            .values()
+            .copied()
+            .filter(|v| v.is_finite())
+            .reduce(f64::max)
+            .or(self.cu_percent)
+    }
+
     /// Attached (a context or an open node) but using nothing: what HIP does to every visible GPU.
     pub fn attached_only(&self) -> bool {
         self.vram_bytes.unwrap_or(0) == 0 && self.cu_occupancy.unwrap_or(0) == 0
@@ -460,6 +480,36 @@ impl Process {
             .iter()
             .filter_map(|g| g.vram_bytes)
             .fold(0, u64::saturating_add)
+    }
+
+    /// VRAM over all GPUs, None where no GPU says.
+    pub fn vram_total_bytes(&self) -> Option<u64> {
+        self.gpus
+            .iter()
+            .any(|g| g.vram_bytes.is_some())
+            .then(|| self.vram_total())
+    }
+
+    /// Its engine busy, percent: the busiest DRM engine of its busiest GPU (fdinfo engine
+    /// time; NVML's SM share on NVIDIA). None where no engine counts its work: ROCm compute
+    /// goes through KFD queues, which fdinfo does not count.
+    pub fn engine_busy_percent(&self) -> Option<f64> {
+        self.gpus
+            .iter()
+            .flat_map(|g| g.engine_percent.values().copied())
+            .filter(|v| v.is_finite())
+            .reduce(f64::max)
+    }
+
+    /// Its GPU busy, percent: the busiest of its GPUs, each read as its busiest DRM engine
+    /// (fdinfo engine time, where the kernel counts the work there) or, where no engine is
+    /// counted (ROCm compute goes through KFD queues, not DRM), its CU occupancy from KFD or
+    /// the share NVML gives. None where no source says.
+    pub fn gpu_busy_percent(&self) -> Option<f64> {
+        self.gpus
+            .iter()
+            .filter_map(GpuUse::busy_percent)
+            .reduce(f64::max)
     }
 }
 

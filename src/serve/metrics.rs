@@ -587,6 +587,12 @@ fn nvidia_device(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu) 
         &labels,
         c.row_remap_failure.map(|b| if b { 1.0 } else { 0.0 }),
     );
+    out.opt(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error seen while partop watched, 0 for none (dcgm-exporter's name)",
+        &labels,
+        c.xid_last.map(f),
+    );
 }
 
 fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: &LogicalGpu) {
@@ -597,6 +603,12 @@ fn nvidia_gpu(out: &mut Out, snap: &Snapshot, index: usize, g: &PhysicalGpu, p: 
         "GPU utilization, percent (dcgm-exporter's name)",
         &labels,
         p.gfx_busy_percent,
+    );
+    out.opt(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active, 0-1 (dcgm-exporter's name; NVML's GPM)",
+        &labels,
+        p.gr_engine_active_percent.map(|v| v / 100.0),
     );
     out.opt(
         "DCGM_FI_DEV_MEM_COPY_UTIL",

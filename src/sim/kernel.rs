@@ -9,6 +9,7 @@
 //!
 //! Data flow: state file (modes, workloads) + load model → twin files → partop's kernel reader.
 
+pub mod fdinfo;
 pub mod tables;
 
 use super::load::{self, NodeLoad};
@@ -35,6 +36,11 @@ pub fn root(state_path: &Path) -> PathBuf {
     state_path.with_extension("sys")
 }
 
+/// Where a twin writes its workloads' DRM fdinfo (`STATE.fdinfo/PID/fdinfo/FD`).
+pub fn fdinfo_root(state_path: &Path) -> PathBuf {
+    state_path.with_extension("fdinfo")
+}
+
 /// Where a twin keeps its generations (`STATE.sys.d/`).
 fn gens_dir(root: &Path) -> PathBuf {
     root.with_extension("sys.d")
@@ -47,6 +53,7 @@ pub fn remove(state_path: &Path) {
     let _ = std::fs::remove_dir_all(&root);
     let _ = std::fs::remove_dir_all(gens_dir(&root));
     let _ = std::fs::remove_file(root.with_extension("sys-link"));
+    let _ = std::fs::remove_dir_all(fdinfo_root(state_path));
 }
 
 /// The render minor of partition `p` of physical GPU `phys`: the driver steps by 8 per device
@@ -511,6 +518,58 @@ impl Twin {
         Ok(())
     }
 
+    fn fdinfo_dir(&self) -> PathBuf {
+        self.root.with_extension("fdinfo")
+    }
+
+    /// The DRM fdinfo of each render-node fd workload `pid` holds open: the kernel's own lines
+    /// of that fd, then what amdgpu would print for a ROCm client of `pdev` holding `vram`
+    /// (its KFD allocations are in the render fd's VM; its compute is not counted there).
+    fn drm_fdinfo(&mut self, pid: u32, pdev: &str, vram: u64) -> Result<(), String> {
+        let render = self.root.with_extension("dev").join("dri/renderD");
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let Ok(fds) = std::fs::read_dir(proc.join("fd")) else {
+            return Ok(());
+        };
+        for e in fds.flatten() {
+            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            if !target
+                .as_os_str()
+                .as_encoded_bytes()
+                .starts_with(render.as_os_str().as_encoded_bytes())
+            {
+                continue;
+            }
+            let mut buf = Vec::new();
+            let header =
+                crate::collect::small_file::proc_read(&proc.join(format!("fdinfo/{fd}")), &mut buf)
+                    .map(|()| {
+                        String::from_utf8_lossy(&buf)
+                            .lines()
+                            .take(4)
+                            .map(|l| format!("{l}\n"))
+                            .collect::<String>()
+                    })
+                    .unwrap_or_default();
+            let c = fdinfo::DrmClient {
+                client_id: u64::from(pid) * 64 + u64::from(fd),
+                pdev: pdev.to_string(),
+                pasid: 32_768 + pid % 32_768,
+                vram,
+                gtt: 2 << 20,
+                engines: Vec::new(),
+            };
+            let p = self.fdinfo_dir().join(format!("{pid}/fdinfo/{fd}"));
+            self.put_live(p, fdinfo::text(&header, &c).into_bytes())?;
+        }
+        Ok(())
+    }
+
     /// KFD's per-process files: one directory per live workload (agents too: they opened
     /// /dev/kfd), with VRAM, SDMA time and CU occupancy for the GPU it computes on.
     fn processes(
@@ -545,10 +604,9 @@ impl Twin {
                     self.generation,
                 );
                 let busy = load::busy(state, i, t);
-                self.put_live_text(
-                    pdir.join(format!("vram_{id}")),
-                    &load::vram(state, i, t).to_string(),
-                )?;
+                let vram = load::vram(state, i, t);
+                self.put_live_text(pdir.join(format!("vram_{id}")), &vram.to_string())?;
+                self.drm_fdinfo(pid, &state.gpus[l.phys].bdf(0), vram)?;
                 #[expect(
                     clippy::cast_possible_truncation,
                     clippy::cast_sign_loss,
@@ -567,10 +625,14 @@ impl Twin {
             }
         }
         for gone in self.pids.difference(&now) {
-            let d = dir.join(gone.to_string());
-            let _ = std::fs::remove_dir_all(&d);
-            // A pid can come back: what was written under it is gone from disk.
-            self.written.retain(|k, _| !k.starts_with(&d));
+            for d in [
+                dir.join(gone.to_string()),
+                self.fdinfo_dir().join(gone.to_string()),
+            ] {
+                let _ = std::fs::remove_dir_all(&d);
+                // A pid can come back: what was written under it is gone from disk.
+                self.written.retain(|k, _| !k.starts_with(&d));
+            }
         }
         // A restarted twin does not know what the last one wrote: clear strangers once.
         if self.pids.is_empty()

@@ -688,6 +688,7 @@ pub fn roots(state_path: &Path) -> crate::collect::holders::Roots {
         proc_root: "/proc".into(),
         sys_root: state_path.with_extension("sys"),
         dev_root: state_path.with_extension("dev"),
+        fdinfo_root: state_path.with_extension("fdinfo"),
     }
 }
 

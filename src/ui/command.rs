@@ -54,6 +54,7 @@ commands! {
     ViewLog = "view_log", "Log of collector errors and actions", Safe;
     ViewJournal = "view_journal", "Journal: every action partop took, who and when", Safe;
     ViewModels = "view_models", "Models: served models, their health, queue, KV cache and log", Safe;
+    ViewHistory = "view_history", "History: ten minutes of the selected GPU (busy, VRAM, power, temperature) and its processes, as charts", Safe;
     SelectNext = "select_next", "Select the next row (scroll down in Detail, Log, help, staging)", Safe;
     SelectPrev = "select_prev", "Select the previous row (scroll up in Detail, Log, help, staging)", Safe;
     PageDown = "page_down", "Down one page", Safe;
@@ -63,6 +64,11 @@ commands! {
     OpenDetail = "open_detail", "Open the selected row in the detail view (a journal entry in full)", Safe;
     CycleSort = "cycle_sort", "Sort processes by the next column", Safe;
     ReverseSort = "reverse_sort", "Reverse the sort order", Safe;
+    SortByVram = "sort_by_vram", "Sort processes by VRAM (again: reverse)", Safe;
+    SortByGpuBusy = "sort_by_gpu_busy", "Sort processes by GPU% (again: reverse)", Safe;
+    SortByCpu = "sort_by_cpu", "Sort processes by host CPU% (again: reverse)", Safe;
+    SortByUptime = "sort_by_uptime", "Sort processes by run time (again: reverse)", Safe;
+    SortByName = "sort_by_name", "Sort processes by name (again: reverse)", Safe;
     Filter = "filter", "Filter processes by text (Enter keeps, Esc clears)", Safe;
     CycleGroup = "cycle_group", "Group processes: none, by logical GPU, by model", Safe;
     RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;

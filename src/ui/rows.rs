@@ -24,6 +24,10 @@ pub enum SortKey {
     Cpu,
     /// Resident host memory.
     Rss,
+    /// Engine busy (fdinfo engine time, NVML's SM share).
+    Busy,
+    /// The registered model it serves.
+    Model,
 }
 
 /// A column of the process table.
@@ -43,6 +47,10 @@ pub enum Col {
     Gtt,
     /// CU occupancy.
     Cu,
+    /// Engine busy (fdinfo engine time where the kernel counts it; NVML's SM share).
+    Busy,
+    /// The model it serves.
+    Model,
     /// Host CPU %.
     Cpu,
     /// Resident host memory.
@@ -69,6 +77,8 @@ impl Col {
             Self::Cpu => SortKey::Cpu,
             Self::Rss => SortKey::Rss,
             Self::Up => SortKey::Start,
+            Self::Busy => SortKey::Busy,
+            Self::Model => SortKey::Model,
             Self::Owner | Self::Command => return None,
         })
     }
@@ -83,8 +93,10 @@ pub fn columns(width: u16) -> &'static [Col] {
             Col::User,
             Col::Name,
             Col::Gpu,
+            Col::Model,
             Col::Vram,
             Col::Gtt,
+            Col::Busy,
             Col::Cu,
             Col::Cpu,
             Col::Rss,
@@ -119,7 +131,7 @@ impl SortKey {
     pub const fn desc_by_default(self) -> bool {
         matches!(
             self,
-            Self::Vram | Self::Cu | Self::Gtt | Self::Start | Self::Cpu | Self::Rss
+            Self::Vram | Self::Cu | Self::Gtt | Self::Start | Self::Cpu | Self::Rss | Self::Busy
         )
     }
 
@@ -136,6 +148,8 @@ impl SortKey {
             Self::Start => "UP",
             Self::Cpu => "CPU%",
             Self::Rss => "RSS",
+            Self::Busy => "GPU%",
+            Self::Model => "MODEL",
         }
     }
 }

@@ -160,7 +160,7 @@ impl State {
     pub fn new(keymap: Keymap, thresholds: Thresholds, refresh_ms: u64) -> Self {
         Self {
             snapshot: None,
-            history: History::new(120),
+            history: History::for_refresh(refresh_ms),
             tracker: Tracker::new(thresholds),
             findings: Vec::new(),
             view: View::Overview,
@@ -222,7 +222,9 @@ impl State {
 
     fn list_len(&self) -> usize {
         match self.view {
-            View::Overview | View::Gpus => self.snapshot.as_ref().map_or(0, |s| s.logical_count()),
+            View::Overview | View::Gpus | View::History => {
+                self.snapshot.as_ref().map_or(0, |s| s.logical_count())
+            }
             View::Processes => self.rows.len(),
             View::Findings => self.findings.len(),
             View::Journal => self.journal.0.len(),
@@ -233,7 +235,7 @@ impl State {
 
     fn sel_mut(&mut self) -> Option<&mut usize> {
         match self.view {
-            View::Overview | View::Gpus => Some(&mut self.gpu_sel),
+            View::Overview | View::Gpus | View::History => Some(&mut self.gpu_sel),
             View::Processes => Some(&mut self.proc_sel),
             View::Findings => Some(&mut self.finding_sel),
             View::Journal => Some(&mut self.journal_sel),
@@ -317,6 +319,16 @@ impl State {
         }
     }
 
+    /// The model a process serves: the registry's (or discovery's) name for the server with
+    /// its pid, else the model its command line names.
+    pub fn model_of(&self, p: &Process) -> Option<String> {
+        self.snapshot
+            .as_ref()
+            .and_then(|s| s.models.iter().find(|m| m.pid == Some(p.pid)))
+            .map(|m| m.name.clone())
+            .or_else(|| p.command.as_deref().and_then(model_of).map(|(_, m)| m))
+    }
+
     /// The model a process serves, or its name.
     pub fn label_of(p: &Process) -> String {
         p.command
@@ -370,8 +382,10 @@ impl State {
         }
         let needle = self.filter.to_lowercase();
         let matches = |p: &Process| {
+            let model = self.model_of(p);
             needle.is_empty()
                 || [
+                    model.as_deref(),
                     p.name.as_deref(),
                     p.command.as_deref(),
                     p.user.as_deref(),
@@ -425,6 +439,11 @@ impl State {
                     .unwrap_or(-1.0)
                     .total_cmp(&q.cpu_percent.unwrap_or(-1.0)),
                 SortKey::Rss => p.rss_bytes.cmp(&q.rss_bytes),
+                SortKey::Busy => p
+                    .engine_busy_percent()
+                    .unwrap_or(-1.0)
+                    .total_cmp(&q.engine_busy_percent().unwrap_or(-1.0)),
+                SortKey::Model => self.model_of(p).cmp(&self.model_of(q)),
             };
             o.then(p.pid.cmp(&q.pid))
         });
@@ -503,6 +522,18 @@ impl State {
         };
         self.proc_sel = self.proc_sel.min(self.rows.len().saturating_sub(1));
     }
+}
+
+/// A direct sort key (as htop's and nvitop's): sorts by `key` in its natural order, or
+/// reverses the order when it already sorts by it.
+fn sort_by(state: &mut State, key: SortKey) {
+    if state.sort == key {
+        state.sort_desc = !state.sort_desc;
+    } else {
+        state.sort = key;
+        state.sort_desc = key.desc_by_default();
+    }
+    state.derive_rows();
 }
 
 fn command(state: &mut State, c: Command) -> Vec<Effect> {
@@ -604,6 +635,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         }
         Command::ViewFindings => state.set_view(View::Findings),
         Command::ViewLog => state.set_view(View::Log),
+        Command::ViewHistory => state.set_view(View::History),
         Command::ViewJournal => {
             state.set_view(View::Journal);
             return vec![Effect::LoadJournal];
@@ -833,6 +865,11 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.sort_desc = !state.sort_desc;
             state.derive_rows();
         }
+        Command::SortByVram => sort_by(state, SortKey::Vram),
+        Command::SortByGpuBusy => sort_by(state, SortKey::Busy),
+        Command::SortByCpu => sort_by(state, SortKey::Cpu),
+        Command::SortByUptime => sort_by(state, SortKey::Start),
+        Command::SortByName => sort_by(state, SortKey::Name),
         Command::CycleGroup => {
             state.group = match state.group {
                 Group::None => Group::Gpu,

@@ -8,6 +8,7 @@ pub mod findings;
 pub mod fmt;
 pub mod gpus;
 pub mod help;
+pub mod history;
 pub mod journal;
 pub mod log;
 pub mod models;
@@ -45,6 +46,7 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
         View::Models => models::render(frame, body, state, theme),
         View::Findings => findings::render(frame, body, state, theme),
         View::Log => log::render(frame, body, state, theme),
+        View::History => history::render(frame, body, state, theme),
     }
     chrome::footer(frame, footer, state, theme);
     // Overlays bottom-up, in the one order of `ui::modal`.

@@ -22,11 +22,13 @@ pub enum View {
     Log,
     /// The audit journal.
     Journal,
+    /// Ten minutes of the selected GPU and its processes, as charts.
+    History,
 }
 
 impl View {
     /// Tab order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Overview,
         Self::Gpus,
         Self::Processes,
@@ -35,6 +37,7 @@ impl View {
         Self::Log,
         Self::Journal,
         Self::Models,
+        Self::History,
     ];
 
     /// The command that shows it (its tab shows that command's key).
@@ -48,6 +51,7 @@ impl View {
             Self::Findings => Command::ViewFindings,
             Self::Log => Command::ViewLog,
             Self::Journal => Command::ViewJournal,
+            Self::History => Command::ViewHistory,
         }
     }
 
@@ -62,6 +66,7 @@ impl View {
             Self::Findings => "Finds",
             Self::Log => "Log",
             Self::Journal => "Journal",
+            Self::History => "Hist",
         }
     }
 
@@ -76,10 +81,12 @@ impl View {
             Self::Findings => "Findings",
             Self::Log => "Log",
             Self::Journal => "Journal",
+            Self::History => "History",
         }
     }
 
-    /// Its keymap section.
+    /// Its keymap section (History charts the GPU selected as GPUs does, so its keys act
+    /// on that GPU the same way).
     pub const fn section(self) -> Section {
         match self {
             Self::Overview => Section::Overview,
@@ -90,6 +97,7 @@ impl View {
             Self::Findings => Section::Findings,
             Self::Log => Section::Log,
             Self::Journal => Section::Journal,
+            Self::History => Section::Gpus,
         }
     }
 

@@ -32,6 +32,10 @@ pub struct NvInstance {
     pub mem_used_mib: Option<u64>,
     /// SMs.
     pub sms: Option<u32>,
+    /// Graphics-engine activity of the instance, % of the time since the last read (NVML's
+    /// GPM on Hopper and later; dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`).
+    #[serde(default)]
+    pub gr_engine_active: Option<f64>,
 }
 
 /// A process on a GPU.
@@ -45,6 +49,9 @@ pub struct NvProc {
     pub used_mib: Option<u64>,
     /// GPU instance (MIG).
     pub gi: Option<u32>,
+    /// Its share of the SMs' time, % (NVML's per-process utilisation; not on MIG instances).
+    #[serde(default)]
+    pub sm_util: Option<u32>,
 }
 
 /// One GPU.
@@ -110,6 +117,17 @@ pub struct NvCounters {
     pub remapped_uncorrectable: Option<u64>,
     /// A row remapping failed (nvidia-smi only).
     pub remap_failure: Option<bool>,
+    /// Graphics-engine activity, % of the time since the last read (NVML's GPM, Hopper and
+    /// later; dcgm-exporter's `DCGM_FI_PROF_GR_ENGINE_ACTIVE`). MIG GPUs: per instance.
+    #[serde(default)]
+    pub gr_engine_active: Option<f64>,
+    /// The last XID error NVML reported since partop began watching (0: none yet); None where
+    /// the device gives no XID events.
+    #[serde(default)]
+    pub xid_last: Option<u64>,
+    /// XID errors NVML reported since partop began watching.
+    #[serde(default)]
+    pub xid_count: Option<u64>,
 }
 
 /// The node.
@@ -230,6 +248,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                 remapped_rows_correctable: g.counters.remapped_correctable,
                 remapped_rows_uncorrectable: g.counters.remapped_uncorrectable,
                 row_remap_failure: g.counters.remap_failure,
+                xid_last: g.counters.xid_last,
+                xid_count: g.counters.xid_count,
                 ..DeviceCounters::default()
             },
             ..PhysicalGpu::default()
@@ -267,6 +287,7 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                     cu_count: inst.sms,
                     uuid: inst.uuid.clone(),
                     profile: named.as_ref().ok().cloned(),
+                    gr_engine_active_percent: inst.gr_engine_active,
                     ..LogicalGpu::default()
                 };
                 for f in ["vram_total_bytes", "vram_used_bytes", "cu_count"] {
@@ -293,6 +314,7 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                 vram_used_bytes: g.mem_used_mib.and_then(mib_bytes),
                 gfx_busy_percent: g.util_gpu,
                 umc_busy_percent: g.util_mem,
+                gr_engine_active_percent: g.counters.gr_engine_active,
                 uuid: g.uuid.clone(),
                 ..LogicalGpu::default()
             };
@@ -316,6 +338,12 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
             let u = GpuUse {
                 gpu_id: id,
                 vram_bytes: p.used_mib.and_then(mib_bytes),
+                // NVML's per-process SM share is its graphics/compute engine busy.
+                engine_percent: p
+                    .sm_util
+                    .map(|v| ("sm".to_string(), f64::from(v.min(100))))
+                    .into_iter()
+                    .collect(),
                 ..GpuUse::default()
             };
             match processes.iter_mut().find(|x| x.pid == p.pid) {

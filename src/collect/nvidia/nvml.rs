@@ -6,18 +6,50 @@
 //! once a minute, when the device count changes, and a device's profiles again when its MIG
 //! mode does; process names once per process. Every NVML call is a driver ioctl: on an H100
 //! these static reads were most of what a tick asked of the driver.
+//!
+//! Two readings span ticks: graphics-engine activity (GPM, Hopper and later) is the difference
+//! between this tick's GPM sample and the last one, per GPU and per MIG instance; XID errors
+//! arrive as NVML events, drained without waiting each tick. Both borrow the NVML they came
+//! from, so NVML is loaded once per process and kept for its life.
 
 use super::node::{NvCounters, NvGpu, NvInstance, NvNode, NvProc, NvSource};
 use crate::domain::mig::MigProfile;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::{EventSet, GpmSample, Nvml};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The process's NVML: GPM samples and the XID event set borrow it across ticks.
+static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
 
 /// An initialised NVML.
 pub struct NvmlSource {
-    nvml: Nvml,
+    nvml: &'static Nvml,
     statics: Option<(std::time::Instant, Statics)>,
-    names: std::collections::HashMap<u32, Option<String>>,
+    names: HashMap<u32, Option<String>>,
+    /// The last GPM sample of each GPU (None) and MIG instance (Some(gi)), by device index.
+    /// NVML's handles are Send but not Sync: a mutex makes the source shareable (only `read`,
+    /// which has `&mut self`, touches them, so it is never contended).
+    gpm: Mutex<HashMap<(u32, Option<u32>), GpmSample<'static>>>,
+    xid: Mutex<Xid>,
+    /// Per device index, the newest per-process utilisation sample seen (NVML µs clock).
+    util_seen: HashMap<u32, u64>,
+}
+
+/// XID errors as NVML's events report them, since partop began watching.
+#[derive(Default)]
+struct Xid {
+    /// The event set, once registered (None: not tried yet, or no device gives XID events).
+    set: Option<EventSet<'static>>,
+    tried: bool,
+    /// Device indices registered for XID events.
+    watched: Vec<u32>,
+    /// Per device index: (last XID, how many).
+    seen: HashMap<u32, (u64, u64)>,
 }
 
 /// How long static facts are kept before they are read again.
@@ -37,6 +69,8 @@ struct DeviceStatic {
     /// MIG mode (current, pending) the profiles were read under.
     mig: Option<(u32, u32)>,
     profiles: Vec<MigProfile>,
+    /// GPM (graphics-engine activity) is supported.
+    gpm: bool,
 }
 
 impl std::fmt::Debug for NvmlSource {
@@ -48,13 +82,105 @@ impl std::fmt::Debug for NvmlSource {
 impl NvmlSource {
     /// Loads and initialises NVML, or says why it cannot.
     pub fn open() -> Result<Self, String> {
-        Nvml::init()
-            .map(|nvml| Self {
-                nvml,
-                statics: None,
-                names: std::collections::HashMap::new(),
-            })
-            .map_err(|e| format!("NVML: {e}"))
+        let nvml = NVML
+            .get_or_init(|| Nvml::init().map_err(|e| format!("NVML: {e}")))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        Ok(Self {
+            nvml,
+            statics: None,
+            names: HashMap::new(),
+            gpm: Mutex::new(HashMap::new()),
+            xid: Mutex::new(Xid::default()),
+            util_seen: HashMap::new(),
+        })
+    }
+}
+
+/// Graphics-engine activity, %, between the last GPM sample under `key` and one taken now;
+/// the new sample is kept for the next tick. None on the first tick, or where GPM is not
+/// supported (before Hopper, or in a VM without it).
+fn gr_engine_active(
+    nvml: &'static Nvml,
+    last: &mut HashMap<(u32, Option<u32>), GpmSample<'static>>,
+    key: (u32, Option<u32>),
+    sample: Result<GpmSample<'static>, nvml_wrapper::error::NvmlError>,
+) -> Option<f64> {
+    let now = sample.ok()?;
+    let before = last.insert(key, now)?;
+    let now = last.get(&key)?;
+    let got = nvml_wrapper::gpm::gpm_metrics_get(nvml, &before, now, &[GpmMetricId::GraphicsUtil])
+        .ok()?;
+    let v = got.into_iter().next()?.ok()?.value;
+    (v.is_finite()).then(|| v.clamp(0.0, 100.0))
+}
+
+impl Xid {
+    /// Registers every device that gives XID events, once.
+    fn watch(&mut self, nvml: &'static Nvml, count: u32) {
+        if self.tried {
+            return;
+        }
+        self.tried = true;
+        let Ok(mut set) = nvml.create_event_set() else {
+            return;
+        };
+        for i in 0..count {
+            let Ok(d) = nvml.device_by_index(i) else {
+                continue;
+            };
+            if !d
+                .supported_event_types()
+                .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR))
+            {
+                continue;
+            }
+            match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(s) => {
+                    set = s;
+                    self.watched.push(i);
+                }
+                // A failed registration frees the set: start a new one for the others.
+                Err(_) => match nvml.create_event_set() {
+                    Ok(s) => set = s,
+                    Err(_) => return,
+                },
+            }
+        }
+        if !self.watched.is_empty() {
+            self.set = Some(set);
+        }
+    }
+
+    /// Takes every XID event waiting now (never waits: a timeout of 0 ms).
+    fn drain(&mut self) {
+        let Some(set) = self.set.as_ref() else {
+            return;
+        };
+        // Bounded: an event storm is read over the next ticks, not in one.
+        for _ in 0..256 {
+            let Ok(ev) = set.wait(0) else {
+                break;
+            };
+            let (Ok(i), Some(x)) = (ev.device.index(), ev.event_data) else {
+                continue;
+            };
+            let code = match x {
+                XidError::Value(v) => v,
+                XidError::Unknown => 999,
+            };
+            let e = self.seen.entry(i).or_insert((0, 0));
+            *e = (code, e.1.saturating_add(1));
+        }
+    }
+
+    /// (last XID, count) of device `i`, None where it is not watched.
+    fn of(&self, i: u32) -> (Option<u64>, Option<u64>) {
+        if !self.watched.contains(&i) {
+            return (None, None);
+        }
+        let (last, n) = self.seen.get(&i).copied().unwrap_or((0, 0));
+        (Some(last), Some(n))
     }
 }
 
@@ -65,7 +191,7 @@ fn mib(b: u64) -> u64 {
 fn procs(
     list: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>,
     nvml: &Nvml,
-    names: &mut std::collections::HashMap<u32, Option<String>>,
+    names: &mut HashMap<u32, Option<String>>,
 ) -> Vec<NvProc> {
     list.into_iter()
         .map(|p| NvProc {
@@ -79,6 +205,7 @@ fn procs(
                 UsedGpuMemory::Unavailable => None,
             },
             gi: p.gpu_instance_id,
+            sm_util: None,
         })
         .collect()
 }
@@ -150,6 +277,7 @@ impl NvmlSource {
                     vec![]
                 },
                 mig,
+                gpm: d.gpm_support().unwrap_or(false),
             });
         }
         Ok(Statics {
@@ -172,10 +300,20 @@ impl NvSource for NvmlSource {
         {
             self.statics = Some((std::time::Instant::now(), self.read_statics(count)?));
         }
-        let n = &self.nvml;
+        let n = self.nvml;
         let Some((_, statics)) = self.statics.as_mut() else {
             return Err("NVML: no device facts".into());
         };
+        let xid = self
+            .xid
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        xid.watch(n, count);
+        xid.drain();
+        let gpm = self
+            .gpm
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut seen = Vec::new();
         let mut gpus = Vec::new();
         for i in 0..count {
@@ -216,6 +354,9 @@ impl NvSource for NvmlSource {
                     );
                     let gi = mp.iter().find_map(|p| p.gi).unwrap_or(k);
                     let mm = m.memory_info().ok();
+                    let gr = st
+                        .gpm
+                        .then(|| gr_engine_active(n, gpm, (i, Some(gi)), d.gpm_mig_sample(gi)));
                     instances.push(NvInstance {
                         gi,
                         ci: None,
@@ -229,11 +370,37 @@ impl NvSource for NvmlSource {
                         mem_total_mib: mm.as_ref().map(|x| mib(x.total)),
                         mem_used_mib: mm.as_ref().map(|x| mib(x.used)),
                         sms: attrs.map(|a| a.multiprocessor_count),
+                        gr_engine_active: gr.flatten(),
                     });
                     processes.extend(mp.into_iter().map(|p| NvProc { gi: Some(gi), ..p }));
                 }
             }
+            if enabled != Some(true) {
+                // The samples since the last read: each process's newest one.
+                let since = self.util_seen.get(&i).copied();
+                if let Ok(samples) = d.process_utilization_stats(since) {
+                    let mut newest: HashMap<u32, (u64, u32)> = HashMap::new();
+                    for s in samples {
+                        let e = newest.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+                        if s.timestamp >= e.0 {
+                            *e = (s.timestamp, s.sm_util);
+                        }
+                        self.util_seen
+                            .entry(i)
+                            .and_modify(|t| *t = (*t).max(s.timestamp))
+                            .or_insert(s.timestamp);
+                    }
+                    for p in &mut processes {
+                        // No sample since the last read: it used no SM time in between.
+                        p.sm_util = Some(newest.get(&p.pid).map_or(0, |x| x.1.min(100)));
+                    }
+                }
+            }
             seen.extend(processes.iter().map(|p| p.pid));
+            let gr = (st.gpm && enabled != Some(true))
+                .then(|| gr_engine_active(n, gpm, (i, None), d.gpm_sample()))
+                .flatten();
+            let (xid_last, xid_count) = xid.of(i);
             gpus.push(NvGpu {
                 index: i,
                 bdf: st.bdf.clone(),
@@ -265,6 +432,9 @@ impl NvSource for NvmlSource {
                         .decoder_utilization()
                         .ok()
                         .map(|u| f64::from(u.utilization)),
+                    gr_engine_active: gr,
+                    xid_last,
+                    xid_count,
                     // nvml-wrapper 0.13 has no remapped-rows call: nvidia-smi's XML gives them.
                     ..NvCounters::default()
                 },

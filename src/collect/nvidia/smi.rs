@@ -87,6 +87,8 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
                         mem_used_mib: int(m, "fb_memory_usage/used"),
                         sms: int(m, "device_attributes/shared/multiprocessor_count")
                             .and_then(|v| u32::try_from(v).ok()),
+                        // nvidia-smi's report has no GPM metrics: NVML gives them.
+                        gr_engine_active: None,
                     })
                     .collect()
             })
@@ -101,6 +103,8 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
                             name: txt(p, "process_name"),
                             used_mib: int(p, "used_memory"),
                             gi: int(p, "gpu_instance_id").and_then(|v| u32::try_from(v).ok()),
+                            // nvidia-smi's report has no per-process utilisation.
+                            sm_util: None,
                         })
                     })
                     .collect()
@@ -138,6 +142,10 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
                 remapped_correctable: int(g, "remapped_rows/remapped_row_corr"),
                 remapped_uncorrectable: int(g, "remapped_rows/remapped_row_unc"),
                 remap_failure: txt(g, "remapped_rows/remapped_row_failure").map(|v| v == "Yes"),
+                // Neither is in nvidia-smi's report: GPM and XID events come through NVML.
+                gr_engine_active: None,
+                xid_last: None,
+                xid_count: None,
             },
         });
     }

@@ -874,8 +874,24 @@ impl SysfsCollector {
                 let c = match self.fdinfo_cache.get(&(h.pid, *fd)) {
                     Some(c) if cached => c.clone(),
                     _ => {
-                        let path = self.roots.proc_root.join(format!("{}/fdinfo/{fd}", h.pid));
-                        if let Err(e) = crate::collect::small_file::proc_read(&path, buf) {
+                        let rel = format!("{}/fdinfo/{fd}", h.pid);
+                        let mut read = crate::collect::small_file::proc_read(
+                            &self.roots.fdinfo_root.join(&rel),
+                            buf,
+                        );
+                        if read
+                            .as_ref()
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                            && self.roots.fdinfo_root != self.roots.proc_root
+                        {
+                            // A process the simulator's twin does not run (it writes fdinfo
+                            // for its workloads only): the kernel's own fdinfo of the fd.
+                            read = crate::collect::small_file::proc_read(
+                                &self.roots.proc_root.join(&rel),
+                                buf,
+                            );
+                        }
+                        if let Err(e) = read {
                             if e.kind() == std::io::ErrorKind::PermissionDenied {
                                 // Another user's process: fdinfo is owner-only (0400).
                                 denied = true;

@@ -2,13 +2,20 @@
 //! for a missing value the reason it is missing.
 
 use super::fmt::{age, gib};
+use super::history::{self, Series};
 use crate::domain::provenance::{Origin, Provenance, SourceKind};
 use crate::ui::state::{DetailTarget, State};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
+
+/// Detail charts history below its values from this height of its area on.
+const CHARTS_FROM_HEIGHT: u16 = 30;
+
+/// Rows the charts take.
+const CHART_HEIGHT: u16 = 10;
 
 fn source(o: &Origin) -> &'static str {
     match o.source {
@@ -76,6 +83,14 @@ fn row<'a>(
         Span::styled(format!("{name:<22}"), theme.get("table.header")),
         v,
         Span::styled(src, theme.get("ui.hint")),
+    ])
+}
+
+/// A derived value (no source of its own): muted where it is not known.
+fn plain<'a>(theme: &Theme, name: &str, value: String, known: bool) -> Line<'a> {
+    Line::from(vec![
+        Span::styled(format!("{name:<22}"), theme.get("table.header")),
+        Span::styled(value, theme.get(if known { "ui" } else { "ui.muted" })),
     ])
 }
 
@@ -339,6 +354,33 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 pv,
                 "cpu_percent",
             ));
+            let (busy, known) = p.engine_busy_percent().map_or_else(
+                || {
+                    (
+                        "— (no engine counts its work: ROCm compute runs on KFD queues, which \
+                         fdinfo does not count; its CU occupancy below is its busy)"
+                            .to_string(),
+                        false,
+                    )
+                },
+                |b| {
+                    (
+                        format!("{b:.0}% (its busiest engine: DRM fdinfo, or NVML)"),
+                        true,
+                    )
+                },
+            );
+            lines.push(plain(theme, "gpu busy", busy, known));
+            let model = state.model_of(p);
+            let known = model.is_some();
+            lines.push(plain(
+                theme,
+                "serves model",
+                model.unwrap_or_else(|| {
+                    "— (none registered, discovered or on its command line)".into()
+                }),
+                known,
+            ));
             lines.push(row(
                 state,
                 theme,
@@ -484,6 +526,31 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             return;
         }
     }
+    // A tall screen charts the last ten minutes under the values (the History view has more).
+    let series: Vec<Series> = match &state.detail {
+        Some(DetailTarget::Gpu(bdf)) => {
+            snap.logical().find(|(_, l)| &l.bdf == bdf).map(|(g, l)| {
+                let [busy, vram] = history::gpu_series(state, l);
+                let [power, temp] = history::device_series(state, g);
+                vec![busy, vram, power, temp]
+            })
+        }
+        Some(DetailTarget::Process(pid)) => snap
+            .processes
+            .iter()
+            .find(|p| p.pid == *pid)
+            .map(|p| history::process_series(state, p).into()),
+        None => None,
+    }
+    .unwrap_or_default();
+    let area = if series.is_empty() || area.height < CHARTS_FROM_HEIGHT {
+        area
+    } else {
+        let [text, charts] =
+            Layout::vertical([Constraint::Min(0), Constraint::Length(CHART_HEIGHT)]).areas(area);
+        history::charts_row(frame, charts, &series, state, theme);
+        text
+    };
     super::fmt::scrolled(
         frame,
         area,

@@ -1,6 +1,8 @@
 //! Overview: every physical GPU as a partition map, labelled with what runs on each logical GPU
 //! and its load; modes, power and temperature (device-wide, marked *). Cards in a grid when the
-//! terminal is large, two lines per GPU when it is small.
+//! terminal is large, two lines per GPU when it is small. A node of one or two logical GPUs
+//! uses the rest of the screen for the selected GPU's last ten minutes and the busiest
+//! processes (the History view's charts).
 
 use super::fmt::{gib, pct, spark};
 use super::partition_map::PartitionMap;
@@ -8,7 +10,7 @@ use crate::domain::snapshot::PhysicalGpu;
 use crate::ui::state::State;
 use crate::ui::theme::Theme;
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 
@@ -43,12 +45,93 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         );
         return;
     }
+    let compact = area.height < 30 || area.width < 100;
+    // A node of few logical GPUs (one H100, an SPX MI300X) fills the screen the map leaves
+    // with the selected GPU's last ten minutes and the busiest processes.
+    let map_h = map_height(snap, area, compact);
+    if snap.logical_count() <= FEW && area.height >= map_h + SMALL_NODE_MIN {
+        let [map, rest] =
+            Layout::vertical([Constraint::Length(map_h), Constraint::Min(0)]).areas(area);
+        render_map(frame, map, state, theme, compact);
+        small_node(frame, rest, state, theme);
+        return;
+    }
+    render_map(frame, area, state, theme, compact);
+}
+
+/// Logical GPUs up to which the overview charts below the map.
+const FEW: usize = 2;
+
+/// Rows the charts and processes need below the map.
+const SMALL_NODE_MIN: u16 = 8;
+
+/// Rows the map takes: three lines per GPU compact, else its rows of cards.
+fn map_height(snap: &crate::domain::Snapshot, area: Rect, compact: bool) -> u16 {
+    let n = u16::try_from(snap.gpus.len()).unwrap_or(u16::MAX);
+    if compact {
+        return n.saturating_mul(3);
+    }
+    let cols = (usize::from(area.width) / 84).clamp(1, 4);
+    let card_w = area.width / u16::try_from(cols).unwrap_or(1);
+    let per_line = (usize::from(card_w.saturating_sub(2)) / 40).max(1);
+    let row_h = snap
+        .gpus
+        .iter()
+        .map(|g| 4 + u16::try_from(g.partitions.len().div_ceil(per_line)).unwrap_or(8))
+        .max()
+        .unwrap_or(6);
+    row_h.saturating_mul(u16::try_from(snap.gpus.len().div_ceil(cols)).unwrap_or(u16::MAX))
+}
+
+/// The selected logical GPU's charts and the node's busiest processes.
+fn small_node(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let Some(snap) = &state.snapshot else { return };
+    let Some((g, l)) = snap.logical().nth(state.gpu_sel) else {
+        return;
+    };
+    let chart_h = (area.height / 2).clamp(6, 12);
+    let [charts, rest] =
+        Layout::vertical([Constraint::Length(chart_h), Constraint::Min(0)]).areas(area);
+    let [busy, vram] = super::history::gpu_series(state, l);
+    let [power, temp] = super::history::device_series(state, g);
+    super::history::charts_row(frame, charts, &[busy, vram, power, temp], state, theme);
+    let mut ps: Vec<&crate::domain::snapshot::Process> = snap
+        .processes
+        .iter()
+        .filter(|p| !p.gpus.is_empty())
+        .collect();
+    ps.sort_by(|a, b| {
+        b.gpu_busy_percent()
+            .unwrap_or(-1.0)
+            .total_cmp(&a.gpu_busy_percent().unwrap_or(-1.0))
+            .then(b.vram_total().cmp(&a.vram_total()))
+    });
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "{:>8} {:<14} busiest processes: GPU busy, last 10 min (9 History for more)",
+            "PID", "PROCESS"
+        ),
+        theme.get("table.header"),
+    ))];
+    if ps.is_empty() {
+        lines.push(Line::from(Span::styled(
+            "no process holds a GPU",
+            theme.get("ui.muted"),
+        )));
+    }
+    ps.truncate(usize::from(rest.height.saturating_sub(1)));
+    lines.extend(super::history::process_lines(state, &ps, rest.width, theme));
+    frame.render_widget(Paragraph::new(lines), rest);
+}
+
+/// The partition map: a card per GPU, or three lines each when `compact`.
+fn render_map(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme, compact: bool) {
+    let Some(snap) = &state.snapshot else { return };
     let selected_bdf = snap
         .logical()
         .nth(state.gpu_sel)
         .map(|(g, _)| g.bdf.clone());
     let sel_id = snap.logical().nth(state.gpu_sel).map(|(_, l)| l.gpu_id);
-    let compact = area.height < 30 || area.width < 100;
     if compact {
         render_compact(frame, area, state, theme, selected_bdf.as_deref());
         return;

@@ -66,6 +66,8 @@ fn width(c: Col, pid_w: u16) -> Constraint {
         Col::Cpu => 5,
         Col::Up => 5,
         Col::Owner => 18,
+        Col::Busy => 5,
+        Col::Model => 16,
         Col::Command => return Constraint::Min(8),
     })
 }
@@ -83,6 +85,8 @@ fn title(c: Col) -> &'static str {
         Col::Rss => "RSS",
         Col::Up => "UP",
         Col::Owner => "CONTAINER/UNIT",
+        Col::Busy => "GPU%",
+        Col::Model => "MODEL",
         Col::Command => "COMMAND",
     }
 }
@@ -220,6 +224,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                                 .running_secs
                                 .map_or_else(|| started(state.now_ms, p), uptime),
                             Col::Owner => cut(&owner(p, kubernetes), w),
+                            // Where no engine counts its work (ROCm compute): a dash, not
+                            // 0 % (Detail says why).
+                            Col::Busy => p
+                                .engine_busy_percent()
+                                .map_or_else(|| "    —".into(), |b| format!("{b:>4.0}%")),
+                            Col::Model => cut(&state.model_of(p).unwrap_or_default(), w),
                             Col::Command => cut(p.command.as_deref().unwrap_or_default(), cmd_w),
                         })
                     })
