@@ -298,6 +298,8 @@ fn every_step_kind_reads_and_writes_as_the_word_partop_always_wrote() {
         "mig_mode",
         "destroy",
         "create",
+        "balancer_drain",
+        "balancer_join",
     ];
     assert_eq!(words.len(), StepKind::ALL.len());
     for (k, w) in StepKind::ALL.iter().zip(words) {
