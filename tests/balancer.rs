@@ -8,29 +8,13 @@
 
 mod common;
 use common::env::SimEnv;
-use common::{quick, run};
+use common::{guide_node, run};
 use partop::domain::plan::Plan;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const NGINX: &str = "/usr/sbin/nginx";
-
-/// The guide's node: 8 MI300X SPX/NPS1, the 12B model on each as members of one `fill` set.
-fn guide_node() -> String {
-    let members: String = (1..=8)
-        .map(|k| {
-            format!(
-                "[[workload]]\nname = \"mistral-12b#{k}\"\nkind = \"model-server\"\ngpu = {}\nvram_gb = 40\nbusy = 90\nmodel = \"mistralai/Mistral-Nemo-Instruct-2407\"\n",
-                k - 1
-            )
-        })
-        .collect();
-    quick("guide", "7.0.2", "SPX", "NPS1", &members).replace(
-        "reload_secs = 0.3\n",
-        "reload_secs = 0.3\ntime_scale = 0.05\n",
-    )
-}
 
 /// An nginx of the test's own: prefix, config, pid and logs in a temp dir, listening on a free
 /// loopback port, proxying to the upstream file partop writes. Stopped when dropped.

@@ -5,25 +5,8 @@
 
 mod common;
 use common::env::SimEnv;
-use common::{quick, run};
+use common::{guide_node, run};
 use partop::domain::plan::Plan;
-
-/// AMD's guide's node: 8 MI300X in SPX/NPS1, the 12B model on each GPU as members of one set.
-pub fn guide_node() -> String {
-    let members: String = (1..=8)
-        .map(|k| {
-            format!(
-                "[[workload]]\nname = \"mistral-12b#{k}\"\nkind = \"model-server\"\ngpu = {}\nvram_gb = 40\nbusy = 90\nmodel = \"mistralai/Mistral-Nemo-Instruct-2407\"\n",
-                k - 1
-            )
-        })
-        .collect();
-    // Faster than real time: a reload and a server's loading take a twentieth.
-    quick("guide", "7.0.2", "SPX", "NPS1", &members).replace(
-        "reload_secs = 0.3\n",
-        "reload_secs = 0.3\ntime_scale = 0.05\n",
-    )
-}
 
 /// One HTTP/1.0 request to a simulated server: (status line, body).
 fn get(port: u16, path: &str) -> Option<(String, String)> {
