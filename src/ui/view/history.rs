@@ -93,24 +93,26 @@ pub fn gpu_series(state: &State, l: &LogicalGpu) -> [Series; 2] {
         .map_or_else(|| top_of(&vram, 1.0), |b| b as f64 / f64::from(1u32 << 30));
     [
         Series {
-            title: format!(
-                "busy {}",
-                last(&busy).map_or("N/A".into(), |v| format!("{v:.0}%"))
-            ),
+            title: titled("busy", &busy, |v| format!("{v:.0}%")),
             points: busy,
             top: 100.0,
             unit: "%",
         },
         Series {
-            title: format!(
-                "VRAM {}",
-                last(&vram).map_or("N/A".into(), |v| format!("{v:.1} GiB"))
-            ),
+            title: titled("VRAM", &vram, |v| format!("{v:.1} GiB")),
             points: vram,
             top: cap,
             unit: "G",
         },
     ]
+}
+
+/// A chart's title: its name and the last value, or N/A when there is none yet.
+fn titled(name: &str, points: &Points, value: impl Fn(f64) -> String) -> String {
+    format!(
+        "{name} {}",
+        last(points).map_or_else(|| "N/A".into(), value)
+    )
 }
 
 /// Power and temperature of a physical GPU.
@@ -120,19 +122,13 @@ pub fn device_series(state: &State, g: &PhysicalGpu) -> [Series; 2] {
     let temp = h.physical(&g.bdf, Metric::Temp);
     [
         Series {
-            title: format!(
-                "power {}",
-                last(&power).map_or("N/A".into(), |v| format!("{v:.0} W"))
-            ),
+            title: titled("power", &power, |v| format!("{v:.0} W")),
             top: g.power_cap_watts.unwrap_or_else(|| top_of(&power, 100.0)),
             points: power,
             unit: "W",
         },
         Series {
-            title: format!(
-                "temperature {}",
-                last(&temp).map_or("N/A".into(), |v| format!("{v:.0} °C"))
-            ),
+            title: titled("temperature", &temp, |v| format!("{v:.0} °C")),
             top: top_of(&temp, 90.0),
             points: temp,
             unit: "°",
@@ -151,19 +147,13 @@ pub fn process_series(state: &State, p: &Process) -> [Series; 2] {
         .collect();
     [
         Series {
-            title: format!(
-                "GPU busy {}",
-                last(&busy).map_or("N/A".into(), |v| format!("{v:.0}%"))
-            ),
+            title: titled("GPU busy", &busy, |v| format!("{v:.0}%")),
             points: busy,
             top: 100.0,
             unit: "%",
         },
         Series {
-            title: format!(
-                "VRAM {}",
-                last(&vram).map_or("N/A".into(), |v| format!("{v:.1} GiB"))
-            ),
+            title: titled("VRAM", &vram, |v| format!("{v:.1} GiB")),
             top: top_of(&vram, 1.0),
             points: vram,
             unit: "G",
