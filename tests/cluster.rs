@@ -311,3 +311,54 @@ fn a_user_without_the_role_is_refused_naming_the_verb() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("gpu-ok"), "{}", o.stdout);
 }
+
+/// The API server's absent or broken forms, each refused within the bound with the source named:
+/// nothing listening, a server that accepts and never answers, a kubeconfig that is not one
+/// (garbage with escape sequences, a directory, a FIFO, /dev/zero).
+#[test]
+fn an_absent_hung_or_garbage_cluster_is_refused_within_the_bound() {
+    let d = tempfile::tempdir().unwrap();
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let kc = |name: &str, server: &str| {
+        let p = d.path().join(name);
+        std::fs::write(
+            &p,
+            format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"),
+        )
+        .unwrap();
+        p
+    };
+    let garbage = d.path().join("garbage");
+    std::fs::write(&garbage, b"\x1b[31mEVIL\x07\x00\xff").unwrap();
+    let fifo = d.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let cases: Vec<(&str, std::path::PathBuf)> = vec![
+        ("nothing listening", kc("closed", "https://127.0.0.1:1")),
+        (
+            "accepts, never answers",
+            kc("hung", &format!("https://{}", hung.local_addr().unwrap())),
+        ),
+        ("garbage", garbage),
+        ("a directory", d.path().to_path_buf()),
+        ("a FIFO", fifo),
+        ("/dev/zero", "/dev/zero".into()),
+    ];
+    for (what, path) in &cases {
+        let t = std::time::Instant::now();
+        let o = fleet(path, &[]);
+        assert_ne!(o.code, 0, "{what}: {}", o.stdout);
+        assert!(!o.stderr.contains("panicked"), "{what}: {}", o.stderr);
+        assert!(
+            !o.stderr.contains('\x1b'),
+            "{what}: escape sequence printed: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.trim().is_empty(), "{what}: no reason given");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(40),
+            "{what}: {:?}",
+            t.elapsed()
+        );
+    }
+    eprintln!("{} absent or broken clusters refused", cases.len());
+}

@@ -35,7 +35,11 @@ pub async fn client(t: &Target) -> Result<kube::Client, String> {
     };
     let config = match &t.kubeconfig {
         Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
+            // The bounded reader: a FIFO or a device named by mistake is refused, never read
+            // for ever (kube's own reader would block on either).
+            let text = crate::collect::small_file::operator_text(p)
+                .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
+            let kc = kube::config::Kubeconfig::from_yaml(&text)
                 .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &opts)
                 .await
@@ -61,10 +65,15 @@ pub struct Watch {
     trouble: Arc<Mutex<Option<String>>>,
 }
 
+/// How a failed connection is said (and recognised: it ends the first wait at once).
+const UNREACHABLE: &str = "cannot connect to the API server (refused or unreachable)";
+
 /// Names a watch error for an operator: a refused verb becomes the RBAC rule to add.
 fn explain(kind: &str, e: &watcher::Error) -> String {
     let text = e.to_string();
-    if text.contains("403") || text.to_lowercase().contains("forbidden") {
+    if text.contains("(Connect)") {
+        format!("{UNREACHABLE} to list {kind}: {text}")
+    } else if text.contains("403") || text.to_lowercase().contains("forbidden") {
         format!(
             "the API server refused to list/watch {kind}: the ClusterRole needs get, list, watch on {kind} (deploy/kubernetes/partop.yaml, partop-fleet-view); {text}"
         )
@@ -125,6 +134,8 @@ impl Watch {
         // A refusal does not go away by waiting: said at once, not after the limit.
         let refused = async {
             loop {
+                // A refused verb, or a server that refused the connection: neither goes away
+                // by waiting.
                 if let Some(t) = self.trouble().filter(|t| t.contains("refused")) {
                     return t;
                 }
