@@ -464,38 +464,48 @@ fn both_shapes_of_partition_json_are_read() {
 /// A hand-run ROCm 6.x `set -M` (the reload happens inside the set) reaches the kernel twin's
 /// files, so partop and its plan see the new modes (NPS2 → DPX, NPS4 → CPX: 2 cases).
 #[test]
-fn a_hand_run_rocm6_memory_change_reaches_the_kernel_files() {
+fn a_hand_run_rocm6_memory_change_reaches_the_kernel_files_twin_or_not() {
     let mut cases = 0;
-    for (memory, compute, logical) in [("NPS2", "DPX", 16), ("NPS4", "CPX", 64)] {
-        let e = SimEnv::new(&quick("r6set", "6.4.1", "SPX", "NPS1", ""));
-        let o = e.node.amd(&format!("set -M {memory}"), "y\n");
-        assert!(
-            o.stdout
-                .contains(&format!("Successfully set memory partition to {memory}")),
-            "{}",
-            o.stdout
-        );
-        wait_until("the kernel files to follow", || {
-            let s = snapshot(&e.node.state, "--source sysfs");
-            s["gpus"][0]["memory_partition"] == memory
-                && s["gpus"][0]["compute_partition"] == compute
-                && numbers(&s).len() == logical
-        });
-        let o = run(
-            e.cmd()
-                .args(["plan", "--memory", "NPS1", "--compute", "SPX"]),
-            "",
-        );
-        assert!(
-            o.stdout
-                .contains(&format!("{compute}/{memory} -> SPX/NPS1")),
-            "{}{}",
-            o.stdout,
-            o.stderr
-        );
-        cases += 1;
+    // With the kernel twin running, and after `sim stop` ended it (the documented way to free
+    // the node: the kernel files once stayed at SPX/NPS1 for ever there).
+    for stopped in [false, true] {
+        for (memory, compute, logical) in [("NPS2", "DPX", 16), ("NPS4", "CPX", 64)] {
+            let e = SimEnv::new(&quick("r6set", "6.4.1", "SPX", "NPS1", ""));
+            if stopped {
+                let st = e.node.state.display().to_string();
+                let o = run(partop().args(["sim", "stop", "--state", &st]), "");
+                assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+            }
+            let o = e.node.amd(&format!("set -M {memory}"), "y\n");
+            assert!(
+                o.stdout
+                    .contains(&format!("Successfully set memory partition to {memory}")),
+                "{}",
+                o.stdout
+            );
+            wait_until("the kernel files to follow", || {
+                let s = snapshot(&e.node.state, "--source sysfs");
+                s["gpus"][0]["memory_partition"] == memory
+                    && s["gpus"][0]["compute_partition"] == compute
+                    && numbers(&s).len() == logical
+            });
+            let o = run(
+                e.cmd()
+                    .args(["plan", "--memory", "NPS1", "--compute", "SPX"]),
+                "",
+            );
+            assert!(
+                o.stdout
+                    .contains(&format!("{compute}/{memory} -> SPX/NPS1")),
+                "{}{}",
+                o.stdout,
+                o.stderr
+            );
+            cases += 1;
+        }
     }
-    eprintln!("{cases} memory modes");
+    eprintln!("{cases} cases: 2 memory modes, twin running and stopped");
+    assert_eq!(cases, 4);
 }
 
 /// `read_only = true` in config.toml refuses every simulator mutation (4 cases: stop, reload,

@@ -385,6 +385,63 @@ fn a_launch_that_forks_its_server_is_followed_and_never_doubled() {
     );
 }
 
+/// A program that takes the model's port while partop's launch is still starting (the launch
+/// alive, never listening) answers `/health` 200: that is not the model's health. The start
+/// fails naming the pid that answers (it once reported "healthy", issue 28).
+#[test]
+fn an_answer_from_another_program_while_the_launch_starts_is_not_health() {
+    use std::io::{Read, Write};
+    let node = Node::start("cpx-nps4-small-models");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let reg = node.dir.path().join("liar.models.toml");
+    std::fs::write(
+        &reg,
+        format!(
+            "[[model]]\nname = \"liar\"\nmodel = \"liar\"\nport = {port}\nmemory_gb = 1\nhealth_timeout_secs = 6\nlaunch.command = [\"sh\", \"-c\", \"sleep 4.321; exit 0\"]\n"
+        ),
+    )
+    .unwrap();
+    // The foreign server: this test's own thread, once the launch runs (its `sleep 4.321`).
+    std::thread::spawn(move || {
+        let launched = || {
+            std::fs::read_dir("/proc").unwrap().flatten().any(|d| {
+                std::fs::read(d.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep 4.321; exit"))
+            })
+        };
+        let t0 = std::time::Instant::now();
+        while !launched() && t0.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut b = [0u8; 1024];
+            let _ = s.read(&mut b);
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    let o = run(
+        cmd(&node)
+            .arg("--models")
+            .arg(&reg)
+            .args(["models", "start", "liar", "--yes"]),
+        "",
+    );
+    let said = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{said}");
+    assert!(!said.contains("liar healthy"), "{said}");
+    assert!(
+        said.contains(&format!("pid {}", std::process::id()))
+            && said.contains("not the server partop started"),
+        "{said}"
+    );
+}
+
 /// `models advise` lists every layout the device offers, ranked (it listed the best and 5
 /// others: SPX/NPS1 was cut), with sizes in GiB, and docs/models.md's example is its output.
 #[test]

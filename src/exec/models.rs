@@ -261,11 +261,14 @@ fn process_name(pid: u32) -> String {
 }
 
 /// A health answer counts only when it can come from the server partop started: the process
-/// listening on the model's port is of the launch's process group (`group`), or, where the
-/// listener is another process (a container's, behind `docker run`), something of the launch
-/// still runs. The port was free when the launch began (`launch` refuses a taken one), so an
-/// answer while nothing of the launch runs is another program's. A launch by systemd or docker
-/// (no process of partop's) is taken as it answers.
+/// listening on the model's port is of the launch's process group (`group`); or the listener
+/// is a container's (its cgroup names one, or it is a runtime's port proxy: `docker run`'s
+/// server belongs to the runtime, not to the launch) while something of the launch still runs;
+/// or no listener can be seen (another network namespace) while something of the launch runs.
+/// A plain program that took the port while the launch was starting is refused (it once passed
+/// as healthy because the launch was still running). The port was free when the launch began
+/// (`launch` refuses a taken one). A launch by systemd or docker (no process of partop's) is
+/// taken as it answers.
 fn answered_by_ours(spec: &ModelSpec, group: Option<u32>) -> Result<(), String> {
     let Some(g) = group else {
         return Ok(());
@@ -277,8 +280,18 @@ fn answered_by_ours(spec: &ModelSpec, group: Option<u32>) -> Result<(), String> 
     }
     let ours_alive = crate::exec::signal::start_ticks(proc_root, g).is_some()
         || ports::group_member(proc_root, g).is_some();
-    if ours_alive {
+    let may_be_ours = owner.is_none_or(|(o, _)| containerised(proc_root, o));
+    if ours_alive && may_be_ours {
         return Ok(());
+    }
+    if ours_alive && let Some((o, _)) = owner {
+        return Err(format!(
+            "{}: port {} answers, but from pid {o} ({}), not the server partop started (pid {g}, still running); stop that program, then start {} again",
+            spec.name,
+            spec.port,
+            process_name(o),
+            spec.name
+        ));
     }
     Err(format!(
         "{}: port {} answers, but the server partop started (pid {g}) has exited{}; stop that program, then start {} again",
@@ -290,6 +303,25 @@ fn answered_by_ours(spec: &ModelSpec, group: Option<u32>) -> Result<(), String> 
         )),
         spec.name
     ))
+}
+
+/// Whether `pid` runs in a container other than partop's own (its cgroup names one: partop
+/// itself may run in a pod, where every process around it is in that container) or is a
+/// container runtime's port proxy: a server `docker run` (or podman, nerdctl) started for a
+/// launch.
+fn containerised(proc_root: &Path, pid: u32) -> bool {
+    const PROXIES: [&str; 4] = ["docker-proxy", "rootlessport", "conmon", "slirp4netns"];
+    let container = |dir: &Path| {
+        crate::collect::small_file::proc_text(&dir.join("cgroup"))
+            .ok()
+            .and_then(|t| crate::domain::cgroup::parse(&t).container_full)
+    };
+    let dir = proc_root.join(pid.to_string());
+    let theirs = container(&dir);
+    let in_other_container = theirs.is_some() && theirs != container(&proc_root.join("self"));
+    in_other_container
+        || crate::collect::small_file::proc_text(&dir.join("comm"))
+            .is_ok_and(|c| PROXIES.contains(&c.trim()))
 }
 
 /// Waits until `spec`'s `/health` answers 200, at most its `health_timeout_secs` (or `limit`,

@@ -770,14 +770,18 @@ fn published_path(state_path: &Path) -> PathBuf {
 /// hold the twin up for many seconds, and returning earlier would let a reader see the old
 /// layout after amd-smi said it changed (CI saw a plan made from such files); so the wait lasts
 /// as long as the twin lives, with a long bound only for a twin that is alive but stuck. No
-/// twin running: returns at once.
+/// twin running (the node's workloads were stopped with `sim stop`, or the twin died): this
+/// command writes the kernel files itself, so they follow the change at once as the docs say
+/// (they once stayed at the old layout for ever while amd-smi reported the new one).
 pub fn await_published(state_path: &Path, since_ms: u64) {
     let Some(t) = SimState::load(state_path).ok().and_then(|s| s.twin) else {
+        publish_now(state_path);
         return;
     };
     let end = std::time::Instant::now() + STUCK;
     while std::time::Instant::now() < end {
         if super::state::process_start(t.pid) != t.start_ticks {
+            publish_now(state_path);
             return;
         }
         let published = std::fs::read_to_string(published_path(state_path))
@@ -789,6 +793,13 @@ pub fn await_published(state_path: &Path, since_ms: u64) {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Writes the node's kernel files from its state now, in place of a twin that is not running.
+fn publish_now(state_path: &Path) {
+    if let Ok(state) = SimState::load(state_path) {
+        let _ = Twin::new(root(state_path)).refresh(&state, clock::now_ms());
     }
 }
 
