@@ -779,3 +779,61 @@ fn gpm_activity_xid_and_per_process_sm_share_from_the_h200_under_load() {
         .count();
     assert_eq!(help, 2, "each described once: {body}");
 }
+
+/// partop's own NVML reader on the lent H200 (release binary carried to the device,
+/// `scripts/nvidia-capture.sh`, 2026-11-26) under a PyTorch bf16 matrix-product loop: its
+/// recording replays to the same facts (the PyTorch process with its 966 MiB and 100 % of the
+/// SMs, graphics-engine activity through GPM 100 %, no XID), and the replay serves exactly the
+/// dcgm-exporter series the live `partop serve` served there (14 names, h200-partop-metrics.txt).
+#[test]
+fn partops_own_h200_capture_replays_to_what_it_served_live() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi");
+    let f = dir.join("h200-partop-record-busy.json");
+    let o = run(
+        partop()
+            .arg("--nvidia-replay")
+            .arg(&f)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let g = &s.gpus[0];
+    assert_eq!(g.partitions[0].gr_engine_active_percent, Some(100.0));
+    assert_eq!(
+        (g.counters.xid_last, g.counters.xid_count),
+        (Some(0), Some(0))
+    );
+    let p = s.processes.iter().find(|p| p.name.as_deref() == Some("python3")).unwrap();
+    assert_eq!(p.engine_busy_percent(), Some(100.0));
+    assert_eq!(p.gpus[0].vram_bytes, Some(966 << 20));
+    let names = |body: &str| -> std::collections::BTreeSet<String> {
+        body.lines()
+            .filter(|l| l.starts_with("DCGM_FI_"))
+            .filter_map(|l| l.split('{').next().map(str::to_string))
+            .collect()
+    };
+    let live = names(&std::fs::read_to_string(dir.join("h200-partop-metrics.txt")).unwrap());
+    assert_eq!(live.len(), 14, "{live:?}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = partop()
+        .arg("--nvidia-replay")
+        .arg(&f)
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("partop serve to be ready", || {
+        http_get(port, "/-/ready").0 == 200
+    });
+    let body = http_get(port, "/metrics").1;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(names(&body), live, "{body}");
+}
