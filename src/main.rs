@@ -16,6 +16,16 @@ fn main() -> ExitCode {
     match partop::cli::commands::main(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
+            // The reader went away (`partop snapshot --json | head`): what it wanted it has,
+            // so end quietly with the status a shell gives a writer killed by SIGPIPE, as the
+            // tools it is piped beside do, instead of blaming the pipe.
+            let pipe_closed = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if pipe_closed {
+                return ExitCode::from(exit::PIPE_CLOSED);
+            }
             #[expect(clippy::print_stderr, reason = "the terminal is restored by now")]
             {
                 eprintln!("partop: {e:#}");

@@ -729,3 +729,32 @@ fn check_config_reports_each_problem_once_with_its_position() {
     }
     assert_eq!(problems, 15, "problems checked over {} cases", cases.len());
 }
+
+/// `partop snapshot --json | head`: the reader closes the pipe before partop writes. partop ends
+/// quietly with 141 (a shell's status for a writer ended by SIGPIPE), no "Broken pipe" on
+/// stderr, for the JSON and the table (2 cases).
+#[test]
+fn a_reader_that_closes_the_pipe_ends_partop_quietly() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/recordings/dpx-nps2-two-models.json");
+    let mut cases = 0;
+    for json in [true, false] {
+        let mut c = partop();
+        c.arg("--replay").arg(&rec).arg("snapshot");
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(141), "json {json}: {err}");
+        assert!(!err.contains("Broken pipe"), "json {json}: {err}");
+        cases += 1;
+    }
+    assert_eq!(cases, 2);
+}

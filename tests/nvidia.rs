@@ -804,7 +804,11 @@ fn partops_own_h200_capture_replays_to_what_it_served_live() {
         (g.counters.xid_last, g.counters.xid_count),
         (Some(0), Some(0))
     );
-    let p = s.processes.iter().find(|p| p.name.as_deref() == Some("python3")).unwrap();
+    let p = s
+        .processes
+        .iter()
+        .find(|p| p.name.as_deref() == Some("python3"))
+        .unwrap();
     assert_eq!(p.engine_busy_percent(), Some(100.0));
     assert_eq!(p.gpus[0].vram_bytes, Some(966 << 20));
     let names = |body: &str| -> std::collections::BTreeSet<String> {

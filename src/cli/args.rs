@@ -13,6 +13,9 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// Partial: output produced but a source failed or is degraded.
     pub const PARTIAL: u8 = 3;
+    /// The reader of partop's output closed it (`| head`): 128 + SIGPIPE, what a shell reports
+    /// for a writer the signal ended; nothing is printed.
+    pub const PIPE_CLOSED: u8 = 141;
 
     /// An error that is the caller's usage (what was named does not exist or cannot be used):
     /// `main` exits 2 for it, as for clap's own usage errors.
