@@ -465,3 +465,41 @@ impl ModelProber {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(n: f64) -> Vec<(f64, f64)> {
+        vec![(1.0, n), (f64::INFINITY, n)]
+    }
+
+    /// The window spans the last minute of scrapes (bucket growth between its ends); a reset
+    /// is N/A with the reason and the next window starts at the reset; a server without the
+    /// histograms has no latency.
+    #[test]
+    fn the_window_is_the_last_minute_and_starts_again_at_a_reset() {
+        let mut q = std::collections::VecDeque::new();
+        let first = latency_window(&mut q, 0, h(0.0), h(0.0)).unwrap();
+        assert!(first.e2e.na.unwrap().contains("two"));
+        // 10 requests a second for 2 minutes, a scrape a second.
+        let mut last = None;
+        for t in 1..=120u64 {
+            #[expect(clippy::cast_precision_loss, reason = "small")]
+            let n = 10.0 * t as f64;
+            last = latency_window(&mut q, t * 1000, h(n), h(n));
+            assert!(q.len() <= 62, "at {t} s: {} scrapes kept", q.len());
+        }
+        let l = last.unwrap();
+        assert!((59.0..=61.0).contains(&l.secs), "{l:?}");
+        assert!((590.0..=610.0).contains(&l.e2e.requests), "the last minute's only: {l:?}");
+        // The server restarted: its counters went down.
+        let l = latency_window(&mut q, 121_000, h(3.0), h(3.0)).unwrap();
+        assert!(l.e2e.na.unwrap().contains("counter reset"));
+        assert_eq!(q.len(), 1, "the next window starts at the reset");
+        let l = latency_window(&mut q, 122_000, h(13.0), h(13.0)).unwrap();
+        assert_eq!(l.e2e.requests, 10.0);
+        assert!(latency_window(&mut q, 123_000, vec![], vec![]).is_none());
+        assert!(q.is_empty());
+    }
+}
