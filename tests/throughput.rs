@@ -121,8 +121,14 @@ fn throughput_is_recorded_while_partop_serves_and_survives_its_restart() {
     );
     // The simulated server's latency: about 3.5 s end to end on SPX, its first token in a
     // tenth of a second or so.
-    assert!(first.p99.is_some_and(|p| (2.0..=10.0).contains(&p)), "{first:?}");
-    assert!(first.ttft_p99.is_some_and(|p| (0.05..=1.0).contains(&p)), "{first:?}");
+    assert!(
+        first.p99.is_some_and(|p| (2.0..=10.0).contains(&p)),
+        "{first:?}"
+    );
+    assert!(
+        first.ttft_p99.is_some_and(|p| (0.05..=1.0).contains(&p)),
+        "{first:?}"
+    );
     assert!(first.updated_ms.is_some());
 
     // A restart: the next window adds to the kept one (the seconds add up, one entry).
@@ -132,7 +138,10 @@ fn throughput_is_recorded_while_partop_serves_and_survives_its_restart() {
     let _ = child.wait();
     let store = store_of(&e).unwrap();
     assert_eq!(store.entries.len(), 1, "{store:?}");
-    assert!(merged.secs >= first.secs + 10.0, "{merged:?} after {first:?}");
+    assert!(
+        merged.secs >= first.secs + 10.0,
+        "{merged:?} after {first:?}"
+    );
 }
 
 /// The store's mistral-12b SPX/NPS1 entry once it measured more than `after` seconds.
@@ -140,7 +149,10 @@ fn wait_for_entry(e: &SimEnv, after: f64) -> partop::domain::throughput::Measure
     let mut found = None;
     common::wait_until("a recorded window in the store", || {
         found = store_of(e)
-            .and_then(|s| s.get(&s.entries.first()?.node.clone(), "SPX/NPS1", "mistral-12b").cloned())
+            .and_then(|s| {
+                s.get(&s.entries.first()?.node.clone(), "SPX/NPS1", "mistral-12b")
+                    .cloned()
+            })
             .filter(|m| m.secs > after);
         found.is_some()
     });

@@ -492,7 +492,10 @@ mod tests {
         }
         let l = last.unwrap();
         assert!((59.0..=61.0).contains(&l.secs), "{l:?}");
-        assert!((590.0..=610.0).contains(&l.e2e.requests), "the last minute's only: {l:?}");
+        assert!(
+            (590.0..=610.0).contains(&l.e2e.requests),
+            "the last minute's only: {l:?}"
+        );
         // The server restarted: its counters went down.
         let l = latency_window(&mut q, 121_000, h(3.0), h(3.0)).unwrap();
         assert!(l.e2e.na.unwrap().contains("counter reset"));
