@@ -145,13 +145,13 @@ impl std::fmt::Display for SetSummary {
             self.total,
             rate_text(self.tokens_per_sec)
         )?;
+        // Only the figures there are: the reasons for the others are on the members' rows.
         if let Some(l) = &self.latency {
-            write!(
-                f,
-                " · TTFT {} s · E2E {} s",
-                l.ttft.pair_text(),
-                l.e2e.pair_text()
-            )?;
+            for (name, q) in [("TTFT", &l.ttft), ("E2E", &l.e2e)] {
+                if q.p50.is_some() && q.p99.is_some() {
+                    write!(f, " · {name} {} s", q.pair_text())?;
+                }
+            }
         }
         Ok(())
     }
