@@ -4,7 +4,9 @@
 # temp dir), SPX/NPS1 with 8 replicas against DPX/NPS2 with 16. For each layout: tokens/s and
 # p99 from `partop models measure`, and the requests a client sends through nginx (one every
 # 50 ms) with the members that answered them. Then the downtime of the change as the client saw
-# it: the span of requests through nginx that failed while the apply ran.
+# it: the span of requests through nginx that failed while the apply ran. Before it, a change
+# of part of the node (two GPUs to DPX, compute only): only the replicas it moves leave the
+# upstream, and the client should see no failure.
 # Usage: scripts/measure-guide-replicas.sh [MEASURE_SECS] [RELOAD_SECS]   (defaults 30 and 6)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,8 +78,11 @@ measure() { # LABEL
     b=$(date +%s%3N)
     report_load "$a" "$b" "$1"
 }
-change() { # COMPUTE MEMORY
-    "$bin" --sim-state "$st" plan --compute "$1" --memory "$2" --json > "$d/plan.json"
+change() { # PLAN-ARGS...
+    "$bin" --sim-state "$st" plan "$@" --json > "$d/plan.json"
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); b=(p.get("balancers") or [{}])[0]
+d=[s["name"] for s in b.get("during",[]) if not s["up"]]; u=[s["name"] for s in b.get("during",[]) if s["up"]]
+print("  drained during the change: %d (%s); in service throughout: %d" % (len(d), " ".join(d) or "-", len(u)))' "$d/plan.json"
     local a b
     a=$(date +%s%3N)
     "$bin" --sim-state "$st" apply "$d/plan.json" --yes --grace 5 | grep -E '^applied|services down' | sed 's/^/  /'
@@ -88,8 +93,13 @@ change() { # COMPUTE MEMORY
 }
 echo "SPX/NPS1, 8 replicas (${secs} s):"
 measure "SPX/NPS1"
-echo "SPX/NPS1 -> DPX/NPS2 (reload ${reload} s):"
-change DPX NPS2
+gpus=$("$bin" --sim-state "$st" snapshot --json | python3 -c 'import json,sys; print(" ".join(g["bdf"] for g in json.load(sys.stdin)["gpus"][:2]))')
+echo "SPX/NPS1 -> DPX on 2 of 8 GPUs, compute only (reload ${reload} s):"
+# shellcheck disable=SC2086 # two BDFs, one word each
+change --gpu $gpus --compute DPX
+sleep 2
+echo "-> DPX/NPS2 on every GPU (reload ${reload} s):"
+change --compute DPX --memory NPS2
 sleep 2
 echo "DPX/NPS2, 16 replicas (${secs} s):"
 measure "DPX/NPS2"

@@ -13,6 +13,7 @@ pub mod history;
 pub mod journal;
 pub mod k8s;
 pub mod kill;
+pub mod latency;
 pub mod layout;
 pub mod mig;
 pub mod mig_profiles;

@@ -304,3 +304,110 @@ fn a_failing_reload_stops_the_plan_with_the_old_upstream_back() {
         "{journal}"
     );
 }
+
+/// Requests through nginx, one every 50 ms from a thread until `stop`: (sent, failed, the
+/// members that answered).
+fn load(
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u32, u32, BTreeSet<String>)> {
+    std::thread::spawn(move || {
+        let (mut sent, mut failed, mut by) = (0, 0, BTreeSet::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            sent += 1;
+            match partop::collect::served::http::get(
+                &format!("http://127.0.0.1:{port}/v1/completions"),
+                std::time::Duration::from_secs(3),
+            ) {
+                Ok(r) if r.status == 200 => {
+                    if let Some(m) = serde_json::from_str::<serde_json::Value>(&r.body)
+                        .ok()
+                        .and_then(|v| v["served_by"].as_str().map(str::to_string))
+                    {
+                        by.insert(m);
+                    }
+                }
+                _ => failed += 1,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (sent, failed, by)
+    })
+}
+
+/// The BDFs of the node's physical GPUs, in order.
+fn gpu_bdfs(e: &SimEnv) -> Vec<String> {
+    let o = run(e.cmd().args(["snapshot", "--json"]), "");
+    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    s.gpus.iter().map(|g| g.bdf.clone()).collect()
+}
+
+/// Only the moved members leave the upstream: a change of part of the node (two of the eight
+/// GPUs to DPX, then one of those back to SPX: the set grows, then shrinks) drains only the
+/// members on the GPUs it changes; the others stay in service throughout, so requests through
+/// nginx keep succeeding (0 failed) while it runs, and the untouched members keep answering.
+#[test]
+fn only_the_moved_members_leave_the_upstream_and_requests_keep_succeeding() {
+    let e = SimEnv::new(&guide_node());
+    let nginx = Nginx::start(&member_ports(&e));
+    with_balancer(&e, &nginx, "");
+    assert_eq!(reached_all(&nginx, &members(8)), members(8));
+    let bdfs = gpu_bdfs(&e);
+    let up_names = |v: &[partop::domain::balancer::Server]| -> BTreeSet<String> {
+        v.iter().filter(|s| s.up).map(|s| s.name.clone()).collect()
+    };
+    let mut cases = 0;
+    // (plan arguments, members that stay in service during it, members after it)
+    let steps: [(String, &[u32], u32); 2] = [
+        (
+            format!("--gpu {} {} --compute DPX", bdfs[0], bdfs[1]),
+            &[3, 4, 5, 6, 7, 8],
+            10,
+        ),
+        (format!("--gpu {} --compute SPX", bdfs[1]), &[], 9),
+    ];
+    for (args, stay, after) in steps {
+        let (p, plan) = plan_of(&e, &args);
+        let b = &plan.balancers[0];
+        let before = up_names(&b.before);
+        let during = up_names(&b.during);
+        // The members on the GPUs the change leaves alone: in service during it.
+        let moved: BTreeSet<String> = plan
+            .stops
+            .iter()
+            .filter_map(|s| s.model.clone())
+            .filter(|n| n.starts_with("mistral-12b#"))
+            .collect();
+        assert!(!moved.is_empty(), "{args}: {plan:?}");
+        let untouched: BTreeSet<String> = before.difference(&moved).cloned().collect();
+        assert_eq!(during, untouched, "{args}: only the moved members leave");
+        if !stay.is_empty() {
+            let want: BTreeSet<String> = stay.iter().map(|k| format!("mistral-12b#{k}")).collect();
+            assert_eq!(during, want, "{args}");
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let client = load(nginx.port, std::sync::Arc::clone(&stop));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let o = e.apply(&p, "--yes --grace 3", "");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (sent, failed, by) = client.join().unwrap();
+        assert_eq!(o.code, 0, "{args}: {}{}", o.stdout, o.stderr);
+        assert!(sent > 10, "{args}: {sent} requests sent");
+        assert_eq!(
+            failed, 0,
+            "{args}: {failed} of {sent} requests through nginx failed"
+        );
+        assert!(
+            by.is_superset(&untouched),
+            "{args}: the untouched members served throughout: {by:?}"
+        );
+        assert_eq!(nginx.servers_in_upstream(), (after as usize, 0), "{args}");
+        assert_eq!(
+            reached_all(&nginx, &members(after)).len(),
+            after as usize,
+            "{args}"
+        );
+        cases += 1;
+    }
+    assert_eq!(cases, 2, "a growing and a shrinking partial change");
+}

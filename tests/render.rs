@@ -218,6 +218,7 @@ fn with_models(w: u16, h: u16) -> State {
             "INFO 11-21 09:12:03 metrics.py: Avg generation throughput: 1830.2 tokens/s".into(),
         ],
         probed_ms: Some(T),
+        latency: None,
     };
     let discovered = ServedModel {
         name: "vllm:8001".into(),

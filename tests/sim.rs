@@ -728,8 +728,10 @@ fn model_server_counters_grow_and_restart_at_zero() {
         "vllm:prompt_tokens_total",
         "vllm:e2e_request_latency_seconds_count",
         "vllm:e2e_request_latency_seconds_sum",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:time_to_first_token_seconds_sum",
     ];
-    let mut last = [0.0f64; 4];
+    let mut last = [0.0f64; 6];
     let reads = 40;
     for r in 0..reads {
         let lines = scrape(port).expect("scrape");

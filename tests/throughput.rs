@@ -75,3 +75,86 @@ fn a_measurement_survives_a_restart_and_shows_beside_the_advice() {
     assert_eq!(store.entries.len(), 1, "{store:?}");
     assert!(store.entries[0].secs >= 3.0, "{store:?}");
 }
+
+fn store_of(e: &SimEnv) -> Option<partop::domain::throughput::Store> {
+    let text = std::fs::read_to_string(e.xdg().join("partop/throughput.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn serve(e: &SimEnv) -> std::process::Child {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    e.cmd()
+        .env("PARTOP_THROUGHPUT_WINDOW_SECS", "10")
+        .args(["--refresh", "1", "serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Throughput is recorded while partop runs (here `partop serve`; the monitor runs the same
+/// prober), without `models measure`: each steady window (10 s here, 5 minutes by default) is
+/// kept, and a restarted partop adds to what the previous one kept.
+#[test]
+fn throughput_is_recorded_while_partop_serves_and_survives_its_restart() {
+    let e = SimEnv::new(&guide_node());
+    common::wait_until("the members to be listed", || {
+        run(e.cmd().args(["models", "list"]), "")
+            .stdout
+            .contains("set mistral-12b: 8/8 healthy")
+    });
+    assert!(store_of(&e).is_none(), "nothing measured yet");
+    let mut child = serve(&e);
+    let first = wait_for_entry(&e, 0.0);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(first.replicas, 8, "{first:?}");
+    assert!((10.0..20.0).contains(&first.secs), "one window: {first:?}");
+    assert!(
+        (17_000.0..=20_500.0).contains(&first.tokens_per_sec),
+        "8 SPX servers at about 90% busy: {first:?}"
+    );
+    // The simulated server's latency: about 3.5 s end to end on SPX, its first token in a
+    // tenth of a second or so.
+    assert!(
+        first.p99.is_some_and(|p| (2.0..=10.0).contains(&p)),
+        "{first:?}"
+    );
+    assert!(
+        first.ttft_p99.is_some_and(|p| (0.05..=1.0).contains(&p)),
+        "{first:?}"
+    );
+    assert!(first.updated_ms.is_some());
+
+    // A restart: the next window adds to the kept one (the seconds add up, one entry).
+    let mut child = serve(&e);
+    let merged = wait_for_entry(&e, first.secs);
+    let _ = child.kill();
+    let _ = child.wait();
+    let store = store_of(&e).unwrap();
+    assert_eq!(store.entries.len(), 1, "{store:?}");
+    assert!(
+        merged.secs >= first.secs + 10.0,
+        "{merged:?} after {first:?}"
+    );
+}
+
+/// The store's mistral-12b SPX/NPS1 entry once it measured more than `after` seconds.
+fn wait_for_entry(e: &SimEnv, after: f64) -> partop::domain::throughput::Measured {
+    let mut found = None;
+    common::wait_until("a recorded window in the store", || {
+        found = store_of(e)
+            .and_then(|s| {
+                s.get(&s.entries.first()?.node.clone(), "SPX/NPS1", "mistral-12b")
+                    .cloned()
+            })
+            .filter(|m| m.secs > after);
+        found.is_some()
+    });
+    found.unwrap()
+}

@@ -743,6 +743,7 @@ mod tests {
                 log: None,
                 log_tail: vec![],
                 probed_ms: None,
+                latency: None,
             }];
             n
         };
@@ -861,6 +862,7 @@ mod tests {
                 log: None,
                 log_tail: vec![],
                 probed_ms: None,
+                latency: None,
             }];
             n
         };

@@ -76,6 +76,10 @@ pub struct ServedModel {
     pub log_tail: Vec<String>,
     /// When it was last probed (ms since epoch).
     pub probed_ms: Option<u64>,
+    /// Time to first token and end-to-end latency over the prober's last window (p50, p99),
+    /// from the server's histograms; None where the server exports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<super::latency::Latency>,
 }
 
 impl ServedModel {

@@ -489,6 +489,7 @@ mod tests {
             log: None,
             log_tail: vec![],
             probed_ms: None,
+            latency: None,
         }
     }
 

@@ -130,6 +130,9 @@ pub struct SetSummary {
     pub tokens_per_sec: Option<f64>,
     /// Tokens/s per member, in member order (None where unknown).
     pub per_member: Vec<Option<f64>>,
+    /// Latency of the members together (their windows added up); None where none exports
+    /// a latency histogram.
+    pub latency: Option<super::latency::Latency>,
 }
 
 impl std::fmt::Display for SetSummary {
@@ -141,7 +144,16 @@ impl std::fmt::Display for SetSummary {
             self.healthy,
             self.total,
             rate_text(self.tokens_per_sec)
-        )
+        )?;
+        // Only the figures there are: the reasons for the others are on the members' rows.
+        if let Some(l) = &self.latency {
+            for (name, q) in [("TTFT", &l.ttft), ("E2E", &l.e2e)] {
+                if q.p50.is_some() && q.p99.is_some() {
+                    write!(f, " · {name} {} s", q.pair_text())?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -183,6 +195,7 @@ pub fn summaries(models: &[super::model_status::ServedModel]) -> Vec<SetSummary>
                     total: 0,
                     tokens_per_sec: None,
                     per_member: vec![],
+                    latency: None,
                 });
                 out.len() - 1
             });
@@ -194,6 +207,21 @@ pub fn summaries(models: &[super::model_status::ServedModel]) -> Vec<SetSummary>
         s.per_member.push(m.tokens_per_sec);
         if let Some(t) = m.tokens_per_sec {
             s.tokens_per_sec = Some(s.tokens_per_sec.unwrap_or(0.0) + t);
+        }
+    }
+    for s in &mut out {
+        let parts: Vec<&super::latency::Latency> = models
+            .iter()
+            .filter(|m| {
+                m.spec
+                    .as_ref()
+                    .and_then(|x| x.member.as_ref())
+                    .is_some_and(|w| w.set == s.name)
+            })
+            .filter_map(|m| m.latency.as_ref())
+            .collect();
+        if !parts.is_empty() {
+            s.latency = Some(super::latency::Latency::merged(parts.iter().copied()));
         }
     }
     out

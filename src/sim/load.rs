@@ -234,7 +234,14 @@ pub struct ModelFigures {
     pub tokens_per_sec: f64,
     /// Mean end-to-end latency of a request now, seconds (`None` while it serves nothing).
     pub latency: Option<f64>,
+    /// Mean time to a request's first token now, seconds: its prompt's prefill, slower with
+    /// the same share of compute, longer with the queue ahead of it.
+    pub ttft: Option<f64>,
 }
+
+/// How much faster a server reads a prompt than it writes output, per token (prefill is
+/// compute-bound and batched): a 1,536-token prompt takes about a tenth of the output's time.
+const PREFILL_SPEEDUP: f64 = 40.0;
 
 /// Figures for model server `i` at `t`: its throughput is its partition's peak
 /// ([`peak_tokens_per_sec`]) times its busy share; a neighbour above 90% busy makes the queue
@@ -248,19 +255,23 @@ pub fn model_figures(state: &SimState, i: usize, t: f64) -> ModelFigures {
     let waiting =
         (b * 3.0 * (1.0 + noise(state.seed, 2000 + i as u64, t)).max(0.0) + squeeze).round();
     let rate = peak_tokens_per_sec(compute_share(state, i)) * b * (1.0 - 0.5 * p);
+    let latency = (rate > 0.0 && b > 0.0).then(|| OUTPUT_TOKENS * b * BATCH / rate);
     ModelFigures {
         running,
         waiting,
         kv_cache: (0.15 + 0.7 * b).min(1.0),
         tokens_per_sec: rate,
-        latency: (rate > 0.0 && b > 0.0).then(|| OUTPUT_TOKENS * b * BATCH / rate),
+        latency,
+        ttft: latency
+            .map(|l| l * PROMPT_TOKENS / OUTPUT_TOKENS / PREFILL_SPEEDUP * (1.0 + waiting / BATCH)),
     }
 }
 
 /// Upper bounds of vLLM's `e2e_request_latency_seconds` histogram buckets (before `+Inf`).
-pub const LATENCY_BUCKETS: [f64; 15] = [
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-];
+pub const LATENCY_BUCKETS: [f64; 21] = crate::domain::latency::E2E_BOUNDS;
+
+/// Upper bounds of vLLM's `time_to_first_token_seconds` histogram buckets (before `+Inf`).
+pub const TTFT_BUCKETS: [f64; 22] = crate::domain::latency::TTFT_BOUNDS;
 
 /// How the requests of a moment spread around its mean latency: (multiple of the mean, share).
 const LATENCY_SPREAD: [(f64, f64); 6] = [
@@ -285,9 +296,13 @@ pub struct ServerCounters {
     /// `vllm:generation_tokens_total`.
     pub generation_tokens: f64,
     /// Requests finished, per latency bucket (the last is `+Inf` only).
-    pub buckets: [f64; 16],
+    pub buckets: [f64; 22],
     /// Sum of the finished requests' latencies, seconds.
     pub latency_sum: f64,
+    /// Requests started, per time-to-first-token bucket (the last is `+Inf` only).
+    pub ttft_buckets: [f64; 23],
+    /// Sum of their times to the first token, seconds.
+    pub ttft_sum: f64,
 }
 
 impl ServerCounters {
@@ -297,8 +312,10 @@ impl ServerCounters {
             at: t,
             prompt_tokens: 0.0,
             generation_tokens: 0.0,
-            buckets: [0.0; 16],
+            buckets: [0.0; 22],
             latency_sum: 0.0,
+            ttft_buckets: [0.0; 23],
+            ttft_sum: 0.0,
         }
     }
 
@@ -313,15 +330,22 @@ impl ServerCounters {
             let requests = f.tokens_per_sec * dt / OUTPUT_TOKENS;
             self.prompt_tokens += requests * PROMPT_TOKENS;
             if let Some(mean) = f.latency {
-                for (mult, share) in LATENCY_SPREAD {
-                    let l = mean * mult;
-                    let b = LATENCY_BUCKETS
-                        .iter()
-                        .position(|le| l <= *le)
-                        .unwrap_or(LATENCY_BUCKETS.len());
-                    self.buckets[b] += requests * share;
-                    self.latency_sum += requests * share * l;
-                }
+                spread(
+                    &mut self.buckets,
+                    &mut self.latency_sum,
+                    &LATENCY_BUCKETS,
+                    mean,
+                    requests,
+                );
+            }
+            if let Some(mean) = f.ttft {
+                spread(
+                    &mut self.ttft_buckets,
+                    &mut self.ttft_sum,
+                    &TTFT_BUCKETS,
+                    mean,
+                    requests,
+                );
             }
             self.at = next;
         }
@@ -330,6 +354,25 @@ impl ServerCounters {
     /// Requests finished.
     pub fn requests(&self) -> f64 {
         self.buckets.iter().sum()
+    }
+
+    /// Requests that got their first token.
+    pub fn first_tokens(&self) -> f64 {
+        self.ttft_buckets.iter().sum()
+    }
+}
+
+/// Spreads `requests` of `mean` latency over a histogram's buckets as [`LATENCY_SPREAD`] says.
+fn spread(buckets: &mut [f64], sum: &mut f64, bounds: &[f64], mean: f64, requests: f64) {
+    for (mult, share) in LATENCY_SPREAD {
+        let l = mean * mult;
+        let b = bounds
+            .iter()
+            .position(|le| l <= *le)
+            .unwrap_or(bounds.len())
+            .min(buckets.len() - 1);
+        buckets[b] += requests * share;
+        *sum += requests * share * l;
     }
 }
 

@@ -101,27 +101,45 @@ pub fn metrics_text(
     o
 }
 
-/// `vllm:e2e_request_latency_seconds` as vLLM exposes it: cumulative buckets, sum and count.
+/// `vllm:e2e_request_latency_seconds` and `vllm:time_to_first_token_seconds` as vLLM exposes
+/// them: cumulative buckets, sum and count.
 fn latency_histogram(o: &mut String, model: &str, c: &load::ServerCounters) {
-    let name = "vllm:e2e_request_latency_seconds";
-    let _ = writeln!(
+    histogram(
         o,
-        "# HELP {name} Histogram of end to end request latency in seconds.\n# TYPE {name} histogram"
+        model,
+        crate::domain::latency::E2E,
+        "Histogram of end to end request latency in seconds.",
+        (&load::LATENCY_BUCKETS, &c.buckets),
+        c.latency_sum,
     );
+    histogram(
+        o,
+        model,
+        crate::domain::latency::TTFT,
+        "Histogram of time to first token in seconds.",
+        (&load::TTFT_BUCKETS, &c.ttft_buckets),
+        c.ttft_sum,
+    );
+}
+
+/// One histogram: per-bucket counts (the last one `+Inf` only) written cumulative and floored
+/// (a floor of a growing figure never goes down).
+fn histogram(o: &mut String, model: &str, name: &str, help: &str, b: (&[f64], &[f64]), sum: f64) {
+    let (bounds, counts) = b;
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
     let mut cumulative = 0.0;
-    for (k, le) in load::LATENCY_BUCKETS.iter().enumerate() {
-        cumulative += c.buckets[k];
+    for (le, n) in bounds.iter().zip(counts) {
+        cumulative += n;
         let _ = writeln!(
             o,
             "{name}_bucket{{le=\"{le:?}\",model_name=\"{model}\"}} {}",
             cumulative.floor()
         );
     }
-    let total = c.requests().floor();
+    let total: f64 = counts.iter().sum::<f64>().floor();
     let _ = writeln!(
         o,
-        "{name}_bucket{{le=\"+Inf\",model_name=\"{model}\"}} {total}\n{name}_sum{{model_name=\"{model}\"}} {}\n{name}_count{{model_name=\"{model}\"}} {total}",
-        c.latency_sum
+        "{name}_bucket{{le=\"+Inf\",model_name=\"{model}\"}} {total}\n{name}_sum{{model_name=\"{model}\"}} {sum}\n{name}_count{{model_name=\"{model}\"}} {total}"
     );
 }
 

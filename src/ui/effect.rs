@@ -404,6 +404,13 @@ impl EffectRunner {
                     );
                     return false;
                 }
+                Effect::LoadThroughput => {
+                    let _ = self.tx.try_send(Msg::Throughput(Err(format!(
+                        "{} keeps its own measurements: partop models advise there",
+                        r.name
+                    ))));
+                    return false;
+                }
                 Effect::LoadJournal => {
                     let (r, tx) = (r.clone(), self.tx.clone());
                     tokio::task::spawn_blocking(move || {
@@ -446,6 +453,13 @@ impl EffectRunner {
                     let _ = crate::exec::kill::run(&job, |e| {
                         let _ = tx.blocking_send(Msg::Kill(e));
                     });
+                });
+            }
+            Effect::LoadThroughput => {
+                let tx = self.tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let store = crate::exec::throughput::load(&crate::exec::throughput::path());
+                    let _ = tx.blocking_send(Msg::Throughput(store));
                 });
             }
             Effect::MigApply(plan) => {

@@ -38,6 +38,8 @@ pub enum Msg {
         Option<String>,
         Option<String>,
     ),
+    /// This node's throughput store (for the placement advice), or why it could not be read.
+    Throughput(Result<crate::domain::throughput::Store, String>),
 }
 
 /// A detached apply the monitor follows (AMD or MIG alike): its process, so an apply that ends
@@ -72,4 +74,6 @@ pub enum Effect {
     Model(ModelAction),
     /// Start applying a confirmed MIG plan (detached).
     MigApply(Box<crate::domain::mig::MigPlan>),
+    /// Read this node's throughput store (the advice shows what it measured).
+    LoadThroughput,
 }

@@ -30,6 +30,11 @@ pub struct Staging {
     pub confirming: Option<Confirming>,
     /// Why this layout was proposed (placement advice), when it was.
     pub advice: Option<String>,
+    /// The advice's candidate layouts (`DPX/NPS2`, best first) and the models it placed: what
+    /// this node measured under them is shown beside the estimate.
+    pub advice_for: (Vec<String>, Vec<String>),
+    /// What this node measured (one line each), once the store is read (None: reading).
+    pub measured: Option<Vec<String>>,
     /// Seconds a driver reload is expected to take (the simulator knows its own).
     pub reload_secs: u32,
 }
@@ -56,6 +61,8 @@ impl Staging {
             ]),
             confirming: None,
             advice: None,
+            advice_for: (Vec::new(), Vec::new()),
+            measured: None,
             reload_secs: 120,
         };
         s.replan(snap, grace_secs);
@@ -231,6 +238,30 @@ impl Progress {
     }
 }
 
+/// What this node measured under the advice's layouts: the advised one always (said when it
+/// has none), the other candidates where a measurement exists, best first.
+pub fn measured_lines(
+    st: &Staging,
+    host: &str,
+    store: Result<crate::domain::throughput::Store, String>,
+) -> Vec<String> {
+    let store = match store {
+        Ok(s) => s,
+        Err(e) => return vec![format!("no measurement read: {e}")],
+    };
+    let (layouts, models) = &st.advice_for;
+    let shown: Vec<String> = layouts
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| *i == 0 || models.iter().any(|m| store.get(host, l, m).is_some()))
+        .map(|(_, l)| l.clone())
+        .collect();
+    if models.is_empty() {
+        return vec!["no registered model: nothing measured".into()];
+    }
+    crate::domain::throughput::advice_lines(&store, host, &shown, models)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +271,8 @@ mod tests {
         let mut s = Staging {
             reload_secs: 120,
             advice: None,
+            advice_for: (Vec::new(), Vec::new()),
+            measured: None,
             also: Vec::new(),
             gpu: "x".into(),
             all: false,

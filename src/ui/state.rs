@@ -621,10 +621,18 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
                         st.compute = Some(best.compute);
                         st.memory = Some(best.memory);
                         st.advice = Some(best.summary.clone());
+                        st.advice_for = (
+                            ranked
+                                .iter()
+                                .map(|p| format!("{}/{}", p.compute, p.memory))
+                                .collect(),
+                            crate::domain::throughput::model_names(&snap),
+                        );
                         st.reload_secs = state.reload_secs;
                         st.replan(&snap, grace);
                         state.staging = Some(st);
                         state.scroll.reset(super::scroll::Pane::Stage);
+                        return vec![Effect::LoadThroughput];
                     }
                 }
                 Err(e) => {
@@ -1178,6 +1186,14 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
                     state.mig_applying = None;
                     state.mig_process = None;
                 }
+            }
+            Vec::new()
+        }
+        Msg::Throughput(store) => {
+            if let (Some(st), Some(snap)) = (state.staging.as_mut(), state.snapshot.as_ref())
+                && st.advice.is_some()
+            {
+                st.measured = Some(super::stage::measured_lines(st, &snap.host, store));
             }
             Vec::new()
         }

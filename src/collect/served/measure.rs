@@ -6,9 +6,6 @@
 use crate::domain::throughput::Window;
 use std::time::{Duration, Instant};
 
-/// The histogram of end-to-end request latency: vLLM's name.
-const LATENCY: &str = "vllm:e2e_request_latency_seconds_bucket";
-
 /// One scrape's counters: generation tokens and the latency buckets (upper bound, count),
 /// every label set added up per bound.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -19,48 +16,21 @@ pub struct Counters {
     pub running: Option<f64>,
     /// Requests waiting now.
     pub waiting: Option<f64>,
-    /// Cumulative latency buckets.
+    /// Cumulative end-to-end latency buckets.
     pub buckets: Vec<(f64, f64)>,
+    /// Cumulative time-to-first-token buckets.
+    pub ttft: Vec<(f64, f64)>,
 }
 
-/// Reads `text` (Prometheus exposition): the figures through [`super::metrics::parse`], the
-/// latency buckets from their lines (`NAME_bucket{...,le="2.5",...} 17`).
+/// Reads `text` (Prometheus exposition) through [`super::metrics::parse`].
 pub fn counters(text: &str) -> Result<Counters, String> {
     let f = super::metrics::parse(text)?;
-    let mut buckets: Vec<(f64, f64)> = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with(LATENCY)) {
-        let Some(le) = line
-            .split("le=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .and_then(|s| {
-                if s == "+Inf" {
-                    Some(f64::INFINITY)
-                } else {
-                    s.parse::<f64>().ok().filter(|v| v.is_finite())
-                }
-            })
-        else {
-            continue;
-        };
-        let Some(v) = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
-        else {
-            continue;
-        };
-        match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
-            Some(b) => b.1 += v,
-            None => buckets.push((le, v)),
-        }
-    }
     Ok(Counters {
         tokens: f.generation_tokens,
         running: f.running,
         waiting: f.waiting,
-        buckets,
+        buckets: f.e2e,
+        ttft: f.ttft,
     })
 }
 
@@ -95,18 +65,12 @@ pub fn windows(urls: &[String], secs: u64) -> Vec<Window> {
             if tokens < 0.0 {
                 return None;
             }
-            let buckets = b
-                .buckets
-                .iter()
-                .map(|(le, c)| {
-                    let before = a
-                        .buckets
-                        .iter()
-                        .find(|(x, _)| x.total_cmp(le).is_eq())
-                        .map_or(0.0, |(_, c)| *c);
-                    (*le, (c - before).max(0.0))
-                })
-                .collect();
+            // A histogram that reset (or reads wrong) gives no latency; tokens still count.
+            let window = |x: &[(f64, f64)], y: &[(f64, f64)]| {
+                crate::domain::latency::delta(x, y).unwrap_or_default()
+            };
+            let buckets = window(&a.buckets, &b.buckets);
+            let ttft = window(&a.ttft, &b.ttft);
             let n = f64::from(n.max(1));
             Some(Window {
                 tokens,
@@ -114,6 +78,7 @@ pub fn windows(urls: &[String], secs: u64) -> Vec<Window> {
                 running: run / n,
                 waiting: wait / n,
                 buckets,
+                ttft,
             })
         })
         .collect()

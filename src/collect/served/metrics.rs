@@ -14,6 +14,60 @@ pub struct Figures {
     pub kv_cache: Option<f64>,
     /// Generation tokens so far (counter).
     pub generation_tokens: Option<f64>,
+    /// Time to first token: cumulative buckets since the server started (label sets added
+    /// up), as read; `domain::latency` checks them and takes the window between scrapes.
+    pub ttft: Vec<(f64, f64)>,
+    /// End-to-end request latency, the same way.
+    pub e2e: Vec<(f64, f64)>,
+}
+
+/// Distinct bucket bounds kept per histogram: vLLM has 22; a server sending thousands costs
+/// no more than this.
+pub const MAX_BOUNDS: usize = 64;
+
+/// The cumulative buckets of histogram `name` in `text` (`NAME_bucket{...,le="2.5",...} 17`),
+/// every label set added up per bound. A line whose bound or count is not a number is skipped
+/// (the rest of the scrape stands); ranges are `domain::latency`'s to judge.
+pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket");
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        if !rest.starts_with('{') {
+            continue;
+        }
+        let Some(le) = rest
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|s| {
+                if s == "+Inf" {
+                    Some(f64::INFINITY)
+                } else {
+                    s.parse::<f64>().ok().filter(|v| v.is_finite())
+                }
+            })
+        else {
+            continue;
+        };
+        let Some(v) = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+        else {
+            continue;
+        };
+        let full = buckets.len() >= MAX_BOUNDS;
+        match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+            Some(b) => b.1 += v,
+            None if !full => buckets.push((le, v)),
+            None => {}
+        }
+    }
+    buckets
 }
 
 /// Names per figure: vLLM (current, then older), SGLang, llama.cpp server, TGI.
@@ -82,6 +136,8 @@ pub fn parse(text: &str) -> Result<Figures, String> {
         waiting: value(WAITING, false),
         kv_cache: value(KV, true),
         generation_tokens: value(GEN, false),
+        ttft: histogram(text, crate::domain::latency::TTFT),
+        e2e: histogram(text, crate::domain::latency::E2E),
     })
 }
 

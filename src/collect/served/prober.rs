@@ -22,6 +22,65 @@ struct Seen {
     lost: Option<u32>,
     /// The log's length when its tail was last read, and that tail.
     log: Option<(u64, Vec<String>)>,
+    /// Latency histograms of recent scrapes (ms, TTFT, E2E), oldest first: the window the
+    /// percentiles are taken over runs from the oldest to the newest.
+    scrapes: std::collections::VecDeque<Scrape>,
+}
+
+/// One scrape's cumulative latency histograms: when (ms), time to first token, end to end.
+type Scrape = (u64, Vec<(f64, f64)>, Vec<(f64, f64)>);
+
+/// The window the Models view's latency percentiles span: the scrapes of the last minute.
+pub const LATENCY_WINDOW_MS: u64 = 60_000;
+
+/// Scrapes kept per model at most, whatever the sampling rate (a minute at 0.25 s).
+const MAX_SCRAPES: usize = 240;
+
+/// The latency over `scrapes` (oldest to newest), after adding the scrape at `now`: the older
+/// ones beyond [`LATENCY_WINDOW_MS`] leave, a reset leaves only the newest (the next window
+/// starts there). None where the server exports no latency histogram.
+fn latency_window(
+    scrapes: &mut std::collections::VecDeque<Scrape>,
+    now: u64,
+    ttft: Vec<(f64, f64)>,
+    e2e: Vec<(f64, f64)>,
+) -> Option<crate::domain::latency::Latency> {
+    use crate::domain::latency::{Latency, Quantiles};
+    if ttft.is_empty() && e2e.is_empty() {
+        scrapes.clear();
+        return None;
+    }
+    scrapes.push_back((now, ttft, e2e));
+    while scrapes.len() > MAX_SCRAPES
+        || scrapes
+            .get(1)
+            .is_some_and(|s| now.saturating_sub(s.0) >= LATENCY_WINDOW_MS)
+    {
+        scrapes.pop_front();
+    }
+    let (first, last) = (scrapes.front()?, scrapes.back()?);
+    if scrapes.len() < 2 {
+        let wait = Quantiles::na("one scrape so far: the window needs two");
+        return Some(Latency {
+            secs: 0.0,
+            ttft: wait.clone(),
+            e2e: wait,
+        });
+    }
+    #[expect(clippy::cast_precision_loss, reason = "ms spans")]
+    let secs = last.0.saturating_sub(first.0) as f64 / 1000.0;
+    let l = Latency {
+        secs,
+        ttft: Quantiles::between(&first.1, &last.1),
+        e2e: Quantiles::between(&first.2, &last.2),
+    };
+    let reset = |q: &Quantiles| q.na.as_deref().is_some_and(|w| w.contains("went down"));
+    if reset(&l.ttft) || reset(&l.e2e) {
+        let newest = scrapes.pop_back();
+        scrapes.clear();
+        scrapes.extend(newest);
+    }
+    Some(l)
 }
 
 /// Probes served models on every sample.
@@ -41,6 +100,11 @@ pub struct ModelProber {
     /// The registry file followed (re-read when it changes: `a` in the Models view adds to it),
     /// whether it must exist, and its (modified, length) when last read.
     watch: Option<(PathBuf, bool, Option<FileStamp>)>,
+    /// Throughput recorded while partop runs, and the store it is kept in (None: not
+    /// recorded, e.g. a one-shot command).
+    pub recorder: Option<(crate::domain::throughput::Recorder, PathBuf)>,
+    /// This sample's readings for the recorder.
+    readings: Vec<crate::domain::throughput::Reading>,
 }
 
 /// A file's modification time and length: when either changes, it is read again.
@@ -84,6 +148,8 @@ impl ModelProber {
             timeout: Duration::from_millis(800),
             seen: HashMap::new(),
             watch: None,
+            recorder: None,
+            readings: Vec::new(),
         }
     }
 
@@ -160,11 +226,42 @@ impl ModelProber {
             })
             .collect();
         let now = snap.taken_at_ms;
+        self.readings.clear();
         for (m, job) in models.iter_mut().zip(jobs) {
             let probe = job.await.ok().flatten();
             self.settle(m, probe, snap, now);
         }
+        self.record(snap, now).await;
         models
+    }
+
+    /// Feeds this sample's readings to the recorder and keeps what closed in the store (read
+    /// again first: `partop models measure` or another partop may have added to it). A store
+    /// that cannot be read or written is said in the log; the monitor goes on.
+    async fn record(&mut self, snap: &Snapshot, now: u64) {
+        let Some((rec, path)) = self.recorder.as_mut() else {
+            return;
+        };
+        let layout = crate::domain::throughput::layout_of(snap);
+        let done = rec.observe(&snap.host, layout.as_deref(), now, &self.readings);
+        if done.is_empty() {
+            return;
+        }
+        let path = path.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            let mut store = crate::exec::throughput::load(&path)?;
+            for m in done {
+                log::info!("throughput recorded: {} {m}", m.model);
+                store.record(m);
+            }
+            crate::exec::throughput::save(&path, &store)
+        })
+        .await;
+        match kept {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => log::warn!("throughput store: {e}"),
+            Err(e) => log::warn!("throughput store: {e}"),
+        }
     }
 
     /// Registered models first (in file order), then discovered servers not in the registry.
@@ -215,6 +312,7 @@ impl ModelProber {
                 log: Some(log.display().to_string()),
                 log_tail: vec![],
                 probed_ms: None,
+                latency: None,
             });
         }
         for d in found.iter().filter(|d| !used.contains(&d.pid)) {
@@ -245,6 +343,7 @@ impl ModelProber {
                 log: log.map(|p| p.display().to_string()),
                 log_tail: vec![],
                 probed_ms: None,
+                latency: None,
             });
         }
         out
@@ -259,6 +358,7 @@ impl ModelProber {
                 seen.tokens = None;
                 seen.rate = None;
                 seen.healthy_once = false;
+                seen.scrapes.clear();
             }
             seen.pid = Some(p);
             seen.lost = None;
@@ -326,6 +426,25 @@ impl ModelProber {
                     seen.tokens = Some((t, now));
                 }
                 m.tokens_per_sec = seen.rate;
+                m.latency = latency_window(&mut seen.scrapes, now, f.ttft.clone(), f.e2e.clone());
+                // A registered, healthy server with a token counter counts toward its set's
+                // throughput record.
+                if let (Some(spec), Some(pid), Some(tokens), ModelState::Healthy) =
+                    (&m.spec, m.pid, f.generation_tokens, m.state)
+                {
+                    self.readings.push(crate::domain::throughput::Reading {
+                        set: spec
+                            .member
+                            .as_ref()
+                            .map_or_else(|| spec.name.clone(), |w| w.set.clone()),
+                        pid,
+                        tokens,
+                        running: f.running.unwrap_or(0.0),
+                        waiting: f.waiting.unwrap_or(0.0),
+                        e2e: f.e2e,
+                        ttft: f.ttft,
+                    });
+                }
             }
             Some(Err(e)) => {
                 m.reason = Some(format!("/metrics: {e}"));
@@ -344,5 +463,46 @@ impl ModelProber {
                 .map(|(_, t)| t.clone())
                 .unwrap_or_default();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(n: f64) -> Vec<(f64, f64)> {
+        vec![(1.0, n), (f64::INFINITY, n)]
+    }
+
+    /// The window spans the last minute of scrapes (bucket growth between its ends); a reset
+    /// is N/A with the reason and the next window starts at the reset; a server without the
+    /// histograms has no latency.
+    #[test]
+    fn the_window_is_the_last_minute_and_starts_again_at_a_reset() {
+        let mut q = std::collections::VecDeque::new();
+        let first = latency_window(&mut q, 0, h(0.0), h(0.0)).unwrap();
+        assert!(first.e2e.na.unwrap().contains("two"));
+        // 10 requests a second for 2 minutes, a scrape a second.
+        let mut last = None;
+        for t in 1..=120u64 {
+            #[expect(clippy::cast_precision_loss, reason = "small")]
+            let n = 10.0 * t as f64;
+            last = latency_window(&mut q, t * 1000, h(n), h(n));
+            assert!(q.len() <= 62, "at {t} s: {} scrapes kept", q.len());
+        }
+        let l = last.unwrap();
+        assert!((59.0..=61.0).contains(&l.secs), "{l:?}");
+        assert!(
+            (590.0..=610.0).contains(&l.e2e.requests),
+            "the last minute's only: {l:?}"
+        );
+        // The server restarted: its counters went down.
+        let l = latency_window(&mut q, 121_000, h(3.0), h(3.0)).unwrap();
+        assert!(l.e2e.na.unwrap().contains("counter reset"));
+        assert_eq!(q.len(), 1, "the next window starts at the reset");
+        let l = latency_window(&mut q, 122_000, h(13.0), h(13.0)).unwrap();
+        assert_eq!(l.e2e.requests, 10.0);
+        assert!(latency_window(&mut q, 123_000, vec![], vec![]).is_none());
+        assert!(q.is_empty());
     }
 }

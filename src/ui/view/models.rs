@@ -57,8 +57,18 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let mut lines = vec![Line::styled(
         cut(
             &format!(
-                " {:<16} {:<9} {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  MODEL",
-                "NAME", "STATE", "GPU", "RUN", "WAIT", "KV", "TOK/S", "RST", "PORT"
+                " {:<16} {:<9} {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6} {:>11} {:>11}  MODEL",
+                "NAME",
+                "STATE",
+                "GPU",
+                "RUN",
+                "WAIT",
+                "KV",
+                "TOK/S",
+                "RST",
+                "PORT",
+                "TTFT p50/99",
+                "E2E p50/99"
             ),
             w,
         ),
@@ -88,8 +98,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         } else {
             theme.get("ui")
         };
+        let (ttft, e2e) = m.latency.as_ref().map_or_else(
+            || ("-".to_string(), "-".to_string()),
+            |l| (l.ttft.pair_text(), l.e2e.pair_text()),
+        );
         let rest = format!(
-            " {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6}  {}{reg}",
+            " {:<9} {:>4} {:>4} {:>4} {:>6} {:>3} {:>6} {:>11} {:>11}  {}{reg}",
             cut(&gpus, 9),
             crate::report::figure(m.running, false),
             crate::report::figure(m.waiting, false),
@@ -97,6 +111,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             crate::report::figure(m.tokens_per_sec, false),
             m.restarts,
             m.port.map_or_else(|| "-".into(), |p| p.to_string()),
+            cut(&ttft, 11),
+            cut(&e2e, 11),
             m.model
         );
         lines.push(Line::from(vec![
@@ -131,7 +147,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         ),
         bw,
     )));
-    let n = usize::from(bottom.height.saturating_sub(3));
+    // Latency over the last window, each figure N/A with its reason.
+    info.push(Line::raw(cut(
+        &m.latency.as_ref().map_or_else(
+            || "latency: the server exports no TTFT or end-to-end histogram".to_string(),
+            |l| format!("latency {}", l.summary()),
+        ),
+        bw,
+    )));
+    let n = usize::from(bottom.height.saturating_sub(4));
     if m.log_tail.is_empty() {
         info.push(Line::styled(
             m.log.as_ref().map_or_else(

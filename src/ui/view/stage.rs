@@ -228,6 +228,23 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             w,
             8,
         ));
+        // Beside the estimate, what this node measured (partop keeps it while it runs).
+        let measured = st
+            .measured
+            .clone()
+            .unwrap_or_else(|| vec!["reading what this node measured...".into()]);
+        for (i, l) in measured.iter().enumerate() {
+            let text = if i == 0 {
+                format!("measured: {l}")
+            } else {
+                format!("          {l}")
+            };
+            head.extend(super::fmt::hang(
+                Line::styled(text, theme.get("ui.hint")),
+                w,
+                10,
+            ));
+        }
     }
     // The maps: now and staged, numbered by logical GPU as the Map view numbers them. Drawn
     // where there is room for them and a plan under them.
