@@ -967,8 +967,7 @@ fn reload_steps(m: MemoryMode, reload: Reload, cur: &[Target]) -> Vec<Step> {
 }
 
 /// The `set -C` steps: one per target mode, on primaries by their index in the layout current
-/// when each runs (`cur`, updated as each step changes it). With a reload only GPUs whose
-/// target is not the driver's default need one, and the operator is told why.
+/// when each runs (`cur`, updated as each step changes it).
 fn compute_steps(
     snap: &Snapshot,
     changes: &[GpuChange],
@@ -977,47 +976,7 @@ fn compute_steps(
     cur: &mut [Target],
     warnings: &mut Vec<String>,
 ) -> Vec<Step> {
-    let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
-    let mut reset_again = Vec::new();
-    for c in changes {
-        let needed = match target_m {
-            Some(m) => {
-                let default = snap
-                    .gpus
-                    .iter()
-                    .find(|g| g.bdf == c.bdf)
-                    .and_then(|g| g.product_key.as_deref())
-                    .and_then(product::by_key)
-                    .map(|p| p.default_compute_for(m));
-                let needed = default != Some(c.to.0);
-                if needed {
-                    reset_again.push((c.bdf.clone(), c.to.0));
-                }
-                needed
-            }
-            None => c.from.0 != Some(c.to.0),
-        };
-        if needed {
-            compute_cmds.push((c.bdf.clone(), c.to.0));
-        }
-    }
-    if let Some((_, m)) = reset_again.first() {
-        let which = if reset_again.len() == snap.gpus.len() {
-            "every GPU".to_string()
-        } else {
-            reset_again
-                .iter()
-                .map(|(b, _)| b.clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let what = if reset_again.iter().all(|(_, x)| x == m) {
-            format!("{m}")
-        } else {
-            "each GPU's planned compute mode".into()
-        };
-        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {what} again on {which}"));
-    }
+    let compute_cmds = compute_to_set(snap, changes, target_m, warnings);
     let mut modes: Vec<ComputeMode> = Vec::new();
     for (_, m) in &compute_cmds {
         if !modes.contains(m) {
@@ -1060,6 +1019,58 @@ fn compute_steps(
         steps.push(step);
     }
     steps
+}
+
+/// The GPUs whose compute mode a step must set, and to what. With a reload only those whose
+/// target is not the driver's default need one, and the operator is told why.
+fn compute_to_set(
+    snap: &Snapshot,
+    changes: &[GpuChange],
+    target_m: Option<MemoryMode>,
+    warnings: &mut Vec<String>,
+) -> Vec<(String, ComputeMode)> {
+    let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
+    let mut reset_again = Vec::new();
+    for c in changes {
+        let needed = match target_m {
+            Some(m) => {
+                let default = snap
+                    .gpus
+                    .iter()
+                    .find(|g| g.bdf == c.bdf)
+                    .and_then(|g| g.product_key.as_deref())
+                    .and_then(product::by_key)
+                    .map(|p| p.default_compute_for(m));
+                let needed = default != Some(c.to.0);
+                if needed {
+                    reset_again.push((c.bdf.clone(), c.to.0));
+                }
+                needed
+            }
+            None => c.from.0 != Some(c.to.0),
+        };
+        if needed {
+            compute_cmds.push((c.bdf.clone(), c.to.0));
+        }
+    }
+    if let Some((_, m)) = reset_again.first() {
+        let which = if reset_again.len() == snap.gpus.len() {
+            "every GPU".to_string()
+        } else {
+            reset_again
+                .iter()
+                .map(|(b, _)| b.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let what = if reset_again.iter().all(|(_, x)| x == m) {
+            format!("{m}")
+        } else {
+            "each GPU's planned compute mode".into()
+        };
+        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {what} again on {which}"));
+    }
+    compute_cmds
 }
 
 /// Start again what was stopped: units, then registered models on their planned logical GPUs.

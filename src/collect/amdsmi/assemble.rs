@@ -775,74 +775,74 @@ fn processes(entries: &[ProcessEntry], at: u64, cus: &HashMap<u32, u32>) -> Vec<
                 );
                 p
             });
-            let mem = info.memory_usage.as_ref().and_then(|m| m.get());
-            // The one range policy: -86 GB is N/A with the reason, never 0.0; 1e308 CUs too.
-            let (vram, vram_miss) = checked(mem.and_then(|m| m.vram_mem));
-            let (gtt, gtt_miss) = checked(mem.and_then(|m| m.gtt_mem));
-            let (cu, cu_absurd) = match info
-                .cu_occupancy
-                .map(|q| q.count_checked(crate::domain::sanity::MAX_CUS, "CUs"))
-            {
-                Some(Ok(c)) => (c, None),
-                Some(Err(why)) => (None, Some(Missing::OutOfRange(why))),
-                None => (None, None),
-            };
-            let cu_percent = cu.zip(cus.get(&e.gpu)).map(|(c, total)| {
-                if *total == 0 {
-                    0.0
-                } else {
-                    f64::from(c) * 100.0 / f64::from(*total)
-                }
-            });
-            let gid = e.gpu;
-            let miss_mem = |absurd: Missing| {
-                if mem.is_none() {
-                    Missing::NotReported
-                } else {
-                    absurd
-                }
-            };
-            rec(
-                &mut p.provenance,
-                &format!("gpu{gid}.vram_bytes"),
-                vram.as_ref(),
-                SourceKind::AmdSmi,
-                PROCESS,
-                at,
-                miss_mem(vram_miss),
-            );
-            rec(
-                &mut p.provenance,
-                &format!("gpu{gid}.gtt_bytes"),
-                gtt.as_ref(),
-                SourceKind::AmdSmi,
-                PROCESS,
-                at,
-                miss_mem(gtt_miss),
-            );
-            let miss_cu = if info.cu_occupancy.is_none() {
-                Missing::NotReported
-            } else {
-                cu_absurd.unwrap_or(Missing::NotAvailable)
-            };
-            rec(
-                &mut p.provenance,
-                &format!("gpu{gid}.cu_occupancy"),
-                cu.as_ref(),
-                SourceKind::AmdSmi,
-                PROCESS,
-                at,
-                miss_cu,
-            );
-            p.gpus.push(GpuUse {
-                gpu_id: gid,
-                vram_bytes: vram,
-                gtt_bytes: gtt,
-                cu_occupancy: cu,
-                cu_percent,
-                ..GpuUse::default()
-            });
+            let u = gpu_use(p, info, e.gpu, at, cus.get(&e.gpu).copied());
+            p.gpus.push(u);
         }
     }
     by_pid.into_values().collect()
+}
+
+/// A process's use of logical GPU `gid` as amd-smi lists it (`cus`: the GPU's CU count, for
+/// the occupancy's share), each figure under the one range policy: -86 GB is N/A with the
+/// reason, never 0.0; 1e308 CUs too.
+fn gpu_use(
+    p: &mut Process,
+    info: &super::schema::ProcessInfo,
+    gid: u32,
+    at: u64,
+    cus: Option<u32>,
+) -> GpuUse {
+    let mem = info.memory_usage.as_ref().and_then(|m| m.get());
+    let (vram, vram_miss) = checked(mem.and_then(|m| m.vram_mem));
+    let (gtt, gtt_miss) = checked(mem.and_then(|m| m.gtt_mem));
+    let (cu, cu_absurd) = match info
+        .cu_occupancy
+        .map(|q| q.count_checked(crate::domain::sanity::MAX_CUS, "CUs"))
+    {
+        Some(Ok(c)) => (c, None),
+        Some(Err(why)) => (None, Some(Missing::OutOfRange(why))),
+        None => (None, None),
+    };
+    let cu_percent = cu.zip(cus).map(|(c, total)| {
+        if total == 0 {
+            0.0
+        } else {
+            f64::from(c) * 100.0 / f64::from(total)
+        }
+    });
+    let miss_mem = |absurd: Missing| {
+        if mem.is_none() {
+            Missing::NotReported
+        } else {
+            absurd
+        }
+    };
+    let miss_cu = if info.cu_occupancy.is_none() {
+        Missing::NotReported
+    } else {
+        cu_absurd.unwrap_or(Missing::NotAvailable)
+    };
+    for (field, v, miss) in [
+        ("vram_bytes", vram, miss_mem(vram_miss)),
+        ("gtt_bytes", gtt, miss_mem(gtt_miss)),
+        ("cu_occupancy", cu.map(u64::from), miss_cu),
+    ] {
+        rec(
+            &mut p.provenance,
+            &format!("gpu{gid}.{field}"),
+            v.as_ref(),
+            SourceKind::AmdSmi,
+            PROCESS,
+            at,
+            miss,
+        );
+    }
+    GpuUse {
+        gpu_id: gid,
+        vram_bytes: vram,
+        gtt_bytes: gtt,
+        cu_occupancy: cu,
+        cu_percent,
+        ..GpuUse::default()
+    }
 }
