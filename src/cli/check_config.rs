@@ -12,8 +12,13 @@ use std::path::{Path, PathBuf};
 /// `partop check-config`: validates the user's files and every built-in.
 pub fn check_config(models: Option<&Path>) -> anyhow::Result<u8> {
     let dir = crate::config::paths::config_dir();
-    let loaded = load(&dir, None, None, false);
-    let mut errors = loaded.errors;
+    // config.toml read and parsed once, here (the other commands read it through Settings).
+    let path = dir.join("config.toml");
+    let (config, mut errors) = crate::config::settings::read(&path).unwrap_or_else(|e| {
+        let why = ConfigError::plain(&path.display().to_string(), e.to_string());
+        (crate::config::Config::default(), vec![why])
+    });
+    errors.extend(load(&dir, &config, None, None, false).errors);
     // The served-model registry: --models, else the config dir's models.toml if there is one.
     let registry = models
         .map(Path::to_path_buf)

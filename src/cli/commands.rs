@@ -66,6 +66,7 @@ pub fn main(mut cli: Cli) -> Result<u8> {
             } else {
                 let loaded = crate::ui::config::load(
                     &crate::config::paths::config_dir(),
+                    &settings.config,
                     cli.theme.as_deref(),
                     cli.keymap.as_deref(),
                     cli.read_only,

@@ -16,7 +16,7 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
         return crate::cli::fleet_apply::action(cli, a, action, settings);
     }
     if a.prometheus.is_some() {
-        return crate::cli::fleet_view::run_prometheus(a);
+        return crate::cli::fleet_view::run_prometheus(a, settings);
     }
     if a.kubernetes {
         return crate::cli::fleet_kube::fleet(a);

@@ -54,6 +54,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
     // `--read-only` removes staging (a mutating command) from the fleet's keys too.
     let loaded = crate::ui::config::load(
         &crate::config::paths::config_dir(),
+        &settings.config,
         None,
         None,
         settings.read_only,
@@ -105,7 +106,7 @@ pub fn run(a: &FleetArgs, nodes: Vec<NodeSpec>, settings: &crate::config::Settin
 }
 
 /// `--prometheus URL`: rows from Prometheus's query API, read only.
-pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
+pub fn run_prometheus(a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
     let url = a.prometheus.clone().unwrap_or_default();
     let rows = crate::collect::fleet_prometheus::read(&url, Duration::from_secs(10))
         .map_err(anyhow::Error::msg)?;
@@ -126,7 +127,13 @@ pub fn run_prometheus(a: &FleetArgs) -> Result<u8> {
         }
         return Ok(exit::OK);
     }
-    let loaded = crate::ui::config::load(&crate::config::paths::config_dir(), None, None, true);
+    let loaded = crate::ui::config::load(
+        &crate::config::paths::config_dir(),
+        &settings.config,
+        None,
+        None,
+        true,
+    );
     let mut state = FleetState::new(
         Vec::new(),
         loaded.keymap.clone(),

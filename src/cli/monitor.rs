@@ -17,6 +17,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     let look_only = settings.read_only || replay;
     let loaded = config::load(
         &crate::config::paths::config_dir(),
+        &settings.config,
         cli.theme.as_deref(),
         cli.keymap.as_deref(),
         look_only,

@@ -59,19 +59,107 @@ fn query(base: &str, q: &str, timeout: Duration) -> Result<Vec<(Labels, f64)>, S
 /// Every node Prometheus knows, as fleet rows.
 pub fn read(base: &str, timeout: Duration) -> Result<Vec<NodeSummary>, String> {
     let mut rows: BTreeMap<String, NodeSummary> = BTreeMap::new();
-    // One exporter per node: rows are keyed by Prometheus's `instance` (two nodes that call
-    // themselves alike stay apart); the row shows the node's own `hostname`.
-    let key = |l: &Labels| l.get("instance").cloned().unwrap_or_default();
-    let row = |h: String| -> NodeSummary {
+    node_rows(base, timeout, &mut rows)?;
+    let figures: [(&str, Fill<'_>); 11] = [
+        (
+            "count by (instance) (partop_partition_gfx_busy_percent)",
+            &|r, _, v| r.logical = to_u32(v),
+        ),
+        (
+            "avg by (instance) (partop_partition_gfx_busy_percent) or avg by (instance) (gpu_gfx_activity)",
+            &|r, _, v| r.gfx_mean = v.is_finite().then_some(v),
+        ),
+        (
+            "sum by (instance) (partop_partition_vram_used_bytes) or sum by (instance) (gpu_used_vram) * 1048576",
+            &|r, _, v| r.vram_used = to_u64(v),
+        ),
+        (
+            "sum by (instance) (partop_partition_vram_share_bytes) or sum by (instance) (gpu_total_vram) * 1048576",
+            &|r, _, v| r.vram_total = to_u64(v),
+        ),
+        (
+            "count by (instance, severity) (partop_finding)",
+            &|r, l, v| match l.get("severity").map(String::as_str) {
+                Some("warning") => r.findings_warn = to_u32(v),
+                _ => r.findings_info = to_u32(v),
+            },
+        ),
+        (
+            "count by (instance) (partop_finding{kind=\"idle_partition\"})",
+            &|r, _, v| r.idle_partitions = to_u32(v),
+        ),
+        ("sum by (instance) (partop_model_up)", &|r, _, v| {
+            r.models_healthy = to_u32(v)
+        }),
+        ("count by (instance) (partop_model_up)", &|r, _, v| {
+            r.models_total = to_u32(v)
+        }),
+        (
+            "max by (instance) (partop_apply_in_progress)",
+            &|r, _, v| {
+                if v > 0.0 {
+                    r.apply = Some(crate::domain::fleet::ApplyInfo::default());
+                }
+            },
+        ),
+        ("min by (instance) (partop_source_up)", &|r, _, v| {
+            if v < 1.0 {
+                r.health = Health::Degraded;
+            }
+        }),
+        (
+            "max by (instance) (partop_sample_age_seconds)",
+            &|r, _, v| {
+                r.taken_at_ms = crate::collect::clock::now_ms().saturating_sub(to_u64(v * 1000.0));
+            },
+        ),
+    ];
+    // Each figure only for the nodes found above (a series of an unknown instance is not a
+    // node).
+    for (q, f) in figures {
+        for (l, v) in query(base, q, timeout)? {
+            if let Some(r) = rows.get_mut(&instance(&l)) {
+                f(r, &l, v);
+            }
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, mut r)| {
+            // The row's name is the instance; the node's own name follows it.
+            if r.host != k {
+                r.host = format!("{k} ({})", r.host);
+            }
+            // Labels are anyone's text: escaped like every row from a node.
+            super::fleet::escape_row(&mut r);
+            r
+        })
+        .collect())
+}
+
+/// One exporter per node: rows are keyed by Prometheus's `instance` (two nodes that call
+/// themselves alike stay apart); the row shows the node's own `hostname`.
+fn instance(l: &Labels) -> String {
+    l.get("instance").cloned().unwrap_or_default()
+}
+
+/// The nodes: those with partop's own series (their GPUs, products and modes), then those
+/// with only the Device Metrics Exporter (their logical GPU count).
+fn node_rows(
+    base: &str,
+    timeout: Duration,
+    rows: &mut BTreeMap<String, NodeSummary>,
+) -> Result<(), String> {
+    let row = |l: &Labels| -> NodeSummary {
         NodeSummary {
-            host: h,
+            host: instance(l),
             health: Health::Ok,
             ..NodeSummary::default()
         }
     };
-    // partop's own series first.
     for (l, _) in query(base, "partop_gpu_info", timeout)? {
-        let r = rows.entry(key(&l)).or_insert_with(|| row(key(&l)));
+        let r = rows.entry(instance(&l)).or_insert_with(|| row(&l));
         if let Some(h) = l.get("hostname") {
             r.host.clone_from(h);
         }
@@ -91,13 +179,12 @@ pub fn read(base: &str, timeout: Duration) -> Result<Vec<NodeSummary>, String> {
         );
         r.modes = merge_modes(&r.modes, &m);
     }
-    // Nodes with only the Device Metrics Exporter.
     for (l, v) in query(
         base,
         "count by (instance, hostname) (gpu_gfx_activity)",
         timeout,
     )? {
-        let r = rows.entry(key(&l)).or_insert_with(|| row(key(&l)));
+        let r = rows.entry(instance(&l)).or_insert_with(|| row(&l));
         if let Some(h) = l.get("hostname") {
             r.host.clone_from(h);
         }
@@ -105,95 +192,7 @@ pub fn read(base: &str, timeout: Duration) -> Result<Vec<NodeSummary>, String> {
             r.logical = to_u32(v);
         }
     }
-    let fill =
-        |rows: &mut BTreeMap<String, NodeSummary>, q: &str, f: Fill<'_>| -> Result<(), String> {
-            for (l, v) in query(base, q, timeout)? {
-                if let Some(r) = rows.get_mut(&key(&l)) {
-                    f(r, &l, v);
-                }
-            }
-            Ok(())
-        };
-    fill(
-        &mut rows,
-        "count by (instance) (partop_partition_gfx_busy_percent)",
-        &|r, _, v| r.logical = to_u32(v),
-    )?;
-    fill(
-        &mut rows,
-        "avg by (instance) (partop_partition_gfx_busy_percent) or avg by (instance) (gpu_gfx_activity)",
-        &|r, _, v| r.gfx_mean = v.is_finite().then_some(v),
-    )?;
-    fill(
-        &mut rows,
-        "sum by (instance) (partop_partition_vram_used_bytes) or sum by (instance) (gpu_used_vram) * 1048576",
-        &|r, _, v| r.vram_used = to_u64(v),
-    )?;
-    fill(
-        &mut rows,
-        "sum by (instance) (partop_partition_vram_share_bytes) or sum by (instance) (gpu_total_vram) * 1048576",
-        &|r, _, v| r.vram_total = to_u64(v),
-    )?;
-    fill(
-        &mut rows,
-        "count by (instance, severity) (partop_finding)",
-        &|r, l, v| match l.get("severity").map(String::as_str) {
-            Some("warning") => r.findings_warn = to_u32(v),
-            _ => r.findings_info = to_u32(v),
-        },
-    )?;
-    fill(
-        &mut rows,
-        "count by (instance) (partop_finding{kind=\"idle_partition\"})",
-        &|r, _, v| r.idle_partitions = to_u32(v),
-    )?;
-    fill(
-        &mut rows,
-        "sum by (instance) (partop_model_up)",
-        &|r, _, v| r.models_healthy = to_u32(v),
-    )?;
-    fill(
-        &mut rows,
-        "count by (instance) (partop_model_up)",
-        &|r, _, v| r.models_total = to_u32(v),
-    )?;
-    fill(
-        &mut rows,
-        "max by (instance) (partop_apply_in_progress)",
-        &|r, _, v| {
-            if v > 0.0 {
-                r.apply = Some(crate::domain::fleet::ApplyInfo::default());
-            }
-        },
-    )?;
-    fill(
-        &mut rows,
-        "min by (instance) (partop_source_up)",
-        &|r, _, v| {
-            if v < 1.0 {
-                r.health = Health::Degraded;
-            }
-        },
-    )?;
-    let now = crate::collect::clock::now_ms();
-    fill(
-        &mut rows,
-        "max by (instance) (partop_sample_age_seconds)",
-        &|r, _, v| r.taken_at_ms = now.saturating_sub(to_u64(v * 1000.0)),
-    )?;
-    Ok(rows
-        .into_iter()
-        .filter(|(k, _)| !k.is_empty())
-        .map(|(k, mut r)| {
-            // The row's name is the instance; the node's own name follows it.
-            if r.host != k {
-                r.host = format!("{k} ({})", r.host);
-            }
-            // Labels are anyone's text: escaped like every row from a node.
-            super::fleet::escape_row(&mut r);
-            r
-        })
-        .collect())
+    Ok(())
 }
 
 #[expect(

@@ -428,10 +428,51 @@ pub fn say_hidden(snap: &mut Snapshot, denied: &Denied) {
 /// gave none.
 pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_root: &Path) {
     let at = snap.taken_at_ms;
-    // Render minor and KFD gpu id → amd-smi index: from the snapshot, else from the topology.
+    let (by_minor, mut by_kfd) = amd_smi_indices(snap, nodes);
+    for h in holders {
+        let idx = match snap.processes.iter().position(|p| p.pid == h.pid) {
+            Some(i) => i,
+            None => {
+                snap.processes.push(Process {
+                    pid: h.pid,
+                    name: h.comm.clone(),
+                    ..Process::default()
+                });
+                snap.processes.len() - 1
+            }
+        };
+        merge_holder(&mut snap.processes[idx], h, &by_minor, at);
+    }
+    // A gpu id two nodes claim names no logical GPU: its use is N/A, never the first's.
+    let shared = kfd::shared_ids(nodes);
+    by_kfd.retain(|id, _| !shared.contains_key(id));
+    for p in &mut snap.processes {
+        if let Some(uses) = kfd::process_use(sys_root, p.pid) {
+            merge_kfd_use(p, uses, &by_kfd, |id| shared.contains_key(&id), at);
+        }
+    }
+    // CU percent where the count came from KFD.
+    let cus: BTreeMap<u32, u32> = snap
+        .logical()
+        .filter_map(|(_, l)| Some((l.gpu_id, l.cu_count?)))
+        .collect();
+    for p in &mut snap.processes {
+        for u in &mut p.gpus {
+            if u.cu_percent.is_none() {
+                u.cu_percent = u
+                    .cu_occupancy
+                    .zip(cus.get(&u.gpu_id))
+                    .map(|(c, t)| f64::from(c) * 100.0 / f64::from((*t).max(1)));
+            }
+        }
+        p.gpus.sort_by_key(|u| u.gpu_id);
+    }
+}
+
+/// Render minor and KFD gpu id → amd-smi index: from the snapshot, else from the topology.
+fn amd_smi_indices(snap: &Snapshot, nodes: &[KfdNode]) -> (BTreeMap<u32, u32>, BTreeMap<u64, u32>) {
     let mut by_minor: BTreeMap<u32, u32> = BTreeMap::new();
     let mut by_kfd: BTreeMap<u64, u32> = BTreeMap::new();
-    let shared = kfd::shared_ids(nodes);
     for (g, l) in snap.logical() {
         if let Some(m) = l
             .render_node
@@ -454,136 +495,116 @@ pub fn merge(snap: &mut Snapshot, holders: &[Holder], nodes: &[KfdNode], sys_roo
             }
         }
     }
-    for h in holders {
-        let idx = match snap.processes.iter().position(|p| p.pid == h.pid) {
-            Some(i) => i,
-            None => {
-                snap.processes.push(Process {
-                    pid: h.pid,
-                    name: h.comm.clone(),
-                    ..Process::default()
-                });
-                snap.processes.len() - 1
-            }
-        };
-        let p = &mut snap.processes[idx];
-        p.holds_kfd = h.kfd;
-        p.files_hidden = h.files_hidden;
-        p.agent.clone_from(&h.agent);
-        p.visible_devices.clone_from(&h.visible);
-        if p.name.is_none() {
-            p.name.clone_from(&h.comm);
-        }
-        let src = "/proc/PID/fd";
-        note(
-            &mut p.provenance,
-            "holds_kfd",
-            SourceKind::Procfs,
-            src,
-            at,
-            None,
-        );
-        let vis_missing = match (&h.environ_error, h.visible.is_empty()) {
-            (Some(e), _) => Some(Missing::ReadFailed(format!(
-                "{e} (needs root or the same user)"
-            ))),
-            (None, true) => Some(Missing::NotApplicable("none set: it sees every GPU".into())),
-            (None, false) => None,
-        };
-        note(
-            &mut p.provenance,
-            "visible_devices",
-            SourceKind::Procfs,
-            "/proc/PID/environ",
-            at,
-            vis_missing,
-        );
-        for m in &h.render_minors {
-            let Some(gid) = by_minor.get(m) else { continue };
-            match p.gpus.iter_mut().find(|u| u.gpu_id == *gid) {
-                Some(u) => u.render_open = true,
-                None => p.gpus.push(GpuUse {
-                    gpu_id: *gid,
-                    render_open: true,
-                    ..GpuUse::default()
-                }),
-            }
+    (by_minor, by_kfd)
+}
+
+/// What the fd scan found about process `p` (holder `h`): /dev/kfd, its visible-device
+/// variables, agent label, and the render nodes it has open.
+fn merge_holder(p: &mut Process, h: &Holder, by_minor: &BTreeMap<u32, u32>, at: u64) {
+    p.holds_kfd = h.kfd;
+    p.files_hidden = h.files_hidden;
+    p.agent.clone_from(&h.agent);
+    p.visible_devices.clone_from(&h.visible);
+    if p.name.is_none() {
+        p.name.clone_from(&h.comm);
+    }
+    note(
+        &mut p.provenance,
+        "holds_kfd",
+        SourceKind::Procfs,
+        "/proc/PID/fd",
+        at,
+        None,
+    );
+    let vis_missing = match (&h.environ_error, h.visible.is_empty()) {
+        (Some(e), _) => Some(Missing::ReadFailed(format!(
+            "{e} (needs root or the same user)"
+        ))),
+        (None, true) => Some(Missing::NotApplicable("none set: it sees every GPU".into())),
+        (None, false) => None,
+    };
+    note(
+        &mut p.provenance,
+        "visible_devices",
+        SourceKind::Procfs,
+        "/proc/PID/environ",
+        at,
+        vis_missing,
+    );
+    for m in &h.render_minors {
+        let Some(gid) = by_minor.get(m) else { continue };
+        match p.gpus.iter_mut().find(|u| u.gpu_id == *gid) {
+            Some(u) => u.render_open = true,
+            None => p.gpus.push(GpuUse {
+                gpu_id: *gid,
+                render_open: true,
+                ..GpuUse::default()
+            }),
         }
     }
-    // A gpu id two nodes claim names no logical GPU: its use is N/A, never the first's.
-    by_kfd.retain(|id, _| !shared.contains_key(id));
-    for p in &mut snap.processes {
-        let Some(uses) = kfd::process_use(sys_root, p.pid) else {
+}
+
+/// KFD's per-process figures for `p`, where amd-smi gave none: VRAM and CU occupancy (a GPU it
+/// holds nothing on is not added), SDMA time always. A gpu id two nodes claim (`shared`) is
+/// said, not attributed.
+fn merge_kfd_use(
+    p: &mut Process,
+    uses: Vec<kfd::KfdUse>,
+    by_kfd: &BTreeMap<u64, u32>,
+    shared: impl Fn(u64) -> bool,
+    at: u64,
+) {
+    for k in uses {
+        let Some(gid) = by_kfd.get(&k.gpu_id) else {
+            if shared(k.gpu_id) {
+                note(
+                    &mut p.provenance,
+                    "gpus",
+                    SourceKind::Sysfs,
+                    &format!("/sys/class/kfd/kfd/proc/{}/vram_{}", p.pid, k.gpu_id),
+                    at,
+                    Some(Missing::ReadFailed(kfd::shared_reason(k.gpu_id))),
+                );
+            }
             continue;
         };
-        for k in uses {
-            let Some(gid) = by_kfd.get(&k.gpu_id) else {
-                if shared.contains_key(&k.gpu_id) {
-                    note(
-                        &mut p.provenance,
-                        "gpus",
-                        SourceKind::Sysfs,
-                        &format!("/sys/class/kfd/kfd/proc/{}/vram_{}", p.pid, k.gpu_id),
-                        at,
-                        Some(Missing::ReadFailed(kfd::shared_reason(k.gpu_id))),
-                    );
-                }
-                continue;
-            };
-            let used = k.vram_bytes.unwrap_or(0) > 0 || k.cu_occupancy.unwrap_or(0) > 0;
-            let u = match p.gpus.iter().position(|u| u.gpu_id == *gid) {
-                Some(i) => &mut p.gpus[i],
-                None if used => {
-                    p.gpus.push(GpuUse {
-                        gpu_id: *gid,
-                        ..GpuUse::default()
-                    });
-                    let n = p.gpus.len() - 1;
-                    &mut p.gpus[n]
-                }
-                None => continue,
-            };
-            let detail = format!("/sys/class/kfd/kfd/proc/{}", p.pid);
-            if u.vram_bytes.is_none() && k.vram_bytes.is_some() {
-                u.vram_bytes = k.vram_bytes;
-                note(
-                    &mut p.provenance,
-                    &format!("gpu{gid}.vram_bytes"),
-                    SourceKind::Sysfs,
-                    &format!("{detail}/vram_{}", k.gpu_id),
-                    at,
-                    None,
-                );
+        let used = k.vram_bytes.unwrap_or(0) > 0 || k.cu_occupancy.unwrap_or(0) > 0;
+        let u = match p.gpus.iter().position(|u| u.gpu_id == *gid) {
+            Some(i) => &mut p.gpus[i],
+            None if used => {
+                p.gpus.push(GpuUse {
+                    gpu_id: *gid,
+                    ..GpuUse::default()
+                });
+                let n = p.gpus.len() - 1;
+                &mut p.gpus[n]
             }
-            if u.cu_occupancy.is_none() && k.cu_occupancy.is_some() {
-                u.cu_occupancy = k.cu_occupancy;
-                note(
-                    &mut p.provenance,
-                    &format!("gpu{gid}.cu_occupancy"),
-                    SourceKind::Sysfs,
-                    &format!("{detail}/stats_{}/cu_occupancy", k.gpu_id),
-                    at,
-                    None,
-                );
-            }
-            u.sdma_us = k.sdma_us;
+            None => continue,
+        };
+        let detail = format!("/sys/class/kfd/kfd/proc/{}", p.pid);
+        if u.vram_bytes.is_none() && k.vram_bytes.is_some() {
+            u.vram_bytes = k.vram_bytes;
+            note(
+                &mut p.provenance,
+                &format!("gpu{gid}.vram_bytes"),
+                SourceKind::Sysfs,
+                &format!("{detail}/vram_{}", k.gpu_id),
+                at,
+                None,
+            );
         }
-    }
-    // CU percent where the count came from KFD.
-    let cus: BTreeMap<u32, u32> = snap
-        .logical()
-        .filter_map(|(_, l)| Some((l.gpu_id, l.cu_count?)))
-        .collect();
-    for p in &mut snap.processes {
-        for u in &mut p.gpus {
-            if u.cu_percent.is_none() {
-                u.cu_percent = u
-                    .cu_occupancy
-                    .zip(cus.get(&u.gpu_id))
-                    .map(|(c, t)| f64::from(c) * 100.0 / f64::from((*t).max(1)));
-            }
+        if u.cu_occupancy.is_none() && k.cu_occupancy.is_some() {
+            u.cu_occupancy = k.cu_occupancy;
+            note(
+                &mut p.provenance,
+                &format!("gpu{gid}.cu_occupancy"),
+                SourceKind::Sysfs,
+                &format!("{detail}/stats_{}/cu_occupancy", k.gpu_id),
+                at,
+                None,
+            );
         }
-        p.gpus.sort_by_key(|u| u.gpu_id);
+        u.sdma_us = k.sdma_us;
     }
 }
 

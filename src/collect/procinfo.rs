@@ -4,7 +4,7 @@
 //! with the reason.
 
 use crate::domain::provenance::{Missing, SourceKind, note};
-use crate::domain::snapshot::Snapshot;
+use crate::domain::snapshot::{Process, Snapshot};
 use std::path::Path;
 
 /// The cgroup parser is pure and lives in the domain; its names stay here for the callers.
@@ -13,7 +13,7 @@ pub use crate::domain::cgroup::{CgroupOwner, parse as parse_cgroup};
 /// Fills user, command line, start time, parent and cgroup owner for every process.
 pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
     use crate::collect::small_file::proc_read;
-    use procfs::{FromRead as _, FromReadSI as _};
+    use procfs::FromReadSI as _;
     // Every /proc file through the one bounded reader (never the crate's unbounded reads): on a
     // captured --proc-root any of them may be /dev/zero or a FIFO.
     let mut buf = Vec::new();
@@ -21,183 +21,194 @@ pub fn enrich(snap: &mut Snapshot, proc_root: &Path) {
         .ok()
         .and_then(|()| procfs::KernelStats::from_read(&buf[..], procfs::current_system_info()).ok())
         .and_then(|k| k.btime.checked_mul(1000));
-    let tps = procfs::ticks_per_second();
-    let at = snap.taken_at_ms;
+    let clock = Clock {
+        boot_ms,
+        ticks_per_second: procfs::ticks_per_second(),
+        at: snap.taken_at_ms,
+    };
     for p in &mut snap.processes {
-        let Ok(pid) = i32::try_from(p.pid) else {
+        if i32::try_from(p.pid).is_err() {
             continue;
-        };
-        let Ok(proc_) = procfs::process::Process::new_with_root(proc_root.join(p.pid.to_string()))
-        else {
+        }
+        let dir = proc_root.join(p.pid.to_string());
+        let Ok(proc_) = procfs::process::Process::new_with_root(dir.clone()) else {
             note(
                 &mut p.provenance,
                 "command",
                 SourceKind::Procfs,
                 "/proc",
-                at,
+                clock.at,
                 Some(Missing::ReadFailed("the process is gone".into())),
             );
             continue;
         };
-        let _ = pid;
-        let stat_src = "/proc/PID/stat";
-        let dir = proc_root.join(p.pid.to_string());
-        if let Ok(st) = proc_read(&dir.join("stat"), &mut buf)
-            .map_err(procfs::ProcError::from)
-            .and_then(|()| procfs::process::Stat::from_read(&buf[..]))
-        {
-            p.ppid = u32::try_from(st.ppid).ok();
-            p.start_ticks = Some(st.starttime);
-            // Checked: a captured /proc may hold any number (never a wrapped start time).
-            p.started_at_ms =
-                boot_ms.and_then(|b| b.checked_add(st.starttime.checked_mul(1000)? / tps.max(1)));
+        from_stat(p, &dir, &clock, &mut buf);
+        from_cmdline(p, &dir, clock.at, &mut buf);
+        from_status(p, &proc_, clock.at);
+        from_cgroup(p, &dir, clock.at);
+    }
+}
+
+/// What turns a process's start ticks into a wall time, and when the snapshot was taken.
+struct Clock {
+    /// Boot time, ms since the epoch (unknown when /proc/stat cannot be read).
+    boot_ms: Option<u64>,
+    ticks_per_second: u64,
+    at: u64,
+}
+
+/// Parent, start time (identity and wall clock) and, when no other source named it, the name.
+fn from_stat(p: &mut Process, dir: &Path, clock: &Clock, buf: &mut Vec<u8>) {
+    use procfs::FromRead as _;
+    let Ok(st) = crate::collect::small_file::proc_read(&dir.join("stat"), buf)
+        .map_err(procfs::ProcError::from)
+        .and_then(|()| procfs::process::Stat::from_read(&buf[..]))
+    else {
+        return;
+    };
+    let at = clock.at;
+    p.ppid = u32::try_from(st.ppid).ok();
+    p.start_ticks = Some(st.starttime);
+    // Checked: a captured /proc may hold any number (never a wrapped start time).
+    p.started_at_ms = clock.boot_ms.and_then(|b| {
+        b.checked_add(st.starttime.checked_mul(1000)? / clock.ticks_per_second.max(1))
+    });
+    note(
+        &mut p.provenance,
+        "ppid",
+        SourceKind::Procfs,
+        "/proc/PID/stat",
+        at,
+        None,
+    );
+    note(
+        &mut p.provenance,
+        "started_at_ms",
+        SourceKind::Procfs,
+        "/proc/PID/stat starttime + boot time",
+        at,
+        None,
+    );
+    if p.name.is_none() {
+        p.name = Some(st.comm.clone());
+        note(
+            &mut p.provenance,
+            "name",
+            SourceKind::Procfs,
+            "/proc/PID/stat",
+            at,
+            None,
+        );
+    }
+}
+
+/// The full command line (N/A for a kernel thread's empty one).
+fn from_cmdline(p: &mut Process, dir: &Path, at: u64, buf: &mut Vec<u8>) {
+    let cmdline = crate::collect::small_file::proc_read(&dir.join("cmdline"), buf).map(|()| {
+        String::from_utf8_lossy(buf)
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let src = "/proc/PID/cmdline";
+    match cmdline {
+        Ok(c) if !c.is_empty() => {
+            p.command = Some(c);
             note(
-                &mut p.provenance,
-                "ppid",
-                SourceKind::Procfs,
-                stat_src,
-                at,
-                None,
-            );
-            note(
-                &mut p.provenance,
-                "started_at_ms",
-                SourceKind::Procfs,
-                "/proc/PID/stat starttime + boot time",
-                at,
-                None,
-            );
-            if p.name.is_none() {
-                p.name = Some(st.comm.clone());
-                note(
-                    &mut p.provenance,
-                    "name",
-                    SourceKind::Procfs,
-                    "/proc/PID/stat",
-                    at,
-                    None,
-                );
-            }
-        }
-        let cmdline = proc_read(&dir.join("cmdline"), &mut buf).map(|()| {
-            String::from_utf8_lossy(&buf)
-                .split('\0')
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
-        });
-        match cmdline {
-            Ok(c) if !c.is_empty() => {
-                p.command = Some(c);
-                note(
-                    &mut p.provenance,
-                    "command",
-                    SourceKind::Procfs,
-                    "/proc/PID/cmdline",
-                    at,
-                    None,
-                );
-            }
-            Ok(_) => note(
                 &mut p.provenance,
                 "command",
                 SourceKind::Procfs,
-                "/proc/PID/cmdline",
+                src,
                 at,
-                Some(Missing::NotAvailable),
-            ),
-            Err(e) => note(
-                &mut p.provenance,
-                "command",
-                SourceKind::Procfs,
-                "/proc/PID/cmdline",
-                at,
-                Some(Missing::ReadFailed(e.to_string())),
-            ),
+                None,
+            );
         }
-        match proc_.uid() {
-            Ok(uid) => {
-                p.user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                    .ok()
-                    .flatten()
-                    .map_or_else(|| Some(uid.to_string()), |u| Some(u.name));
-                note(
-                    &mut p.provenance,
-                    "user",
-                    SourceKind::Procfs,
-                    "/proc/PID/status Uid",
-                    at,
-                    None,
-                );
-            }
-            Err(e) => note(
+        Ok(_) => note(
+            &mut p.provenance,
+            "command",
+            SourceKind::Procfs,
+            src,
+            at,
+            Some(Missing::NotAvailable),
+        ),
+        Err(e) => note(
+            &mut p.provenance,
+            "command",
+            SourceKind::Procfs,
+            src,
+            at,
+            Some(Missing::ReadFailed(e.to_string())),
+        ),
+    }
+}
+
+/// The owning user, by name where the user database knows the uid.
+fn from_status(p: &mut Process, proc_: &procfs::process::Process, at: u64) {
+    match proc_.uid() {
+        Ok(uid) => {
+            p.user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map_or_else(|| Some(uid.to_string()), |u| Some(u.name));
+            note(
                 &mut p.provenance,
                 "user",
                 SourceKind::Procfs,
-                "/proc/PID/status",
+                "/proc/PID/status Uid",
                 at,
-                Some(Missing::ReadFailed(e.to_string())),
-            ),
+                None,
+            );
         }
-        let cg = "/proc/PID/cgroup";
-        match crate::collect::small_file::proc_text(&dir.join("cgroup")) {
-            Ok(text) => {
-                let o = parse_cgroup(&text);
-                let na = |what: &str| Some(Missing::NotApplicable(format!("not in a {what}")));
-                note(
-                    &mut p.provenance,
-                    "container_id",
-                    SourceKind::Procfs,
-                    cg,
-                    at,
-                    if o.container.is_some() {
-                        None
-                    } else {
-                        na("container")
-                    },
-                );
-                note(
-                    &mut p.provenance,
-                    "systemd_unit",
-                    SourceKind::Procfs,
-                    cg,
-                    at,
-                    if o.unit.is_some() {
-                        None
-                    } else {
-                        na("systemd service")
-                    },
-                );
-                note(
-                    &mut p.provenance,
-                    "k8s_pod_uid",
-                    SourceKind::Procfs,
-                    cg,
-                    at,
-                    if o.pod.is_some() {
-                        None
-                    } else {
-                        na("Kubernetes pod")
-                    },
-                );
-                p.container_id = o.container;
-                p.systemd_unit = o.unit;
-                p.k8s_pod_uid = o.pod;
-            }
-            Err(e) => {
-                for k in ["container_id", "systemd_unit", "k8s_pod_uid"] {
-                    note(
-                        &mut p.provenance,
-                        k,
-                        SourceKind::Procfs,
-                        cg,
-                        at,
-                        Some(Missing::ReadFailed(e.to_string())),
-                    );
-                }
-            }
-        }
+        Err(e) => note(
+            &mut p.provenance,
+            "user",
+            SourceKind::Procfs,
+            "/proc/PID/status",
+            at,
+            Some(Missing::ReadFailed(e.to_string())),
+        ),
     }
+}
+
+/// The container, systemd unit and Kubernetes pod the cgroup names; each one it does not is
+/// "not applicable", said as such.
+fn from_cgroup(p: &mut Process, dir: &Path, at: u64) {
+    let cg = "/proc/PID/cgroup";
+    let o = match crate::collect::small_file::proc_text(&dir.join("cgroup")) {
+        Ok(text) => parse_cgroup(&text),
+        Err(e) => {
+            for k in ["container_id", "systemd_unit", "k8s_pod_uid"] {
+                note(
+                    &mut p.provenance,
+                    k,
+                    SourceKind::Procfs,
+                    cg,
+                    at,
+                    Some(Missing::ReadFailed(e.to_string())),
+                );
+            }
+            return;
+        }
+    };
+    for (field, found, what) in [
+        ("container_id", o.container.is_some(), "container"),
+        ("systemd_unit", o.unit.is_some(), "systemd service"),
+        ("k8s_pod_uid", o.pod.is_some(), "Kubernetes pod"),
+    ] {
+        let missing = (!found).then(|| Missing::NotApplicable(format!("not in a {what}")));
+        note(
+            &mut p.provenance,
+            field,
+            SourceKind::Procfs,
+            cg,
+            at,
+            missing,
+        );
+    }
+    p.container_id = o.container;
+    p.systemd_unit = o.unit;
+    p.k8s_pod_uid = o.pod;
 }
 
 #[cfg(test)]

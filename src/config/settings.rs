@@ -40,21 +40,15 @@ pub fn resolve(
     journal_flag: Option<&std::path::Path>,
 ) -> anyhow::Result<Settings> {
     let path = crate::config::paths::config_dir().join("config.toml");
-    let config = match crate::collect::small_file::operator_text(&path) {
-        Ok(text) => {
-            let (c, errors) = super::Config::check(&path.display().to_string(), &text);
-            if !errors.is_empty() {
-                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                anyhow::bail!(
-                    "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
-                    list.join("\n")
-                );
-            }
-            c
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => super::Config::default(),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
+    let (config, errors) =
+        read(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if !errors.is_empty() {
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        anyhow::bail!(
+            "{}\nfix it (`partop check-config` lists every problem) or move it away; partop does not run on a configuration it cannot read",
+            list.join("\n")
+        );
+    }
     Ok(Settings {
         read_only: read_only_flag || config.read_only,
         journal: journal_flag
@@ -63,6 +57,20 @@ pub fn resolve(
             .unwrap_or_else(super::paths::default_journal),
         config,
     })
+}
+
+/// Reads and checks `config.toml` at `path`: the configuration (the defaults where there is
+/// no file) and every problem in it, each with its position. The one place the file is read
+/// and parsed: the monitor, the fleet view and check-config take what this returns (through
+/// [`Settings`]) instead of parsing it again.
+pub fn read(path: &std::path::Path) -> std::io::Result<(super::Config, Vec<super::ConfigError>)> {
+    match crate::collect::small_file::operator_text(path) {
+        Ok(text) => Ok(super::Config::check(&path.display().to_string(), &text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok((super::Config::default(), Vec::new()))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Settings {

@@ -561,403 +561,518 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
 pub fn check(origin: &str, text: &str) -> (Registry, Vec<RegistryError>) {
     // Located through one index, names and ports looked up: linear in the entries (20,000 bad
     // entries took 28 s when each was located by scanning the text before it).
-    let index = LineIndex::new(text);
-    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut ports: std::collections::HashMap<u16, String> = std::collections::HashMap::new();
-    let err = |offset: usize, message: String| {
-        let (line, column) = index.line_col(offset);
-        RegistryError {
-            origin: origin.to_string(),
-            line,
-            column,
-            message,
-        }
+    let mut p = Problems {
+        origin,
+        text,
+        index: LineIndex::new(text),
+        errors: Vec::new(),
     };
-    let mut errors = Vec::new();
     let mut models: Vec<ModelSpec> = Vec::new();
     let doc: FileDoc = match toml::from_str(text) {
         Ok(d) => d,
         Err(e) => {
-            errors.push(err(
+            p.at(
                 e.span().map_or(0, |s| s.start),
                 e.message().trim().to_string(),
-            ));
+            );
             return (
                 Registry {
                     origin: origin.to_string(),
                     models,
                 },
-                errors,
+                p.errors,
             );
         }
     };
+    let mut taken = Taken::default();
     for spanned in doc.model {
         let span = spanned.span();
-        let at = span.start;
-        let mut table = spanned.into_inner();
-        let named = table
-            .get("name")
-            .and_then(toml::Value::as_str)
-            .map_or_else(|| "?".to_string(), str::to_string);
-        // Every unknown key is reported where it is written and left out, so the entry's
-        // other problems are still found (serde stops at the first).
-        let unknown: Vec<String> = table
-            .keys()
-            .filter(|k| !ENTRY_KEYS.contains(&k.as_str()))
-            .cloned()
-            .collect();
-        for k in unknown {
-            table.remove(&k);
-            errors.push(err(
-                key_at(text, &span, &k),
-                format!(
-                    "model {named:?}: unknown field `{k}`, expected one of {}",
-                    ENTRY_KEYS.join(", ")
-                ),
-            ));
-        }
-        if let Some(toml::Value::Table(l)) = table.get_mut("launch") {
-            let unknown: Vec<String> = l
-                .keys()
-                .filter(|k| !LAUNCH_KEYS.contains(&k.as_str()))
-                .cloned()
-                .collect();
-            for k in unknown {
-                l.remove(&k);
-                let at = key_at(text, &span, &format!("launch.{k}"));
-                let at = if at == span.start {
-                    key_at(text, &span, &k)
-                } else {
-                    at
-                };
-                errors.push(err(
-                    at,
-                    format!(
-                        "model {named:?}: unknown field `launch.{k}`, expected one of {}",
-                        LAUNCH_KEYS.join(", ")
-                    ),
-                ));
-            }
-        }
-        // A replica set's `port` is the first of its `ports` (written or not).
-        let range = table
-            .get("ports")
-            .and_then(toml::Value::as_str)
-            .map(super::replica_set::parse_ports);
-        if !table.contains_key("port")
-            && (table.contains_key("replicas") || table.contains_key("ports"))
-        {
-            match range {
-                Some(Ok((first, _))) => {
-                    table.insert("port".into(), toml::Value::Integer(i64::from(first)));
-                }
-                Some(Err(m)) => {
-                    errors.push(err(
-                        key_at(text, &span, "ports"),
-                        format!("model {named:?}: {m}"),
-                    ));
-                    continue;
-                }
-                None => {
-                    errors.push(err(
-                        key_at(text, &span, "replicas"),
-                        format!("model {named:?}: a replica set needs ports = \"FIRST-LAST\", one port per replica"),
-                    ));
-                    continue;
-                }
-            }
-        }
-        // Each value on its own: one of the wrong type is reported at its key and left out,
-        // and the rest of the entry is still checked.
-        let mut dropped_required = false;
-        for k in table.keys().cloned().collect::<Vec<_>>() {
-            let Some(v) = table.get(&k) else { continue };
-            if let Err(m) = type_check(&k, v) {
-                errors.push(err(
-                    key_at(text, &span, &k),
-                    format!("model {named:?}: {k}: {m}"),
-                ));
-                table.remove(&k);
-                dropped_required |= REQUIRED_KEYS.contains(&k.as_str());
-            }
-        }
-        if dropped_required {
-            continue;
-        }
-        let e: Entry = match toml::Value::Table(table).try_into() {
-            Ok(e) => e,
-            Err(x) => {
-                // What is left: a required field missing.
-                let msg = x.message().trim().to_string();
-                errors.push(err(at, format!("model {named:?}: {msg}")));
-                continue;
-            }
-        };
-        let n0 = errors.len();
-        let launch_at = key_at(text, &span, "launch");
-        let replicas = replica_set(&e, &|k: &str| key_at(text, &span, k), &mut |o, m| {
-            errors.push(err(o, m));
-        });
-        let l = e.launch;
-        if names.contains(&e.name) {
-            errors.push(err(
-                key_at(text, &span, "name"),
-                format!("model name {:?} is used twice", e.name),
-            ));
-        }
-        let own_ports: Vec<u16> = replicas
-            .as_ref()
-            .map_or_else(|| vec![e.port], |r| (r.ports.0..=r.ports.1).collect());
-        if let Some((p, m)) = own_ports.iter().find_map(|p| ports.get(p).map(|m| (p, m))) {
-            let at = if replicas.is_some() { "ports" } else { "port" };
-            errors.push(err(
-                key_at(text, &span, at),
-                format!("port {p} is already used by model {m:?}"),
-            ));
-        }
-        if e.port == 0 {
-            errors.push(err(
-                key_at(text, &span, "port"),
-                format!(
-                    "model {:?}: port 0 is not a port a server listens on",
-                    e.name
-                ),
-            ));
-        }
-        if e.name.is_empty()
-            || e.name.contains(char::is_whitespace)
-            || e.name.contains(super::replica_set::MEMBER_SEP)
-        {
-            errors.push(err(
-                key_at(text, &span, "name"),
-                format!(
-                    "model name {:?} must be one word, without {:?} (it names a replica)",
-                    e.name,
-                    super::replica_set::MEMBER_SEP
-                ),
-            ));
-        }
-        if l.docker.is_none() && (l.image.is_some() || l.args.is_some()) {
-            errors.push(err(
-                launch_at,
-                format!(
-                    "model {:?}: launch.image and launch.args go with launch.docker",
-                    e.name
-                ),
-            ));
-        }
-        let launch = match (l.command, l.systemd, l.docker) {
-            (Some(command), None, None) => {
-                if command.is_empty() {
-                    errors.push(err(launch_at, "launch.command is empty".into()));
-                }
-                Some(Launch::Command {
-                    command,
-                    env: l.env,
-                    stop: l.stop,
-                })
-            }
-            (None, Some(unit), None) => Some(Launch::Systemd { unit }),
-            (None, None, Some(container)) => match l.image {
-                Some(image) if !image.trim().is_empty() => Some(Launch::Docker {
-                    container,
-                    image,
-                    args: l.args.unwrap_or_default(),
-                    env: l.env,
-                }),
-                _ => {
-                    errors.push(err(
-                        launch_at,
-                        format!(
-                            "model {:?}: launch.docker needs launch.image: partop runs the container on the logical GPU it places the model on, and `docker start` cannot change an existing container's devices",
-                            e.name
-                        ),
-                    ));
-                    None
-                }
-            },
-            _ => {
-                errors.push(err(
-                    launch_at,
-                    format!(
-                        "model {:?}: give exactly one of launch.command, launch.systemd, launch.docker",
-                        e.name
-                    ),
-                ));
-                None
-            }
-        };
-        if let Some(launch) = &launch {
-            let texts: Vec<&String> = match launch {
-                Launch::Command {
-                    command, env, stop, ..
-                } => command
-                    .iter()
-                    .chain(env.values())
-                    .chain(stop.iter().flatten())
-                    .collect(),
-                Launch::Systemd { unit } => vec![unit],
-                Launch::Docker {
-                    container,
-                    image,
-                    args,
-                    env,
-                } => std::iter::once(container)
-                    .chain(std::iter::once(image))
-                    .chain(args)
-                    .chain(env.values())
-                    .collect(),
-            };
-            for t in texts {
-                let mut rest = t.as_str();
-                while let Some(i) = rest.find('{') {
-                    let end = rest[i..].find('}').map_or(rest.len(), |j| i + j + 1);
-                    let ph = &rest[i..end];
-                    if !PLACEHOLDERS.contains(&ph) {
-                        errors.push(err(
-                            launch_at,
-                            format!(
-                                "model {:?}: unknown placeholder {ph} (known: {})",
-                                e.name,
-                                PLACEHOLDERS.join(" ")
-                            ),
-                        ));
-                    }
-                    rest = &rest[end..];
-                }
-            }
-        }
-        if e.tensor_parallel == 0 {
-            errors.push(err(
-                key_at(text, &span, "tensor_parallel"),
-                "tensor_parallel must be at least 1".into(),
-            ));
-        }
-        let mut memory_gb = 0.0;
-        match (e.memory_gb, e.params_b) {
-            (Some(m), _) if m.is_finite() && m > 0.0 && m <= 4096.0 => memory_gb = m,
-            (Some(m), _) => errors.push(err(
-                key_at(text, &span, "memory_gb"),
-                format!(
-                    "model {:?}: memory_gb = {m} is not a size: give the HBM it needs per logical GPU in GiB, more than 0 (e.g. memory_gb = 80)",
-                    e.name
-                ),
-            )),
-            (None, Some(p)) if p.is_finite() && p > 0.0 => {
-                memory_gb = memory_need_gb(p, e.precision, e.tensor_parallel);
-            }
-            (None, Some(p)) => errors.push(err(
-                key_at(text, &span, "params_b"),
-                format!(
-                    "model {:?}: params_b = {p} is not a model size: give billions of parameters, more than 0 (e.g. params_b = 70)",
-                    e.name
-                ),
-            )),
-            (None, None) => errors.push(err(
-                at,
-                format!(
-                    "model {:?}: say how much HBM it needs: memory_gb = N (per logical GPU), or params_b = N with precision",
-                    e.name
-                ),
-            )),
-        }
-        if let Some(m) = e.min_free_gb
-            && !(m.is_finite() && m >= 0.0)
-        {
-            errors.push(err(
-                key_at(text, &span, "min_free_gb"),
-                format!(
-                    "model {:?}: min_free_gb = {m} must be 0 or more GiB",
-                    e.name
-                ),
-            ));
-        }
-        let want = match (e.gpu, e.min_free_gb) {
-            (Some(_), Some(_)) => {
-                errors.push(err(
-                    key_at(text, &span, "min_free_gb"),
-                    format!("model {:?}: give gpu or min_free_gb, not both", e.name),
-                ));
-                None
-            }
-            (Some(g), None) => {
-                if valid_bdf(&g) {
-                    Some(Want::Gpu(g))
-                } else {
-                    errors.push(err(
-                        key_at(text, &span, "gpu"),
-                        format!(
-                            "model {:?}: gpu = {g:?} is not a logical GPU's identity; write its BDF with the partition function in hex, like \"0000:05:00.1\" (see `partop snapshot`)",
-                            e.name
-                        ),
-                    ));
-                    None
-                }
-            }
-            (None, m) => Some(Want::AnyFree(m.unwrap_or(0.0))),
-        };
-        let (Some(launch), Some(want)) = (launch, want) else {
-            continue;
-        };
-        if errors.len() > n0 {
-            continue;
-        }
-        let base = format!("http://127.0.0.1:{}", e.port);
-        let (line, _) = index.line_col(at);
-        names.insert(e.name.clone());
-        for p in own_ports {
-            ports.insert(p, e.name.clone());
-        }
-        models.push(ModelSpec {
-            name: e.name,
-            model: e.model,
-            launch,
-            want,
-            port: e.port,
-            health_url: e.health.unwrap_or_else(|| format!("{base}/health")),
-            metrics_url: e.metrics.unwrap_or_else(|| format!("{base}/metrics")),
-            memory_gb,
-            precision: e.precision,
-            tensor_parallel: e.tensor_parallel,
-            health_timeout_secs: e.health_timeout_secs,
-            log: e.log.unwrap_or_default(),
-            defined_at: format!("{origin}:{line}"),
-            replicas,
-            member: None,
-            balancer: None,
-        });
-    }
-    // Each balancer goes with the replica set it fronts (its members carry it to the plan).
-    for spanned in doc.balancer {
-        let at = spanned.span().start;
-        match super::balancer::entry(spanned.into_inner()) {
-            Err(m) => errors.push(err(at, m)),
-            Ok(b) => match models
-                .iter_mut()
-                .find(|m| m.name == b.set && m.replicas.is_some())
-            {
-                None => errors.push(err(
-                    at,
-                    format!(
-                        "balancer for {:?}: no replica set of that name here ([[model]] with replicas)",
-                        b.set
-                    ),
-                )),
-                Some(m) if m.balancer.is_some() => errors.push(err(
-                    at,
-                    format!("balancer for {:?}: the set has a balancer already", b.set),
-                )),
-                Some(m) => m.balancer = Some(b),
-            },
+        if let Some(spec) = model_spec(&mut p, &span, spanned.into_inner(), &mut taken) {
+            models.push(spec);
         }
     }
+    attach_balancers(&mut p, doc.balancer, &mut models);
     (
         Registry {
             origin: origin.to_string(),
             models,
         },
-        errors,
+        p.errors,
     )
+}
+
+/// A registry's problems as they are found, each located at its file, line and column.
+struct Problems<'a> {
+    origin: &'a str,
+    text: &'a str,
+    index: LineIndex,
+    errors: Vec<RegistryError>,
+}
+
+impl Problems<'_> {
+    /// A problem at byte `offset` of the text.
+    fn at(&mut self, offset: usize, message: String) {
+        let (line, column) = self.index.line_col(offset);
+        self.errors.push(RegistryError {
+            origin: self.origin.to_string(),
+            line,
+            column,
+            message,
+        });
+    }
+
+    /// Where `key` is written in the entry at `span` (the entry's start if it is not).
+    fn key(&self, span: &std::ops::Range<usize>, key: &str) -> usize {
+        key_at(self.text, span, key)
+    }
+}
+
+/// The names and ports the entries accepted so far hold (a later entry may not take them).
+#[derive(Default)]
+struct Taken {
+    names: std::collections::HashSet<String>,
+    ports: std::collections::HashMap<u16, String>,
+}
+
+/// One `[[model]]` entry, checked: its spec, or None when it has a problem (each reported).
+fn model_spec(
+    p: &mut Problems<'_>,
+    span: &std::ops::Range<usize>,
+    table: toml::Table,
+    taken: &mut Taken,
+) -> Option<ModelSpec> {
+    let at = span.start;
+    let named = table
+        .get("name")
+        .and_then(toml::Value::as_str)
+        .map_or_else(|| "?".to_string(), str::to_string);
+    let e = typed_entry(p, span, &named, table)?;
+    let n0 = p.errors.len();
+    let launch_at = p.key(span, "launch");
+    let text = p.text;
+    let replicas = replica_set(&e, &|k: &str| key_at(text, span, k), &mut |o, m| {
+        p.at(o, m);
+    });
+    let own_ports: Vec<u16> = replicas
+        .as_ref()
+        .map_or_else(|| vec![e.port], |r| (r.ports.0..=r.ports.1).collect());
+    identity_problems(p, span, &e, replicas.is_some(), &own_ports, taken);
+    let launch = launch_of(p, launch_at, &e.name, &e.launch);
+    if e.tensor_parallel == 0 {
+        p.at(
+            p.key(span, "tensor_parallel"),
+            "tensor_parallel must be at least 1".into(),
+        );
+    }
+    let memory_gb = memory_of(p, span, &e);
+    let want = want_of(p, span, &e);
+    let (Some(launch), Some(want)) = (launch, want) else {
+        return None;
+    };
+    if p.errors.len() > n0 {
+        return None;
+    }
+    let base = format!("http://127.0.0.1:{}", e.port);
+    let (line, _) = p.index.line_col(at);
+    taken.names.insert(e.name.clone());
+    for port in own_ports {
+        taken.ports.insert(port, e.name.clone());
+    }
+    Some(ModelSpec {
+        name: e.name,
+        model: e.model,
+        launch,
+        want,
+        port: e.port,
+        health_url: e.health.unwrap_or_else(|| format!("{base}/health")),
+        metrics_url: e.metrics.unwrap_or_else(|| format!("{base}/metrics")),
+        memory_gb,
+        precision: e.precision,
+        tensor_parallel: e.tensor_parallel,
+        health_timeout_secs: e.health_timeout_secs,
+        log: e.log.unwrap_or_default(),
+        defined_at: format!("{}:{line}", p.origin),
+        replicas,
+        member: None,
+        balancer: None,
+    })
+}
+
+/// The entry as typed, or None when too little of it is left to check further. Every unknown
+/// key and every value of the wrong type is reported where it is written and left out, so the
+/// entry's other problems are still found (serde stops at the first).
+fn typed_entry(
+    p: &mut Problems<'_>,
+    span: &std::ops::Range<usize>,
+    named: &str,
+    mut table: toml::Table,
+) -> Option<Entry> {
+    drop_unknown_keys(p, span, named, &mut table);
+    if !replica_port(p, span, named, &mut table) {
+        return None;
+    }
+    // Each value on its own: one of the wrong type is reported at its key and left out, and
+    // the rest of the entry is still checked.
+    let mut dropped_required = false;
+    for k in table.keys().cloned().collect::<Vec<_>>() {
+        let Some(v) = table.get(&k) else { continue };
+        if let Err(m) = type_check(&k, v) {
+            p.at(p.key(span, &k), format!("model {named:?}: {k}: {m}"));
+            table.remove(&k);
+            dropped_required |= REQUIRED_KEYS.contains(&k.as_str());
+        }
+    }
+    if dropped_required {
+        return None;
+    }
+    match toml::Value::Table(table).try_into() {
+        Ok(e) => Some(e),
+        Err(x) => {
+            // What is left: a required field missing.
+            let msg = x.message().trim().to_string();
+            p.at(span.start, format!("model {named:?}: {msg}"));
+            None
+        }
+    }
+}
+
+/// Reports and removes the keys an entry (or its `launch` table) does not have.
+fn drop_unknown_keys(
+    p: &mut Problems<'_>,
+    span: &std::ops::Range<usize>,
+    named: &str,
+    table: &mut toml::Table,
+) {
+    let unknown: Vec<String> = table
+        .keys()
+        .filter(|k| !ENTRY_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for k in unknown {
+        table.remove(&k);
+        p.at(
+            p.key(span, &k),
+            format!(
+                "model {named:?}: unknown field `{k}`, expected one of {}",
+                ENTRY_KEYS.join(", ")
+            ),
+        );
+    }
+    if let Some(toml::Value::Table(l)) = table.get_mut("launch") {
+        let unknown: Vec<String> = l
+            .keys()
+            .filter(|k| !LAUNCH_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for k in unknown {
+            l.remove(&k);
+            // Written `launch.k = ` or inside a `launch = { k = }` table.
+            let at = p.key(span, &format!("launch.{k}"));
+            let at = if at == span.start {
+                p.key(span, &k)
+            } else {
+                at
+            };
+            p.at(
+                at,
+                format!(
+                    "model {named:?}: unknown field `launch.{k}`, expected one of {}",
+                    LAUNCH_KEYS.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// A replica set's `port` is the first of its `ports` (written or not): filled in where it is
+/// not written. False when the set's ports cannot give it (reported).
+fn replica_port(
+    p: &mut Problems<'_>,
+    span: &std::ops::Range<usize>,
+    named: &str,
+    table: &mut toml::Table,
+) -> bool {
+    if table.contains_key("port")
+        || !(table.contains_key("replicas") || table.contains_key("ports"))
+    {
+        return true;
+    }
+    let range = table
+        .get("ports")
+        .and_then(toml::Value::as_str)
+        .map(super::replica_set::parse_ports);
+    match range {
+        Some(Ok((first, _))) => {
+            table.insert("port".into(), toml::Value::Integer(i64::from(first)));
+            true
+        }
+        Some(Err(m)) => {
+            p.at(p.key(span, "ports"), format!("model {named:?}: {m}"));
+            false
+        }
+        None => {
+            p.at(
+                p.key(span, "replicas"),
+                format!("model {named:?}: a replica set needs ports = \"FIRST-LAST\", one port per replica"),
+            );
+            false
+        }
+    }
+}
+
+/// The entry's name and ports: each its own (not an earlier entry's), a port a server can
+/// listen on, a name that is one word (it names a replica).
+fn identity_problems(
+    p: &mut Problems<'_>,
+    span: &std::ops::Range<usize>,
+    e: &Entry,
+    is_set: bool,
+    own_ports: &[u16],
+    taken: &Taken,
+) {
+    if taken.names.contains(&e.name) {
+        p.at(
+            p.key(span, "name"),
+            format!("model name {:?} is used twice", e.name),
+        );
+    }
+    if let Some((port, m)) = own_ports
+        .iter()
+        .find_map(|x| taken.ports.get(x).map(|m| (x, m)))
+    {
+        let at = if is_set { "ports" } else { "port" };
+        p.at(
+            p.key(span, at),
+            format!("port {port} is already used by model {m:?}"),
+        );
+    }
+    if e.port == 0 {
+        p.at(
+            p.key(span, "port"),
+            format!(
+                "model {:?}: port 0 is not a port a server listens on",
+                e.name
+            ),
+        );
+    }
+    if e.name.is_empty()
+        || e.name.contains(char::is_whitespace)
+        || e.name.contains(super::replica_set::MEMBER_SEP)
+    {
+        p.at(
+            p.key(span, "name"),
+            format!(
+                "model name {:?} must be one word, without {:?} (it names a replica)",
+                e.name,
+                super::replica_set::MEMBER_SEP
+            ),
+        );
+    }
+}
+
+/// How the model is started: exactly one of a command, a systemd unit, a container (with its
+/// image), every placeholder one partop fills in. None when it is not (reported at `at`).
+fn launch_of(p: &mut Problems<'_>, at: usize, name: &str, l: &LaunchDoc) -> Option<Launch> {
+    if l.docker.is_none() && (l.image.is_some() || l.args.is_some()) {
+        p.at(
+            at,
+            format!("model {name:?}: launch.image and launch.args go with launch.docker"),
+        );
+    }
+    let launch = match (&l.command, &l.systemd, &l.docker) {
+        (Some(command), None, None) => {
+            if command.is_empty() {
+                p.at(at, "launch.command is empty".into());
+            }
+            Some(Launch::Command {
+                command: command.clone(),
+                env: l.env.clone(),
+                stop: l.stop.clone(),
+            })
+        }
+        (None, Some(unit), None) => Some(Launch::Systemd { unit: unit.clone() }),
+        (None, None, Some(container)) => match &l.image {
+            Some(image) if !image.trim().is_empty() => Some(Launch::Docker {
+                container: container.clone(),
+                image: image.clone(),
+                args: l.args.clone().unwrap_or_default(),
+                env: l.env.clone(),
+            }),
+            _ => {
+                p.at(
+                    at,
+                    format!(
+                        "model {name:?}: launch.docker needs launch.image: partop runs the container on the logical GPU it places the model on, and `docker start` cannot change an existing container's devices"
+                    ),
+                );
+                None
+            }
+        },
+        _ => {
+            p.at(
+                at,
+                format!(
+                    "model {name:?}: give exactly one of launch.command, launch.systemd, launch.docker"
+                ),
+            );
+            None
+        }
+    };
+    if let Some(launch) = &launch {
+        placeholder_problems(p, at, name, launch);
+    }
+    launch
+}
+
+/// Every `{...}` in a launch's texts must be a placeholder partop fills in (a typo would reach
+/// the server as written).
+fn placeholder_problems(p: &mut Problems<'_>, at: usize, name: &str, launch: &Launch) {
+    let texts: Vec<&String> = match launch {
+        Launch::Command {
+            command, env, stop, ..
+        } => command
+            .iter()
+            .chain(env.values())
+            .chain(stop.iter().flatten())
+            .collect(),
+        Launch::Systemd { unit } => vec![unit],
+        Launch::Docker {
+            container,
+            image,
+            args,
+            env,
+        } => std::iter::once(container)
+            .chain(std::iter::once(image))
+            .chain(args)
+            .chain(env.values())
+            .collect(),
+    };
+    for t in texts {
+        let mut rest = t.as_str();
+        while let Some(i) = rest.find('{') {
+            let end = rest[i..].find('}').map_or(rest.len(), |j| i + j + 1);
+            let ph = &rest[i..end];
+            if !PLACEHOLDERS.contains(&ph) {
+                p.at(
+                    at,
+                    format!(
+                        "model {name:?}: unknown placeholder {ph} (known: {})",
+                        PLACEHOLDERS.join(" ")
+                    ),
+                );
+            }
+            rest = &rest[end..];
+        }
+    }
+}
+
+/// The HBM the model needs per logical GPU: as written, or from its size; 0 with a problem
+/// reported when neither is a size.
+fn memory_of(p: &mut Problems<'_>, span: &std::ops::Range<usize>, e: &Entry) -> f64 {
+    match (e.memory_gb, e.params_b) {
+        (Some(m), _) if m.is_finite() && m > 0.0 && m <= 4096.0 => m,
+        (Some(m), _) => {
+            p.at(
+                p.key(span, "memory_gb"),
+                format!(
+                    "model {:?}: memory_gb = {m} is not a size: give the HBM it needs per logical GPU in GiB, more than 0 (e.g. memory_gb = 80)",
+                    e.name
+                ),
+            );
+            0.0
+        }
+        (None, Some(b)) if b.is_finite() && b > 0.0 => {
+            memory_need_gb(b, e.precision, e.tensor_parallel)
+        }
+        (None, Some(b)) => {
+            p.at(
+                p.key(span, "params_b"),
+                format!(
+                    "model {:?}: params_b = {b} is not a model size: give billions of parameters, more than 0 (e.g. params_b = 70)",
+                    e.name
+                ),
+            );
+            0.0
+        }
+        (None, None) => {
+            p.at(
+                span.start,
+                format!(
+                    "model {:?}: say how much HBM it needs: memory_gb = N (per logical GPU), or params_b = N with precision",
+                    e.name
+                ),
+            );
+            0.0
+        }
+    }
+}
+
+/// Where the model wants to run: a named logical GPU, or any with enough free memory; not
+/// both. None when neither is usable (reported).
+fn want_of(p: &mut Problems<'_>, span: &std::ops::Range<usize>, e: &Entry) -> Option<Want> {
+    if let Some(m) = e.min_free_gb
+        && !(m.is_finite() && m >= 0.0)
+    {
+        p.at(
+            p.key(span, "min_free_gb"),
+            format!(
+                "model {:?}: min_free_gb = {m} must be 0 or more GiB",
+                e.name
+            ),
+        );
+    }
+    match (&e.gpu, e.min_free_gb) {
+        (Some(_), Some(_)) => {
+            p.at(
+                p.key(span, "min_free_gb"),
+                format!("model {:?}: give gpu or min_free_gb, not both", e.name),
+            );
+            None
+        }
+        (Some(g), None) if valid_bdf(g) => Some(Want::Gpu(g.clone())),
+        (Some(g), None) => {
+            p.at(
+                p.key(span, "gpu"),
+                format!(
+                    "model {:?}: gpu = {g:?} is not a logical GPU's identity; write its BDF with the partition function in hex, like \"0000:05:00.1\" (see `partop snapshot`)",
+                    e.name
+                ),
+            );
+            None
+        }
+        (None, m) => Some(Want::AnyFree(m.unwrap_or(0.0))),
+    }
+}
+
+/// Each balancer goes with the replica set it fronts (its members carry it to the plan).
+fn attach_balancers(
+    p: &mut Problems<'_>,
+    balancers: Vec<toml::Spanned<toml::Table>>,
+    models: &mut [ModelSpec],
+) {
+    for spanned in balancers {
+        let at = spanned.span().start;
+        match super::balancer::entry(spanned.into_inner()) {
+            Err(m) => p.at(at, m),
+            Ok(b) => match models
+                .iter_mut()
+                .find(|m| m.name == b.set && m.replicas.is_some())
+            {
+                None => p.at(
+                    at,
+                    format!(
+                        "balancer for {:?}: no replica set of that name here ([[model]] with replicas)",
+                        b.set
+                    ),
+                ),
+                Some(m) if m.balancer.is_some() => p.at(
+                    at,
+                    format!("balancer for {:?}: the set has a balancer already", b.set),
+                ),
+                Some(m) => m.balancer = Some(b),
+            },
+        }
+    }
 }
 
 #[cfg(test)]

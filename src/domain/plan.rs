@@ -421,11 +421,9 @@ pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) ->
     why
 }
 
-/// Plans `draft` on the node in `snap`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one rule after another, in the order an operator reads them"
-)]
+/// Plans `draft` on the node in `snap`, in the order an operator reads the plan: what each GPU
+/// becomes, the layouts, who must stop, where the served models go, the steps, and what the
+/// operator is told.
 pub fn plan(
     snap: &Snapshot,
     draft: &Draft,
@@ -436,79 +434,104 @@ pub fn plan(
     if snap.gpus.is_empty() {
         return Err(vec![PlanError::NoGpus]);
     }
-    let mut errors = Vec::new();
-    for b in &draft.gpus {
-        if !snap.gpus.iter().any(|g| &g.bdf == b) {
-            errors.push(PlanError::UnknownGpu(b.clone()));
-        }
-    }
-    let selected = |g: &PhysicalGpu| draft.gpus.is_empty() || draft.gpus.contains(&g.bdf);
     let memory_change = draft
         .memory
         .is_some_and(|m| snap.gpus.iter().any(|g| g.memory_partition != Some(m)));
-    let mut changes = Vec::new();
-    let mut after_in = Vec::new();
-    let mut warnings = Vec::new();
+    let Targets {
+        changes,
+        after_in,
+        mut warnings,
+    } = targets(snap, draft, memory_change)?;
+    let before = layout_rows(snap);
+    let after = layout(&after_in);
+    warnings.extend(layout_warnings(
+        snap.gpus.len(),
+        memory_change,
+        &changes,
+        &before,
+        &after,
+    ));
+    let stops = stops(snap, &changes, memory_change);
+    let (models, sets, balancers) = moves(snap, &stops, &before, &after, &changes, &mut warnings);
+    let mut p = Plan {
+        fingerprint: String::new(),
+        host: snap.host.clone(),
+        draft: draft.clone(),
+        reload,
+        changes,
+        before,
+        after,
+        stops,
+        steps: Vec::new(),
+        downtime_secs: 0,
+        warnings,
+        reload_secs,
+        grace_secs,
+        models,
+        sets,
+        balancers,
+    };
+    let target_m = draft.memory.filter(|_| memory_change);
+    let mut step_warnings = Vec::new();
+    p.steps = steps(snap, &p, target_m, &after_in, &mut step_warnings);
+    p.warnings.extend(step_warnings);
+    p.warnings.extend(not_restarted(snap, &p.stops));
+    if target_m.is_some() {
+        p.warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
+    }
+    p.downtime_secs = if p.stops.is_empty() { 0 } else { grace_secs }
+        + if target_m.is_some() { reload_secs } else { 0 }
+        + 5;
+    p.fingerprint = p.content_fingerprint();
+    Ok(p)
+}
+
+/// What the draft makes of each physical GPU, before anything is stopped or stepped.
+struct Targets {
+    /// The GPUs whose modes change.
+    changes: Vec<GpuChange>,
+    /// Every GPU's target (the layout after is built from them).
+    after_in: Vec<Target>,
+    /// What the operator should know about the targets.
+    warnings: Vec<String>,
+}
+
+/// Each GPU's target modes, or every reason the draft cannot be planned (all of them at once,
+/// so the operator fixes the draft in one go).
+fn targets(snap: &Snapshot, draft: &Draft, memory_change: bool) -> Result<Targets, Vec<PlanError>> {
+    let mut errors: Vec<PlanError> = draft
+        .gpus
+        .iter()
+        .filter(|b| !snap.gpus.iter().any(|g| &g.bdf == *b))
+        .map(|b| PlanError::UnknownGpu(b.clone()))
+        .collect();
+    let mut t = Targets {
+        changes: Vec::new(),
+        after_in: Vec::new(),
+        warnings: Vec::new(),
+    };
     // GPUs whose kept compute mode the new memory mode does not offer: (BDF, now, memory, default).
     let mut to_default: Vec<(String, ComputeMode, MemoryMode, ComputeMode)> = Vec::new();
     for g in &snap.gpus {
+        let in_draft = draft.gpus.is_empty() || draft.gpus.contains(&g.bdf);
         let (Some(c_now), Some(m_now)) = (g.compute_partition, g.memory_partition) else {
-            if selected(g) || memory_change {
+            if in_draft || memory_change {
                 errors.push(PlanError::UnknownModes(g.bdf.clone()));
             }
             continue;
         };
-        let in_draft = selected(g);
         let m_to = if memory_change {
             draft.memory.unwrap_or(m_now)
         } else {
             m_now
         };
-        let prod = g.product_key.as_deref().and_then(product::by_key);
-        // After a reload the compute mode returns to the default. `keep` (no compute asked, or
-        // a GPU outside the draft) means the mode the GPU has now, set again after the reload;
-        // only where that mode is not offered with the new memory mode does it take the
-        // default, and the operator is told.
-        let c_default = prod.as_ref().map_or(c_now, |p| p.default_compute_for(m_to));
         let asked = draft.compute.filter(|_| in_draft);
-        let c_to = match asked {
-            Some(c) => c,
-            None if !memory_change => c_now,
-            None if offers_with(g, prod.as_ref(), c_now, m_to) => c_now,
-            None => {
-                to_default.push((g.bdf.clone(), c_now, m_to, c_default));
-                c_default
-            }
-        };
-        let (profiles, src) = offered(g);
-        if (in_draft || memory_change)
-            && !profiles.is_empty()
-            && !product::offers(&profiles, c_to, m_to)
-        {
-            let list = product::profiles_text(&profiles);
-            errors.push(PlanError::NotOffered {
-                bdf: g.bdf.clone(),
-                compute: c_to,
-                memory: m_to,
-                offered: list,
-                source_name: src.clone(),
-            });
-        }
-        if let Some(p) = profiles.iter().find(|p| p.compute == ComputeMode::Dpx)
-            && p.memory == vec![MemoryMode::Nps1]
-            && c_to == ComputeMode::Dpx
-            && in_draft
-        {
-            warnings.push(format!(
-                "{}: this firmware offers DPX with NPS1 only",
-                g.bdf
-            ));
-        }
-        if src.contains("product table") && in_draft {
-            warnings.push(format!("{}: the offered combinations come from partop's product table (amd-smi partition -a needs root); the device may offer fewer", g.bdf));
+        let c_to = compute_target(g, asked, c_now, m_to, memory_change, &mut to_default);
+        if let Err(e) = offer_check(g, c_to, m_to, in_draft, memory_change, &mut t.warnings) {
+            errors.push(e);
         }
         if (c_to, m_to) != (c_now, m_now) {
-            changes.push(GpuChange {
+            t.changes.push(GpuChange {
                 bdf: g.bdf.clone(),
                 from: (Some(c_now), Some(m_now)),
                 to: (c_to, m_to),
@@ -516,7 +539,7 @@ pub fn plan(
             });
         }
         #[expect(clippy::cast_possible_truncation, reason = "partition counts")]
-        after_in.push((
+        t.after_in.push((
             g.bdf.clone(),
             g.product_key.clone(),
             c_to,
@@ -527,27 +550,108 @@ pub fn plan(
     if !errors.is_empty() {
         return Err(errors);
     }
-    if changes.is_empty() {
+    if t.changes.is_empty() {
         return Err(vec![PlanError::NoChange]);
     }
-    warnings.extend(default_warnings(&to_default, snap.gpus.len()));
-    if memory_change && changes.iter().any(|c| c.hive_only) {
-        warnings.push(format!("memory (NPS) modes are hive-wide: all {} GPUs change memory mode, not only the selected ones", snap.gpus.len()));
+    t.warnings
+        .extend(default_warnings(&to_default, snap.gpus.len()));
+    Ok(t)
+}
+
+/// The compute mode `g` ends in. After a reload the compute mode returns to the default. No
+/// compute asked (or a GPU outside the draft) means the mode the GPU has now, set again after
+/// the reload; only where that mode is not offered with the new memory mode does it take the
+/// default, and the GPU goes into `to_default` so the operator is told.
+fn compute_target(
+    g: &PhysicalGpu,
+    asked: Option<ComputeMode>,
+    c_now: ComputeMode,
+    m_to: MemoryMode,
+    memory_change: bool,
+    to_default: &mut Vec<(String, ComputeMode, MemoryMode, ComputeMode)>,
+) -> ComputeMode {
+    let prod = g.product_key.as_deref().and_then(product::by_key);
+    let c_default = prod.as_ref().map_or(c_now, |p| p.default_compute_for(m_to));
+    match asked {
+        Some(c) => c,
+        None if !memory_change => c_now,
+        None if offers_with(g, prod.as_ref(), c_now, m_to) => c_now,
+        None => {
+            to_default.push((g.bdf.clone(), c_now, m_to, c_default));
+            c_default
+        }
     }
-    let before = layout_rows(snap);
-    let after = layout(&after_in);
-    if before.len() != after.len() || before.iter().zip(&after).any(|(a, b)| a.bdf != b.bdf) {
+}
+
+/// Whether `g` offers `c_to`/`m_to` (judged where it is selected or the memory mode changes
+/// hive-wide), and, for a selected GPU, what the operator should know about the answer's
+/// source.
+fn offer_check(
+    g: &PhysicalGpu,
+    c_to: ComputeMode,
+    m_to: MemoryMode,
+    in_draft: bool,
+    memory_change: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(), PlanError> {
+    let (profiles, src) = offered(g);
+    if in_draft {
+        if let Some(p) = profiles.iter().find(|p| p.compute == ComputeMode::Dpx)
+            && p.memory == vec![MemoryMode::Nps1]
+            && c_to == ComputeMode::Dpx
+        {
+            warnings.push(format!(
+                "{}: this firmware offers DPX with NPS1 only",
+                g.bdf
+            ));
+        }
+        if src.contains("product table") {
+            warnings.push(format!("{}: the offered combinations come from partop's product table (amd-smi partition -a needs root); the device may offer fewer", g.bdf));
+        }
+    }
+    if (in_draft || memory_change)
+        && !profiles.is_empty()
+        && !product::offers(&profiles, c_to, m_to)
+    {
+        return Err(PlanError::NotOffered {
+            bdf: g.bdf.clone(),
+            compute: c_to,
+            memory: m_to,
+            offered: product::profiles_text(&profiles),
+            source_name: src,
+        });
+    }
+    Ok(())
+}
+
+/// What the operator should know about the layout as a whole: a memory mode reaches the whole
+/// hive, and indices that move break every workload's `HIP_VISIBLE_DEVICES`.
+fn layout_warnings(
+    gpus: usize,
+    memory_change: bool,
+    changes: &[GpuChange],
+    before: &[LayoutRow],
+    after: &[LayoutRow],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if memory_change && changes.iter().any(|c| c.hive_only) {
+        warnings.push(format!("memory (NPS) modes are hive-wide: all {gpus} GPUs change memory mode, not only the selected ones"));
+    }
+    if before.len() != after.len() || before.iter().zip(after).any(|(a, b)| a.bdf != b.bdf) {
         warnings.push(format!("logical GPUs are renumbered: {} now, {} after; HIP_VISIBLE_DEVICES indices of every workload change", before.len(), after.len()));
     }
-    // Who must stop: for a reload, every GPU process and agent on the node; for compute only,
-    // those on the changed GPUs, and agents holding /dev/kfd.
+    warnings
+}
+
+/// Who must stop: for a reload, every GPU process and agent on the node; for compute only,
+/// those on the changed GPUs, and agents holding /dev/kfd.
+fn stops(snap: &Snapshot, changes: &[GpuChange], memory_change: bool) -> Vec<Stop> {
     let changed_ids: Vec<u32> = snap
         .logical()
         .filter(|(g, _)| changes.iter().any(|c| c.bdf == g.bdf))
         .map(|(_, l)| l.gpu_id)
         .collect();
-    let stops: Vec<Stop> = snap
-        .processes
+    snap.processes
         .iter()
         .filter(|p| {
             memory_change
@@ -572,8 +676,25 @@ pub fn plan(
                 .find(|m| m.pid == Some(p.pid) && m.spec.is_some())
                 .map(|m| m.name.clone()),
         })
-        .collect();
-    let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
+        .collect()
+}
+
+/// The served models a plan moves, in the order they move (a shrinking set's surplus members
+/// first: they leave first; then the registered models; then the sets' other members), with
+/// what each replica set and load balancer becomes.
+fn moves(
+    snap: &Snapshot,
+    stops: &[Stop],
+    before: &[LayoutRow],
+    after: &[LayoutRow],
+    changes: &[GpuChange],
+    warnings: &mut Vec<String>,
+) -> (
+    Vec<ModelMove>,
+    Vec<super::replicas::SetChange>,
+    Vec<super::balancer::BalancerChange>,
+) {
+    let mut models = model_moves(snap, stops, before, after, warnings);
     let stopped_pids: Vec<u32> = stops.iter().map(|s| s.pid).collect();
     let planned: Vec<String> = models
         .iter()
@@ -582,21 +703,30 @@ pub fn plan(
     let set_plan = super::replicas::plan_sets(
         snap,
         &stopped_pids,
-        &before,
-        &after,
+        before,
+        after,
         &planned,
-        &layout_names(&changes),
+        &layout_names(changes),
     );
-    // A shrinking set's surplus members first: they leave first.
-    let mut surplus: Vec<ModelMove> = set_plan.surplus.into_iter().map(ModelMove::from).collect();
-    surplus.append(&mut models);
-    models = surplus;
-    models.extend(set_plan.moves.into_iter().map(ModelMove::from));
-    let (sets, balancers) = (set_plan.changes, set_plan.balancers);
-    let target_m = draft.memory.filter(|_| memory_change);
+    let mut ordered: Vec<ModelMove> = set_plan.surplus.into_iter().map(ModelMove::from).collect();
+    ordered.append(&mut models);
+    ordered.extend(set_plan.moves.into_iter().map(ModelMove::from));
+    (ordered, set_plan.changes, set_plan.balancers)
+}
+
+/// The ordered steps of plan `p` (everything but its steps filled in): stop, wait idle, the
+/// memory mode and reload, the compute modes, wait, verify, relaunch, with the load balancer's
+/// drain and join around them.
+fn steps(
+    snap: &Snapshot,
+    p: &Plan,
+    target_m: Option<MemoryMode>,
+    after_in: &[Target],
+    warnings: &mut Vec<String>,
+) -> Vec<Step> {
     let mut steps = Vec::new();
-    if !stops.is_empty() {
-        steps.push(stop_step(&stops, &models, grace_secs));
+    if !p.stops.is_empty() {
+        steps.push(stop_step(&p.stops, &p.models, p.grace_secs));
     }
     steps.push(
         Step::plain(
@@ -606,9 +736,49 @@ pub fn plan(
         )
         .limit(WAIT_IDLE_SECS),
     );
-    // With a reload, the driver comes back in the product's default compute mode for the new
-    // memory mode: first wait for *that* layout's count, then set the compute modes.
-    let mut cur: Vec<Target> = after_in
+    let mut cur = reloaded_targets(snap, after_in, target_m);
+    if let Some(m) = target_m {
+        steps.extend(reload_steps(m, p.reload, &cur));
+    }
+    let compute = compute_steps(snap, &p.changes, target_m, &p.before, &mut cur, warnings);
+    if !compute.is_empty() {
+        steps.extend(compute);
+        let mut wait = Step::plain(
+            StepKind::WaitGpus,
+            format!(
+                "wait until {} logical GPUs are back in their new compute modes",
+                p.after.len()
+            ),
+            vec!["amd-smi list --json".into()],
+        )
+        .limit(WAIT_GPUS_SECS);
+        wait.count = u32::try_from(p.after.len()).ok();
+        steps.push(wait);
+    }
+    steps.push(Step::plain(
+        StepKind::Verify,
+        format!("verify: modes and {} logical GPUs read back", p.after.len()),
+        vec![
+            "amd-smi partition -c -m --json".into(),
+            "amd-smi list --json".into(),
+        ],
+    ));
+    if !p.stops.is_empty() {
+        steps.push(relaunch_step(snap, &p.stops, &p.models));
+    }
+    add_balancer_steps(&mut steps, &p.balancers);
+    steps
+}
+
+/// The layout the compute steps start from. With a reload, the driver comes back in the
+/// product's default compute mode for the new memory mode: the steps first wait for *that*
+/// layout's count, then set the compute modes. Without one, the modes as they are now.
+fn reloaded_targets(
+    snap: &Snapshot,
+    after_in: &[Target],
+    target_m: Option<MemoryMode>,
+) -> Vec<Target> {
+    after_in
         .iter()
         .map(|(bdf, key, c_to, m_to, n)| {
             let now = snap.gpus.iter().find(|g| &g.bdf == bdf);
@@ -621,79 +791,27 @@ pub fn plan(
             };
             (bdf.clone(), key.clone(), c, *m_to, *n)
         })
-        .collect();
-    if let Some(m) = target_m {
-        steps.extend(reload_steps(m, reload, &cur));
-    }
-    let compute = compute_steps(snap, &changes, target_m, &before, &mut cur, &mut warnings);
-    let compute_set = !compute.is_empty();
-    steps.extend(compute);
-    if compute_set {
-        let mut wait = Step::plain(
-            StepKind::WaitGpus,
-            format!(
-                "wait until {} logical GPUs are back in their new compute modes",
-                after.len()
-            ),
-            vec!["amd-smi list --json".into()],
-        )
-        .limit(WAIT_GPUS_SECS);
-        wait.count = u32::try_from(after.len()).ok();
-        steps.push(wait);
-    }
-    steps.push(Step::plain(
-        StepKind::Verify,
-        format!("verify: modes and {} logical GPUs read back", after.len()),
-        vec![
-            "amd-smi partition -c -m --json".into(),
-            "amd-smi list --json".into(),
-        ],
-    ));
-    if !stops.is_empty() {
-        steps.push(relaunch_step(snap, &stops, &models));
-    }
-    add_balancer_steps(&mut steps, &balancers);
-    // What does not come back, said before the confirmation (a discovered server outside the
-    // registry has its own warning from `model_moves`).
-    for s in stops.iter().filter(|s| {
-        s.unit.is_none()
-            && s.model.is_none()
-            && !snap
-                .models
-                .iter()
-                .any(|m| m.spec.is_none() && m.pid == Some(s.pid))
-    }) {
-        warnings.push(format!(
+        .collect()
+}
+
+/// What does not come back, said before the confirmation (a discovered server outside the
+/// registry has its own warning from `model_moves`).
+fn not_restarted(snap: &Snapshot, stops: &[Stop]) -> Vec<String> {
+    stops
+        .iter()
+        .filter(|s| {
+            s.unit.is_none()
+                && s.model.is_none()
+                && !snap
+                    .models
+                    .iter()
+                    .any(|m| m.spec.is_none() && m.pid == Some(s.pid))
+        })
+        .map(|s| format!(
             "{} (pid {}) is stopped and does NOT come back: partop restarts only systemd units and registered models; its owner (a scheduler, a person) must start it again",
             s.name, s.pid
-        ));
-    }
-    if target_m.is_some() {
-        warnings.push("secondary partitions report N/A for device-wide values; during the reload every value is unavailable".into());
-    }
-    let downtime = if stops.is_empty() { 0 } else { grace_secs }
-        + if target_m.is_some() { reload_secs } else { 0 }
-        + 5;
-    let mut p = Plan {
-        fingerprint: String::new(),
-        host: snap.host.clone(),
-        draft: draft.clone(),
-        reload,
-        changes,
-        before,
-        after,
-        stops,
-        steps,
-        downtime_secs: downtime,
-        warnings,
-        reload_secs,
-        grace_secs,
-        models,
-        sets,
-        balancers,
-    };
-    p.fingerprint = p.content_fingerprint();
-    Ok(p)
+        ))
+        .collect()
 }
 
 impl From<super::replicas::ModelMove> for ModelMove {
@@ -849,8 +967,7 @@ fn reload_steps(m: MemoryMode, reload: Reload, cur: &[Target]) -> Vec<Step> {
 }
 
 /// The `set -C` steps: one per target mode, on primaries by their index in the layout current
-/// when each runs (`cur`, updated as each step changes it). With a reload only GPUs whose
-/// target is not the driver's default need one, and the operator is told why.
+/// when each runs (`cur`, updated as each step changes it).
 fn compute_steps(
     snap: &Snapshot,
     changes: &[GpuChange],
@@ -859,47 +976,7 @@ fn compute_steps(
     cur: &mut [Target],
     warnings: &mut Vec<String>,
 ) -> Vec<Step> {
-    let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
-    let mut reset_again = Vec::new();
-    for c in changes {
-        let needed = match target_m {
-            Some(m) => {
-                let default = snap
-                    .gpus
-                    .iter()
-                    .find(|g| g.bdf == c.bdf)
-                    .and_then(|g| g.product_key.as_deref())
-                    .and_then(product::by_key)
-                    .map(|p| p.default_compute_for(m));
-                let needed = default != Some(c.to.0);
-                if needed {
-                    reset_again.push((c.bdf.clone(), c.to.0));
-                }
-                needed
-            }
-            None => c.from.0 != Some(c.to.0),
-        };
-        if needed {
-            compute_cmds.push((c.bdf.clone(), c.to.0));
-        }
-    }
-    if let Some((_, m)) = reset_again.first() {
-        let which = if reset_again.len() == snap.gpus.len() {
-            "every GPU".to_string()
-        } else {
-            reset_again
-                .iter()
-                .map(|(b, _)| b.clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let what = if reset_again.iter().all(|(_, x)| x == m) {
-            format!("{m}")
-        } else {
-            "each GPU's planned compute mode".into()
-        };
-        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {what} again on {which}"));
-    }
+    let compute_cmds = compute_to_set(snap, changes, target_m, warnings);
     let mut modes: Vec<ComputeMode> = Vec::new();
     for (_, m) in &compute_cmds {
         if !modes.contains(m) {
@@ -942,6 +1019,58 @@ fn compute_steps(
         steps.push(step);
     }
     steps
+}
+
+/// The GPUs whose compute mode a step must set, and to what. With a reload only those whose
+/// target is not the driver's default need one, and the operator is told why.
+fn compute_to_set(
+    snap: &Snapshot,
+    changes: &[GpuChange],
+    target_m: Option<MemoryMode>,
+    warnings: &mut Vec<String>,
+) -> Vec<(String, ComputeMode)> {
+    let mut compute_cmds: Vec<(String, ComputeMode)> = Vec::new();
+    let mut reset_again = Vec::new();
+    for c in changes {
+        let needed = match target_m {
+            Some(m) => {
+                let default = snap
+                    .gpus
+                    .iter()
+                    .find(|g| g.bdf == c.bdf)
+                    .and_then(|g| g.product_key.as_deref())
+                    .and_then(product::by_key)
+                    .map(|p| p.default_compute_for(m));
+                let needed = default != Some(c.to.0);
+                if needed {
+                    reset_again.push((c.bdf.clone(), c.to.0));
+                }
+                needed
+            }
+            None => c.from.0 != Some(c.to.0),
+        };
+        if needed {
+            compute_cmds.push((c.bdf.clone(), c.to.0));
+        }
+    }
+    if let Some((_, m)) = reset_again.first() {
+        let which = if reset_again.len() == snap.gpus.len() {
+            "every GPU".to_string()
+        } else {
+            reset_again
+                .iter()
+                .map(|(b, _)| b.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let what = if reset_again.iter().all(|(_, x)| x == m) {
+            format!("{m}")
+        } else {
+            "each GPU's planned compute mode".into()
+        };
+        warnings.push(format!("after the reload the compute mode returns to the default; partop sets {what} again on {which}"));
+    }
+    compute_cmds
 }
 
 /// Start again what was stopped: units, then registered models on their planned logical GPUs.

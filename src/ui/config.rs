@@ -24,18 +24,18 @@ fn read(path: &Path) -> Option<String> {
     crate::collect::small_file::operator_text(path).ok()
 }
 
-/// Loads configuration from `dir` (the XDG config dir), with CLI overrides.
-pub fn load(dir: &Path, theme: Option<&str>, keymap: Option<&str>, read_only: bool) -> Loaded {
+/// Loads the monitor's keymap and theme from `dir` (the XDG config dir), with CLI overrides,
+/// under `config` (config.toml as [`crate::config::Settings`] read it once: never parsed
+/// again here).
+pub fn load(
+    dir: &Path,
+    config: &Config,
+    theme: Option<&str>,
+    keymap: Option<&str>,
+    read_only: bool,
+) -> Loaded {
     let mut errors = Vec::new();
-    let cfg_path = dir.join("config.toml");
-    let config = match read(&cfg_path) {
-        Some(text) => {
-            let (c, e) = Config::check(&cfg_path.display().to_string(), &text);
-            errors.extend(e);
-            c
-        }
-        None => Config::default(),
-    };
+    let config = config.clone();
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme_name = theme.map(str::to_string).unwrap_or_else(|| {
         if no_color {

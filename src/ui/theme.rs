@@ -169,130 +169,35 @@ fn sources(name: &str, user_dir: &Path) -> Vec<(String, String)> {
     v
 }
 
+/// A theme's files, the theme itself first, then each it inherits from; and, when the chain
+/// ends at a file that inherits nothing (`inherits = "none"`), that file's name.
+struct Chain {
+    layers: Vec<Vec<(File, Loc)>>,
+    standalone: Option<String>,
+}
+
+/// Palette entries and style specs by name, each where it was written.
+type Palette = BTreeMap<String, (String, Loc)>;
+type Specs = BTreeMap<String, (toml::Value, Loc)>;
+
 impl Theme {
     /// Loads `name` (built-in, user, or both merged), resolving `inherits`.
     pub fn load(name: &str, user_dir: &Path) -> (Self, Vec<ConfigError>) {
         let mut errors = Vec::new();
-        let mut chain: Vec<String> = Vec::new();
-        let mut layers: Vec<Vec<(File, Loc)>> = Vec::new();
-        let mut next = Some(name.to_string());
-        // A theme that sets nothing else inherits the default, so a one-colour file keeps a
-        // visible selection, the SIMULATED badge and every other style; `inherits = "none"`
-        // starts from nothing (monochrome).
-        let mut standalone = None;
-        while let Some(n) = next.take() {
-            if chain.contains(&n) || chain.len() > 8 {
-                errors.push(ConfigError::plain(
-                    &format!("theme {name}"),
-                    format!("inherits loop: {} -> {n}", chain.join(" -> ")),
-                ));
-                break;
-            }
-            chain.push(n.clone());
-            let srcs = sources(&n, user_dir);
-            if srcs.is_empty() {
-                errors.push(ConfigError::plain(
-                    &format!("theme {n}"),
-                    format!(
-                        "no such theme; built-in: {}",
-                        BUILTIN
-                            .iter()
-                            .map(|(n, _)| *n)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-                break;
-            }
-            let mut files = Vec::new();
-            let mut said = None;
-            for (origin, text) in srcs {
-                match parse_file(&origin, &text) {
-                    Ok(f) => {
-                        if f.inherits.is_some() {
-                            said.clone_from(&f.inherits);
-                            standalone = Some(origin.clone());
-                        }
-                        let loc = Loc {
-                            origin: origin.into(),
-                            text: text.into(),
-                            at: 0,
-                        };
-                        files.push((f, loc));
-                    }
-                    Err(e) => errors.push(e),
-                }
-            }
-            layers.push(files);
-            next = match said.as_deref() {
-                Some(NO_PARENT) => None,
-                Some(p) => {
-                    standalone = None;
-                    Some(p.to_string())
-                }
-                None if n == "default" => None,
-                None => {
-                    standalone = None;
-                    Some("default".to_string())
-                }
-            };
-        }
+        let Chain { layers, standalone } = chain(name, user_dir, &mut errors);
         if !errors.is_empty() && layers.iter().all(Vec::is_empty) {
             let (t, _) = Self::load("default", Path::new("/nonexistent"));
             return (t, errors);
         }
-        // The farthest ancestor first, each file of a theme over the one before.
-        let mut palette: BTreeMap<String, (String, Loc)> = BTreeMap::new();
-        let mut specs: BTreeMap<String, (toml::Value, Loc)> = BTreeMap::new();
-        for files in layers.into_iter().rev() {
-            for (f, loc) in files {
-                for (k, v) in f.palette {
-                    let l = Loc {
-                        at: v.span().start,
-                        ..loc.clone()
-                    };
-                    palette.insert(k, (v.into_inner(), l));
-                }
-                for (k, v) in f.styles {
-                    let l = Loc {
-                        at: v.span().start,
-                        ..loc.clone()
-                    };
-                    specs.insert(k, (v.into_inner(), l));
-                }
-            }
-        }
+        let (palette, specs) = flatten(layers);
         // Every palette entry is checked, used or not.
         for (k, (v, loc)) in &palette {
             if let Err(m) = parse_color(v) {
                 errors.push(loc.err(format!("palette {k:?}: {m}")));
             }
         }
-        // A theme that inherits nothing must say what the screen's base is: without `ui` or a
-        // selected row's style the terminal's own colours stand in (the `▶` mark stays).
         if let Some(origin) = &standalone {
-            let missing: Vec<&str> = BASE_SCOPES
-                .iter()
-                .copied()
-                // Set itself or through a parent scope (`table` covers `table.row.selected`).
-                .filter(|b| {
-                    !std::iter::successors(Some(*b), |s| s.rfind('.').map(|i| &s[..i]))
-                        .any(|s| specs.contains_key(s))
-                })
-                .collect();
-            if !missing.is_empty() {
-                errors.push(ConfigError::plain(
-                    origin,
-                    format!(
-                        "theme {name} inherits nothing and lacks the base style {}: add them, or drop `inherits = \"none\"` to inherit the default",
-                        missing
-                            .iter()
-                            .map(|m| format!("{m:?}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            }
+            errors.extend(base_missing(name, origin, &specs));
         }
         let mut styles = HashMap::new();
         for (scope, (spec, loc)) in specs {
@@ -304,50 +209,14 @@ impl Theme {
                 )));
                 continue;
             }
-            let mut problems = Vec::new();
-            let mut st = Style::default();
-            match &spec {
-                toml::Value::String(c) if c == "reset" => st = Style::reset(),
-                toml::Value::String(c) => match color(&palette, c) {
-                    Ok(c) => st = st.fg(c),
-                    Err(m) => problems.push(m),
-                },
-                toml::Value::Table(t) => {
-                    for (k, v) in t {
-                        match (k.as_str(), v) {
-                            ("fg" | "bg", toml::Value::String(c)) => match color(&palette, c) {
-                                Ok(c) if k == "fg" => st = st.fg(c),
-                                Ok(c) => st = st.bg(c),
-                                Err(m) if m.is_empty() => problems.push(m),
-                                Err(m) => problems.push(format!("{k}: {m}")),
-                            },
-                            ("modifiers", toml::Value::Array(a)) => {
-                                for m in a {
-                                    match m.as_str().map(modifier) {
-                                        Some(Ok(x)) => st = st.add_modifier(x),
-                                        Some(Err(e)) => problems.push(e),
-                                        None => problems.push(format!("modifier {m} is not a name")),
-                                    }
-                                }
-                            }
-                            ("fg" | "bg" | "modifiers", other) => problems.push(format!(
-                                "{k} = {other} has the wrong type (fg and bg are colours, modifiers a list of names)"
-                            )),
-                            (other, _) => problems.push(format!(
-                                "unknown style key {other:?}: a style has fg, bg and modifiers"
-                            )),
-                        }
-                    }
+            match style_of(&spec, &palette) {
+                Ok(st) => {
+                    styles.insert(scope, st);
                 }
-                other => problems.push(format!(
-                    "{other} is not a style: write a colour, or {{ fg = …, bg = …, modifiers = [\"bold\"] }}"
-                )),
-            }
-            if problems.is_empty() {
-                styles.insert(scope, st);
-            } else {
-                for m in problems.into_iter().filter(|m| !m.is_empty()) {
-                    errors.push(loc.err(format!("style {scope:?}: {m}")));
+                Err(problems) => {
+                    for m in problems.into_iter().filter(|m| !m.is_empty()) {
+                        errors.push(loc.err(format!("style {scope:?}: {m}")));
+                    }
                 }
             }
         }
@@ -359,7 +228,193 @@ impl Theme {
             errors,
         )
     }
+}
 
+/// Follows `inherits` from `name`: a theme that sets nothing else inherits the default, so a
+/// one-colour file keeps a visible selection, the SIMULATED badge and every other style;
+/// `inherits = "none"` starts from nothing (monochrome). A loop, or a theme that is nowhere,
+/// ends the chain with an error.
+fn chain(name: &str, user_dir: &Path, errors: &mut Vec<ConfigError>) -> Chain {
+    let mut seen: Vec<String> = Vec::new();
+    let mut c = Chain {
+        layers: Vec::new(),
+        standalone: None,
+    };
+    let mut next = Some(name.to_string());
+    while let Some(n) = next.take() {
+        if seen.contains(&n) || seen.len() > 8 {
+            errors.push(ConfigError::plain(
+                &format!("theme {name}"),
+                format!("inherits loop: {} -> {n}", seen.join(" -> ")),
+            ));
+            break;
+        }
+        seen.push(n.clone());
+        let srcs = sources(&n, user_dir);
+        if srcs.is_empty() {
+            errors.push(ConfigError::plain(
+                &format!("theme {n}"),
+                format!(
+                    "no such theme; built-in: {}",
+                    BUILTIN
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+            break;
+        }
+        let mut files = Vec::new();
+        let mut said = None;
+        for (origin, text) in srcs {
+            match parse_file(&origin, &text) {
+                Ok(f) => {
+                    if f.inherits.is_some() {
+                        said.clone_from(&f.inherits);
+                        c.standalone = Some(origin.clone());
+                    }
+                    let loc = Loc {
+                        origin: origin.into(),
+                        text: text.into(),
+                        at: 0,
+                    };
+                    files.push((f, loc));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        c.layers.push(files);
+        next = match said.as_deref() {
+            Some(NO_PARENT) => None,
+            Some(p) => {
+                c.standalone = None;
+                Some(p.to_string())
+            }
+            None if n == "default" => None,
+            None => {
+                c.standalone = None;
+                Some("default".to_string())
+            }
+        };
+    }
+    c
+}
+
+/// The palette and styles the chain sets: the farthest ancestor first, each file of a theme
+/// over the one before.
+fn flatten(layers: Vec<Vec<(File, Loc)>>) -> (Palette, Specs) {
+    let mut palette = Palette::new();
+    let mut specs = Specs::new();
+    for files in layers.into_iter().rev() {
+        for (f, loc) in files {
+            for (k, v) in f.palette {
+                let l = Loc {
+                    at: v.span().start,
+                    ..loc.clone()
+                };
+                palette.insert(k, (v.into_inner(), l));
+            }
+            for (k, v) in f.styles {
+                let l = Loc {
+                    at: v.span().start,
+                    ..loc.clone()
+                };
+                specs.insert(k, (v.into_inner(), l));
+            }
+        }
+    }
+    (palette, specs)
+}
+
+/// A theme that inherits nothing must say what the screen's base is: without `ui` or a
+/// selected row's style the terminal's own colours stand in (the `▶` mark stays).
+fn base_missing(name: &str, origin: &str, specs: &Specs) -> Option<ConfigError> {
+    let missing: Vec<&str> = BASE_SCOPES
+        .iter()
+        .copied()
+        // Set itself or through a parent scope (`table` covers `table.row.selected`).
+        .filter(|b| {
+            !std::iter::successors(Some(*b), |s| s.rfind('.').map(|i| &s[..i]))
+                .any(|s| specs.contains_key(s))
+        })
+        .collect();
+    (!missing.is_empty()).then(|| {
+        ConfigError::plain(
+            origin,
+            format!(
+                "theme {name} inherits nothing and lacks the base style {}: add them, or drop `inherits = \"none\"` to inherit the default",
+                missing
+                    .iter()
+                    .map(|m| format!("{m:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
+}
+
+/// A style as written: a colour, `reset`, or a table of fg, bg and modifiers; every problem
+/// in it otherwise (an empty one is already said elsewhere: a palette entry's).
+fn style_of(spec: &toml::Value, palette: &Palette) -> Result<Style, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut st = Style::default();
+    match spec {
+        toml::Value::String(c) if c == "reset" => st = Style::reset(),
+        toml::Value::String(c) => match color(palette, c) {
+            Ok(c) => st = st.fg(c),
+            Err(m) => problems.push(m),
+        },
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                style_key(&mut st, k, v, palette, &mut problems);
+            }
+        }
+        other => problems.push(format!(
+            "{other} is not a style: write a colour, or {{ fg = …, bg = …, modifiers = [\"bold\"] }}"
+        )),
+    }
+    if problems.is_empty() {
+        Ok(st)
+    } else {
+        Err(problems)
+    }
+}
+
+/// One key of a style table onto `st`.
+fn style_key(
+    st: &mut Style,
+    k: &str,
+    v: &toml::Value,
+    palette: &Palette,
+    problems: &mut Vec<String>,
+) {
+    match (k, v) {
+        ("fg" | "bg", toml::Value::String(c)) => match color(palette, c) {
+            Ok(c) if k == "fg" => *st = st.fg(c),
+            Ok(c) => *st = st.bg(c),
+            Err(m) if m.is_empty() => problems.push(m),
+            Err(m) => problems.push(format!("{k}: {m}")),
+        },
+        ("modifiers", toml::Value::Array(a)) => {
+            for m in a {
+                match m.as_str().map(modifier) {
+                    Some(Ok(x)) => *st = st.add_modifier(x),
+                    Some(Err(e)) => problems.push(e),
+                    None => problems.push(format!("modifier {m} is not a name")),
+                }
+            }
+        }
+        ("fg" | "bg" | "modifiers", other) => problems.push(format!(
+            "{k} = {other} has the wrong type (fg and bg are colours, modifiers a list of names)"
+        )),
+        (other, _) => problems.push(format!(
+            "unknown style key {other:?}: a style has fg, bg and modifiers"
+        )),
+    }
+}
+
+impl Theme {
     /// The style for a scope, falling back to its parents.
     pub fn get(&self, scope: &str) -> Style {
         let mut s = scope;

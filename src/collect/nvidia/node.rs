@@ -224,50 +224,8 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
     let mut next_id = 0u32;
     let src = n.source.as_str();
     for g in &n.gpus {
-        let bdf = g
-            .bdf
-            .rsplit_once('.')
-            .map_or(g.bdf.clone(), |(b, _)| b.to_string());
-        let mut pg = PhysicalGpu {
-            bdf,
-            product: g.name.clone(),
-            uuid: g.uuid.clone(),
-            driver_version: n.driver.clone(),
-            hbm_bytes: g.mem_total_mib.and_then(mib_bytes),
-            power_watts: g.power_w,
-            power_cap_watts: g.power_limit_w,
-            hotspot_celsius: g.temp_c,
-            mem_celsius: g.mem_temp_c,
-            gfx_clock_mhz: g.sm_clock_mhz,
-            mem_clock_mhz: g.mem_clock_mhz,
-            counters: DeviceCounters {
-                energy_uj: g.counters.energy_mj.map(|m| m as f64 * 1000.0),
-                pcie_replay: g.counters.pcie_replays,
-                enc_util_percent: g.counters.enc_util,
-                dec_util_percent: g.counters.dec_util,
-                remapped_rows_correctable: g.counters.remapped_correctable,
-                remapped_rows_uncorrectable: g.counters.remapped_uncorrectable,
-                row_remap_failure: g.counters.remap_failure,
-                xid_last: g.counters.xid_last,
-                xid_count: g.counters.xid_count,
-                ..DeviceCounters::default()
-            },
-            ..PhysicalGpu::default()
-        };
-        for f in [
-            "power_watts",
-            "power_cap_watts",
-            "hotspot_celsius",
-            "mem_celsius",
-            "hbm_bytes",
-            "gfx_clock_mhz",
-            "mem_clock_mhz",
-        ] {
-            note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
-        }
-        if g.mig_enabled.is_some() {
-            pg.mig = Some(mig_info(g, src));
-        }
+        let mut pg = physical(n, g, src, at_ms);
+        // Each logical GPU's MIG instance (None: the whole GPU) and partop's index for it.
         let mut ids: Vec<(Option<u32>, u32)> = Vec::new();
         if g.mig_enabled == Some(true) && !g.instances.is_empty() {
             for inst in &g.instances {
@@ -276,101 +234,181 @@ pub fn assemble(n: &NvNode, at_ms: u64) -> (Vec<PhysicalGpu>, Vec<Process>) {
                     .as_ref()
                     .map(|m| m.profiles.as_slice())
                     .unwrap_or(&[]);
-                let named = instance_profile(profiles, inst);
-                let mut l = LogicalGpu {
-                    gpu_id: next_id,
-                    partition_id: inst.gi,
-                    bdf: format!("{}/gi{}", g.bdf, inst.gi),
-                    vram_total_bytes: inst.mem_total_mib.and_then(mib_bytes),
-                    vram_share_bytes: inst.mem_total_mib.and_then(mib_bytes),
-                    vram_used_bytes: inst.mem_used_mib.and_then(mib_bytes),
-                    cu_count: inst.sms,
-                    uuid: inst.uuid.clone(),
-                    profile: named.as_ref().ok().cloned(),
-                    gr_engine_active_percent: inst.gr_engine_active,
-                    ..LogicalGpu::default()
-                };
-                for f in ["vram_total_bytes", "vram_used_bytes", "cu_count"] {
-                    note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
-                }
-                note(
-                    &mut l.provenance,
-                    "profile",
-                    SourceKind::Nvidia,
-                    src,
-                    at_ms,
-                    named.err().map(Missing::NotApplicable),
-                );
+                let l = mig_instance(g, inst, profiles, next_id, src, at_ms);
                 ids.push((Some(inst.gi), next_id));
                 pg.partitions.push(l);
                 next_id += 1;
             }
         } else {
-            let mut l = LogicalGpu {
-                gpu_id: next_id,
-                partition_id: 0,
-                bdf: g.bdf.clone(),
-                vram_total_bytes: g.mem_total_mib.and_then(mib_bytes),
-                vram_used_bytes: g.mem_used_mib.and_then(mib_bytes),
-                gfx_busy_percent: g.util_gpu,
-                umc_busy_percent: g.util_mem,
-                gr_engine_active_percent: g.counters.gr_engine_active,
-                uuid: g.uuid.clone(),
-                ..LogicalGpu::default()
-            };
-            for f in [
-                "vram_total_bytes",
-                "vram_used_bytes",
-                "gfx_busy_percent",
-                "umc_busy_percent",
-            ] {
-                note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
-            }
+            pg.partitions.push(whole_gpu(g, next_id, src, at_ms));
             ids.push((None, next_id));
-            pg.partitions.push(l);
             next_id += 1;
         }
-        for p in &g.processes {
-            let id = ids
-                .iter()
-                .find(|(gi, _)| gi.is_none() || *gi == p.gi)
-                .map_or(ids.first().map_or(0, |x| x.1), |x| x.1);
-            let u = GpuUse {
-                gpu_id: id,
-                vram_bytes: p.used_mib.and_then(mib_bytes),
-                // NVML's per-process SM share is its graphics/compute engine busy.
-                engine_percent: p
-                    .sm_util
-                    .map(|v| ("sm".to_string(), f64::from(v.min(100))))
-                    .into_iter()
-                    .collect(),
-                ..GpuUse::default()
-            };
-            match processes.iter_mut().find(|x| x.pid == p.pid) {
-                Some(x) => x.gpus.push(u),
-                None => {
-                    let mut pr = Process {
-                        pid: p.pid,
-                        name: p.name.clone(),
-                        listed_by_amdsmi: true,
-                        gpus: vec![u],
-                        ..Process::default()
-                    };
-                    note(
-                        &mut pr.provenance,
-                        "gpus",
-                        SourceKind::Nvidia,
-                        src,
-                        at_ms,
-                        None,
-                    );
-                    processes.push(pr);
-                }
-            }
-        }
+        add_processes(&mut processes, g, &ids, src, at_ms);
         gpus.push(pg);
     }
     (gpus, processes)
+}
+
+/// The device's own values (the BDF without its function), and its MIG state.
+fn physical(n: &NvNode, g: &NvGpu, src: &str, at_ms: u64) -> PhysicalGpu {
+    let bdf = g
+        .bdf
+        .rsplit_once('.')
+        .map_or(g.bdf.clone(), |(b, _)| b.to_string());
+    let mut pg = PhysicalGpu {
+        bdf,
+        product: g.name.clone(),
+        uuid: g.uuid.clone(),
+        driver_version: n.driver.clone(),
+        hbm_bytes: g.mem_total_mib.and_then(mib_bytes),
+        power_watts: g.power_w,
+        power_cap_watts: g.power_limit_w,
+        hotspot_celsius: g.temp_c,
+        mem_celsius: g.mem_temp_c,
+        gfx_clock_mhz: g.sm_clock_mhz,
+        mem_clock_mhz: g.mem_clock_mhz,
+        counters: DeviceCounters {
+            energy_uj: g.counters.energy_mj.map(|m| m as f64 * 1000.0),
+            pcie_replay: g.counters.pcie_replays,
+            enc_util_percent: g.counters.enc_util,
+            dec_util_percent: g.counters.dec_util,
+            remapped_rows_correctable: g.counters.remapped_correctable,
+            remapped_rows_uncorrectable: g.counters.remapped_uncorrectable,
+            row_remap_failure: g.counters.remap_failure,
+            xid_last: g.counters.xid_last,
+            xid_count: g.counters.xid_count,
+            ..DeviceCounters::default()
+        },
+        ..PhysicalGpu::default()
+    };
+    for f in [
+        "power_watts",
+        "power_cap_watts",
+        "hotspot_celsius",
+        "mem_celsius",
+        "hbm_bytes",
+        "gfx_clock_mhz",
+        "mem_clock_mhz",
+    ] {
+        note(&mut pg.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+    }
+    if g.mig_enabled.is_some() {
+        pg.mig = Some(mig_info(g, src));
+    }
+    pg
+}
+
+/// A MIG instance as logical GPU `id`, its profile named by the device's own profiles (N/A with
+/// the reason where none fits).
+fn mig_instance(
+    g: &NvGpu,
+    inst: &NvInstance,
+    profiles: &[MigProfile],
+    id: u32,
+    src: &str,
+    at_ms: u64,
+) -> LogicalGpu {
+    let named = instance_profile(profiles, inst);
+    let mut l = LogicalGpu {
+        gpu_id: id,
+        partition_id: inst.gi,
+        bdf: format!("{}/gi{}", g.bdf, inst.gi),
+        vram_total_bytes: inst.mem_total_mib.and_then(mib_bytes),
+        vram_share_bytes: inst.mem_total_mib.and_then(mib_bytes),
+        vram_used_bytes: inst.mem_used_mib.and_then(mib_bytes),
+        cu_count: inst.sms,
+        uuid: inst.uuid.clone(),
+        profile: named.as_ref().ok().cloned(),
+        gr_engine_active_percent: inst.gr_engine_active,
+        ..LogicalGpu::default()
+    };
+    for f in ["vram_total_bytes", "vram_used_bytes", "cu_count"] {
+        note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+    }
+    note(
+        &mut l.provenance,
+        "profile",
+        SourceKind::Nvidia,
+        src,
+        at_ms,
+        named.err().map(Missing::NotApplicable),
+    );
+    l
+}
+
+/// A GPU without MIG instances as one logical GPU, `id`.
+fn whole_gpu(g: &NvGpu, id: u32, src: &str, at_ms: u64) -> LogicalGpu {
+    let mut l = LogicalGpu {
+        gpu_id: id,
+        partition_id: 0,
+        bdf: g.bdf.clone(),
+        vram_total_bytes: g.mem_total_mib.and_then(mib_bytes),
+        vram_used_bytes: g.mem_used_mib.and_then(mib_bytes),
+        gfx_busy_percent: g.util_gpu,
+        umc_busy_percent: g.util_mem,
+        gr_engine_active_percent: g.counters.gr_engine_active,
+        uuid: g.uuid.clone(),
+        ..LogicalGpu::default()
+    };
+    for f in [
+        "vram_total_bytes",
+        "vram_used_bytes",
+        "gfx_busy_percent",
+        "umc_busy_percent",
+    ] {
+        note(&mut l.provenance, f, SourceKind::Nvidia, src, at_ms, None);
+    }
+    l
+}
+
+/// `g`'s processes into `processes`, each use on the logical GPU of its instance (`ids`); a
+/// process on several GPUs is one process with several uses.
+fn add_processes(
+    processes: &mut Vec<Process>,
+    g: &NvGpu,
+    ids: &[(Option<u32>, u32)],
+    src: &str,
+    at_ms: u64,
+) {
+    for p in &g.processes {
+        let id = ids
+            .iter()
+            .find(|(gi, _)| gi.is_none() || *gi == p.gi)
+            .map_or(ids.first().map_or(0, |x| x.1), |x| x.1);
+        let u = GpuUse {
+            gpu_id: id,
+            vram_bytes: p.used_mib.and_then(mib_bytes),
+            // NVML's per-process SM share is its graphics/compute engine busy.
+            engine_percent: p
+                .sm_util
+                .map(|v| ("sm".to_string(), f64::from(v.min(100))))
+                .into_iter()
+                .collect(),
+            ..GpuUse::default()
+        };
+        match processes.iter_mut().find(|x| x.pid == p.pid) {
+            Some(x) => x.gpus.push(u),
+            None => {
+                let mut pr = Process {
+                    pid: p.pid,
+                    name: p.name.clone(),
+                    listed_by_amdsmi: true,
+                    gpus: vec![u],
+                    ..Process::default()
+                };
+                note(
+                    &mut pr.provenance,
+                    "gpus",
+                    SourceKind::Nvidia,
+                    src,
+                    at_ms,
+                    None,
+                );
+                processes.push(pr);
+            }
+        }
+    }
 }
 
 /// MiB as bytes, checked: a shift would drop the high bits of an absurd figure and show a

@@ -300,7 +300,6 @@ impl NvSource for NvmlSource {
         {
             self.statics = Some((std::time::Instant::now(), self.read_statics(count)?));
         }
-        let n = self.nvml;
         let Some((_, statics)) = self.statics.as_mut() else {
             return Err("NVML: no device facts".into());
         };
@@ -308,137 +307,27 @@ impl NvSource for NvmlSource {
             .xid
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        xid.watch(n, count);
+        xid.watch(self.nvml, count);
         xid.drain();
-        let gpm = self
-            .gpm
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut tick = Tick {
+            nvml: self.nvml,
+            gpm: self
+                .gpm
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            names: &mut self.names,
+            util_seen: &mut self.util_seen,
+        };
         let mut seen = Vec::new();
         let mut gpus = Vec::new();
         for i in 0..count {
-            let d = n
+            let d = tick
+                .nvml
                 .device_by_index(i)
                 .map_err(|e| format!("NVML device {i}: {e}"))?;
-            let mem = d.memory_info().ok();
-            let util = d.utilization_rates().ok();
-            let mig = d.mig_mode().ok();
-            let enabled = mig.as_ref().map(|m| m.current == 1);
-            let st = &mut statics.devices[i as usize];
-            let now_mig = mig.as_ref().map(|m| (m.current, m.pending));
-            if now_mig != st.mig {
-                // A MIG mode change: the profiles the device offers are read again.
-                st.profiles = if now_mig.is_some() {
-                    profiles_of(&d, mem.as_ref().map(|m| m.total))
-                } else {
-                    vec![]
-                };
-                st.mig = now_mig;
-            }
-            let mut instances = Vec::new();
-            let mut processes = procs(
-                d.running_compute_processes().unwrap_or_default(),
-                n,
-                &mut self.names,
-            );
-            if enabled == Some(true) {
-                for k in 0..d.mig_device_count().unwrap_or(0) {
-                    let Ok(m) = d.mig_device_by_index(k) else {
-                        continue;
-                    };
-                    let attrs = m.attributes().ok();
-                    let mp = procs(
-                        m.running_compute_processes().unwrap_or_default(),
-                        n,
-                        &mut self.names,
-                    );
-                    let gi = mp.iter().find_map(|p| p.gi).unwrap_or(k);
-                    let mm = m.memory_info().ok();
-                    let gr = st
-                        .gpm
-                        .then(|| gr_engine_active(n, gpm, (i, Some(gi)), d.gpm_mig_sample(gi)));
-                    instances.push(NvInstance {
-                        gi,
-                        ci: None,
-                        uuid: m.uuid().ok(),
-                        // Named later by the device's own profiles: slices, SMs, memory and
-                        // the optical-flow unit together (never a name made up from memory).
-                        profile: None,
-                        profile_id: None,
-                        slices: attrs.as_ref().map(|a| a.gpu_instance_slice_count),
-                        ofa: attrs.as_ref().map(|a| a.shared_ofa_count),
-                        mem_total_mib: mm.as_ref().map(|x| mib(x.total)),
-                        mem_used_mib: mm.as_ref().map(|x| mib(x.used)),
-                        sms: attrs.map(|a| a.multiprocessor_count),
-                        gr_engine_active: gr.flatten(),
-                    });
-                    processes.extend(mp.into_iter().map(|p| NvProc { gi: Some(gi), ..p }));
-                }
-            }
-            if enabled != Some(true) {
-                // The samples since the last read: each process's newest one.
-                let since = self.util_seen.get(&i).copied();
-                if let Ok(samples) = d.process_utilization_stats(since) {
-                    let mut newest: HashMap<u32, (u64, u32)> = HashMap::new();
-                    for s in samples {
-                        let e = newest.entry(s.pid).or_insert((s.timestamp, s.sm_util));
-                        if s.timestamp >= e.0 {
-                            *e = (s.timestamp, s.sm_util);
-                        }
-                        self.util_seen
-                            .entry(i)
-                            .and_modify(|t| *t = (*t).max(s.timestamp))
-                            .or_insert(s.timestamp);
-                    }
-                    for p in &mut processes {
-                        // No sample since the last read: it used no SM time in between.
-                        p.sm_util = Some(newest.get(&p.pid).map_or(0, |x| x.1.min(100)));
-                    }
-                }
-            }
-            seen.extend(processes.iter().map(|p| p.pid));
-            let gr = (st.gpm && enabled != Some(true))
-                .then(|| gr_engine_active(n, gpm, (i, None), d.gpm_sample()))
-                .flatten();
-            let (xid_last, xid_count) = xid.of(i);
-            gpus.push(NvGpu {
-                index: i,
-                bdf: st.bdf.clone(),
-                name: st.name.clone(),
-                uuid: st.uuid.clone(),
-                mem_total_mib: mem.as_ref().map(|m| mib(m.total)),
-                mem_used_mib: mem.as_ref().map(|m| mib(m.used)),
-                util_gpu: util.as_ref().map(|u| f64::from(u.gpu)),
-                util_mem: util.as_ref().map(|u| f64::from(u.memory)),
-                power_w: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
-                power_limit_w: st.power_limit_w,
-                temp_c: d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
-                mem_temp_c: None,
-                sm_clock_mhz: d.clock_info(Clock::SM).ok(),
-                mem_clock_mhz: d.clock_info(Clock::Memory).ok(),
-                mig_enabled: enabled,
-                mig_pending: mig.map(|m| m.pending == 1),
-                instances,
-                processes,
-                profiles: st.profiles.clone(),
-                counters: NvCounters {
-                    energy_mj: d.total_energy_consumption().ok(),
-                    pcie_replays: d.pcie_replay_counter().ok().map(u64::from),
-                    enc_util: d
-                        .encoder_utilization()
-                        .ok()
-                        .map(|u| f64::from(u.utilization)),
-                    dec_util: d
-                        .decoder_utilization()
-                        .ok()
-                        .map(|u| f64::from(u.utilization)),
-                    gr_engine_active: gr,
-                    xid_last,
-                    xid_count,
-                    // nvml-wrapper 0.13 has no remapped-rows call: nvidia-smi's XML gives them.
-                    ..NvCounters::default()
-                },
-            });
+            let g = tick.gpu(i, &d, &mut statics.devices[i as usize], xid.of(i));
+            seen.extend(g.processes.iter().map(|p| p.pid));
+            gpus.push(g);
         }
         self.names.retain(|pid, _| seen.contains(pid));
         Ok(NvNode {
@@ -446,5 +335,172 @@ impl NvSource for NvmlSource {
             driver: statics.driver.clone(),
             gpus,
         })
+    }
+}
+
+/// What one read keeps across its devices: NVML, the last GPM samples, the process names
+/// known, the newest utilisation sample seen per device.
+struct Tick<'a> {
+    nvml: &'static Nvml,
+    gpm: &'a mut HashMap<(u32, Option<u32>), GpmSample<'static>>,
+    names: &'a mut HashMap<u32, Option<String>>,
+    util_seen: &'a mut HashMap<u32, u64>,
+}
+
+impl Tick<'_> {
+    /// Device `i` now: memory, utilisation, power, temperature, clocks, MIG mode and
+    /// instances, processes, counters (`xid`: its last XID and how many).
+    fn gpu(
+        &mut self,
+        i: u32,
+        d: &nvml_wrapper::Device<'static>,
+        st: &mut DeviceStatic,
+        xid: (Option<u64>, Option<u64>),
+    ) -> NvGpu {
+        let mem = d.memory_info().ok();
+        let util = d.utilization_rates().ok();
+        let mig = d.mig_mode().ok();
+        let enabled = mig.as_ref().map(|m| m.current == 1);
+        let now_mig = mig.as_ref().map(|m| (m.current, m.pending));
+        if now_mig != st.mig {
+            // A MIG mode change: the profiles the device offers are read again.
+            st.profiles = if now_mig.is_some() {
+                profiles_of(d, mem.as_ref().map(|m| m.total))
+            } else {
+                vec![]
+            };
+            st.mig = now_mig;
+        }
+        let mut processes = procs(
+            d.running_compute_processes().unwrap_or_default(),
+            self.nvml,
+            self.names,
+        );
+        let instances = if enabled == Some(true) {
+            self.instances(i, d, st.gpm, &mut processes)
+        } else {
+            self.sm_util(i, d, &mut processes);
+            Vec::new()
+        };
+        let gr = (st.gpm && enabled != Some(true))
+            .then(|| gr_engine_active(self.nvml, self.gpm, (i, None), d.gpm_sample()))
+            .flatten();
+        NvGpu {
+            index: i,
+            bdf: st.bdf.clone(),
+            name: st.name.clone(),
+            uuid: st.uuid.clone(),
+            mem_total_mib: mem.as_ref().map(|m| mib(m.total)),
+            mem_used_mib: mem.as_ref().map(|m| mib(m.used)),
+            util_gpu: util.as_ref().map(|u| f64::from(u.gpu)),
+            util_mem: util.as_ref().map(|u| f64::from(u.memory)),
+            power_w: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+            power_limit_w: st.power_limit_w,
+            temp_c: d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
+            mem_temp_c: None,
+            sm_clock_mhz: d.clock_info(Clock::SM).ok(),
+            mem_clock_mhz: d.clock_info(Clock::Memory).ok(),
+            mig_enabled: enabled,
+            mig_pending: mig.map(|m| m.pending == 1),
+            instances,
+            processes,
+            profiles: st.profiles.clone(),
+            counters: counters(d, gr, xid),
+        }
+    }
+
+    /// Device `i`'s MIG instances, each with its memory, SMs and activity; their processes
+    /// join `processes`, marked with their instance.
+    fn instances(
+        &mut self,
+        i: u32,
+        d: &nvml_wrapper::Device<'static>,
+        gpm: bool,
+        processes: &mut Vec<NvProc>,
+    ) -> Vec<NvInstance> {
+        let mut instances = Vec::new();
+        for k in 0..d.mig_device_count().unwrap_or(0) {
+            let Ok(m) = d.mig_device_by_index(k) else {
+                continue;
+            };
+            let attrs = m.attributes().ok();
+            let mp = procs(
+                m.running_compute_processes().unwrap_or_default(),
+                self.nvml,
+                self.names,
+            );
+            let gi = mp.iter().find_map(|p| p.gi).unwrap_or(k);
+            let mm = m.memory_info().ok();
+            let gr = gpm.then(|| {
+                gr_engine_active(self.nvml, self.gpm, (i, Some(gi)), d.gpm_mig_sample(gi))
+            });
+            instances.push(NvInstance {
+                gi,
+                ci: None,
+                uuid: m.uuid().ok(),
+                // Named later by the device's own profiles: slices, SMs, memory and the
+                // optical-flow unit together (never a name made up from memory).
+                profile: None,
+                profile_id: None,
+                slices: attrs.as_ref().map(|a| a.gpu_instance_slice_count),
+                ofa: attrs.as_ref().map(|a| a.shared_ofa_count),
+                mem_total_mib: mm.as_ref().map(|x| mib(x.total)),
+                mem_used_mib: mm.as_ref().map(|x| mib(x.used)),
+                sms: attrs.map(|a| a.multiprocessor_count),
+                gr_engine_active: gr.flatten(),
+            });
+            processes.extend(mp.into_iter().map(|p| NvProc { gi: Some(gi), ..p }));
+        }
+        instances
+    }
+
+    /// Each process's SM use on device `i` (not in MIG mode): the newest of the samples since
+    /// the last read.
+    fn sm_util(&mut self, i: u32, d: &nvml_wrapper::Device<'static>, processes: &mut [NvProc]) {
+        let since = self.util_seen.get(&i).copied();
+        let Ok(samples) = d.process_utilization_stats(since) else {
+            return;
+        };
+        let mut newest: HashMap<u32, (u64, u32)> = HashMap::new();
+        for s in samples {
+            let e = newest.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+            if s.timestamp >= e.0 {
+                *e = (s.timestamp, s.sm_util);
+            }
+            self.util_seen
+                .entry(i)
+                .and_modify(|t| *t = (*t).max(s.timestamp))
+                .or_insert(s.timestamp);
+        }
+        for p in processes {
+            // No sample since the last read: it used no SM time in between.
+            p.sm_util = Some(newest.get(&p.pid).map_or(0, |x| x.1.min(100)));
+        }
+    }
+}
+
+/// The device's counters: energy, PCIe replays, encoder and decoder use, graphics activity
+/// (`gr`), XIDs.
+fn counters(
+    d: &nvml_wrapper::Device<'static>,
+    gr: Option<f64>,
+    (xid_last, xid_count): (Option<u64>, Option<u64>),
+) -> NvCounters {
+    NvCounters {
+        energy_mj: d.total_energy_consumption().ok(),
+        pcie_replays: d.pcie_replay_counter().ok().map(u64::from),
+        enc_util: d
+            .encoder_utilization()
+            .ok()
+            .map(|u| f64::from(u.utilization)),
+        dec_util: d
+            .decoder_utilization()
+            .ok()
+            .map(|u| f64::from(u.utilization)),
+        gr_engine_active: gr,
+        xid_last,
+        xid_count,
+        // nvml-wrapper 0.13 has no remapped-rows call: nvidia-smi's XML gives them.
+        ..NvCounters::default()
     }
 }

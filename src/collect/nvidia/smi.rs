@@ -51,104 +51,12 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
         ));
     }
     let driver = txt(root, "driver_version");
-    let mut gpus = Vec::new();
-    for (index, g) in root
+    let gpus = root
         .children()
         .filter(|c| c.has_tag_name("gpu"))
         .enumerate()
-    {
-        let bdf = g
-            .attribute("id")
-            .map(str::to_string)
-            .or_else(|| txt(g, "pci/pci_bus_id"))
-            .unwrap_or_default();
-        // "00000000:00:06.0" → "0000:00:06.0"
-        let bdf = match bdf.split_once(':') {
-            Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]).to_lowercase(),
-            _ => bdf.to_lowercase(),
-        };
-        let mig_enabled = txt(g, "mig_mode/current_mig").map(|m| m == "Enabled");
-        let instances = child(g, "mig_devices")
-            .map(|d| {
-                d.children()
-                    .filter(|c| c.has_tag_name("mig_device"))
-                    .map(|m| NvInstance {
-                        gi: int(m, "gpu_instance_id")
-                            .and_then(|v| u32::try_from(v).ok())
-                            .unwrap_or(0),
-                        ci: int(m, "compute_instance_id").and_then(|v| u32::try_from(v).ok()),
-                        uuid: txt(m, "uuid"),
-                        profile: txt(m, "profile_name"),
-                        profile_id: None,
-                        slices: None,
-                        ofa: int(m, "device_attributes/shared/ofa_count")
-                            .and_then(|v| u32::try_from(v).ok()),
-                        mem_total_mib: int(m, "fb_memory_usage/total"),
-                        mem_used_mib: int(m, "fb_memory_usage/used"),
-                        sms: int(m, "device_attributes/shared/multiprocessor_count")
-                            .and_then(|v| u32::try_from(v).ok()),
-                        // nvidia-smi's report has no GPM metrics: NVML gives them.
-                        gr_engine_active: None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let processes = child(g, "processes")
-            .map(|d| {
-                d.children()
-                    .filter(|c| c.has_tag_name("process_info"))
-                    .filter_map(|p| {
-                        Some(NvProc {
-                            pid: u32::try_from(int(p, "pid")?).ok()?,
-                            name: txt(p, "process_name"),
-                            used_mib: int(p, "used_memory"),
-                            gi: int(p, "gpu_instance_id").and_then(|v| u32::try_from(v).ok()),
-                            // nvidia-smi's report has no per-process utilisation.
-                            sm_util: None,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        gpus.push(NvGpu {
-            index: int(g, "minor_number")
-                .and_then(|v| u32::try_from(v).ok())
-                .unwrap_or(u32::try_from(index).unwrap_or(0)),
-            bdf,
-            name: txt(g, "product_name").unwrap_or_else(|| "NVIDIA GPU".into()),
-            uuid: txt(g, "uuid"),
-            mem_total_mib: int(g, "fb_memory_usage/total"),
-            mem_used_mib: int(g, "fb_memory_usage/used"),
-            util_gpu: num(g, "utilization/gpu_util"),
-            util_mem: num(g, "utilization/memory_util"),
-            power_w: num(g, "gpu_power_readings/instant_power_draw")
-                .or_else(|| num(g, "gpu_power_readings/average_power_draw"))
-                .or_else(|| num(g, "gpu_power_readings/power_draw")),
-            power_limit_w: num(g, "gpu_power_readings/current_power_limit"),
-            temp_c: num(g, "temperature/gpu_temp"),
-            mem_temp_c: num(g, "temperature/memory_temp"),
-            sm_clock_mhz: int(g, "clocks/sm_clock").and_then(|v| u32::try_from(v).ok()),
-            mem_clock_mhz: int(g, "clocks/mem_clock").and_then(|v| u32::try_from(v).ok()),
-            mig_enabled,
-            mig_pending: txt(g, "mig_mode/pending_mig").map(|m| m == "Enabled"),
-            instances,
-            processes,
-            profiles: Vec::new(),
-            counters: NvCounters {
-                energy_mj: None,
-                pcie_replays: int(g, "pci/replay_counter"),
-                enc_util: num(g, "utilization/encoder_util"),
-                dec_util: num(g, "utilization/decoder_util"),
-                remapped_correctable: int(g, "remapped_rows/remapped_row_corr"),
-                remapped_uncorrectable: int(g, "remapped_rows/remapped_row_unc"),
-                remap_failure: txt(g, "remapped_rows/remapped_row_failure").map(|v| v == "Yes"),
-                // Neither is in nvidia-smi's report: GPM and XID events come through NVML.
-                gr_engine_active: None,
-                xid_last: None,
-                xid_count: None,
-            },
-        });
-    }
+        .map(|(index, g)| gpu(index, g))
+        .collect();
     Ok(NvNode {
         source: format!(
             "nvidia-smi -q -x (driver {})",
@@ -156,6 +64,106 @@ pub fn parse(xml: &str) -> Result<NvNode, String> {
         ),
         driver,
         gpus,
+    })
+}
+
+/// A count that fits `u32` (else none).
+fn small(n: Node<'_, '_>, path: &str) -> Option<u32> {
+    int(n, path).and_then(|v| u32::try_from(v).ok())
+}
+
+/// One `<gpu>` of the report, the `index`th.
+fn gpu(index: usize, g: Node<'_, '_>) -> NvGpu {
+    let bdf = g
+        .attribute("id")
+        .map(str::to_string)
+        .or_else(|| txt(g, "pci/pci_bus_id"))
+        .unwrap_or_default();
+    // "00000000:00:06.0" → "0000:00:06.0"
+    let bdf = match bdf.split_once(':') {
+        Some((dom, rest)) if dom.len() == 8 => format!("{}:{rest}", &dom[4..]).to_lowercase(),
+        _ => bdf.to_lowercase(),
+    };
+    NvGpu {
+        index: small(g, "minor_number").unwrap_or(u32::try_from(index).unwrap_or(0)),
+        bdf,
+        name: txt(g, "product_name").unwrap_or_else(|| "NVIDIA GPU".into()),
+        uuid: txt(g, "uuid"),
+        mem_total_mib: int(g, "fb_memory_usage/total"),
+        mem_used_mib: int(g, "fb_memory_usage/used"),
+        util_gpu: num(g, "utilization/gpu_util"),
+        util_mem: num(g, "utilization/memory_util"),
+        power_w: num(g, "gpu_power_readings/instant_power_draw")
+            .or_else(|| num(g, "gpu_power_readings/average_power_draw"))
+            .or_else(|| num(g, "gpu_power_readings/power_draw")),
+        power_limit_w: num(g, "gpu_power_readings/current_power_limit"),
+        temp_c: num(g, "temperature/gpu_temp"),
+        mem_temp_c: num(g, "temperature/memory_temp"),
+        sm_clock_mhz: small(g, "clocks/sm_clock"),
+        mem_clock_mhz: small(g, "clocks/mem_clock"),
+        mig_enabled: txt(g, "mig_mode/current_mig").map(|m| m == "Enabled"),
+        mig_pending: txt(g, "mig_mode/pending_mig").map(|m| m == "Enabled"),
+        instances: children(g, "mig_devices", "mig_device")
+            .map(instance)
+            .collect(),
+        processes: children(g, "processes", "process_info")
+            .filter_map(process)
+            .collect(),
+        profiles: Vec::new(),
+        counters: NvCounters {
+            energy_mj: None,
+            pcie_replays: int(g, "pci/replay_counter"),
+            enc_util: num(g, "utilization/encoder_util"),
+            dec_util: num(g, "utilization/decoder_util"),
+            remapped_correctable: int(g, "remapped_rows/remapped_row_corr"),
+            remapped_uncorrectable: int(g, "remapped_rows/remapped_row_unc"),
+            remap_failure: txt(g, "remapped_rows/remapped_row_failure").map(|v| v == "Yes"),
+            // Neither is in nvidia-smi's report: GPM and XID events come through NVML.
+            gr_engine_active: None,
+            xid_last: None,
+            xid_count: None,
+        },
+    }
+}
+
+/// The `<item>` children of `g`'s `<list>` (none without the list).
+fn children<'a>(
+    g: Node<'a, 'a>,
+    list: &'a str,
+    item: &'a str,
+) -> impl Iterator<Item = Node<'a, 'a>> {
+    child(g, list)
+        .into_iter()
+        .flat_map(move |d| d.children().filter(move |c| c.has_tag_name(item)))
+}
+
+/// One `<mig_device>`.
+fn instance(m: Node<'_, '_>) -> NvInstance {
+    NvInstance {
+        gi: small(m, "gpu_instance_id").unwrap_or(0),
+        ci: small(m, "compute_instance_id"),
+        uuid: txt(m, "uuid"),
+        profile: txt(m, "profile_name"),
+        profile_id: None,
+        slices: None,
+        ofa: small(m, "device_attributes/shared/ofa_count"),
+        mem_total_mib: int(m, "fb_memory_usage/total"),
+        mem_used_mib: int(m, "fb_memory_usage/used"),
+        sms: small(m, "device_attributes/shared/multiprocessor_count"),
+        // nvidia-smi's report has no GPM metrics: NVML gives them.
+        gr_engine_active: None,
+    }
+}
+
+/// One `<process_info>`; none without a pid.
+fn process(p: Node<'_, '_>) -> Option<NvProc> {
+    Some(NvProc {
+        pid: u32::try_from(int(p, "pid")?).ok()?,
+        name: txt(p, "process_name"),
+        used_mib: int(p, "used_memory"),
+        gi: small(p, "gpu_instance_id"),
+        // nvidia-smi's report has no per-process utilisation.
+        sm_util: None,
     })
 }
 

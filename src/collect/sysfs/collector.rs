@@ -384,10 +384,6 @@ impl SysfsCollector {
 
     /// Samples with the given clocks (monotonic ns for rates, wall ms for ages): tests replay
     /// two fdinfo reads a known time apart.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one pass over the tree, in reading order"
-    )]
     pub fn sample_at(&mut self, mono_ns: u64, now_ms: u64) -> Snapshot {
         let t0 = std::time::Instant::now();
         self.generation += 1;
@@ -395,247 +391,46 @@ impl SysfsCollector {
         let relaid = self.refresh_layout(&mut buf);
         // Borrowed out for this sample and put back at its end (not cloned every tick).
         let (gen_id, nodes, devices) = self.layout.take().unwrap_or_default();
-        let mut gpus = kfd::gpus_from_topology(&nodes, now_ms);
-        // Physical GPUs with no KFD node (KFD not loaded, or a driver reloading) still show.
-        for d in &devices {
-            if !gpus.iter().any(|g| g.bdf == d.bdf) {
-                gpus.push(PhysicalGpu {
-                    bdf: d.bdf.clone(),
-                    product: "unknown GPU".into(),
-                    ..PhysicalGpu::default()
-                });
-            }
-        }
-        gpus.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+        let mut gpus = listed_gpus(&nodes, &devices, now_ms);
         let mut warnings = self.layout_errors.clone();
         for g in &mut gpus {
-            let Some(d) = devices.iter().find(|d| d.bdf == g.bdf) else {
-                continue;
-            };
-            let at = |f: &str| format!("{}/{f}", d.dir.display());
-            if let Some(p) = crate::domain::product::identify(d.device_id.as_deref(), None) {
-                g.product = p.market_name.to_string();
-                g.product_key = Some(p.key.to_string());
-                g.xcd_count = Some(p.xcds);
-                g.cu_count = Some(p.cus());
-                g.profiles.clone_from(&p.profiles);
-                note(
-                    &mut g.provenance,
-                    "profiles",
-                    SourceKind::ProductTable,
-                    &format!(
-                        "partop's product table ({}; sysfs lists modes, not combinations)",
-                        p.source
-                    ),
-                    now_ms,
-                    None,
-                );
-            }
-            g.device_id.clone_from(&d.device_id);
-            g.serial.clone_from(&d.serial);
-            note(
-                &mut g.provenance,
-                "serial",
-                SourceKind::Sysfs,
-                &at("unique_id"),
-                now_ms,
-                d.serial.is_none().then_some(Missing::NotReported),
-            );
-            g.vbios_version.clone_from(&d.vbios);
-            g.driver_version.clone_from(&d.driver);
-            g.counters.pcie_max_speed_gts = d.pcie_max_gts;
-            (g.counters.ecc_correctable, g.counters.ecc_uncorrectable) =
-                ras_counts(&d.ras, &mut buf);
-            match &d.compute {
-                Ok(s) => {
-                    g.compute_partition = s.parse::<ComputeMode>().ok();
-                    note(
-                        &mut g.provenance,
-                        "compute_partition",
-                        SourceKind::Sysfs,
-                        &at("current_compute_partition"),
-                        now_ms,
-                        None,
-                    );
-                }
-                Err(e) => warnings.push(e.clone()),
-            }
-            match &d.memory {
-                Ok(s) => {
-                    g.memory_partition = s.parse::<MemoryMode>().ok();
-                    note(
-                        &mut g.provenance,
-                        "memory_partition",
-                        SourceKind::Sysfs,
-                        &at("current_memory_partition"),
-                        now_ms,
-                        None,
-                    );
-                }
-                Err(e) => warnings.push(e.clone()),
-            }
-            if let Some(s) = &d.available_memory {
-                g.memory_caps = modes(s);
-                note(
-                    &mut g.provenance,
-                    "memory_caps",
-                    SourceKind::Sysfs,
-                    &at("available_memory_partition"),
-                    now_ms,
-                    None,
-                );
-            }
-            // Only the combinations valid now: sysfs lists the compute modes the current memory
-            // mode allows (newer drivers), so keep the table's profiles that agree.
-            if let (Some(s), Some(m)) = (&d.available_compute, g.memory_partition) {
-                let avail: Vec<ComputeMode> = modes(s);
-                if !avail.is_empty() {
-                    g.profiles
-                        .retain(|p| !p.memory.contains(&m) || avail.contains(&p.compute));
-                }
-            }
-            g.hbm_bytes = d.vram_total;
-            let metrics = read_small(&d.dir.join("gpu_metrics"), &mut buf)
-                .map_err(|e| format!("{}: {e}", at("gpu_metrics")))
-                .and_then(|()| {
-                    gpu_metrics::parse(&buf).map_err(|e| format!("{}: {e}", at("gpu_metrics")))
-                });
-            match &metrics {
-                Ok(m) => {
-                    let src = format!("{} v{}.{}", at("gpu_metrics"), m.revision.0, m.revision.1);
-                    g.power_watts = m.socket_power.map(f64::from);
-                    g.hotspot_celsius = m.temperature_hotspot.map(f64::from);
-                    g.mem_celsius = m.temperature_mem.map(f64::from);
-                    g.gfx_clock_mhz = m.gfxclk.iter().max().map(|v| u32::from(*v));
-                    g.mem_clock_mhz = m.uclk.map(u32::from);
-                    g.gfx_clocks_mhz = m.gfxclk.iter().map(|v| u32::from(*v)).collect();
-                    io_counters(&mut g.counters, &m.io);
-                    for f in [
-                        "power_watts",
-                        "hotspot_celsius",
-                        "mem_celsius",
-                        "gfx_clock_mhz",
-                        "mem_clock_mhz",
-                    ] {
-                        note(&mut g.provenance, f, SourceKind::Sysfs, &src, now_ms, None);
-                    }
-                }
-                Err(e) => {
-                    warnings.push(e.clone());
-                    let hw = hwmon(d.hwmon.as_deref(), &mut buf);
-                    g.power_watts = hw.power_w;
-                    g.hotspot_celsius = hw.junction_c;
-                    g.mem_celsius = hw.mem_c;
-                    for f in ["power_watts", "hotspot_celsius", "mem_celsius"] {
-                        note(
-                            &mut g.provenance,
-                            f,
-                            SourceKind::Sysfs,
-                            &hw.dir,
-                            now_ms,
-                            None,
-                        );
-                    }
-                }
-            }
-            if relaid || g.power_cap_watts.is_none() {
-                g.power_cap_watts = d
-                    .hwmon
-                    .as_deref()
-                    .and_then(|h| small_num(&h.join("power1_cap"), &mut buf))
-                    .map(|v| v as f64 / 1e6);
-            }
-            let n = g.partitions.len().max(1);
-            // Which XCDs and HBM domains each partition owns follows from the product's
-            // geometry and the modes (sysfs does not list them).
-            let geometry = g
-                .product_key
-                .as_deref()
-                .and_then(crate::domain::product::by_key)
-                .zip(g.compute_partition.zip(g.memory_partition))
-                .map(|(p, (c, m))| crate::domain::layout::shapes(&p, c, m))
-                .filter(|s| s.len() == g.partitions.len());
-            for l in &mut g.partitions {
-                if let Some(s) = geometry
-                    .as_ref()
-                    .and_then(|v| v.iter().find(|s| s.partition_id == l.partition_id))
-                {
-                    l.xcds.clone_from(&s.xcds);
-                    l.memory_domains.clone_from(&s.memory_domains);
-                    for f in ["xcds", "memory_domains"] {
-                        note(
-                            &mut l.provenance,
-                            f,
-                            SourceKind::Derived,
-                            "the product's geometry for the current modes",
-                            now_ms,
-                            None,
-                        );
-                    }
-                }
-                let node = nodes.iter().find(|k| Some(k.gpu_id) == l.kfd_id);
-                // This partition's own metrics file, else its block of gpu_metrics, else the
-                // device's XCCs it owns (v1.9).
-                let own = d
-                    .xcp_files
-                    .iter()
-                    .find(|(p, _)| *p == l.partition_id)
-                    .map(|(_, f)| f.as_path());
-                let (xccs, src) =
-                    partition_busy(own, &metrics, &d.dir, node, l.partition_id, &mut buf);
-                let busy = mean(&xccs);
-                l.gfx_busy_percent = busy;
-                l.xcc_busy_percent = xccs;
-                note(
-                    &mut l.provenance,
-                    "gfx_busy_percent",
-                    SourceKind::Sysfs,
-                    &src,
-                    now_ms,
-                    busy.is_none().then_some(Missing::NotReported),
-                );
-                if let Some(b) = node.and_then(|k| k.mem_bytes) {
-                    l.vram_total_bytes = Some(b);
-                    l.vram_share_bytes = Some(b);
-                    note(
-                        &mut l.provenance,
-                        "vram_total_bytes",
-                        SourceKind::Sysfs,
-                        &format!(
-                            "/sys/class/kfd/kfd/topology/nodes/{}/mem_banks/0/properties",
-                            node.map_or(0, |k| k.node)
-                        ),
-                        now_ms,
-                        None,
-                    );
-                } else if let Some(t) = g.hbm_bytes {
-                    l.vram_share_bytes = Some(t / n as u64);
-                }
-                if l.is_primary() {
-                    if let Ok(m) = &metrics {
-                        l.umc_busy_percent = m.umc_activity.map(f64::from);
-                        note(
-                            &mut l.provenance,
-                            "umc_busy_percent",
-                            SourceKind::Sysfs,
-                            &at("gpu_metrics"),
-                            now_ms,
-                            None,
-                        );
-                    }
-                } else {
-                    note(
-                        &mut l.provenance,
-                        "umc_busy_percent",
-                        SourceKind::Sysfs,
-                        "device-wide: on the primary partition",
-                        now_ms,
-                        Some(Missing::SecondaryPartition),
-                    );
-                }
+            if let Some(d) = devices.iter().find(|d| d.bdf == g.bdf) {
+                read_device(g, d, &nodes, relaid, now_ms, &mut buf, &mut warnings);
             }
         }
         kfd::number_as_amd_smi(&mut gpus);
+        let scan = self.next_scan(relaid);
+        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, scan, &mut buf);
+        self.layout = Some((gen_id, nodes, devices));
+        vram_used(&mut gpus, &processes, now_ms);
+        // What permissions hid is said, and the source is not `ok` while partly blind.
+        let hidden = self.hidden(&processes);
+        if let Some(h) = &hidden {
+            warnings.push(h.describe());
+        }
+        let status = self.status(&gpus, &warnings, now_ms, t0);
+        Snapshot {
+            schema: SCHEMA,
+            host: self.host.clone(),
+            taken_at: clock::rfc3339(now_ms),
+            taken_at_ms: now_ms,
+            generation: self.generation,
+            simulated: self.simulated,
+            sources: vec![status],
+            gpus,
+            processes,
+            reload: None,
+            models: Vec::new(),
+            host_usage: None,
+            hidden,
+            kubelet: None,
+        }
+    }
+
+    /// How this sample finds holders: a complete scan after a relayout, when asked, or every
+    /// [`COMPLETE_SCAN_EVERY`]th scan; a sweep every `full_scan_every` samples; else KFD's
+    /// list. A full scan drops the cached /proc facts.
+    fn next_scan(&mut self, relaid: bool) -> Scan {
         let complete = relaid
             || std::mem::take(&mut self.scan_now)
             || self.full_scan_every <= 1
@@ -649,62 +444,22 @@ impl SysfsCollector {
         } else {
             Scan::Kfd
         };
-        let full = scan != Scan::Kfd;
-        if full {
+        if scan != Scan::Kfd {
             self.procinfo.clear();
         }
         self.samples += 1;
-        let processes = self.processes(&nodes, &gpus, mono_ns, now_ms, scan, &mut buf);
-        self.layout = Some((gen_id, nodes, devices));
-        // Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has
-        // only the device-wide figure).
-        for g in &mut gpus {
-            for l in &mut g.partitions {
-                // Checked: a wrapped total reads as a plausible "1.0 GiB used".
-                let used = crate::domain::sanity::sum_bytes(
-                    processes
-                        .iter()
-                        .flat_map(|p| &p.gpus)
-                        .filter(|u| u.gpu_id == l.gpu_id)
-                        .filter_map(|u| u.vram_bytes),
-                );
-                l.vram_used_bytes = used.as_ref().ok().copied();
-                note(
-                    &mut l.provenance,
-                    "vram_used_bytes",
-                    SourceKind::Derived,
-                    "sum of its processes' VRAM (KFD vram_<gpu_id>, DRM fdinfo)",
-                    now_ms,
-                    used.err().map(Missing::OutOfRange),
-                );
-            }
-        }
-        // A partition one of whose hidden processes' VRAM could not be read has no known sum:
-        // N/A with the reason, never a low figure read as fact.
-        for l in gpus.iter_mut().flat_map(|g| &mut g.partitions) {
-            let unknown = processes
-                .iter()
-                .filter(|p| p.files_hidden)
-                .flat_map(|p| &p.gpus)
-                .any(|u| u.gpu_id == l.gpu_id && u.vram_bytes.is_none());
-            if unknown {
-                l.vram_used_bytes = None;
-                note(
-                    &mut l.provenance,
-                    "vram_used_bytes",
-                    SourceKind::Derived,
-                    "sum of its processes' VRAM: another user's could not be read",
-                    now_ms,
-                    Some(Missing::OtherUsersFiles),
-                );
-            }
-        }
-        // What permissions hid is said, and the source is not `ok` while partly blind.
-        let hidden = self.hidden(&processes);
-        if let Some(h) = &hidden {
-            warnings.push(h.describe());
-        }
-        let status = SourceStatus {
+        scan
+    }
+
+    /// The source's health: down with no GPU, degraded with any warning (the first is said).
+    fn status(
+        &self,
+        gpus: &[PhysicalGpu],
+        warnings: &[String],
+        now_ms: u64,
+        t0: std::time::Instant,
+    ) -> SourceStatus {
+        SourceStatus {
             name: SRC.into(),
             version: None,
             status: if gpus.is_empty() {
@@ -725,22 +480,6 @@ impl SysfsCollector {
             last_ok_ms: (!gpus.is_empty()).then_some(now_ms),
             took_ms: u64::try_from(t0.elapsed().as_millis()).ok(),
             cadence: None,
-        };
-        Snapshot {
-            schema: SCHEMA,
-            host: self.host.clone(),
-            taken_at: clock::rfc3339(now_ms),
-            taken_at_ms: now_ms,
-            generation: self.generation,
-            simulated: self.simulated,
-            sources: vec![status],
-            gpus,
-            processes,
-            reload: None,
-            models: Vec::new(),
-            host_usage: None,
-            hidden,
-            kubelet: None,
         }
     }
 
@@ -793,6 +532,8 @@ impl SysfsCollector {
         self.holders.sort_by_key(|h| h.pid);
     }
 
+    /// The GPU processes: who holds GPUs now, with each one's use per logical GPU from its KFD
+    /// files and DRM fdinfo. A non-ROCm holder whose fdinfo is gone has exited: dropped.
     fn processes(
         &mut self,
         nodes: &[KfdNode],
@@ -802,194 +543,26 @@ impl SysfsCollector {
         scan: Scan,
         buf: &mut Vec<u8>,
     ) -> Vec<Process> {
-        let full = scan != Scan::Kfd;
         self.refresh_holders(scan);
-        // A gpu id two nodes claim names no logical GPU: its use is N/A, never the first's.
-        let shared = kfd::shared_ids(nodes);
-        let logical: HashMap<u64, (u32, Option<u32>)> = gpus
-            .iter()
-            .flat_map(|g| &g.partitions)
-            .filter_map(|l| Some((l.kfd_id?, (l.gpu_id, l.cu_count))))
-            .filter(|(id, _)| !shared.contains_key(id))
-            .collect();
-        let by_minor: HashMap<u32, u32> = nodes
-            .iter()
-            .filter_map(|n| Some((n.render_minor?, logical.get(&n.gpu_id)?.0)))
-            .collect();
-        let mut seen_clients: std::collections::HashSet<(String, u64)> =
-            std::collections::HashSet::new();
-        let mut next_prev = HashMap::new();
+        let ids = GpuIds::new(nodes, gpus);
+        let mut reads = DrmReads {
+            full: scan != Scan::Kfd,
+            mono_ns,
+            seen_clients: std::collections::HashSet::new(),
+            next_prev: HashMap::new(),
+        };
         let mut out = Vec::new();
-        let kfd_dir = self.roots.sys_root.join("class/kfd/kfd/proc");
         let holders = std::mem::take(&mut self.holders);
         let mut gone = Vec::new();
         for h in &holders {
             let mut uses: BTreeMap<u32, GpuUse> = BTreeMap::new();
-            let mut denied = false;
-            let mut unattributed: Option<u64> = None;
-            // KFD: per-GPU VRAM, SDMA time, CU occupancy (the gpu ids it has files for are
-            // listed once per full scan).
-            if h.kfd {
-                let ids = self.kfd_ids.entry(h.pid).or_insert_with(|| {
-                    kfd::process_use(&self.roots.sys_root, h.pid)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|u| u.gpu_id)
-                        .collect()
-                });
-                let pdir = kfd_dir.join(h.pid.to_string());
-                for id in ids.iter() {
-                    let Some((lid, cus)) = logical.get(id).copied() else {
-                        if shared.contains_key(id) {
-                            unattributed = Some(*id);
-                        }
-                        continue;
-                    };
-                    let u = uses.entry(lid).or_insert_with(|| GpuUse {
-                        gpu_id: lid,
-                        ..GpuUse::default()
-                    });
-                    u.vram_bytes = small_num(&pdir.join(format!("vram_{id}")), buf);
-                    u.sdma_us = small_num(&pdir.join(format!("sdma_{id}")), buf);
-                    u.cu_occupancy = small_num(&pdir.join(format!("stats_{id}/cu_occupancy")), buf)
-                        .and_then(|v| u32::try_from(v).ok());
-                    u.cu_percent = match (u.cu_occupancy, cus) {
-                        (Some(o), Some(c)) if c > 0 => Some(f64::from(o) * 100.0 / f64::from(c)),
-                        _ => None,
-                    };
-                }
+            let unattributed = self.kfd_uses(h, &ids, &mut uses, buf);
+            let drm = self.drm_uses(h, &ids, &mut reads, &mut uses, buf);
+            if drm.gone {
+                gone.push(h.pid);
+                continue;
             }
-            // DRM fdinfo: one client per drm-client-id, wherever it appears first. ROCm
-            // processes' fdinfo (no compute time there) is re-read on full scans only.
-            for (fd, minor) in &h.drm_fds {
-                let Some(id) = by_minor.get(minor).copied() else {
-                    continue;
-                };
-                let u = uses.entry(id).or_insert_with(|| GpuUse {
-                    gpu_id: id,
-                    ..GpuUse::default()
-                });
-                u.render_open = true;
-                let cached = h.kfd && !full && self.fdinfo_cache.contains_key(&(h.pid, *fd));
-                let c = match self.fdinfo_cache.get(&(h.pid, *fd)) {
-                    Some(c) if cached => c.clone(),
-                    _ => {
-                        let rel = format!("{}/fdinfo/{fd}", h.pid);
-                        let mut read = crate::collect::small_file::proc_read(
-                            &self.roots.fdinfo_root.join(&rel),
-                            buf,
-                        );
-                        if read
-                            .as_ref()
-                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-                            && self.roots.fdinfo_root != self.roots.proc_root
-                        {
-                            // A process the simulator's twin does not run (it writes fdinfo
-                            // for its workloads only): the kernel's own fdinfo of the fd.
-                            read = crate::collect::small_file::proc_read(
-                                &self.roots.proc_root.join(&rel),
-                                buf,
-                            );
-                        }
-                        if let Err(e) = read {
-                            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                                // Another user's process: fdinfo is owner-only (0400).
-                                denied = true;
-                            } else if !h.kfd {
-                                gone.push(h.pid);
-                            }
-                            continue;
-                        }
-                        let c = fdinfo::parse(&String::from_utf8_lossy(buf));
-                        if h.kfd {
-                            self.fdinfo_cache.insert((h.pid, *fd), c.clone());
-                        }
-                        c
-                    }
-                };
-                let key = (
-                    c.pdev.clone().unwrap_or_default(),
-                    c.client_id.unwrap_or(u64::MAX),
-                );
-                if c.client_id.is_some() && !seen_clients.insert(key.clone()) {
-                    continue;
-                }
-                // KFD's figure is the process's own; fdinfo fills what KFD does not give.
-                if u.vram_bytes.is_none() || u.vram_bytes == Some(0) {
-                    u.vram_bytes = c.vram_bytes.filter(|v| *v > 0).or(u.vram_bytes);
-                }
-                // Saturating: a figure near 2^64 must not wrap into a small one (the snapshot's
-                // last check makes it N/A with the reason).
-                u.gtt_bytes = Some(
-                    u.gtt_bytes
-                        .unwrap_or(0)
-                        .saturating_add(c.gtt_bytes.unwrap_or(0)),
-                );
-                for (engine, ns) in &c.engines {
-                    let k = (key.0.clone(), key.1, engine.clone());
-                    if cached {
-                        // Not re-read: keep the last counter for the next fresh read.
-                        if let Some(v) = self.prev.get(&k) {
-                            next_prev.insert(k, *v);
-                        }
-                        continue;
-                    }
-                    if let Some((ns0, at0)) = self.prev.get(&k)
-                        && let Some(p) =
-                            fdinfo::busy_percent(*ns0, *ns, mono_ns.saturating_sub(*at0))
-                    {
-                        *u.engine_percent.entry(engine.clone()).or_insert(0.0) += p;
-                    }
-                    next_prev.insert(k, (*ns, mono_ns));
-                }
-            }
-            let mut p = Process {
-                pid: h.pid,
-                name: h.comm.clone(),
-                holds_kfd: h.kfd,
-                agent: h.agent.clone(),
-                visible_devices: h.visible.clone(),
-                gpus: uses.into_values().collect(),
-                ..Process::default()
-            };
-            note(
-                &mut p.provenance,
-                "gpus",
-                SourceKind::Sysfs,
-                "/sys/class/kfd/kfd/proc (each sample) and /proc/PID/fdinfo (each sample for DRM clients, each full scan for ROCm processes)",
-                now_ms,
-                None,
-            );
-            if let Some(id) = unattributed {
-                note(
-                    &mut p.provenance,
-                    "gpus",
-                    SourceKind::Sysfs,
-                    &format!("/sys/class/kfd/kfd/proc/{}/vram_{id}", h.pid),
-                    now_ms,
-                    Some(Missing::ReadFailed(kfd::shared_reason(id))),
-                );
-            }
-            if denied || h.files_hidden {
-                p.files_hidden = h.files_hidden;
-                for f in ["gtt_bytes", "render_open", "engine_percent"] {
-                    note(
-                        &mut p.provenance,
-                        f,
-                        SourceKind::Procfs,
-                        "/proc/PID/fd and fdinfo are readable by their owner or root only",
-                        now_ms,
-                        Some(Missing::OtherUsersFiles),
-                    );
-                }
-                // Unknown, not zero: the table shows N/A with the reason.
-                for u in &mut p.gpus {
-                    u.gtt_bytes = None;
-                }
-            }
-            if !gone.contains(&h.pid) {
-                out.push(p);
-            }
+            out.push(process_of(h, uses, unattributed, drm.denied, now_ms));
         }
         self.holders = holders
             .into_iter()
@@ -997,9 +570,628 @@ impl SysfsCollector {
             .collect();
         self.kfd_ids
             .retain(|pid, _| self.holders.iter().any(|h| h.pid == *pid));
-        self.prev = next_prev;
+        self.prev = reads.next_prev;
         out
     }
+
+    /// A ROCm process's use from KFD: per-GPU VRAM, SDMA time, CU occupancy (the gpu ids it has
+    /// files for are listed once per full scan). The gpu id two nodes claim, if it uses one.
+    fn kfd_uses(
+        &mut self,
+        h: &holders::Holder,
+        gpu: &GpuIds,
+        uses: &mut BTreeMap<u32, GpuUse>,
+        buf: &mut Vec<u8>,
+    ) -> Option<u64> {
+        if !h.kfd {
+            return None;
+        }
+        let mut unattributed = None;
+        let ids = self.kfd_ids.entry(h.pid).or_insert_with(|| {
+            kfd::process_use(&self.roots.sys_root, h.pid)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|u| u.gpu_id)
+                .collect()
+        });
+        let pdir = self
+            .roots
+            .sys_root
+            .join("class/kfd/kfd/proc")
+            .join(h.pid.to_string());
+        for id in ids.iter() {
+            let Some((lid, cus)) = gpu.logical.get(id).copied() else {
+                if gpu.shared.contains(id) {
+                    unattributed = Some(*id);
+                }
+                continue;
+            };
+            let u = uses.entry(lid).or_insert_with(|| GpuUse {
+                gpu_id: lid,
+                ..GpuUse::default()
+            });
+            u.vram_bytes = small_num(&pdir.join(format!("vram_{id}")), buf);
+            u.sdma_us = small_num(&pdir.join(format!("sdma_{id}")), buf);
+            u.cu_occupancy = small_num(&pdir.join(format!("stats_{id}/cu_occupancy")), buf)
+                .and_then(|v| u32::try_from(v).ok());
+            u.cu_percent = match (u.cu_occupancy, cus) {
+                (Some(o), Some(c)) if c > 0 => Some(f64::from(o) * 100.0 / f64::from(c)),
+                _ => None,
+            };
+        }
+        unattributed
+    }
+
+    /// A holder's use from DRM fdinfo: one client per drm-client-id, wherever it appears first.
+    /// ROCm processes' fdinfo (no compute time there) is re-read on full scans only.
+    fn drm_uses(
+        &mut self,
+        h: &holders::Holder,
+        gpu: &GpuIds,
+        reads: &mut DrmReads,
+        uses: &mut BTreeMap<u32, GpuUse>,
+        buf: &mut Vec<u8>,
+    ) -> DrmOutcome {
+        let mut outcome = DrmOutcome::default();
+        for (fd, minor) in &h.drm_fds {
+            let Some(id) = gpu.by_minor.get(minor).copied() else {
+                continue;
+            };
+            let u = uses.entry(id).or_insert_with(|| GpuUse {
+                gpu_id: id,
+                ..GpuUse::default()
+            });
+            u.render_open = true;
+            let cached = h.kfd && !reads.full && self.fdinfo_cache.contains_key(&(h.pid, *fd));
+            let c = match self.fdinfo_cache.get(&(h.pid, *fd)) {
+                Some(c) if cached => c.clone(),
+                _ => match self.read_fdinfo(h, *fd, buf) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        if e.kind() == std::io::ErrorKind::PermissionDenied {
+                            // Another user's process: fdinfo is owner-only (0400).
+                            outcome.denied = true;
+                        } else if !h.kfd {
+                            outcome.gone = true;
+                        }
+                        continue;
+                    }
+                },
+            };
+            let key = (
+                c.pdev.clone().unwrap_or_default(),
+                c.client_id.unwrap_or(u64::MAX),
+            );
+            if c.client_id.is_some() && !reads.seen_clients.insert(key.clone()) {
+                continue;
+            }
+            client_use(u, &c);
+            self.engine_busy(u, &c, key, cached, reads);
+        }
+        outcome
+    }
+
+    /// Reads and parses the fdinfo of `fd` of `h` (kept for a ROCm process, re-read on full
+    /// scans only).
+    fn read_fdinfo(
+        &mut self,
+        h: &holders::Holder,
+        fd: u32,
+        buf: &mut Vec<u8>,
+    ) -> std::io::Result<fdinfo::Client> {
+        let rel = format!("{}/fdinfo/{fd}", h.pid);
+        let mut read =
+            crate::collect::small_file::proc_read(&self.roots.fdinfo_root.join(&rel), buf);
+        if read
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            && self.roots.fdinfo_root != self.roots.proc_root
+        {
+            // A process the simulator's twin does not run (it writes fdinfo for its workloads
+            // only): the kernel's own fdinfo of the fd.
+            read = crate::collect::small_file::proc_read(&self.roots.proc_root.join(&rel), buf);
+        }
+        read?;
+        let c = fdinfo::parse(&String::from_utf8_lossy(buf));
+        if h.kfd {
+            self.fdinfo_cache.insert((h.pid, fd), c.clone());
+        }
+        Ok(c)
+    }
+
+    /// Engine busy of client `key` since its previous read; a cached (not re-read) client
+    /// keeps its last counter for the next fresh read.
+    fn engine_busy(
+        &self,
+        u: &mut GpuUse,
+        c: &fdinfo::Client,
+        key: (String, u64),
+        cached: bool,
+        reads: &mut DrmReads,
+    ) {
+        for (engine, ns) in &c.engines {
+            let k = (key.0.clone(), key.1, engine.clone());
+            if cached {
+                if let Some(v) = self.prev.get(&k) {
+                    reads.next_prev.insert(k, *v);
+                }
+                continue;
+            }
+            if let Some((ns0, at0)) = self.prev.get(&k)
+                && let Some(p) = fdinfo::busy_percent(*ns0, *ns, reads.mono_ns.saturating_sub(*at0))
+            {
+                *u.engine_percent.entry(engine.clone()).or_insert(0.0) += p;
+            }
+            reads.next_prev.insert(k, (*ns, reads.mono_ns));
+        }
+    }
+}
+
+impl DeviceFiles {
+    /// The path of the device's file `f`, as provenance names it.
+    fn at(&self, f: &str) -> String {
+        format!("{}/{f}", self.dir.display())
+    }
+}
+
+/// The physical GPUs: those of the KFD topology, and those with partition files but no KFD
+/// node (KFD not loaded, or a driver reloading), which still show; by BDF.
+fn listed_gpus(nodes: &[KfdNode], devices: &[DeviceFiles], now_ms: u64) -> Vec<PhysicalGpu> {
+    let mut gpus = kfd::gpus_from_topology(nodes, now_ms);
+    for d in devices {
+        if !gpus.iter().any(|g| g.bdf == d.bdf) {
+            gpus.push(PhysicalGpu {
+                bdf: d.bdf.clone(),
+                product: "unknown GPU".into(),
+                ..PhysicalGpu::default()
+            });
+        }
+    }
+    gpus.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    gpus
+}
+
+/// One physical GPU's values from its device files: identity, modes, metrics, power cap, and
+/// each partition's share and busy. What cannot be read goes to `warnings`.
+fn read_device(
+    g: &mut PhysicalGpu,
+    d: &DeviceFiles,
+    nodes: &[KfdNode],
+    relaid: bool,
+    now_ms: u64,
+    buf: &mut Vec<u8>,
+    warnings: &mut Vec<String>,
+) {
+    device_identity(g, d, now_ms, buf);
+    device_modes(g, d, now_ms, warnings);
+    g.hbm_bytes = d.vram_total;
+    let metrics = device_metrics(g, d, now_ms, buf, warnings);
+    if relaid || g.power_cap_watts.is_none() {
+        g.power_cap_watts = d
+            .hwmon
+            .as_deref()
+            .and_then(|h| small_num(&h.join("power1_cap"), buf))
+            .map(|v| v as f64 / 1e6);
+    }
+    let n = g.partitions.len().max(1);
+    // Which XCDs and HBM domains each partition owns follows from the product's geometry and
+    // the modes (sysfs does not list them).
+    let geometry = g
+        .product_key
+        .as_deref()
+        .and_then(crate::domain::product::by_key)
+        .zip(g.compute_partition.zip(g.memory_partition))
+        .map(|(p, (c, m))| crate::domain::layout::shapes(&p, c, m))
+        .filter(|s| s.len() == g.partitions.len());
+    let hbm = g.hbm_bytes;
+    for l in &mut g.partitions {
+        let shape = geometry
+            .as_ref()
+            .and_then(|v| v.iter().find(|s| s.partition_id == l.partition_id));
+        let share = hbm.map(|t| t / n as u64);
+        read_partition(l, d, nodes, shape, share, &metrics, now_ms, buf);
+    }
+}
+
+/// The product (from the device id), serial, versions, PCIe and RAS counts.
+fn device_identity(g: &mut PhysicalGpu, d: &DeviceFiles, now_ms: u64, buf: &mut Vec<u8>) {
+    if let Some(p) = crate::domain::product::identify(d.device_id.as_deref(), None) {
+        g.product = p.market_name.to_string();
+        g.product_key = Some(p.key.to_string());
+        g.xcd_count = Some(p.xcds);
+        g.cu_count = Some(p.cus());
+        g.profiles.clone_from(&p.profiles);
+        note(
+            &mut g.provenance,
+            "profiles",
+            SourceKind::ProductTable,
+            &format!(
+                "partop's product table ({}; sysfs lists modes, not combinations)",
+                p.source
+            ),
+            now_ms,
+            None,
+        );
+    }
+    g.device_id.clone_from(&d.device_id);
+    g.serial.clone_from(&d.serial);
+    note(
+        &mut g.provenance,
+        "serial",
+        SourceKind::Sysfs,
+        &d.at("unique_id"),
+        now_ms,
+        d.serial.is_none().then_some(Missing::NotReported),
+    );
+    g.vbios_version.clone_from(&d.vbios);
+    g.driver_version.clone_from(&d.driver);
+    g.counters.pcie_max_speed_gts = d.pcie_max_gts;
+    (g.counters.ecc_correctable, g.counters.ecc_uncorrectable) = ras_counts(&d.ras, buf);
+}
+
+/// The modes and memory caps the device files say; the product table's profiles narrowed to
+/// the combinations sysfs says are valid now.
+fn device_modes(g: &mut PhysicalGpu, d: &DeviceFiles, now_ms: u64, warnings: &mut Vec<String>) {
+    match &d.compute {
+        Ok(s) => {
+            g.compute_partition = s.parse::<ComputeMode>().ok();
+            note(
+                &mut g.provenance,
+                "compute_partition",
+                SourceKind::Sysfs,
+                &d.at("current_compute_partition"),
+                now_ms,
+                None,
+            );
+        }
+        Err(e) => warnings.push(e.clone()),
+    }
+    match &d.memory {
+        Ok(s) => {
+            g.memory_partition = s.parse::<MemoryMode>().ok();
+            note(
+                &mut g.provenance,
+                "memory_partition",
+                SourceKind::Sysfs,
+                &d.at("current_memory_partition"),
+                now_ms,
+                None,
+            );
+        }
+        Err(e) => warnings.push(e.clone()),
+    }
+    if let Some(s) = &d.available_memory {
+        g.memory_caps = modes(s);
+        note(
+            &mut g.provenance,
+            "memory_caps",
+            SourceKind::Sysfs,
+            &d.at("available_memory_partition"),
+            now_ms,
+            None,
+        );
+    }
+    // Only the combinations valid now: sysfs lists the compute modes the current memory mode
+    // allows (newer drivers), so keep the table's profiles that agree.
+    if let (Some(s), Some(m)) = (&d.available_compute, g.memory_partition) {
+        let avail: Vec<ComputeMode> = modes(s);
+        if !avail.is_empty() {
+            g.profiles
+                .retain(|p| !p.memory.contains(&m) || avail.contains(&p.compute));
+        }
+    }
+}
+
+/// Power, temperatures, clocks and I/O from `gpu_metrics`; where it cannot be read (said in
+/// `warnings`), power and temperatures from hwmon. The metrics read, for the partitions.
+fn device_metrics(
+    g: &mut PhysicalGpu,
+    d: &DeviceFiles,
+    now_ms: u64,
+    buf: &mut Vec<u8>,
+    warnings: &mut Vec<String>,
+) -> Result<GpuMetrics, String> {
+    let file = d.at("gpu_metrics");
+    let metrics = read_small(&d.dir.join("gpu_metrics"), buf)
+        .map_err(|e| format!("{file}: {e}"))
+        .and_then(|()| gpu_metrics::parse(buf).map_err(|e| format!("{file}: {e}")));
+    match &metrics {
+        Ok(m) => {
+            let src = format!("{file} v{}.{}", m.revision.0, m.revision.1);
+            g.power_watts = m.socket_power.map(f64::from);
+            g.hotspot_celsius = m.temperature_hotspot.map(f64::from);
+            g.mem_celsius = m.temperature_mem.map(f64::from);
+            g.gfx_clock_mhz = m.gfxclk.iter().max().map(|v| u32::from(*v));
+            g.mem_clock_mhz = m.uclk.map(u32::from);
+            g.gfx_clocks_mhz = m.gfxclk.iter().map(|v| u32::from(*v)).collect();
+            io_counters(&mut g.counters, &m.io);
+            for f in [
+                "power_watts",
+                "hotspot_celsius",
+                "mem_celsius",
+                "gfx_clock_mhz",
+                "mem_clock_mhz",
+            ] {
+                note(&mut g.provenance, f, SourceKind::Sysfs, &src, now_ms, None);
+            }
+        }
+        Err(e) => {
+            warnings.push(e.clone());
+            let hw = hwmon(d.hwmon.as_deref(), buf);
+            g.power_watts = hw.power_w;
+            g.hotspot_celsius = hw.junction_c;
+            g.mem_celsius = hw.mem_c;
+            for f in ["power_watts", "hotspot_celsius", "mem_celsius"] {
+                note(
+                    &mut g.provenance,
+                    f,
+                    SourceKind::Sysfs,
+                    &hw.dir,
+                    now_ms,
+                    None,
+                );
+            }
+        }
+    }
+    metrics
+}
+
+/// One partition: the XCDs and HBM domains it owns (`shape`), its GFX busy, its VRAM (KFD's
+/// figure, else an even `share` of the device's), and UMC busy, device-wide, on the primary.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the partition, its device's reads and the sample's clock and buffer"
+)]
+fn read_partition(
+    l: &mut crate::domain::snapshot::LogicalGpu,
+    d: &DeviceFiles,
+    nodes: &[KfdNode],
+    shape: Option<&crate::domain::layout::PartitionShape>,
+    share: Option<u64>,
+    metrics: &Result<GpuMetrics, String>,
+    now_ms: u64,
+    buf: &mut Vec<u8>,
+) {
+    if let Some(s) = shape {
+        l.xcds.clone_from(&s.xcds);
+        l.memory_domains.clone_from(&s.memory_domains);
+        for f in ["xcds", "memory_domains"] {
+            note(
+                &mut l.provenance,
+                f,
+                SourceKind::Derived,
+                "the product's geometry for the current modes",
+                now_ms,
+                None,
+            );
+        }
+    }
+    let node = nodes.iter().find(|k| Some(k.gpu_id) == l.kfd_id);
+    // This partition's own metrics file, else its block of gpu_metrics, else the device's XCCs
+    // it owns (v1.9).
+    let own = d
+        .xcp_files
+        .iter()
+        .find(|(p, _)| *p == l.partition_id)
+        .map(|(_, f)| f.as_path());
+    let (xccs, src) = partition_busy(own, metrics, &d.dir, node, l.partition_id, buf);
+    let busy = mean(&xccs);
+    l.gfx_busy_percent = busy;
+    l.xcc_busy_percent = xccs;
+    note(
+        &mut l.provenance,
+        "gfx_busy_percent",
+        SourceKind::Sysfs,
+        &src,
+        now_ms,
+        busy.is_none().then_some(Missing::NotReported),
+    );
+    if let Some(b) = node.and_then(|k| k.mem_bytes) {
+        l.vram_total_bytes = Some(b);
+        l.vram_share_bytes = Some(b);
+        note(
+            &mut l.provenance,
+            "vram_total_bytes",
+            SourceKind::Sysfs,
+            &format!(
+                "/sys/class/kfd/kfd/topology/nodes/{}/mem_banks/0/properties",
+                node.map_or(0, |k| k.node)
+            ),
+            now_ms,
+            None,
+        );
+    } else if share.is_some() {
+        l.vram_share_bytes = share;
+    }
+    if l.is_primary() {
+        if let Ok(m) = metrics {
+            l.umc_busy_percent = m.umc_activity.map(f64::from);
+            note(
+                &mut l.provenance,
+                "umc_busy_percent",
+                SourceKind::Sysfs,
+                &d.at("gpu_metrics"),
+                now_ms,
+                None,
+            );
+        }
+    } else {
+        note(
+            &mut l.provenance,
+            "umc_busy_percent",
+            SourceKind::Sysfs,
+            "device-wide: on the primary partition",
+            now_ms,
+            Some(Missing::SecondaryPartition),
+        );
+    }
+}
+
+/// Per-partition VRAM in use: the sum of what KFD and fdinfo attribute to it (sysfs has only
+/// the device-wide figure).
+fn vram_used(gpus: &mut [PhysicalGpu], processes: &[Process], now_ms: u64) {
+    for l in gpus.iter_mut().flat_map(|g| &mut g.partitions) {
+        // Checked: a wrapped total reads as a plausible "1.0 GiB used".
+        let used = crate::domain::sanity::sum_bytes(
+            processes
+                .iter()
+                .flat_map(|p| &p.gpus)
+                .filter(|u| u.gpu_id == l.gpu_id)
+                .filter_map(|u| u.vram_bytes),
+        );
+        l.vram_used_bytes = used.as_ref().ok().copied();
+        note(
+            &mut l.provenance,
+            "vram_used_bytes",
+            SourceKind::Derived,
+            "sum of its processes' VRAM (KFD vram_<gpu_id>, DRM fdinfo)",
+            now_ms,
+            used.err().map(Missing::OutOfRange),
+        );
+    }
+    // A partition one of whose hidden processes' VRAM could not be read has no known sum: N/A
+    // with the reason, never a low figure read as fact.
+    for l in gpus.iter_mut().flat_map(|g| &mut g.partitions) {
+        let unknown = processes
+            .iter()
+            .filter(|p| p.files_hidden)
+            .flat_map(|p| &p.gpus)
+            .any(|u| u.gpu_id == l.gpu_id && u.vram_bytes.is_none());
+        if unknown {
+            l.vram_used_bytes = None;
+            note(
+                &mut l.provenance,
+                "vram_used_bytes",
+                SourceKind::Derived,
+                "sum of its processes' VRAM: another user's could not be read",
+                now_ms,
+                Some(Missing::OtherUsersFiles),
+            );
+        }
+    }
+}
+
+/// How KFD gpu ids and render minors name this sample's logical GPUs.
+struct GpuIds {
+    /// Gpu ids two nodes claim: they name no logical GPU (a use there is N/A, never the
+    /// first's).
+    shared: std::collections::BTreeSet<u64>,
+    /// KFD gpu id → (logical GPU, its CUs).
+    logical: HashMap<u64, (u32, Option<u32>)>,
+    /// Render minor → logical GPU.
+    by_minor: HashMap<u32, u32>,
+}
+
+impl GpuIds {
+    fn new(nodes: &[KfdNode], gpus: &[PhysicalGpu]) -> Self {
+        let shared: std::collections::BTreeSet<u64> = kfd::shared_ids(nodes).into_keys().collect();
+        let logical: HashMap<u64, (u32, Option<u32>)> = gpus
+            .iter()
+            .flat_map(|g| &g.partitions)
+            .filter_map(|l| Some((l.kfd_id?, (l.gpu_id, l.cu_count))))
+            .filter(|(id, _)| !shared.contains(id))
+            .collect();
+        let by_minor = nodes
+            .iter()
+            .filter_map(|n| Some((n.render_minor?, logical.get(&n.gpu_id)?.0)))
+            .collect();
+        Self {
+            shared,
+            logical,
+            by_minor,
+        }
+    }
+}
+
+/// What one sample's fdinfo reads share across holders.
+struct DrmReads {
+    /// A full scan: ROCm processes' fdinfo is re-read.
+    full: bool,
+    mono_ns: u64,
+    /// (pdev, drm-client-id) already counted.
+    seen_clients: std::collections::HashSet<(String, u64)>,
+    /// The engine counters for the next sample.
+    next_prev: HashMap<(String, u64, String), (u64, u64)>,
+}
+
+/// What reading a holder's fdinfo found out about the holder itself.
+#[derive(Default)]
+struct DrmOutcome {
+    /// Another user's: its fdinfo is not readable.
+    denied: bool,
+    /// A DRM-only holder whose fdinfo is gone: it exited.
+    gone: bool,
+}
+
+/// What one fdinfo client adds to its GPU's use.
+fn client_use(u: &mut GpuUse, c: &fdinfo::Client) {
+    // KFD's figure is the process's own; fdinfo fills what KFD does not give.
+    if u.vram_bytes.is_none() || u.vram_bytes == Some(0) {
+        u.vram_bytes = c.vram_bytes.filter(|v| *v > 0).or(u.vram_bytes);
+    }
+    // Saturating: a figure near 2^64 must not wrap into a small one (the snapshot's last check
+    // makes it N/A with the reason).
+    u.gtt_bytes = Some(
+        u.gtt_bytes
+            .unwrap_or(0)
+            .saturating_add(c.gtt_bytes.unwrap_or(0)),
+    );
+}
+
+/// A holder as a process, its provenance saying where its use comes from and what its owner's
+/// permissions hid.
+fn process_of(
+    h: &holders::Holder,
+    uses: BTreeMap<u32, GpuUse>,
+    unattributed: Option<u64>,
+    denied: bool,
+    now_ms: u64,
+) -> Process {
+    let mut p = Process {
+        pid: h.pid,
+        name: h.comm.clone(),
+        holds_kfd: h.kfd,
+        agent: h.agent.clone(),
+        visible_devices: h.visible.clone(),
+        gpus: uses.into_values().collect(),
+        ..Process::default()
+    };
+    note(
+        &mut p.provenance,
+        "gpus",
+        SourceKind::Sysfs,
+        "/sys/class/kfd/kfd/proc (each sample) and /proc/PID/fdinfo (each sample for DRM clients, each full scan for ROCm processes)",
+        now_ms,
+        None,
+    );
+    if let Some(id) = unattributed {
+        note(
+            &mut p.provenance,
+            "gpus",
+            SourceKind::Sysfs,
+            &format!("/sys/class/kfd/kfd/proc/{}/vram_{id}", h.pid),
+            now_ms,
+            Some(Missing::ReadFailed(kfd::shared_reason(id))),
+        );
+    }
+    if denied || h.files_hidden {
+        p.files_hidden = h.files_hidden;
+        for f in ["gtt_bytes", "render_open", "engine_percent"] {
+            note(
+                &mut p.provenance,
+                f,
+                SourceKind::Procfs,
+                "/proc/PID/fd and fdinfo are readable by their owner or root only",
+                now_ms,
+                Some(Missing::OtherUsersFiles),
+            );
+        }
+        // Unknown, not zero: the table shows N/A with the reason.
+        for u in &mut p.gpus {
+            u.gtt_bytes = None;
+        }
+    }
+    p
 }
 
 struct Hwmon {
