@@ -321,8 +321,6 @@ pub struct Running<P> {
     pub from: usize,
     /// Its journal.
     pub log: RunLog,
-    /// The resumed run, when this continues one.
-    pub resumed: Option<Box<Run>>,
     /// The exact command that resumes it.
     pub resume_command: String,
     _lock: super::lock::NodeLock,
@@ -372,10 +370,10 @@ pub fn open<P: Change, N: Node<P>>(
     )?;
     let start = start(req.journal, &req.node_id, req.saved, req.resume, &node())?;
     op.starting(&start)?;
-    let (plan, from, resumed) = match start.clone() {
+    let (plan, from) = match start.clone() {
         Start::Complete(run) => return Ok(Opened::Complete(run)),
-        Start::Resume { plan, from, run } => (plan, from, Some(run)),
-        Start::Fresh(plan) => (plan, 0, None),
+        Start::Resume { plan, from, .. } => (plan, from),
+        Start::Fresh(plan) => (plan, 0),
     };
     if !op.confirm(&plan, &start)? {
         return Ok(Opened::NotConfirmed);
@@ -394,7 +392,6 @@ pub fn open<P: Change, N: Node<P>>(
         plan,
         from,
         log,
-        resumed,
         resume_command: req.resume_command.clone(),
         _lock: lock,
     };
