@@ -11,6 +11,7 @@ pub mod mig;
 pub mod models;
 pub mod protocol;
 pub mod registry;
+pub mod rollout;
 pub mod runlog;
 pub mod safe_file;
 pub mod signal;

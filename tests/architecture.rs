@@ -641,3 +641,22 @@ fn functions_are_measured_on_code() {
         "{text}"
     );
 }
+
+#[test]
+fn the_change_protocol_runs_below_the_commands() {
+    // `partop apply`, `partop mig apply` and `partop fleet apply` parse, prompt and print; the
+    // executors' settings, the protocol's stages and the rollout's journal are exec's.
+    forbid(
+        "cli",
+        &[
+            "ApplyCtx",
+            "MigCtx",
+            "protocol::start",
+            "protocol::journal_start",
+            "protocol::run_id",
+            "RunLog",
+            "RolloutEvent",
+        ],
+        "a change runs end to end through its `execute` in exec/ (exec::apply, exec::mig, exec::rollout); the command layer hands it the node and an Operator that prints",
+    );
+}

@@ -185,7 +185,7 @@ impl Rollouts for CommandRollouts {
         )?;
         let text = crate::collect::small_file::operator_text(&file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        let set: crate::cli::fleet_apply::PlanSet = serde_json::from_str(&text)
+        let set: crate::exec::rollout::PlanSet = serde_json::from_str(&text)
             .map_err(|e| format!("{} is not a plan set: {e}", file.display()))?;
         Ok(Staged {
             fingerprint: set.fingerprint,
@@ -198,7 +198,7 @@ impl Rollouts for CommandRollouts {
         // command verifies the set itself against its own fingerprint again).
         let now = crate::collect::small_file::operator_text(&set.file)
             .ok()
-            .and_then(|t| serde_json::from_str::<crate::cli::fleet_apply::PlanSet>(&t).ok())
+            .and_then(|t| serde_json::from_str::<crate::exec::rollout::PlanSet>(&t).ok())
             .map(|s| s.fingerprint);
         if now.as_deref() != Some(set.fingerprint.as_str()) {
             return Err(format!(

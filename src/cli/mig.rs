@@ -5,8 +5,8 @@
 use crate::cli::out::say;
 use crate::cli::{MigCmd, NvidiaCmd, SourceArgs, exit};
 use crate::domain::mig::{MigDraft, MigPlan, parse_instances, plan};
-use crate::exec::mig::{MigCtx, apply};
-use crate::exec::protocol::Start;
+use crate::exec::mig::{MigEvent, MigNode, execute};
+use crate::exec::protocol::{Outcome, Request, Running, Start};
 use crate::node::{NvidiaAccess, nvidia_smi, open};
 use anyhow::{Context, Result, bail};
 use std::time::Duration;
@@ -52,61 +52,16 @@ fn smi_name(src: &SourceArgs) -> String {
         .map_or_else(|| "nvidia-smi".into(), |p| p.display().to_string())
 }
 
-/// The node as the MIG protocol asks it: sampled once, when first asked (a resume of a
-/// complete run never samples it).
-struct MigNode<'a> {
-    src: &'a SourceArgs,
-    here: String,
-    snap: std::cell::OnceCell<Result<crate::domain::Snapshot, String>>,
-}
-
-impl MigNode<'_> {
-    fn snap(&self) -> Result<&crate::domain::Snapshot, String> {
-        self.snap
-            .get_or_init(|| snapshot(self.src).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(Clone::clone)
-    }
-}
-
-impl crate::exec::protocol::Node<MigPlan> for MigNode<'_> {
-    // A fresh run is checked by the re-plan, which must come out identical.
-    fn can_start(&self, _plan: &MigPlan) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn can_resume(&self, plan: &MigPlan, _stop_done: bool) -> Vec<String> {
-        match self.snap() {
-            Ok(s) => crate::domain::mig::still_valid(plan, s, &self.here),
-            Err(e) => vec![e],
-        }
-    }
-
-    fn replan(&self, saved: &MigPlan) -> Result<MigPlan, String> {
-        plan(self.snap()?, &saved.draft, &smi_name(self.src)).map_err(|e| e.join("; "))
-    }
-}
-
-/// Where the apply starts, after every check a real apply makes (a dry run makes the same
-/// ones): the one change protocol (`exec::protocol::start`).
-fn checked(
+/// The node as the MIG protocol reads it: sampled as NVIDIA's when first asked.
+fn mig_node(
     src: &SourceArgs,
-    fp: &MigPlan,
-    resume: bool,
-    settings: &crate::config::Settings,
-) -> Result<Start<MigPlan>> {
-    let node = MigNode {
-        src,
-        here: crate::collect::host::hostname(),
-        snap: std::cell::OnceCell::new(),
-    };
-    Ok(crate::exec::protocol::start(
-        &settings.journal,
-        "host",
-        fp,
-        resume,
-        &node,
-    )?)
+) -> MigNode<impl Fn() -> Result<crate::domain::Snapshot, String> + '_> {
+    MigNode::new(
+        std::sync::Arc::new(nvidia_smi(src)),
+        smi_name(src),
+        crate::collect::host::hostname(),
+        move || snapshot(src).map_err(|e| e.to_string()),
+    )
 }
 
 /// `partop mig ...`.
@@ -154,14 +109,11 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
             kill_after_grace,
             grace,
         }) => {
-            let text = crate::collect::small_file::operator_text(&file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            let fp: MigPlan = serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not a MIG plan from `partop mig plan --json`",
-                    file.display()
-                )
-            })?;
+            let fp: MigPlan = crate::cli::out::read_document(
+                &file,
+                false,
+                "a MIG plan from `partop mig plan --json`",
+            )?;
             // The file is verified, never trusted: its content must be what was fingerprinted.
             crate::exec::protocol::verify(&fp, &file)?;
             let here = crate::collect::host::hostname();
@@ -177,9 +129,10 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 return Ok(exit::USAGE);
             }
             let journal = &settings.journal;
+            let node = mig_node(src);
             if dry_run {
                 // The same checks as the apply: a plan the apply would refuse is refused here.
-                say(&match checked(src, &fp, resume, settings)? {
+                say(&match node.check(journal, &fp, resume)? {
                     Start::Complete(run) => format!(
                         "dry run: run {} of this plan is already complete; nothing changed\n",
                         run.run
@@ -194,93 +147,113 @@ pub fn mig(src: &SourceArgs, action: MigCmd, settings: &crate::config::Settings)
                 })?;
                 return Ok(exit::OK);
             }
-            let run_id = crate::exec::protocol::run_id(journal, &fp, resume);
-            let _lock = crate::exec::lock::acquire(
-                &crate::exec::lock::host_path(),
-                &crate::exec::lock::Holder::me("mig apply", &run_id, journal),
-            )?;
-            let start = checked(src, &fp, resume, settings)?;
-            let (p, from) = match &start {
-                Start::Complete(run) => {
-                    say(&format!(
-                        "run {} of this plan is done: nothing to resume\n",
-                        run.run
-                    ))?;
-                    return Ok(exit::OK);
-                }
-                Start::Resume { plan, from, .. } => (plan.clone(), *from),
-                Start::Fresh(plan) => (plan.clone(), 0),
-            };
-            let resume_cmd = crate::cli::out::resume_command(
-                &nvidia_source(src),
+            let lock = crate::exec::lock::host_path();
+            let req = Request {
+                saved: &fp,
+                file: &file,
+                resume,
                 journal,
-                &["mig", "apply"],
-                &file,
-                kill_after_grace,
-                grace,
-            );
-            if !yes
-                && !crate::cli::out::confirm(
-                    &format!(
-                        "Type this machine's host name ({here}) to {} plan {}: ",
-                        if resume { "resume" } else { "apply" },
-                        p.fingerprint
-                    ),
-                    &here,
-                )?
-            {
-                say("not confirmed: nothing changed\n")?;
-                return Ok(exit::FAILED);
-            }
-
-            let ctx = MigCtx {
-                smi: std::sync::Arc::new(nvidia_smi(src)),
-                resume: resume_cmd.clone(),
-                journal: journal.clone(),
-                grace: Duration::from_secs_f64(grace),
-                kill_after_grace,
-                proc_root: "/proc".into(),
+                node_id: "host".into(),
+                lock: &lock,
+                holder: "mig apply",
+                resume_command: crate::cli::out::resume_command(
+                    &nvidia_source(src),
+                    journal,
+                    &["mig", "apply"],
+                    &file,
+                    kill_after_grace,
+                    grace,
+                ),
                 simulated: false,
             };
-            let log = crate::exec::runlog::RunLog {
-                node: "host".into(),
-                path: journal.clone(),
-                kind: "mig",
-                run: run_id,
-                fingerprint: p.fingerprint.clone(),
-                simulated: false,
+            let mut op = Operator {
+                yes,
+                resume,
+                here,
+                steps: fp.steps.len(),
             };
-            crate::exec::protocol::journal_start(&log, &start, Some(&file), &resume_cmd)?;
-            if resume {
-                say(&format!(
-                    "resuming run {} of plan {} at step {} ({})\n",
-                    log.run,
-                    p.fingerprint,
-                    from + 1,
-                    p.steps[from].key
-                ))?;
-            }
-            say(&format!(
-                "if this apply is interrupted, continue it with: {resume_cmd}\n"
-            ))?;
-            let r = apply(&p, &ctx, &log, from, |i, title, r| {
-                let _ = match r {
-                    None => say(&format!("[{}/{}] {title}\n", i + 1, p.steps.len())),
-                    Some(Ok(d)) => say(&format!("      ok: {d}\n")),
-                    Some(Err(e)) => say(&format!("      FAILED: {e}\n")),
-                };
-            });
-            match r {
-                Ok(()) => {
+            match execute(
+                &node,
+                &req,
+                Duration::from_secs_f64(grace),
+                kill_after_grace,
+                &mut op,
+            )? {
+                Outcome::Complete(_) => Ok(exit::OK),
+                Outcome::NotConfirmed => {
+                    say("not confirmed: nothing changed\n")?;
+                    Ok(exit::FAILED)
+                }
+                Outcome::Ran { result: Ok(()), .. } => {
                     say("done\n")?;
                     Ok(exit::OK)
                 }
-                Err(e) => {
+                Outcome::Ran { result: Err(e), .. } => {
                     say(&format!("{e}\n"))?;
                     Ok(exit::FAILED)
                 }
             }
         }
+    }
+}
+
+/// The operator of `partop mig apply`: the host name typed (none with --yes), the run's start
+/// and each step printed.
+struct Operator {
+    yes: bool,
+    resume: bool,
+    here: String,
+    steps: usize,
+}
+
+impl crate::exec::protocol::Operator<MigPlan> for Operator {
+    type Event = MigEvent;
+
+    fn starting(&mut self, start: &Start<MigPlan>) -> Result<()> {
+        if let Start::Complete(run) = start {
+            say(&format!(
+                "run {} of this plan is done: nothing to resume\n",
+                run.run
+            ))?;
+        }
+        Ok(())
+    }
+
+    fn confirm(&mut self, plan: &MigPlan, _start: &Start<MigPlan>) -> Result<bool> {
+        Ok(self.yes
+            || crate::cli::out::confirm(
+                &format!(
+                    "Type this machine's host name ({}) to {} plan {}: ",
+                    self.here,
+                    if self.resume { "resume" } else { "apply" },
+                    plan.fingerprint
+                ),
+                &self.here,
+            )?)
+    }
+
+    fn journaled(&mut self, r: &Running<MigPlan>) -> Result<()> {
+        if self.resume {
+            say(&format!(
+                "resuming run {} of plan {} at step {} ({})\n",
+                r.log.run,
+                r.plan.fingerprint,
+                r.from + 1,
+                r.plan.steps[r.from].key
+            ))?;
+        }
+        say(&format!(
+            "if this apply is interrupted, continue it with: {}\n",
+            r.resume_command
+        ))
+    }
+
+    fn progress(&mut self, e: MigEvent) {
+        let _ = match e.result {
+            None => say(&format!("[{}/{}] {}\n", e.idx + 1, self.steps, e.title)),
+            Some(Ok(d)) => say(&format!("      ok: {d}\n")),
+            Some(Err(e)) => say(&format!("      FAILED: {e}\n")),
+        };
     }
 }
 

@@ -42,6 +42,30 @@ pub fn answer() -> Result<String> {
     Ok(a)
 }
 
+/// A document the operator hands a command (a plan, a MIG plan, a plan set), read bounded and
+/// parsed: `path`, or stdin where `stdin_ok` and `path` is `-` (how a fleet rollout hands a
+/// node its plan over ssh). `what` names what it must be, for the error.
+pub fn read_document<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    stdin_ok: bool,
+    what: &str,
+) -> Result<T> {
+    use anyhow::Context as _;
+    let text = if stdin_ok && path.as_os_str() == "-" {
+        let mut t = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(std::io::stdin().lock(), 16 << 20),
+            &mut t,
+        )
+        .context("cannot read the plan from stdin")?;
+        t
+    } else {
+        crate::collect::small_file::operator_text(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+    };
+    serde_json::from_str(&text).with_context(|| format!("{} is not {what}", path.display()))
+}
+
 /// The runtime of a one-shot command: one thread (collection mostly waits on subprocesses).
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()

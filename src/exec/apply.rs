@@ -74,6 +74,155 @@ impl ApplyCtx {
     }
 }
 
+/// The node an AMD apply changes, as the command layer opened it: its tools and where things
+/// are. [`run`] makes the executor's settings from it (the caller never builds an [`ApplyCtx`]).
+pub struct AmdNode {
+    /// amd-smi (the real tool, or the simulator's).
+    pub runner: Runner,
+    /// Its collector (the node read under the lock, for the resume check or the re-plan).
+    pub collector: Collector,
+    /// Where holders are looked for.
+    pub roots: Roots,
+    /// The simulated node's state, when it is one.
+    pub sim_state: Option<PathBuf>,
+    /// A simulated node's speed (its scenario's `time_scale`, 1 on a real node): the waits
+    /// scale with it, the limits stay those of a real node.
+    pub time_scale: f64,
+    /// The served-model registry.
+    pub registry: Option<crate::domain::models::Registry>,
+    /// Where partop-launched models log.
+    pub model_log_dir: PathBuf,
+    /// This host's name (what the plan must name, and what a reload's confirmation types).
+    pub host: String,
+}
+
+/// How the operator let the apply stop processes.
+#[derive(Debug, Clone, Copy)]
+pub struct StopPolicy {
+    /// SIGTERM grace.
+    pub grace: Duration,
+    /// SIGKILL for processes that survive the grace.
+    pub kill_after_grace: bool,
+}
+
+impl AmdNode {
+    /// The executor's settings for a run of this node.
+    fn ctx(&self, stop: StopPolicy, req: &super::protocol::Request<'_, Plan>) -> ApplyCtx {
+        let scale = self.time_scale.clamp(0.001, 1.0);
+        ApplyCtx {
+            runner: self.runner.clone(),
+            reload_cmd: self.reload_cmd(),
+            roots: self.roots.clone(),
+            journal: req.journal.to_path_buf(),
+            grace: stop.grace,
+            kill_after_grace: stop.kill_after_grace,
+            sim_state: self.sim_state.clone(),
+            wait_idle: Duration::from_secs(u64::from(crate::domain::plan::WAIT_IDLE_SECS)),
+            wait_gpus: Duration::from_secs(u64::from(crate::domain::plan::WAIT_GPUS_SECS)),
+            registry: self.registry.clone(),
+            model_log_dir: self.model_log_dir.clone(),
+            poll: Duration::from_secs_f64((0.5 * scale).max(0.02)),
+            settle: Duration::from_secs_f64((60.0 * scale).max(5.0)),
+            resumed: req.resume,
+            resume_command: req.resume_command.clone(),
+        }
+    }
+
+    /// How the driver is reloaded (amd-smi 7.12+): the simulator's reload on a simulated node.
+    fn reload_cmd(&self) -> Vec<String> {
+        match &self.sim_state {
+            Some(s) => vec![
+                std::env::current_exe()
+                    .map_or_else(|_| "partop".into(), |e| e.display().to_string()),
+                "sim".into(),
+                "reload".into(),
+                "--state".into(),
+                s.display().to_string(),
+            ],
+            None => vec![
+                "sh".into(),
+                "-c".into(),
+                "modprobe -r amdgpu && modprobe amdgpu".into(),
+            ],
+        }
+    }
+}
+
+/// The node as the AMD protocol asks it: its sample under the lock, and this host's name.
+struct NodeNow<'a> {
+    snap: Snapshot,
+    here: &'a str,
+}
+
+impl super::protocol::Node<Plan> for NodeNow<'_> {
+    fn can_start(&self, plan: &Plan) -> Vec<String> {
+        crate::domain::plan::still_valid(plan, &self.snap, self.here, false)
+    }
+
+    fn can_resume(&self, plan: &Plan, stop_done: bool) -> Vec<String> {
+        crate::domain::plan::still_valid(plan, &self.snap, self.here, stop_done)
+    }
+
+    fn replan(&self, saved: &Plan) -> Result<Plan, String> {
+        crate::domain::plan::plan(
+            &self.snap,
+            &saved.draft,
+            saved.reload,
+            saved.reload_secs,
+            saved.grace_secs,
+        )
+        .map_err(|e| {
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
+/// A verified AMD plan applied end to end on `node`: the change protocol up to the journal's
+/// start (`protocol::open`), then the steps, each reported to `op` as it goes.
+///
+/// # Errors
+/// A refusal, the lock held, the journal unwritable, the operator gone: nothing was done.
+pub fn execute(
+    mut node: AmdNode,
+    req: &super::protocol::Request<'_, Plan>,
+    stop: StopPolicy,
+    op: &mut (impl super::protocol::Operator<Plan, Event = ApplyEvent> + Send),
+) -> anyhow::Result<super::protocol::Outcome<Plan, Applied>> {
+    use super::protocol::{Opened, Outcome};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let opened = super::protocol::open(
+        req,
+        || NodeNow {
+            snap: rt.block_on(node.collector.sample()),
+            here: &node.host,
+        },
+        op,
+    )?;
+    let running = match opened {
+        Opened::Complete(run) => return Ok(Outcome::Complete(run)),
+        Opened::NotConfirmed => return Ok(Outcome::NotConfirmed),
+        Opened::Run(r) => r,
+    };
+    let ctx = node.ctx(stop, req);
+    let mut emit = |e: ApplyEvent| op.progress(e);
+    let result = rt.block_on(apply(
+        &running.plan,
+        &ctx,
+        &running.log,
+        running.from,
+        &mut emit,
+    ));
+    Ok(Outcome::Ran {
+        plan: running.plan,
+        result,
+    })
+}
+
 /// Progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApplyEvent {
@@ -981,34 +1130,27 @@ async fn relaunch(
                 continue;
             };
             // Idempotent on resume: a model already serving on its target is not started a
-            // second time on the same port.
-            if already_serving(&snap, spec, &ids) {
-                done.push(format!(
-                    "{} already healthy on logical GPU {} (not started again)",
-                    spec.name,
-                    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-                ));
-                continue;
-            }
-            // A server this run started before an interruption, still loading: wait for it
-            // rather than start a second one on the same port and GPU.
-            if let Some(pid) = starting_on_port(&ctx.roots.proc_root, spec)
-                .filter(|pid| launched_by_partop(&ctx.journal, &spec.name, *pid))
-            {
-                emit(ApplyEvent::Note(format!(
-                    "{}: pid {pid} (started before the interruption) is still loading: waiting for it, not starting another",
-                    m.name
-                )));
-                started.push((
-                    spec.clone(),
-                    super::models::Launched {
-                        pid: Some(pid),
-                        what: format!("pid {pid}, already started"),
-                        log: String::new(),
-                    },
-                    ids,
-                ));
-                continue;
+            // second time on the same port; one this run started before an interruption, still
+            // loading, is waited for rather than started again on the same port and GPU.
+            match super::models::found(&ctx.ops(), &ctx.roots.proc_root, &snap, spec, &ids) {
+                super::models::Found::Serving => {
+                    done.push(format!(
+                        "{} already healthy on logical GPU {} (not started again)",
+                        spec.name,
+                        ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                    ));
+                    continue;
+                }
+                super::models::Found::Loading(l) => {
+                    emit(ApplyEvent::Note(format!(
+                        "{}: pid {} (started before the interruption) is still loading: waiting for it, not starting another",
+                        m.name,
+                        l.pid.unwrap_or_default()
+                    )));
+                    started.push((spec.clone(), l, ids));
+                    continue;
+                }
+                super::models::Found::Absent => {}
             }
             match super::models::launch(&ctx.ops(), spec, &ids, &bdfs) {
                 Ok(l) => {
@@ -1074,65 +1216,6 @@ async fn relaunch(
             "the modes are applied; see the model's log (Models view), fix its entry in models.toml, and start it from the Models view or with `partop models start NAME`".into(),
         ))
     }
-}
-
-/// A live process that serves on `spec`'s port by its own command line (a server started
-/// before an interruption that has not opened its GPU yet, so the snapshot does not list it;
-/// servers often rename themselves, vLLM's `vllm serve MODEL --port P`, so the port is what
-/// names it).
-fn starting_on_port(
-    proc_root: &std::path::Path,
-    spec: &crate::domain::models::ModelSpec,
-) -> Option<u32> {
-    let me = std::process::id();
-    std::fs::read_dir(proc_root).ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        if pid == me {
-            return None;
-        }
-        let mut raw = Vec::new();
-        crate::collect::small_file::proc_read(&e.path().join("cmdline"), &mut raw).ok()?;
-        let line = raw
-            .split(|b| *b == 0)
-            .filter(|w| !w.is_empty())
-            .map(|w| String::from_utf8_lossy(w).into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let server = crate::domain::served::model_of(&line).map_or("", |(s, _)| s);
-        (crate::domain::served::port_of(&line, server) == Some(spec.port)).then_some(pid)
-    })
-}
-
-/// Whether the journal says partop launched `pid` for model `name` (a program that took the
-/// model's port meanwhile is not the model's server, however it calls itself).
-fn launched_by_partop(journal: &std::path::Path, name: &str, pid: u32) -> bool {
-    super::journal::read(journal).is_ok_and(|(entries, _)| {
-        entries.iter().rev().any(|e| {
-            e.action == "model.start.result"
-                && e.targets["model"] == name
-                && e.outcome["ok"] == true
-                && e.outcome["pid"] == pid
-        })
-    })
-}
-
-/// Whether `spec` already runs on logical GPUs `ids` and answers its health check.
-fn already_serving(snap: &Snapshot, spec: &crate::domain::models::ModelSpec, ids: &[u32]) -> bool {
-    let on_target = snap.processes.iter().any(|p| {
-        p.command
-            .as_deref()
-            .and_then(|c| {
-                let (server, _) = crate::domain::served::model_of(c)?;
-                crate::domain::served::port_of(c, server)
-            })
-            .is_some_and(|port| port == spec.port)
-            && ids
-                .iter()
-                .all(|id| p.gpus.iter().any(|u| u.gpu_id == *id && !u.attached_only()))
-    });
-    on_target
-        && crate::collect::served::http::get(&spec.health_url, Duration::from_millis(800))
-            .is_ok_and(|r| r.status == 200)
 }
 
 #[cfg(test)]

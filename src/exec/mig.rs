@@ -35,6 +35,133 @@ pub struct MigCtx {
     pub simulated: bool,
 }
 
+/// The NVIDIA node a MIG apply changes, as the command layer opened it: its nvidia-smi, and
+/// how to read it (sampled once, when the protocol first asks: a resume of a complete run
+/// never reads it).
+pub struct MigNode<F> {
+    /// nvidia-smi.
+    pub smi: Arc<dyn RunSmi>,
+    /// nvidia-smi as plans name it (what a re-plan must name too).
+    pub smi_name: String,
+    /// This host's name.
+    pub host: String,
+    /// Reads the node.
+    pub sample: F,
+    snap: std::cell::OnceCell<Result<crate::domain::Snapshot, String>>,
+}
+
+impl<F: Fn() -> Result<crate::domain::Snapshot, String>> MigNode<F> {
+    /// The node, read by `sample` when first asked.
+    pub fn new(smi: Arc<dyn RunSmi>, smi_name: String, host: String, sample: F) -> Self {
+        Self {
+            smi,
+            smi_name,
+            host,
+            sample,
+            snap: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn snap(&self) -> Result<&crate::domain::Snapshot, String> {
+        self.snap
+            .get_or_init(|| (self.sample)())
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Where an apply of `saved` would start, after every check a real apply makes, without
+    /// the lock and without acting (a dry run).
+    ///
+    /// # Errors
+    /// The refusal the apply would give.
+    pub fn check(
+        &self,
+        journal: &std::path::Path,
+        saved: &MigPlan,
+        resume: bool,
+    ) -> Result<super::protocol::Start<MigPlan>, super::protocol::Refused> {
+        super::protocol::start(journal, "host", saved, resume, self)
+    }
+}
+
+impl<F: Fn() -> Result<crate::domain::Snapshot, String>> super::protocol::Node<MigPlan>
+    for MigNode<F>
+{
+    // A fresh run is checked by the re-plan, which must come out identical.
+    fn can_start(&self, _plan: &MigPlan) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn can_resume(&self, plan: &MigPlan, _stop_done: bool) -> Vec<String> {
+        match self.snap() {
+            Ok(s) => crate::domain::mig::still_valid(plan, s, &self.host),
+            Err(e) => vec![e],
+        }
+    }
+
+    fn replan(&self, saved: &MigPlan) -> Result<MigPlan, String> {
+        crate::domain::mig::plan(self.snap()?, &saved.draft, &self.smi_name)
+            .map_err(|e| e.join("; "))
+    }
+}
+
+/// What a MIG step reports: its index and title, then its result (`None` when it begins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigEvent {
+    /// The step's index.
+    pub idx: usize,
+    /// Its title.
+    pub title: String,
+    /// `None`: it begins; else what it did, or why it failed.
+    pub result: Option<Result<String, String>>,
+}
+
+/// A verified MIG plan applied end to end on `node`: the change protocol up to the journal's
+/// start (`protocol::open`), then the steps, each reported to `op`.
+///
+/// # Errors
+/// A refusal, the lock held, the journal unwritable, the operator gone: nothing was done.
+pub fn execute<F: Fn() -> Result<crate::domain::Snapshot, String>>(
+    node: &MigNode<F>,
+    req: &super::protocol::Request<'_, MigPlan>,
+    grace: Duration,
+    kill_after_grace: bool,
+    op: &mut impl super::protocol::Operator<MigPlan, Event = MigEvent>,
+) -> anyhow::Result<super::protocol::Outcome<MigPlan, ()>> {
+    use super::protocol::{Opened, Outcome};
+    let running = match super::protocol::open(req, || node, op)? {
+        Opened::Complete(run) => return Ok(Outcome::Complete(run)),
+        Opened::NotConfirmed => return Ok(Outcome::NotConfirmed),
+        Opened::Run(r) => r,
+    };
+    let ctx = MigCtx {
+        smi: Arc::clone(&node.smi),
+        resume: req.resume_command.clone(),
+        journal: req.journal.to_path_buf(),
+        grace,
+        kill_after_grace,
+        proc_root: "/proc".into(),
+        simulated: req.simulated,
+    };
+    let result = apply(
+        &running.plan,
+        &ctx,
+        &running.log,
+        running.from,
+        |idx, title, r| {
+            op.progress(MigEvent {
+                idx,
+                title: title.to_string(),
+                result: r.map(|r| r.map(str::to_string).map_err(str::to_string)),
+            });
+        },
+    );
+    Ok(Outcome::Ran {
+        plan: running.plan,
+        result,
+    })
+}
+
 /// A failed MIG step (the same type as an AMD step's).
 pub type MigFailed = super::runlog::StepFailed;
 

@@ -395,6 +395,100 @@ pub fn wait_healthy(
     }
 }
 
+/// What a start finds of a model already there (a resumed apply's relaunch: its first run
+/// may have started it before it was interrupted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// It serves on its logical GPUs and answers its health check: not started again.
+    Serving,
+    /// A server partop launched for it (the journal says so) is still loading: waited for.
+    Loading(Launched),
+    /// Nothing of it: it is started.
+    Absent,
+}
+
+/// Whether `spec` already serves on logical GPUs `ids` (as `snap` saw the node), or a server
+/// partop launched for it is still loading, or neither.
+pub fn found(
+    ops: &Ops,
+    proc_root: &Path,
+    snap: &crate::domain::Snapshot,
+    spec: &ModelSpec,
+    ids: &[u32],
+) -> Found {
+    if serving_on(snap, spec, ids) && healthy(spec) {
+        return Found::Serving;
+    }
+    match starting_on_port(proc_root, spec)
+        .filter(|pid| launched_by_partop(&ops.journal, &spec.name, *pid))
+    {
+        Some(pid) => Found::Loading(Launched {
+            pid: Some(pid),
+            what: format!("pid {pid}, already started"),
+            log: String::new(),
+        }),
+        None => Found::Absent,
+    }
+}
+
+/// Whether `spec`'s `/health` answers 200 now (one bounded request).
+pub fn healthy(spec: &ModelSpec) -> bool {
+    http::get(&spec.health_url, Duration::from_millis(800)).is_ok_and(|r| r.status == 200)
+}
+
+/// Whether a process serving on `spec`'s port holds every one of logical GPUs `ids`.
+fn serving_on(snap: &crate::domain::Snapshot, spec: &ModelSpec, ids: &[u32]) -> bool {
+    snap.processes.iter().any(|p| {
+        p.command
+            .as_deref()
+            .and_then(|c| {
+                let (server, _) = crate::domain::served::model_of(c)?;
+                crate::domain::served::port_of(c, server)
+            })
+            .is_some_and(|port| port == spec.port)
+            && ids
+                .iter()
+                .all(|id| p.gpus.iter().any(|u| u.gpu_id == *id && !u.attached_only()))
+    })
+}
+
+/// A live process that serves on `spec`'s port by its own command line (a server started
+/// before an interruption that has not opened its GPU yet, so the snapshot does not list it;
+/// servers often rename themselves, vLLM's `vllm serve MODEL --port P`, so the port is what
+/// names it).
+fn starting_on_port(proc_root: &Path, spec: &ModelSpec) -> Option<u32> {
+    let me = std::process::id();
+    std::fs::read_dir(proc_root).ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        if pid == me {
+            return None;
+        }
+        let mut raw = Vec::new();
+        crate::collect::small_file::proc_read(&e.path().join("cmdline"), &mut raw).ok()?;
+        let line = raw
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let server = crate::domain::served::model_of(&line).map_or("", |(s, _)| s);
+        (crate::domain::served::port_of(&line, server) == Some(spec.port)).then_some(pid)
+    })
+}
+
+/// Whether the journal says partop launched `pid` for model `name` (a program that took the
+/// model's port meanwhile is not the model's server, however it calls itself).
+fn launched_by_partop(journal: &Path, name: &str, pid: u32) -> bool {
+    journal::read(journal).is_ok_and(|(entries, _)| {
+        entries.iter().rev().any(|e| {
+            e.action == "model.start.result"
+                && e.targets["model"] == name
+                && e.outcome["ok"] == true
+                && e.outcome["pid"] == pid
+        })
+    })
+}
+
 /// Where a model starts now: the logical GPUs `place_now` finds free for it (ids, BDFs), or
 /// why it does not fit.
 pub fn place(

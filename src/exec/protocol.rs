@@ -120,6 +120,18 @@ pub trait Node<P> {
     fn replan(&self, saved: &P) -> Result<P, String>;
 }
 
+impl<P, N: Node<P>> Node<P> for &N {
+    fn can_start(&self, plan: &P) -> Vec<String> {
+        (**self).can_start(plan)
+    }
+    fn can_resume(&self, plan: &P, stop_done: bool) -> Vec<String> {
+        (**self).can_resume(plan, stop_done)
+    }
+    fn replan(&self, saved: &P) -> Result<P, String> {
+        (**self).replan(saved)
+    }
+}
+
 /// The resume check and the live re-plan, under the lock: where this apply starts, or why it
 /// must not. `node` names the node in the journal (its unfinished runs refuse a fresh apply).
 pub fn start<P: Change>(
@@ -246,4 +258,143 @@ pub fn journal_start<P: Change>(
         Start::Complete(_) => return Ok(()),
     };
     r.map_err(|e| Refused(e.to_string()))
+}
+
+/// A confirmed run's request: the saved (verified) plan and where it is journaled and locked.
+/// What the caller knows of the node (its tools, its sample) it hands the executor's entry.
+#[derive(Debug, Clone)]
+pub struct Request<'a, P> {
+    /// The saved plan, verified ([`verify`]).
+    pub saved: &'a P,
+    /// Its file (journaled with the run; `-` for a plan read from stdin).
+    pub file: &'a Path,
+    /// Continue the journaled run instead of starting one.
+    pub resume: bool,
+    /// The journal.
+    pub journal: &'a Path,
+    /// The node as the journal names it (`journal::node_id`).
+    pub node_id: String,
+    /// The node lock's file.
+    pub lock: &'a Path,
+    /// Who holds the lock, in words (`apply`, `mig apply`).
+    pub holder: &'static str,
+    /// The exact command that resumes this run (journaled, printed with every failure).
+    pub resume_command: String,
+    /// The node is simulated (journal flag).
+    pub simulated: bool,
+}
+
+/// How the operator takes part in a run: told where it starts, asked to confirm the plan that
+/// will run, told when it is journaled and how its steps go. The command layer prints; the
+/// protocol never does.
+pub trait Operator<P> {
+    /// What the steps report while they run.
+    type Event;
+    /// Where the run starts (a complete run ends here), before it is confirmed.
+    ///
+    /// # Errors
+    /// Whatever stops the run (the operator's output is gone).
+    fn starting(&mut self, _start: &Start<P>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// The operator confirms `plan` (false: nothing is done).
+    ///
+    /// # Errors
+    /// The answer could not be read.
+    fn confirm(&mut self, plan: &P, start: &Start<P>) -> anyhow::Result<bool>;
+    /// The run is journaled; its steps come next.
+    ///
+    /// # Errors
+    /// Whatever stops the run before its first step.
+    fn journaled(&mut self, _run: &Running<P>) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// A step's progress.
+    fn progress(&mut self, event: Self::Event);
+}
+
+/// A run confirmed and journaled, its lock held: what the executor's steps run under.
+pub struct Running<P> {
+    /// The plan that runs (re-derived live, or as journaled for a resume).
+    pub plan: P,
+    /// Its first step to run.
+    pub from: usize,
+    /// Its journal.
+    pub log: RunLog,
+    /// The exact command that resumes it.
+    pub resume_command: String,
+    _lock: super::lock::NodeLock,
+}
+
+/// How a request ended before its steps, or that they may run.
+pub enum Opened<P> {
+    /// The run of this plan is complete: nothing was done.
+    Complete(Box<Run>),
+    /// The operator did not confirm: nothing was done.
+    NotConfirmed,
+    /// Confirmed and journaled: the steps run next.
+    Run(Running<P>),
+}
+
+/// What a whole run came to.
+#[derive(Debug)]
+pub enum Outcome<P, D> {
+    /// The run of this plan was complete already: nothing was done.
+    Complete(Box<Run>),
+    /// Not confirmed: nothing was done.
+    NotConfirmed,
+    /// The steps ran: `plan` (as it ran), and what they measured or where they stopped.
+    Ran {
+        /// The plan that ran.
+        plan: P,
+        /// Its result.
+        result: Result<D, super::runlog::StepFailed>,
+    },
+}
+
+/// The protocol up to the first step: run id, lock, the node read under it (`node`), resume
+/// check or live re-plan, the operator's confirmation, the journal's start.
+///
+/// # Errors
+/// A refusal ([`Refused`]), the lock held elsewhere, the journal unwritable, the operator gone.
+pub fn open<P: Change, N: Node<P>>(
+    req: &Request<'_, P>,
+    node: impl FnOnce() -> N,
+    op: &mut impl Operator<P>,
+) -> anyhow::Result<Opened<P>> {
+    let run = run_id(req.journal, req.saved, req.resume);
+    // One change at a time on this node, held until the run ends.
+    let lock = super::lock::acquire(
+        req.lock,
+        &super::lock::Holder::me(req.holder, &run, req.journal),
+    )?;
+    let start = start(req.journal, &req.node_id, req.saved, req.resume, &node())?;
+    op.starting(&start)?;
+    let (plan, from) = match start.clone() {
+        Start::Complete(run) => return Ok(Opened::Complete(run)),
+        Start::Resume { plan, from, .. } => (plan, from),
+        Start::Fresh(plan) => (plan, 0),
+    };
+    if !op.confirm(&plan, &start)? {
+        return Ok(Opened::NotConfirmed);
+    }
+    let log = RunLog {
+        node: req.node_id.clone(),
+        path: req.journal.to_path_buf(),
+        kind: P::RUN.as_str(),
+        run,
+        fingerprint: plan.fingerprint().to_string(),
+        simulated: req.simulated,
+    };
+    // Journal first: without the run's entry nothing is done.
+    journal_start(&log, &start, Some(req.file), &req.resume_command)?;
+    let running = Running {
+        plan,
+        from,
+        log,
+        resume_command: req.resume_command.clone(),
+        _lock: lock,
+    };
+    op.journaled(&running)?;
+    Ok(Opened::Run(running))
 }
