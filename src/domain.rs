@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod history;
 pub mod journal;
 pub mod k8s;
+pub mod k8s_ops;
 pub mod kill;
 pub mod layout;
 pub mod mig;
