@@ -22,6 +22,7 @@ pub mod models;
 pub mod modes;
 pub mod placement;
 pub mod plan;
+pub mod plan_k8s;
 pub mod product;
 pub mod provenance;
 pub mod replica_set;

@@ -470,12 +470,14 @@ fn a_user_without_the_verbs_is_refused_before_anything_changes() {
             .unwrap();
         let needs = k8s_ops::drain_access();
         let r = ops.preflight(&needs).await;
-        let Err(K8sError::Refused { message, .. }) = &r else {
+        let Err(K8sError::NotGranted(refused)) = &r else {
             panic!("refused: {r:?}");
         };
         // Every one of the drain's verbs is named.
+        let words = r.clone().unwrap_err().to_string();
+        assert_eq!(refused.len(), needs.len(), "{words}");
         for a in &needs {
-            assert!(message.contains(&a.to_string()), "{a} named in {message}");
+            assert!(words.contains(&a.to_string()), "{a} named in {words}");
         }
         // Grant everything but the eviction: only that one is named.
         let role = serde_json::json!({
@@ -505,7 +507,7 @@ fn a_user_without_the_verbs_is_refused_before_anything_changes() {
         let r = ops.preflight(&needs).await;
         let text = r.unwrap_err().to_string();
         assert!(
-            text.contains("`create` on `pods/eviction`") && !text.contains("patch nodes"),
+            text.contains("nothing was changed: create pods/eviction: "),
             "only the eviction is named: {text}"
         );
         let node: Node = Api::all(admin.clone()).get("gpu-r").await.unwrap();
@@ -552,6 +554,190 @@ fn a_drain_of_ten_bare_pods_is_measured() {
             ids.len(),
             all.as_secs_f64(),
             evicted.as_secs_f64()
+        );
+    });
+}
+
+/// A simulated Kubernetes node (kubelet twin) with one training pod on GPU 0.
+const SIM_NODE: &str = "name = \"k8s-drain\"\ndescription = \"t\"\nproduct = \"mi300x\"\ngpus = 2\ncompute = \"SPX\"\nmemory = \"NPS1\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 6\ntime_scale = 0.01\n\n[[workload]]\nname = \"trainer\"\nkind = \"batch\"\ngpu = 0\nvram_gb = 20\nbusy = 80\ncomm = \"python3\"\n\n[kubernetes]\n";
+
+/// The simulated node as a node of `cp`: its twin registers it under the node's host name,
+/// and a pod of the API server is each of its workloads (`sim/trainer`).
+async fn sim_node(cp: &ControlPlane, e: &common::env::SimEnv) -> (kube::Client, String) {
+    let sock = e.node.state.with_extension("kubelet.sock");
+    common::wait_until("the kubelet twin's socket", || sock.exists());
+    let o = common::run(e.cmd().args(["snapshot", "--json"]), "");
+    let snap: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let host = snap["host"].as_str().unwrap().to_string();
+    let c = admin(cp).await;
+    namespace(&c, "sim").await;
+    let state = e.node.state.clone();
+    let st = state.clone();
+    let mut agent = NodeAgent::new(
+        c.clone(),
+        &host,
+        Arc::new(move || partop::sim::kubelet::advertised(&st)),
+        false,
+    );
+    agent.on_gone = Some(Arc::new(move |ns: &str, name: &str| {
+        partop::sim::kubelet::stop_pod(&state, ns, name);
+    }));
+    tokio::spawn(agent.run());
+    make_pod(&c, "sim", "trainer", &host, &[("app", "trainer")]).await;
+    until("the trainer pod runs", || ready(&c, "sim", "trainer")).await;
+    (c, host)
+}
+
+fn plan_dpx(e: &common::env::SimEnv) -> (std::path::PathBuf, partop::domain::plan::Plan) {
+    let p = e.plan("--compute DPX", "p.json");
+    let plan = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    (p, plan)
+}
+
+#[test]
+fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_uncordons() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e));
+    // The plan shows the pod to move, not its pid.
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes
+            .as_ref()
+            .is_some_and(|k| k.pods.iter().any(|p| p.label() == "sim/trainer"))
+    });
+    let k = plan.kubernetes.clone().unwrap();
+    assert_eq!(k.node, host);
+    assert_eq!(
+        k.allocatable,
+        BTreeMap::from([("amd.com/gpu".to_string(), 4)]),
+        "2 GPUs in DPX"
+    );
+    assert!(
+        plan.stops.iter().all(|s| s.name != "python3"),
+        "the pod's process is not stopped by pid: {:?}",
+        plan.stops
+    );
+    let keys: Vec<&str> = plan.steps.iter().map(|s| s.key.as_str()).collect();
+    let at = |k: &str| {
+        keys.iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("{k} in {keys:?}"))
+    };
+    assert!(
+        at("cordon") < at("evict") && at("evict") < at("taint"),
+        "{keys:?}"
+    );
+    assert!(at("taint") < at("wait_idle") && at("verify") < at("wait_allocatable"));
+    assert!(at("wait_allocatable") < at("untaint") && at("untaint") < at("uncordon"));
+    // Killed right after the evictions: the node is left cordoned, the pod gone.
+    let evict = at("evict");
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .env(partop::exec::apply::CRASH_ENV, format!("end:{}", evict + 1))
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    assert_ne!(o.code, 0, "killed: {}{}", o.stdout, o.stderr);
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        assert_eq!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "left cordoned"
+        );
+        assert!(
+            Api::<Pod>::namespaced(c.clone(), "sim")
+                .get_opt("trainer")
+                .await
+                .unwrap()
+                .is_none(),
+            "the pod was evicted"
+        );
+    });
+    // `partop journal` says the run is unfinished; the resume finishes and uncordons.
+    let j = common::run(e.cmd().arg("journal"), "");
+    assert!(
+        format!("{}{}", j.stdout, j.stderr).contains("Continue it with"),
+        "{}{}",
+        j.stdout,
+        j.stderr
+    );
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--resume", "--yes", "--grace", "3"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
+    assert_eq!(e.modes().0, "DPX");
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        let spec = node.spec.clone().unwrap_or_default();
+        assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+        assert!(
+            !spec
+                .taints
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY),
+            "untainted"
+        );
+        assert_eq!(
+            node.status.unwrap().allocatable.unwrap()["amd.com/gpu"].0,
+            "4",
+            "the node advertises the new count"
+        );
+    });
+}
+
+#[test]
+fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e));
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
+    });
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.limited())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    let text = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{text}");
+    assert!(
+        text.contains("create pods/eviction") && text.contains("patch nodes"),
+        "the refused verbs are named: {text}"
+    );
+    assert!(
+        text.contains("nothing was changed") && !text.contains("may be left"),
+        "nothing was cordoned, so no undo is offered: {text}"
+    );
+    assert_eq!(e.modes().0, "SPX", "the GPUs were not touched");
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+        assert!(
+            Api::<Pod>::namespaced(c.clone(), "sim")
+                .get_opt("trainer")
+                .await
+                .unwrap()
+                .is_some(),
+            "the pod stays"
         );
     });
 }

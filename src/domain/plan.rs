@@ -187,6 +187,10 @@ pub struct Plan {
     /// What each load balancer's upstream becomes (steps `balancer_drain`, `balancer_join`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub balancers: Vec<super::balancer::BalancerChange>,
+    /// On a Kubernetes node: the pods it moves and what the node advertises after
+    /// (`plan_k8s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<super::plan_k8s::KubeChange>,
 }
 
 impl Plan {
@@ -573,6 +577,16 @@ pub fn plan(
                 .map(|m| m.name.clone()),
         })
         .collect();
+    // On a Kubernetes node the pods are moved through the cluster, not stopped by pid.
+    let changed: Vec<super::plan_k8s::Changed> = changes
+        .iter()
+        .map(|c| (c.bdf.clone(), c.to.0, c.to.1))
+        .collect();
+    let kube = super::plan_k8s::change(snap, &changed, memory_change, &after);
+    let stops: Vec<Stop> = stops
+        .into_iter()
+        .filter(|s| !super::plan_k8s::moved_with_pod(snap, s.pid, kube.as_ref()))
+        .collect();
     let mut models = model_moves(snap, &stops, &before, &after, &mut warnings);
     let stopped_pids: Vec<u32> = stops.iter().map(|s| s.pid).collect();
     let planned: Vec<String> = models
@@ -653,6 +667,9 @@ pub fn plan(
         steps.push(relaunch_step(snap, &stops, &models));
     }
     add_balancer_steps(&mut steps, &balancers);
+    if let Some(k) = &kube {
+        add_k8s_steps(&mut steps, k);
+    }
     // What does not come back, said before the confirmation (a discovered server outside the
     // registry has its own warning from `model_moves`).
     for s in stops.iter().filter(|s| {
@@ -691,6 +708,7 @@ pub fn plan(
         models,
         sets,
         balancers,
+        kubernetes: kube,
     };
     p.fingerprint = p.content_fingerprint();
     Ok(p)
@@ -753,6 +771,31 @@ fn add_balancer_steps(steps: &mut Vec<Step>, changes: &[super::balancer::Balance
         .position(|s| s.key == "relaunch")
         .map_or(steps.len(), |i| i + 1);
     steps.insert(after, join);
+}
+
+/// Puts a Kubernetes node's steps (`plan_k8s`) into `all`: the cordon, evictions and taint
+/// before the stop (or the wait for idle GPUs), the wait for the allocatable count, untaint
+/// and uncordon right after the verify.
+fn add_k8s_steps(all: &mut Vec<Step>, k: &super::plan_k8s::KubeChange) {
+    let to_step =
+        |s: super::plan_k8s::StepSpec| Step::plain(s.key, s.title, s.commands).limit(s.limit_secs);
+    let (before, after) = super::plan_k8s::steps(k);
+    let at = all
+        .iter()
+        .position(|s| matches!(s.key, StepKind::Stop | StepKind::WaitIdle))
+        .unwrap_or(0);
+    let n = before.len();
+    for (i, s) in before.into_iter().enumerate() {
+        all.insert(at + i, to_step(s));
+    }
+    let verify = all
+        .iter()
+        .skip(at + n)
+        .position(|s| s.key == StepKind::Verify)
+        .map_or(all.len(), |i| at + n + i + 1);
+    for (i, s) in after.into_iter().enumerate() {
+        all.insert(verify + i, to_step(s));
+    }
 }
 
 /// The layout before and after, as a set's change names it (`SPX/NPS1`, `DPX/NPS2`): the

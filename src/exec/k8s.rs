@@ -67,6 +67,12 @@ pub enum K8sError {
         /// The server's words.
         message: String,
     },
+    /// The access review said, before anything changed, that these are not granted.
+    #[error(
+        "the API server would refuse, so nothing was changed: {}: partop's ClusterRole needs these verbs on these resources (docs/kubernetes.md)",
+        .0.join("; ")
+    )]
+    NotGranted(Vec<String>),
     /// A PodDisruptionBudget kept refusing the eviction for the whole bound.
     #[error(
         "evicting {pod} was refused for {secs} s by the PodDisruptionBudget {budget}: {message}; partop never bypasses it: scale the workload up, relax the budget, or move the pod yourself, then run again"
@@ -210,27 +216,9 @@ impl NodeOps {
         if refused.is_empty() {
             return Ok(());
         }
-        Err(K8sError::Refused {
-            verb: refused
-                .iter()
-                .map(|a| a.verb)
-                .collect::<Vec<_>>()
-                .join(", "),
-            resource: refused
-                .iter()
-                .map(Access::resource_text)
-                .collect::<Vec<_>>()
-                .join(", "),
-            namespace: None,
-            message: format!(
-                "refused before anything changed: {}",
-                refused
-                    .iter()
-                    .map(Access::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        })
+        Err(K8sError::NotGranted(
+            refused.iter().map(Access::to_string).collect(),
+        ))
     }
 
     /// The Node now.
@@ -589,6 +577,283 @@ impl NodeOps {
             tokio::time::sleep(self.limits.poll).await;
         }
     }
+}
+
+/// The annotation that says partop cordoned the node (so its uncordon, a resumed one
+/// included, never uncordons a node someone else cordoned).
+pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
+
+impl NodeOps {
+    /// Cordons the node and marks it as partop's cordon; a node already cordoned by someone
+    /// else is left as it is (and so left cordoned at the end).
+    pub async fn cordon_owned(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        if cordoned && !ours {
+            return Ok(format!(
+                "{} was already cordoned (not by partop): left so, and left cordoned after",
+                self.node
+            ));
+        }
+        self.patch_node(&json!({
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: "true"}},
+            "spec": {"unschedulable": true},
+        }))
+        .await?;
+        Ok(format!("{} cordoned", self.node))
+    }
+
+    /// Uncordons the node if partop cordoned it.
+    pub async fn uncordon_owned(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        if !ours {
+            let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+            return Ok(if cordoned {
+                format!("{} was cordoned before partop: left cordoned", self.node)
+            } else {
+                format!("{} is schedulable", self.node)
+            });
+        }
+        self.patch_node(&json!({
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: null}},
+            "spec": {"unschedulable": false},
+        }))
+        .await?;
+        Ok(format!("{} uncordoned", self.node))
+    }
+
+    async fn patch_node(&self, patch: &serde_json::Value) -> Result<(), K8sError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.bounded(
+            "patch",
+            "nodes",
+            None,
+            api.patch(&self.node, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await?
+        .map_err(|e| said(&e, "patch", "nodes", None))?;
+        Ok(())
+    }
+
+    /// The pods of `moves` that are still there, and whether a DaemonSet owns each (those are
+    /// cleared by the taint: evicted, their DaemonSet would start them again at once).
+    async fn present(
+        &self,
+        moves: &[crate::domain::plan_k8s::PodMove],
+    ) -> Result<Vec<(PodId, bool)>, K8sError> {
+        let mut out = Vec::new();
+        for m in moves {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &m.namespace);
+            match self
+                .bounded("get", "pods", Some(&m.namespace), api.get(&m.name))
+                .await?
+            {
+                Ok(p) => {
+                    let daemon = p
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.kind == "DaemonSet");
+                    out.push((
+                        PodId {
+                            namespace: m.namespace.clone(),
+                            name: m.name.clone(),
+                            uid: p.metadata.uid.unwrap_or_default(),
+                        },
+                        daemon,
+                    ));
+                }
+                Err(e) if code(&e) == Some(404) => {}
+                Err(e) => return Err(said(&e, "get", "pods", Some(&m.namespace))),
+            }
+        }
+        Ok(out)
+    }
+}
+
+type StepResult = Result<String, (String, String)>;
+
+/// What a failed run left on the node and the exact undo, once the cordon step has begun and
+/// until the uncordon has run (None: nothing of the cluster's was touched, or all was undone).
+pub fn left_on_node(plan: &crate::domain::plan::Plan, failed: usize) -> Option<String> {
+    use crate::domain::journal::StepKind as K;
+    let k = plan.kubernetes.as_ref()?;
+    let failed = failed.min(plan.steps.len().saturating_sub(1));
+    let done = &plan.steps[..failed];
+    let has = |steps: &[crate::domain::plan::Step], kind: K| steps.iter().any(|s| s.key == kind);
+    // A cordon that failed changed nothing (its patch is its last act); a taint step that
+    // failed may have tainted (it waits for the DaemonSet pods after).
+    let cordoned = has(done, K::Cordon) && !has(done, K::Uncordon);
+    let tainted = has(&plan.steps[..=failed], K::Taint) && !has(done, K::Untaint);
+    let undo = k8s_ops::undo_commands(&k.node, cordoned, tainted);
+    (!undo.is_empty()).then(|| {
+        format!(
+            "the Kubernetes node {} may be left {}: resume to finish and undo it, or undo by hand:\n  {}",
+            k.node,
+            match (cordoned, tainted) {
+                (true, true) => "cordoned and tainted",
+                (true, false) => "cordoned",
+                _ => "tainted",
+            },
+            undo.join("\n  ")
+        )
+    })
+}
+
+/// Performs one of a plan's Kubernetes steps (`plan_k8s`) against the cluster the environment
+/// names (KUBECONFIG, ~/.kube/config, or in-cluster), for the plan's node.
+pub async fn run_step(
+    plan: &crate::domain::plan::Plan,
+    kind: crate::domain::journal::StepKind,
+    note: &mut (dyn FnMut(String) + Send),
+) -> StepResult {
+    use crate::domain::journal::StepKind as K;
+    let Some(k) = &plan.kubernetes else {
+        return Err((
+            format!("{kind} is a Kubernetes step, and the plan names no Kubernetes node"),
+            "make the plan with `partop plan` on the node".into(),
+        ));
+    };
+    let next = |e: &K8sError| match e {
+        K8sError::Refused { .. } | K8sError::NotGranted(_) => {
+            "grant the verb to partop's ClusterRole (docs/kubernetes.md), then resume".to_string()
+        }
+        K8sError::Budget { .. } => {
+            "let the budget allow the disruption, then resume (partop never bypasses it)".into()
+        }
+        _ => "fix the cause (the API server's answer above), then resume".into(),
+    };
+    let target = crate::collect::cluster::Target::default();
+    let ops = NodeOps::connect(&target, &k.node, Limits::default())
+        .await
+        .map_err(|e| (e.to_string(), next(&e)))?;
+    let r = match kind {
+        K::Cordon => match ops.preflight(&k8s_ops::drain_access()).await {
+            Ok(()) => ops.cordon_owned().await,
+            Err(e) => Err(e),
+        },
+        K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
+        K::Taint => taint_and_clear(&ops, k).await,
+        K::WaitAllocatable => ops
+            .wait_allocatable(&k.allocatable, k8s_ops::PLUGIN_LABELS)
+            .await
+            .map(|restarted| {
+                format!(
+                    "the node advertises {}{}",
+                    k.allocatable
+                        .iter()
+                        .map(|(r, n)| format!("{r}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if restarted {
+                        " (after a restart of the device-plugin pod)"
+                    } else {
+                        ""
+                    }
+                )
+            }),
+        K::Untaint => ops.set_window_taint(false).await.map(|was| {
+            if was {
+                "the change window's taint removed".to_string()
+            } else {
+                "no change window's taint on the node".to_string()
+            }
+        }),
+        K::Uncordon => ops.uncordon_owned().await,
+        other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
+    };
+    r.map_err(|e| (e.to_string(), next(&e)))
+}
+
+/// Evicts the plan's pods (DaemonSet pods are left to the taint), a budget's refusal said as a
+/// note while it is retried, then waits until they are gone.
+async fn evict_all(
+    ops: &NodeOps,
+    k: &crate::domain::plan_k8s::KubeChange,
+    grace_secs: u32,
+    note: &mut (dyn FnMut(String) + Send),
+) -> Result<String, K8sError> {
+    let present = ops.present(&k.pods).await?;
+    let mut evicted = Vec::new();
+    let mut daemons = Vec::new();
+    for (p, daemon) in present {
+        if daemon {
+            daemons.push(p.to_string());
+            continue;
+        }
+        let grace = (grace_secs > 0).then_some(i64::from(grace_secs));
+        let mut heard = Vec::new();
+        let done = ops
+            .evict(&p, grace, false, |budget, words| {
+                heard.push(format!("{p}: refused by {budget}: {words}; retrying"));
+            })
+            .await;
+        for h in heard {
+            note(h);
+        }
+        if done? {
+            evicted.push(p);
+        }
+    }
+    ops.wait_gone(&evicted).await?;
+    let mut s = format!(
+        "{} pod(s) evicted and gone{}",
+        evicted.len(),
+        if evicted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": {}",
+                evicted
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    if !daemons.is_empty() {
+        s.push_str(&format!(
+            "; DaemonSet pods left to the taint: {}",
+            daemons.join(", ")
+        ));
+    }
+    Ok(s)
+}
+
+/// Taints the node for the change window and waits until the plan's DaemonSet pods left.
+async fn taint_and_clear(
+    ops: &NodeOps,
+    k: &crate::domain::plan_k8s::KubeChange,
+) -> Result<String, K8sError> {
+    let daemons: Vec<PodId> = ops
+        .present(&k.pods)
+        .await?
+        .into_iter()
+        .filter_map(|(p, d)| d.then_some(p))
+        .collect();
+    let was = ops.set_window_taint(true).await?;
+    ops.wait_gone(&daemons).await?;
+    Ok(format!(
+        "{}; {} DaemonSet holder(s) left",
+        if was {
+            "the change window's taint was already on the node"
+        } else {
+            "tainted for the change window"
+        },
+        daemons.len()
+    ))
 }
 
 /// A refusal's words: the message and each cause's (the budget's name is in a cause).

@@ -285,6 +285,47 @@ pub struct NodeAgent {
     pub plugin_stale: bool,
     /// The device-plugin pods' labels (`k=v,…`).
     pub plugin_labels: String,
+    /// Called with (namespace, name) when a pod's deletion is finished: the simulated node
+    /// stops the workload that is that pod, as a kubelet stops its containers.
+    pub on_gone: Option<OnGone>,
+}
+
+/// What a node agent calls when a pod's deletion is finished: (namespace, name).
+pub type OnGone = std::sync::Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// What the simulated node's device plugin registers now, per resource (counts).
+pub fn advertised(state_path: &Path) -> BTreeMap<String, i64> {
+    let Ok(s) = SimState::load(state_path) else {
+        return BTreeMap::new();
+    };
+    let Some(k) = &s.kubernetes else {
+        return BTreeMap::new();
+    };
+    devices(&s, &k.spec)
+        .into_iter()
+        .map(|(r, ids)| (r, i64::try_from(ids.len()).unwrap_or(i64::MAX)))
+        .collect()
+}
+
+/// Stops the simulated node's workload that is the pod `namespace/name` (SIGTERM to its
+/// process, whose start time is checked first), as the kubelet stops a deleted pod's
+/// containers.
+pub fn stop_pod(state_path: &Path, ns: &str, name: &str) {
+    let Ok(s) = SimState::load(state_path) else {
+        return;
+    };
+    for (i, w) in s.workloads.iter().enumerate() {
+        if w.spec.name == name
+            && namespace(w.spec.kind) == ns
+            && s.alive(i)
+            && let Some(pid) = w.pid.and_then(|p| i32::try_from(p).ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
 }
 
 /// The taint of a node that is not ready.
@@ -333,6 +374,7 @@ impl NodeAgent {
             advertise,
             plugin_stale,
             plugin_labels: crate::domain::k8s_ops::PLUGIN_LABELS.to_string(),
+            on_gone: None,
         }
     }
 
@@ -438,6 +480,9 @@ impl NodeAgent {
                     }),
                     ..Default::default()
                 };
+                if let Some(f) = &self.on_gone {
+                    f(&ns, &name);
+                }
                 let _ = api.delete(&name, &dp).await;
                 continue;
             }
