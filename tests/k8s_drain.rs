@@ -563,7 +563,11 @@ const SIM_NODE: &str = "name = \"k8s-drain\"\ndescription = \"t\"\nproduct = \"m
 
 /// The simulated node as a node of `cp`: its twin registers it under the node's host name,
 /// and a pod of the API server is each of its workloads (`sim/trainer`).
-async fn sim_node(cp: &ControlPlane, e: &common::env::SimEnv) -> (kube::Client, String) {
+async fn sim_node(
+    cp: &ControlPlane,
+    e: &common::env::SimEnv,
+    stale: bool,
+) -> (kube::Client, String) {
     let sock = e.node.state.with_extension("kubelet.sock");
     common::wait_until("the kubelet twin's socket", || sock.exists());
     let o = common::run(e.cmd().args(["snapshot", "--json"]), "");
@@ -577,7 +581,7 @@ async fn sim_node(cp: &ControlPlane, e: &common::env::SimEnv) -> (kube::Client, 
         c.clone(),
         &host,
         Arc::new(move || partop::sim::kubelet::advertised(&st)),
-        false,
+        stale,
     );
     agent.on_gone = Some(Arc::new(move |ns: &str, name: &str| {
         partop::sim::kubelet::stop_pod(&state, ns, name);
@@ -599,7 +603,7 @@ fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_unco
     let cp = ControlPlane::start();
     let e = common::env::SimEnv::new(SIM_NODE);
     let rt = runtime();
-    let (c, host) = rt.block_on(sim_node(&cp, &e));
+    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
     // The plan shows the pod to move, not its pid.
     let (mut path, mut plan) = plan_dpx(&e);
     common::wait_until("the trainer holds its GPU in the plan", || {
@@ -703,7 +707,7 @@ fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
     let cp = ControlPlane::start();
     let e = common::env::SimEnv::new(SIM_NODE);
     let rt = runtime();
-    let (c, host) = rt.block_on(sim_node(&cp, &e));
+    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
     let (mut path, mut plan) = plan_dpx(&e);
     common::wait_until("the trainer holds its GPU in the plan", || {
         (path, plan) = plan_dpx(&e);
@@ -739,5 +743,61 @@ fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
                 .is_some(),
             "the pod stays"
         );
+    });
+}
+
+#[test]
+fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_then_resumes() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e, true));
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
+    });
+    // No device-plugin pod on the node: after the change, the wait for the new count fails
+    // once the plugin had its time to re-register (30 s).
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    let text = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{text}");
+    for part in [
+        "(wait_allocatable) failed",
+        "amd.com/gpu 2 (expected 4)",
+        "no device-plugin pod (name=amdgpu-dp-ds)",
+        "may be left cordoned and tainted",
+        &format!("kubectl taint nodes {host} amd-dcm=up:NoExecute-"),
+        &format!("kubectl uncordon {host}"),
+    ] {
+        assert!(text.contains(part), "`{part}` in:\n{text}");
+    }
+    assert_eq!(e.modes().0, "DPX", "the change itself was made");
+    // The operator starts the plugin; the resume finishes, untaints and uncordons.
+    rt.block_on(async {
+        namespace(&c, "kube-amd-gpu").await;
+        make_pod(&c, "kube-amd-gpu", "dp", &host, &[("name", "amdgpu-dp-ds")]).await;
+    });
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--resume", "--yes", "--grace", "3"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        let spec = node.spec.clone().unwrap_or_default();
+        assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+        assert!(spec.taints.unwrap_or_default().is_empty(), "untainted");
     });
 }
