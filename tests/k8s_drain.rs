@@ -757,6 +757,17 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
         (path, plan) = plan_dpx(&e);
         plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
     });
+    // The node is a DCM profile's: the local change is said to be at risk.
+    let (ok, out) = cp.kubectl(
+        &cp.admin(),
+        &[
+            "label",
+            "node",
+            &host,
+            "dcm.amd.com/gpu-config-profile=spx-profile",
+        ],
+    );
+    assert!(ok, "{out}");
     // No device-plugin pod on the node: after the change, the wait for the new count fails
     // once the plugin had its time to re-register (30 s).
     let o = common::run(
@@ -774,6 +785,8 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
         "amd.com/gpu 2 (expected 4)",
         "no device-plugin pod (name=amdgpu-dp-ds)",
         "may be left cordoned and tainted",
+        "managed by the DCM profile spx-profile",
+        "DCM may revert this local change",
         &format!("kubectl taint nodes {host} amd-dcm=up:NoExecute-"),
         &format!("kubectl uncordon {host}"),
     ] {
@@ -800,4 +813,45 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
         assert_ne!(spec.unschedulable, Some(true), "uncordoned");
         assert!(spec.taints.unwrap_or_default().is_empty(), "untainted");
     });
+}
+
+#[test]
+fn the_staged_layout_prints_as_a_dcm_profile() {
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let o = common::run(
+        e.cmd().args([
+            "plan",
+            "--gpu",
+            "0000:05:00",
+            "--compute",
+            "DPX",
+            "--dcm",
+            "mixed-1",
+        ]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"gpu-config-profiles": {"mixed-1": {
+            "skippedGPUs": {"ids": []},
+            "profiles": [
+                {"computePartition": "DPX", "memoryPartition": "NPS1", "numGPUsAssigned": 1},
+                {"computePartition": "SPX", "memoryPartition": "NPS1", "numGPUsAssigned": 1},
+            ],
+        }}}),
+        "the first GPU staged to DPX, the second kept in SPX"
+    );
+    let o = common::run(
+        e.cmd()
+            .args(["plan", "--compute", "DPX", "--dcm", "bad name\u{1b}[2J"]),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("label") && !o.stderr.contains('\u{1b}'),
+        "refused, escaped: {}",
+        o.stderr
+    );
 }

@@ -250,3 +250,129 @@ pub fn steps(k: &KubeChange) -> (Vec<StepSpec>, Vec<StepSpec>) {
     ));
     (before, after)
 }
+
+/// Each physical GPU's modes after the plan's `changes` (their targets, the others' modes
+/// now), in the node's GPU order, as DCM counts them; a GPU whose modes are unknown is left
+/// out.
+pub fn modes_after(snap: &Snapshot, changes: &[Changed]) -> Vec<(ComputeMode, MemoryMode)> {
+    snap.gpus
+        .iter()
+        .filter(|g| g.mig.is_none())
+        .filter_map(|g| {
+            changes
+                .iter()
+                .find(|c| c.0 == g.bdf)
+                .map(|c| (c.1, c.2))
+                .or_else(|| g.compute_partition.zip(g.memory_partition))
+        })
+        .collect()
+}
+
+/// Whether `name` can be a DCM profile: it is the value of the node label
+/// `dcm.amd.com/gpu-config-profile`, so a label value (at most 63 of `A-Za-z0-9-_.`, starting
+/// and ending alphanumeric).
+pub fn check_profile_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ends = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.len() <= 63 && ends && name.chars().all(ok_char) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--dcm {}: a DCM profile's name is the value of the node label {}, so at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+            super::text::escape_controls(name),
+            super::k8s_ops::DCM_PROFILE_LABEL
+        ))
+    }
+}
+
+/// The layout `gpus` (each physical GPU's modes, in the node's order) as AMD Device Config
+/// Manager's profile `name`: the `gpu-config-profiles` JSON of its ConfigMap. DCM hands out
+/// GPUs to its profile entries in order, so each run of equal modes is one entry.
+pub fn dcm_profile(name: &str, gpus: &[(ComputeMode, MemoryMode)]) -> serde_json::Value {
+    let mut runs: Vec<((ComputeMode, MemoryMode), u32)> = Vec::new();
+    for m in gpus {
+        match runs.last_mut() {
+            Some((last, n)) if last == m => *n += 1,
+            _ => runs.push((*m, 1)),
+        }
+    }
+    let profiles: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|((c, m), n)| {
+            serde_json::json!({
+                "computePartition": c.to_string(),
+                "memoryPartition": m.to_string(),
+                "numGPUsAssigned": n,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "gpu-config-profiles": {
+            name: {"skippedGPUs": {"ids": []}, "profiles": profiles}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layout_as_a_dcm_profile_keeps_the_gpu_order() {
+        use ComputeMode::{Cpx, Dpx, Spx};
+        use MemoryMode::{Nps1, Nps4};
+        let p = dcm_profile("p", &[(Cpx, Nps4), (Cpx, Nps4), (Spx, Nps1), (Cpx, Nps4)]);
+        let entries = p["gpu-config-profiles"]["p"]["profiles"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let got: Vec<(String, String, u64)> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e["computePartition"].as_str().unwrap().to_string(),
+                    e["memoryPartition"].as_str().unwrap().to_string(),
+                    e["numGPUsAssigned"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("CPX".into(), "NPS4".into(), 2),
+                ("SPX".into(), "NPS1".into(), 1),
+                ("CPX".into(), "NPS4".into(), 1)
+            ]
+        );
+        assert_eq!(
+            p["gpu-config-profiles"]["p"]["skippedGPUs"]["ids"],
+            serde_json::json!([])
+        );
+        let one = dcm_profile("q", &[(Dpx, Nps1); 8]);
+        assert_eq!(
+            one["gpu-config-profiles"]["q"]["profiles"][0]["numGPUsAssigned"],
+            8
+        );
+    }
+
+    #[test]
+    fn a_profile_name_is_a_label_value() {
+        // 4 accepted, 7 refused: 11 names.
+        let ok = ["cpx-nps4", "a", "Profile_1.x", &"p".repeat(63)];
+        let bad = ["", "-a", "a-", "a b", "a/b", &"p".repeat(64), "a\u{1b}[31m"];
+        for n in ok {
+            assert!(check_profile_name(n).is_ok(), "{n}");
+        }
+        for n in bad {
+            let e = check_profile_name(n).unwrap_err();
+            assert!(!e.contains('\u{1b}'), "escaped: {e}");
+        }
+    }
+}

@@ -593,10 +593,25 @@ impl NodeOps {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        // A node a DCM profile manages gets that profile again from DCM: said with the way
+        // to make the change stick.
+        let dcm = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k8s_ops::DCM_PROFILE_LABEL))
+            .map(|p| {
+                format!(
+                    "; WARNING: the node is managed by the DCM profile {} ({}): DCM may revert this local change; to keep it, make it a DCM profile (`partop plan … --dcm NAME`) and label the node with it",
+                    crate::domain::text::escape_controls(p),
+                    k8s_ops::DCM_PROFILE_LABEL
+                )
+            })
+            .unwrap_or_default();
         let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
         if cordoned && !ours {
             return Ok(format!(
-                "{} was already cordoned (not by partop): left so, and left cordoned after",
+                "{} was already cordoned (not by partop): left so, and left cordoned after{dcm}",
                 self.node
             ));
         }
@@ -605,7 +620,7 @@ impl NodeOps {
             "spec": {"unschedulable": true},
         }))
         .await?;
-        Ok(format!("{} cordoned", self.node))
+        Ok(format!("{} cordoned{dcm}", self.node))
     }
 
     /// Uncordons the node if partop cordoned it.
