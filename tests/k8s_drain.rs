@@ -614,6 +614,14 @@ fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_unco
     });
     let k = plan.kubernetes.clone().unwrap();
     assert_eq!(k.node, host);
+    let text = common::run(e.cmd().args(["plan", "--compute", "DPX"]), "").stdout;
+    assert!(
+        text.contains(&format!(
+            "pods to move off the node {host} (1), by eviction:"
+        )) && text.contains("sim/trainer")
+            && text.contains("nothing else holds the affected GPUs"),
+        "the plan shows the pod to move:\n{text}"
+    );
     assert_eq!(
         k.allocatable,
         BTreeMap::from([("amd.com/gpu".to_string(), 4)]),
