@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod balancer;
 pub mod journal;
+pub mod k8s;
 pub mod kill;
 pub mod lock;
 pub mod mig;

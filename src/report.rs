@@ -201,9 +201,30 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
     if n > 24 {
         let _ = writeln!(o, "  … {} more", n - 24);
     }
+    // On a Kubernetes node the holders' pods move through the cluster (`plan_k8s`).
+    if let Some(k) = &p.kubernetes {
+        let esc = crate::domain::text::escape_controls;
+        let _ = writeln!(
+            o,
+            "\npods to move off the node {} ({}), by eviction:",
+            esc(&k.node),
+            k.pods.len()
+        );
+        for m in &k.pods {
+            let _ = writeln!(o, "  {:<40} {}", esc(&m.label()), m.gpus.join(","));
+        }
+    }
     let _ = writeln!(o, "\nmust stop ({}):", p.stops.len());
     if p.stops.is_empty() {
-        let _ = writeln!(o, "  nothing holds the affected GPUs");
+        let _ = writeln!(
+            o,
+            "  {}",
+            if p.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty()) {
+                "nothing else holds the affected GPUs"
+            } else {
+                "nothing holds the affected GPUs"
+            }
+        );
     }
     for s in &p.stops {
         let what = s

@@ -300,6 +300,12 @@ fn every_step_kind_reads_and_writes_as_the_word_partop_always_wrote() {
         "create",
         "balancer_drain",
         "balancer_join",
+        "cordon",
+        "evict",
+        "taint",
+        "wait_allocatable",
+        "untaint",
+        "uncordon",
     ];
     assert_eq!(words.len(), StepKind::ALL.len());
     for (k, w) in StepKind::ALL.iter().zip(words) {

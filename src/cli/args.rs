@@ -255,6 +255,11 @@ pub enum Cmd {
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
+        /// Print the staged layout as an AMD Device Config Manager profile of this name (the
+        /// `gpu-config-profiles` JSON of its ConfigMap) instead of the plan: on a node DCM
+        /// manages, the change goes through the cluster's own tools.
+        #[arg(long, value_name = "PROFILE")]
+        dcm: Option<String>,
     },
     /// Apply a saved plan (`partop plan … --json > plan.json`): re-checked against the node,
     /// confirmed (the host name for a driver reload), executed step by step, journaled.

@@ -45,7 +45,8 @@ pub fn main(mut cli: Cli) -> Result<u8> {
             compute,
             memory,
             json,
-        }) => super::plan::plan(&cli.source, gpus, compute, memory, json, settings),
+            dcm,
+        }) => super::plan::plan(&cli.source, gpus, compute, memory, json, dcm, settings),
         Some(Cmd::Apply(a)) => super::apply::apply(&cli.source, &a, settings),
         Some(Cmd::Kill {
             pids,

@@ -26,9 +26,13 @@ pub fn plan(
     compute: Option<crate::domain::ComputeMode>,
     memory: Option<crate::domain::MemoryMode>,
     json: bool,
+    dcm: Option<String>,
     settings: &Settings,
 ) -> Result<u8> {
     use crate::domain::plan::{Draft, Reload, plan};
+    if let Some(name) = &dcm {
+        crate::domain::plan_k8s::check_profile_name(name).map_err(anyhow::Error::msg)?;
+    }
     if compute.is_none() && memory.is_none() {
         anyhow::bail!(
             "say what to change: --compute SPX|DPX|QPX|CPX and/or --memory NPS1|NPS2|NPS4"
@@ -86,7 +90,16 @@ pub fn plan(
     }
     match plan(&snap, &draft, reload, reload_secs, 10) {
         Ok(p) => {
-            if json {
+            if let Some(name) = &dcm {
+                let changed: Vec<crate::domain::plan_k8s::Changed> = p
+                    .changes
+                    .iter()
+                    .map(|c| (c.bdf.clone(), c.to.0, c.to.1))
+                    .collect();
+                let after = crate::domain::plan_k8s::modes_after(&snap, &changed);
+                let profile = crate::domain::plan_k8s::dcm_profile(name, &after);
+                out(&(serde_json::to_string_pretty(&profile)? + "\n"))?;
+            } else if json {
                 out(&(serde_json::to_string_pretty(&p)? + "\n"))?;
             } else {
                 out(&crate::report::plan_text(&p))?;

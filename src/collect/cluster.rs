@@ -29,6 +29,11 @@ pub const CONNECT: Duration = Duration::from_secs(10);
 
 /// A client for `t`.
 pub async fn client(t: &Target) -> Result<kube::Client, String> {
+    kube::Client::try_from(config(t).await?).map_err(|e| format!("Kubernetes client: {e}"))
+}
+
+/// The connection settings for `t`, bounded.
+pub async fn config(t: &Target) -> Result<kube::Config, String> {
     let opts = kube::config::KubeConfigOptions {
         context: t.context.clone(),
         ..Default::default()
@@ -55,7 +60,7 @@ pub async fn client(t: &Target) -> Result<kube::Client, String> {
     let mut config = config;
     config.connect_timeout = Some(CONNECT);
     config.read_timeout = Some(Duration::from_secs(300));
-    kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
+    Ok(config)
 }
 
 /// What the watch has seen so far, and what went wrong last (said once per kind of trouble).

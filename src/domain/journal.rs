@@ -99,11 +99,23 @@ pub enum StepKind {
     BalancerDrain,
     /// Put the healthy members into the load balancer's upstream and verify through it.
     BalancerJoin,
+    /// Kubernetes: mark the node unschedulable (`plan_k8s`).
+    Cordon,
+    /// Kubernetes: evict the pods holding the affected GPUs and wait until they are gone.
+    Evict,
+    /// Kubernetes: the change window's NoExecute taint (clears DaemonSet holders).
+    Taint,
+    /// Kubernetes: wait until the node advertises the new allocatable count.
+    WaitAllocatable,
+    /// Kubernetes: remove the change window's taint.
+    Untaint,
+    /// Kubernetes: mark the node schedulable again.
+    Uncordon,
 }
 
 impl StepKind {
     /// Every kind (tests enumerate them).
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 19] = [
         Self::Stop,
         Self::WaitIdle,
         Self::SetMemory,
@@ -117,6 +129,12 @@ impl StepKind {
         Self::Create,
         Self::BalancerDrain,
         Self::BalancerJoin,
+        Self::Cordon,
+        Self::Evict,
+        Self::Taint,
+        Self::WaitAllocatable,
+        Self::Untaint,
+        Self::Uncordon,
     ];
 
     /// The word plans and the journal hold.
@@ -135,6 +153,12 @@ impl StepKind {
             Self::Create => "create",
             Self::BalancerDrain => "balancer_drain",
             Self::BalancerJoin => "balancer_join",
+            Self::Cordon => "cordon",
+            Self::Evict => "evict",
+            Self::Taint => "taint",
+            Self::WaitAllocatable => "wait_allocatable",
+            Self::Untaint => "untaint",
+            Self::Uncordon => "uncordon",
         }
     }
 }

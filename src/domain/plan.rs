@@ -187,6 +187,10 @@ pub struct Plan {
     /// What each load balancer's upstream becomes (steps `balancer_drain`, `balancer_join`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub balancers: Vec<super::balancer::BalancerChange>,
+    /// On a Kubernetes node: the pods it moves and what the node advertises after
+    /// (`plan_k8s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<super::plan_k8s::KubeChange>,
 }
 
 impl Plan {
@@ -452,6 +456,7 @@ pub fn plan(
         &after,
     ));
     let stops = stops(snap, &changes, memory_change);
+    let (stops, kube) = moved_through_the_cluster(snap, stops, &changes, memory_change, &after);
     let (models, sets, balancers) = moves(snap, &stops, &before, &after, &changes, &mut warnings);
     let mut p = Plan {
         fingerprint: String::new(),
@@ -470,6 +475,7 @@ pub fn plan(
         models,
         sets,
         balancers,
+        kubernetes: kube,
     };
     let target_m = draft.memory.filter(|_| memory_change);
     let mut step_warnings = Vec::new();
@@ -767,7 +773,57 @@ fn steps(
         steps.push(relaunch_step(snap, &p.stops, &p.models));
     }
     add_balancer_steps(&mut steps, &p.balancers);
+    if let Some(k) = &p.kubernetes {
+        add_k8s_steps(&mut steps, k);
+    }
     steps
+}
+
+/// On a Kubernetes node the pods holding the changed GPUs are moved through the cluster
+/// (cordon, evict: `plan_k8s`), not stopped by pid (the kubelet would restart them on the same
+/// GPU): they leave the stop list.
+fn moved_through_the_cluster(
+    snap: &Snapshot,
+    stops: Vec<Stop>,
+    changes: &[GpuChange],
+    memory_change: bool,
+    after: &[LayoutRow],
+) -> (Vec<Stop>, Option<super::plan_k8s::KubeChange>) {
+    let changed: Vec<super::plan_k8s::Changed> = changes
+        .iter()
+        .map(|c| (c.bdf.clone(), c.to.0, c.to.1))
+        .collect();
+    let kube = super::plan_k8s::change(snap, &changed, memory_change, after);
+    let stops = stops
+        .into_iter()
+        .filter(|s| !super::plan_k8s::moved_with_pod(snap, s.pid, kube.as_ref()))
+        .collect();
+    (stops, kube)
+}
+
+/// Puts a Kubernetes node's steps (`plan_k8s`) into `all`: the cordon, evictions and taint
+/// before the stop (or the wait for idle GPUs), the wait for the allocatable count, untaint
+/// and uncordon right after the verify.
+fn add_k8s_steps(all: &mut Vec<Step>, k: &super::plan_k8s::KubeChange) {
+    let to_step =
+        |s: super::plan_k8s::StepSpec| Step::plain(s.key, s.title, s.commands).limit(s.limit_secs);
+    let (before, after) = super::plan_k8s::steps(k);
+    let at = all
+        .iter()
+        .position(|s| matches!(s.key, StepKind::Stop | StepKind::WaitIdle))
+        .unwrap_or(0);
+    let n = before.len();
+    for (i, s) in before.into_iter().enumerate() {
+        all.insert(at + i, to_step(s));
+    }
+    let verify = all
+        .iter()
+        .skip(at + n)
+        .position(|s| s.key == StepKind::Verify)
+        .map_or(all.len(), |i| at + n + i + 1);
+    for (i, s) in after.into_iter().enumerate() {
+        all.insert(verify + i, to_step(s));
+    }
 }
 
 /// The layout the compute steps start from. With a reload, the driver comes back in the

@@ -441,6 +441,9 @@ pub async fn apply(
                 {
                     e.next = format!("{}\nor abort and restore services now:\n{r}", e.next);
                 }
+                if let Some(k) = super::k8s::left_on_node(plan, idx) {
+                    e.next = format!("{}\n{k}", e.next);
+                }
                 return Err(e);
             }
         }
@@ -586,6 +589,14 @@ async fn run_step(
         StepKind::Relaunch => relaunch(plan, ctx, emit).await,
         StepKind::BalancerDrain => super::balancer::drain(plan, ctx.registry.as_ref()),
         StepKind::BalancerJoin => super::balancer::join(plan, ctx.registry.as_ref()),
+        k @ (StepKind::Cordon
+        | StepKind::Evict
+        | StepKind::Taint
+        | StepKind::WaitAllocatable
+        | StepKind::Untaint
+        | StepKind::Uncordon) => {
+            super::k8s::run_step(plan, k, &mut |n| emit(ApplyEvent::Note(n))).await
+        }
         // A MIG step in a repartition plan: an edited plan file (a changed plan no longer
         // matches its fingerprint, so this is a plan made by hand).
         other @ (StepKind::MigMode | StepKind::Destroy | StepKind::Create) => Err((

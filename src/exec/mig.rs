@@ -440,7 +440,13 @@ fn step(plan: &MigPlan, ctx: &MigCtx, s: &MigStep) -> Result<String, (String, St
         | StepKind::SetCompute
         | StepKind::Relaunch
         | StepKind::BalancerDrain
-        | StepKind::BalancerJoin) => Err((
+        | StepKind::BalancerJoin
+        | StepKind::Cordon
+        | StepKind::Evict
+        | StepKind::Taint
+        | StepKind::WaitAllocatable
+        | StepKind::Untaint
+        | StepKind::Uncordon) => Err((
             format!("{other} is a repartition step, not a MIG step"),
             "make the plan with `partop mig plan` (repartition plans are applied with `partop apply`)"
                 .into(),

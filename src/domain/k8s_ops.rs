@@ -1,0 +1,203 @@
+//! The cluster's side of a change on a Kubernetes node, pure (issue 25, item 4): the RBAC
+//! verbs a drain needs, the Eviction body partop sends, a PodDisruptionBudget's selector
+//! matched against a pod's labels, DCM's change-window taint, the allocatable comparison and
+//! the exact undo of a node left cordoned or tainted. `exec::k8s` performs the verbs.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The change window's taint key, value and effect: AMD's Device Config Manager taints the node
+/// `amd-dcm=up:NoExecute` while it repartitions, so the GPU operator's DaemonSet pods (the
+/// metrics exporter, which holds the GPUs) leave, and removes it after.
+pub const WINDOW_TAINT_KEY: &str = "amd-dcm";
+/// The taint's value.
+pub const WINDOW_TAINT_VALUE: &str = "up";
+/// The taint's effect.
+pub const WINDOW_TAINT_EFFECT: &str = "NoExecute";
+
+/// The label of a node a DCM profile manages: DCM applies the profile it names and may revert a
+/// change made by hand.
+pub const DCM_PROFILE_LABEL: &str = "dcm.amd.com/gpu-config-profile";
+
+/// The device-plugin pods' labels by default (AMD's `k8s-ds-amdgpu-dp.yaml` DaemonSet).
+pub const PLUGIN_LABELS: &str = "name=amdgpu-dp-ds";
+
+/// A pod by identity: its name and the UID it had when planned (a new pod of the same name is
+/// another pod).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodId {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+impl std::fmt::Display for PodId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One RBAC permission a step needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// The verb (`create`, `patch`).
+    pub verb: &'static str,
+    /// The API group (`""` core, `policy`).
+    pub group: &'static str,
+    /// The resource.
+    pub resource: &'static str,
+    /// The subresource (`eviction`), or empty.
+    pub subresource: &'static str,
+    /// The namespace (None: every namespace, or cluster-scoped).
+    pub namespace: Option<String>,
+}
+
+impl Access {
+    const fn of(verb: &'static str, group: &'static str, resource: &'static str) -> Self {
+        Self {
+            verb,
+            group,
+            resource,
+            subresource: "",
+            namespace: None,
+        }
+    }
+
+    /// `pods/eviction`, `poddisruptionbudgets.policy`.
+    pub fn resource_text(&self) -> String {
+        let mut s = self.resource.to_string();
+        if !self.subresource.is_empty() {
+            s = format!("{s}/{}", self.subresource);
+        }
+        if !self.group.is_empty() {
+            s = format!("{s} ({})", self.group);
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource_text())?;
+        if let Some(n) = &self.namespace {
+            write!(f, " in {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a drain around a repartition needs: the node read and patched (cordon, taint), the pods
+/// listed and read, evicted, the device-plugin pod deleted, the budgets read to name them.
+pub fn drain_access() -> Vec<Access> {
+    let mut eviction = Access::of("create", "", "pods");
+    eviction.subresource = "eviction";
+    vec![
+        Access::of("get", "", "nodes"),
+        Access::of("patch", "", "nodes"),
+        Access::of("update", "", "nodes"),
+        Access::of("list", "", "pods"),
+        Access::of("get", "", "pods"),
+        eviction,
+        Access::of("delete", "", "pods"),
+        Access::of("list", "policy", "poddisruptionbudgets"),
+    ]
+}
+
+/// The Eviction partop sends: `policy/v1`, the pod's UID as precondition, and the grace period
+/// and dry run in its `deleteOptions` (kube-core's `Api::evict` can drop them; this body is
+/// checked against the real API server by `tests/k8s_drain.rs`).
+pub fn eviction_body(pod: &PodId, grace_secs: Option<i64>, dry_run: bool) -> Value {
+    let mut delete = serde_json::Map::new();
+    if !pod.uid.is_empty() {
+        delete.insert("preconditions".into(), json!({"uid": pod.uid}));
+    }
+    if let Some(g) = grace_secs {
+        delete.insert("gracePeriodSeconds".into(), json!(g));
+    }
+    if dry_run {
+        delete.insert("dryRun".into(), json!(["All"]));
+    }
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+        "deleteOptions": Value::Object(delete),
+    })
+}
+
+/// The budget a refusal's words name (`The disruption budget NAME needs …`).
+pub fn budget_in_words(words: &str) -> Option<String> {
+    let rest = words.split("disruption budget ").nth(1)?;
+    let name = rest.split_whitespace().next()?;
+    Some(name.to_string())
+}
+
+/// Each resource whose advertised count differs from the expected (`amd.com/gpu 8 (expected
+/// 16)`); an absent or unreadable quantity counts as 0.
+pub fn allocatable_differs(
+    expected: &BTreeMap<String, i64>,
+    now: &BTreeMap<String, String>,
+) -> Vec<String> {
+    expected
+        .iter()
+        .filter_map(|(r, want)| {
+            let has = now
+                .get(r)
+                .and_then(|q| q.trim().parse::<i64>().ok())
+                .unwrap_or(0);
+            (has != *want).then(|| format!("{r} {has} (expected {want})"))
+        })
+        .collect()
+}
+
+/// The exact commands that undo what a stopped run left on the node.
+pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if tainted {
+        out.push(format!(
+            "kubectl taint nodes {node} {WINDOW_TAINT_KEY}={WINDOW_TAINT_VALUE}:{WINDOW_TAINT_EFFECT}-"
+        ));
+    }
+    if cordoned {
+        out.push(format!("kubectl uncordon {node}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_eviction_body_carries_grace_dry_run_and_uid() {
+        let p = PodId {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u-1".into(),
+        };
+        let b = eviction_body(&p, Some(7), true);
+        assert_eq!(b["apiVersion"], "policy/v1");
+        assert_eq!(b["deleteOptions"]["gracePeriodSeconds"], 7);
+        assert_eq!(b["deleteOptions"]["dryRun"], json!(["All"]));
+        assert_eq!(b["deleteOptions"]["preconditions"]["uid"], "u-1");
+        let b = eviction_body(&p, None, false);
+        assert!(b["deleteOptions"].get("gracePeriodSeconds").is_none());
+        assert!(b["deleteOptions"].get("dryRun").is_none());
+    }
+
+    #[test]
+    fn the_undo_names_each_thing_left() {
+        assert!(undo_commands("n", false, false).is_empty());
+        assert_eq!(undo_commands("n", true, false), ["kubectl uncordon n"]);
+        assert_eq!(
+            undo_commands("n", true, true),
+            [
+                "kubectl taint nodes n amd-dcm=up:NoExecute-",
+                "kubectl uncordon n"
+            ]
+        );
+    }
+}

@@ -1,0 +1,961 @@
+//! The cluster's verbs around a change on a Kubernetes node (issue 25, item 4), through the API
+//! server with kube-rs: cordon, evict through the Eviction API (our own `policy/v1` body, so a
+//! grace period or dry run reaches the server), a PodDisruptionBudget refusal retried within a
+//! bound and named, the wait until each pod is gone, DCM's NoExecute taint for the change
+//! window, and the wait until the node advertises the expected allocatable count (restarting the
+//! device-plugin pod once). Called by the repartition's steps (`exec::apply`) for one node; a
+//! fleet rollout (issue 26) holds one `NodeOps` per node. Every verb is bounded; a refused verb
+//! names the RBAC verb and resource the ClusterRole must grant.
+
+use crate::domain::k8s_ops::{self, Access, PodId};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The bounds of the verbs and waits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// One API call.
+    pub verb: Duration,
+    /// How long an eviction a PodDisruptionBudget refuses is retried.
+    pub budget: Duration,
+    /// How long evicted pods may take to be gone.
+    pub gone: Duration,
+    /// How long the device plugin has to re-register before its pod is restarted.
+    pub reregister: Duration,
+    /// How long the node may take to advertise the expected count, restart included.
+    pub allocatable: Duration,
+    /// Between two polls.
+    pub poll: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            verb: Duration::from_secs(10),
+            budget: Duration::from_secs(120),
+            gone: Duration::from_secs(120),
+            reregister: Duration::from_secs(30),
+            allocatable: Duration::from_secs(120),
+            poll: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why a cluster verb did not do what it was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum K8sError {
+    /// The API server refused the verb (403).
+    #[error(
+        "the API server refused to {verb} {resource}{ns}: the ClusterRole needs `{verb}` on `{resource}` (docs/kubernetes.md); {message}",
+        ns = namespace.as_deref().map(|n| format!(" in namespace {n}")).unwrap_or_default()
+    )]
+    Refused {
+        /// The RBAC verb.
+        verb: String,
+        /// The resource (`pods/eviction`, `nodes`).
+        resource: String,
+        /// Where.
+        namespace: Option<String>,
+        /// The server's words.
+        message: String,
+    },
+    /// The access review said, before anything changed, that these are not granted.
+    #[error(
+        "the API server would refuse, so nothing was changed: {}: partop's ClusterRole needs these verbs on these resources (docs/kubernetes.md)",
+        .0.join("; ")
+    )]
+    NotGranted(Vec<String>),
+    /// A PodDisruptionBudget kept refusing the eviction for the whole bound.
+    #[error(
+        "evicting {pod} was refused for {secs} s by the PodDisruptionBudget {budget}: {message}; partop never bypasses it: scale the workload up, relax the budget, or move the pod yourself, then run again"
+    )]
+    Budget {
+        /// `namespace/name`.
+        pod: String,
+        /// `namespace/name` of the budget (or what the server said of it).
+        budget: String,
+        /// The server's words.
+        message: String,
+        /// How long it retried.
+        secs: u64,
+    },
+    /// A wait ran past its bound.
+    #[error("{0}")]
+    Timeout(String),
+    /// Anything else the API server or the connection said.
+    #[error("{0}")]
+    Api(String),
+}
+
+/// The taint a change window puts on the node (AMD's Device Config Manager uses the same): pods
+/// that do not tolerate it, the metrics exporter's DaemonSet pods among them, leave the node.
+pub use crate::domain::k8s_ops::{WINDOW_TAINT_EFFECT, WINDOW_TAINT_KEY, WINDOW_TAINT_VALUE};
+
+/// The cluster verbs for one node.
+#[derive(Clone)]
+pub struct NodeOps {
+    client: kube::Client,
+    /// The Node's name.
+    pub node: String,
+    /// Bounds.
+    pub limits: Limits,
+}
+
+/// The status code of an API error (None: not an answer of the API server).
+fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// An API error as said to the operator: a 403 becomes the RBAC rule to add.
+fn said(e: &kube::Error, verb: &str, resource: &str, namespace: Option<&str>) -> K8sError {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => K8sError::Refused {
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: namespace.map(str::to_string),
+            message: s.message.clone(),
+        },
+        kube::Error::Api(s) => K8sError::Api(format!(
+            "{verb} {resource}: {} ({}, {})",
+            s.message, s.code, s.reason
+        )),
+        other => K8sError::Api(format!("{verb} {resource}: {other}")),
+    }
+}
+
+impl NodeOps {
+    /// The verbs for `node` through `client`.
+    pub fn new(client: kube::Client, node: &str, limits: Limits) -> Self {
+        Self {
+            client,
+            node: node.to_string(),
+            limits,
+        }
+    }
+
+    /// The verbs for `node` of the cluster `t`. kube-rs's own retry of 429 is off: it would
+    /// hide a PodDisruptionBudget's refusal (and retry it unbounded by our limits), which must
+    /// be retried here, bounded and named.
+    pub async fn connect(
+        t: &crate::collect::cluster::Target,
+        node: &str,
+        limits: Limits,
+    ) -> Result<Self, K8sError> {
+        let mut config = crate::collect::cluster::config(t)
+            .await
+            .map_err(K8sError::Api)?;
+        config.default_retry = false;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| K8sError::Api(format!("Kubernetes client: {e}")))?;
+        Ok(Self::new(client, node, limits))
+    }
+
+    /// One API call within the verb bound; a call past it is said with the verb and resource.
+    async fn bounded<T>(
+        &self,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        f: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Result<T, kube::Error>, K8sError> {
+        tokio::time::timeout(self.limits.verb, f)
+            .await
+            .map_err(|_| {
+                K8sError::Timeout(format!(
+                    "{verb} {resource}{}: no answer from the API server within {} s",
+                    namespace.map(|n| format!(" in {n}")).unwrap_or_default(),
+                    self.limits.verb.as_secs()
+                ))
+            })
+    }
+
+    /// Asks the API server (SelfSubjectAccessReview) whether each verb is allowed, before
+    /// anything changes: Err names every one refused.
+    pub async fn preflight(&self, needs: &[Access]) -> Result<(), K8sError> {
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let mut refused = Vec::new();
+        for a in needs {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(a.verb.into()),
+                        group: Some(a.group.into()),
+                        resource: Some(a.resource.into()),
+                        subresource: (!a.subresource.is_empty()).then(|| a.subresource.into()),
+                        namespace: a.namespace.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let r = self
+                .bounded(
+                    "create",
+                    "selfsubjectaccessreviews",
+                    None,
+                    api.create(&PostParams::default(), &review),
+                )
+                .await?
+                .map_err(|e| said(&e, "create", "selfsubjectaccessreviews", None))?;
+            if !r.status.is_some_and(|s| s.allowed) {
+                refused.push(a.clone());
+            }
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(K8sError::NotGranted(
+            refused.iter().map(Access::to_string).collect(),
+        ))
+    }
+
+    /// The Node now.
+    pub async fn get_node(&self) -> Result<Node, K8sError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.bounded("get", "nodes", None, api.get(&self.node))
+            .await?
+            .map_err(|e| said(&e, "get", "nodes", None))
+    }
+
+    /// Marks the node unschedulable (`cordon = true`) or schedulable again. Returns whether it
+    /// was unschedulable before, so a run that found it cordoned leaves it so.
+    pub async fn set_unschedulable(&self, cordon: bool) -> Result<bool, K8sError> {
+        let was = self
+            .get_node()
+            .await?
+            .spec
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let api: Api<Node> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"unschedulable": cordon}});
+        self.bounded(
+            "patch",
+            "nodes",
+            None,
+            api.patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?
+        .map_err(|e| said(&e, "patch", "nodes", None))?;
+        Ok(was)
+    }
+
+    /// The pods on the node (all namespaces).
+    pub async fn pods_on_node(&self, labels: Option<&str>) -> Result<Vec<Pod>, K8sError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut lp = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
+        if let Some(l) = labels {
+            lp = lp.labels(l);
+        }
+        Ok(self
+            .bounded("list", "pods", None, api.list(&lp))
+            .await?
+            .map_err(|e| said(&e, "list", "pods", None))?
+            .items)
+    }
+
+    /// A pod's identity now (None: it is gone).
+    pub async fn pod_id(&self, namespace: &str, name: &str) -> Result<Option<PodId>, K8sError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match self
+            .bounded("get", "pods", Some(namespace), api.get(name))
+            .await?
+        {
+            Ok(p) => Ok(Some(PodId {
+                namespace: namespace.into(),
+                name: name.into(),
+                uid: p.metadata.uid.unwrap_or_default(),
+            })),
+            Err(e) if code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(said(&e, "get", "pods", Some(namespace))),
+        }
+    }
+
+    /// Sends one Eviction for `pod` (its UID as precondition, so a replacement pod of the same
+    /// name is never evicted by mistake). Ok(true): accepted (or dry-run accepted); Ok(false):
+    /// the pod is already gone or replaced.
+    async fn evict_once(
+        &self,
+        pod: &PodId,
+        grace_secs: Option<i64>,
+        dry_run: bool,
+    ) -> Result<Result<bool, kube::Error>, K8sError> {
+        // A pod gone or replaced is not evicted at all: the server answers a UID precondition
+        // that fails only after retrying it for about 10 s.
+        if self
+            .pod_id(&pod.namespace, &pod.name)
+            .await?
+            .is_none_or(|now| !pod.uid.is_empty() && now.uid != pod.uid)
+        {
+            return Ok(Ok(false));
+        }
+        let body = k8s_ops::eviction_body(pod, grace_secs, dry_run);
+        let mut url = format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction",
+            pod.namespace, pod.name
+        );
+        if dry_run {
+            url.push_str("?dryRun=All");
+        }
+        let req = http::Request::post(url)
+            .header("Content-Type", "application/json")
+            .body(body.to_string().into_bytes())
+            .map_err(|e| K8sError::Api(format!("eviction request: {e}")))?;
+        // The server retries a conflict within an eviction for about 10 s (a replacement
+        // racing the check above): the bound leaves it that time.
+        let r = tokio::time::timeout(
+            self.limits.verb + Duration::from_secs(15),
+            self.client.request_text(req),
+        )
+        .await
+        .map_err(|_| {
+            K8sError::Timeout(format!(
+                "create pods/eviction in {}: no answer from the API server within {} s",
+                pod.namespace,
+                (self.limits.verb + Duration::from_secs(15)).as_secs()
+            ))
+        })?;
+        Ok(match r {
+            Ok(_) => Ok(true),
+            // Gone, or its UID precondition failed: a new pod of that name is not ours.
+            Err(e) if matches!(code(&e), Some(404 | 409)) => Ok(false),
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Evicts `pod` through the Eviction API, retrying within the budget bound while a
+    /// PodDisruptionBudget refuses (429): never bypassed, and named when it does not give way.
+    /// `on_blocked` hears each refusal (the budget's name and the server's words) once per
+    /// change of words. Ok(false): it was already gone.
+    pub async fn evict(
+        &self,
+        pod: &PodId,
+        grace_secs: Option<i64>,
+        dry_run: bool,
+        mut on_blocked: impl FnMut(&str, &str),
+    ) -> Result<bool, K8sError> {
+        let start = Instant::now();
+        let mut last = String::new();
+        loop {
+            match self.evict_once(pod, grace_secs, dry_run).await? {
+                Ok(done) => return Ok(done),
+                Err(e) if code(&e) == Some(429) => {
+                    let message = match &e {
+                        kube::Error::Api(s) => status_words(s),
+                        other => other.to_string(),
+                    };
+                    let budget = self.budget_of(pod).await.unwrap_or_else(|| {
+                        k8s_ops::budget_in_words(&message)
+                            .unwrap_or_else(|| "(not named by the server)".into())
+                    });
+                    if message != last {
+                        on_blocked(&budget, &message);
+                        last.clone_from(&message);
+                    }
+                    if start.elapsed() >= self.limits.budget {
+                        return Err(K8sError::Budget {
+                            pod: pod.to_string(),
+                            budget,
+                            message,
+                            secs: start.elapsed().as_secs(),
+                        });
+                    }
+                    tokio::time::sleep(self.limits.poll.max(Duration::from_millis(500))).await;
+                }
+                Err(e) => return Err(said(&e, "create", "pods/eviction", Some(&pod.namespace))),
+            }
+        }
+    }
+
+    /// The PodDisruptionBudget whose selector takes `pod` (`namespace/name`), as the server
+    /// would pick it; None when it cannot be read (the server's words name it then).
+    async fn budget_of(&self, pod: &PodId) -> Option<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let labels = self
+            .bounded("get", "pods", Some(&pod.namespace), pods.get(&pod.name))
+            .await
+            .ok()?
+            .ok()?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let list = self
+            .bounded(
+                "list",
+                "poddisruptionbudgets",
+                Some(&pod.namespace),
+                api.list(&ListParams::default()),
+            )
+            .await
+            .ok()?
+            .ok()?;
+        list.items
+            .iter()
+            .find(|b| {
+                b.spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .is_some_and(|sel| selects(sel, &labels))
+            })
+            .map(|b| {
+                let s = b.status.as_ref();
+                format!(
+                    "{}/{} (allows {} disruptions: {} healthy of {} desired)",
+                    pod.namespace,
+                    b.metadata.name.clone().unwrap_or_default(),
+                    s.and_then(|s| s.disruptions_allowed).unwrap_or(0),
+                    s.and_then(|s| s.current_healthy).unwrap_or(0),
+                    s.and_then(|s| s.desired_healthy).unwrap_or(0),
+                )
+            })
+    }
+
+    /// Waits until every pod of `pods` is gone: 404, or its name now holds a new UID.
+    pub async fn wait_gone(&self, pods: &[PodId]) -> Result<(), K8sError> {
+        let end = Instant::now() + self.limits.gone;
+        let mut left: Vec<&PodId> = pods.iter().collect();
+        loop {
+            let mut still = Vec::new();
+            for p in left {
+                if self
+                    .pod_id(&p.namespace, &p.name)
+                    .await?
+                    .is_some_and(|now| now.uid == p.uid)
+                {
+                    still.push(p);
+                }
+            }
+            if still.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= end {
+                return Err(K8sError::Timeout(format!(
+                    "{} pod(s) still on the node after {} s: {} (their kubelet has not finished the deletion)",
+                    still.len(),
+                    self.limits.gone.as_secs(),
+                    still
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            left = still;
+            tokio::time::sleep(self.limits.poll).await;
+        }
+    }
+
+    /// Puts the change window's NoExecute taint on the node (`on`) or takes it off. Returns
+    /// whether it was there before. Read-modify-write with the node's resourceVersion, retried
+    /// on a conflict (the kubelet writes the node too).
+    pub async fn set_window_taint(&self, on: bool) -> Result<bool, K8sError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        for _ in 0..5 {
+            let mut node = self.get_node().await?;
+            let spec = node.spec.get_or_insert_with(Default::default);
+            let taints = spec.taints.get_or_insert_with(Vec::new);
+            let was = taints.iter().any(is_window_taint);
+            if was == on {
+                return Ok(was);
+            }
+            if on {
+                taints.push(Taint {
+                    key: WINDOW_TAINT_KEY.into(),
+                    value: Some(WINDOW_TAINT_VALUE.into()),
+                    effect: WINDOW_TAINT_EFFECT.into(),
+                    time_added: None,
+                });
+            } else {
+                taints.retain(|t| !is_window_taint(t));
+            }
+            match self
+                .bounded(
+                    "update",
+                    "nodes",
+                    None,
+                    api.replace(&self.node, &PostParams::default(), &node),
+                )
+                .await?
+            {
+                Ok(_) => return Ok(was),
+                Err(e) if code(&e) == Some(409) => {}
+                Err(e) => return Err(said(&e, "update", "nodes", None)),
+            }
+        }
+        Err(K8sError::Api(format!(
+            "the node {} kept changing under the taint's update (5 conflicts)",
+            self.node
+        )))
+    }
+
+    /// What the node advertises as allocatable per resource now.
+    pub async fn allocatable(&self) -> Result<BTreeMap<String, String>, K8sError> {
+        Ok(self
+            .get_node()
+            .await?
+            .status
+            .and_then(|s| s.allocatable)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect())
+    }
+
+    /// Waits until the node advertises `expected` of each resource (absent: 0). When the
+    /// device plugin has not re-registered within `limits.reregister`, its pod on the node
+    /// (`plugin_labels`) is deleted once, as the operator would, and its DaemonSet starts it
+    /// again. Ok(true): the plugin was restarted.
+    pub async fn wait_allocatable(
+        &self,
+        expected: &BTreeMap<String, i64>,
+        plugin_labels: &str,
+    ) -> Result<bool, K8sError> {
+        let start = Instant::now();
+        let mut restarted = false;
+        loop {
+            let now = self.allocatable().await?;
+            let differ = k8s_ops::allocatable_differs(expected, &now);
+            if differ.is_empty() {
+                return Ok(restarted);
+            }
+            if !restarted && start.elapsed() >= self.limits.reregister {
+                let pods = self.pods_on_node(Some(plugin_labels)).await?;
+                if pods.is_empty() {
+                    return Err(K8sError::Api(format!(
+                        "the node {} advertises {} and no device-plugin pod ({plugin_labels}) is on it to restart",
+                        self.node,
+                        differ.join(", ")
+                    )));
+                }
+                for p in &pods {
+                    let ns = p.metadata.namespace.clone().unwrap_or_default();
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: p.metadata.uid.clone(),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match self
+                        .bounded("delete", "pods", Some(&ns), api.delete(&name, &dp))
+                        .await?
+                    {
+                        Ok(_) => {}
+                        Err(e) if matches!(code(&e), Some(404 | 409)) => {}
+                        Err(e) => return Err(said(&e, "delete", "pods", Some(&ns))),
+                    }
+                }
+                restarted = true;
+            }
+            if start.elapsed() >= self.limits.allocatable {
+                return Err(K8sError::Timeout(format!(
+                    "the node {} still advertises {} after {} s{}",
+                    self.node,
+                    differ.join(", "),
+                    self.limits.allocatable.as_secs(),
+                    if restarted {
+                        " and a restart of the device-plugin pod"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            tokio::time::sleep(self.limits.poll).await;
+        }
+    }
+}
+
+/// The annotation that says partop cordoned the node (so its uncordon, a resumed one
+/// included, never uncordons a node someone else cordoned).
+pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
+
+impl NodeOps {
+    /// Cordons the node and marks it as partop's cordon; a node already cordoned by someone
+    /// else is left as it is (and so left cordoned at the end).
+    pub async fn cordon_owned(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        // A node a DCM profile manages gets that profile again from DCM: said with the way
+        // to make the change stick.
+        let dcm = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k8s_ops::DCM_PROFILE_LABEL))
+            .map(|p| {
+                format!(
+                    "; WARNING: the node is managed by the DCM profile {} ({}): DCM may revert this local change; to keep it, make it a DCM profile (`partop plan … --dcm NAME`) and label the node with it",
+                    crate::domain::text::escape_controls(p),
+                    k8s_ops::DCM_PROFILE_LABEL
+                )
+            })
+            .unwrap_or_default();
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        if cordoned && !ours {
+            return Ok(format!(
+                "{} was already cordoned (not by partop): left so, and left cordoned after{dcm}",
+                self.node
+            ));
+        }
+        self.patch_node(&json!({
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: "true"}},
+            "spec": {"unschedulable": true},
+        }))
+        .await?;
+        Ok(format!("{} cordoned{dcm}", self.node))
+    }
+
+    /// Uncordons the node if partop cordoned it.
+    pub async fn uncordon_owned(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        if !ours {
+            let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+            return Ok(if cordoned {
+                format!("{} was cordoned before partop: left cordoned", self.node)
+            } else {
+                format!("{} is schedulable", self.node)
+            });
+        }
+        self.patch_node(&json!({
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: null}},
+            "spec": {"unschedulable": false},
+        }))
+        .await?;
+        Ok(format!("{} uncordoned", self.node))
+    }
+
+    async fn patch_node(&self, patch: &serde_json::Value) -> Result<(), K8sError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.bounded(
+            "patch",
+            "nodes",
+            None,
+            api.patch(&self.node, &PatchParams::default(), &Patch::Merge(patch)),
+        )
+        .await?
+        .map_err(|e| said(&e, "patch", "nodes", None))?;
+        Ok(())
+    }
+
+    /// The pods of `moves` that are still there, and whether a DaemonSet owns each (those are
+    /// cleared by the taint: evicted, their DaemonSet would start them again at once).
+    async fn present(
+        &self,
+        moves: &[crate::domain::plan_k8s::PodMove],
+    ) -> Result<Vec<(PodId, bool)>, K8sError> {
+        let mut out = Vec::new();
+        for m in moves {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &m.namespace);
+            match self
+                .bounded("get", "pods", Some(&m.namespace), api.get(&m.name))
+                .await?
+            {
+                Ok(p) => {
+                    let daemon = p
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.kind == "DaemonSet");
+                    out.push((
+                        PodId {
+                            namespace: m.namespace.clone(),
+                            name: m.name.clone(),
+                            uid: p.metadata.uid.unwrap_or_default(),
+                        },
+                        daemon,
+                    ));
+                }
+                Err(e) if code(&e) == Some(404) => {}
+                Err(e) => return Err(said(&e, "get", "pods", Some(&m.namespace))),
+            }
+        }
+        Ok(out)
+    }
+}
+
+type StepResult = Result<String, (String, String)>;
+
+/// What a failed run left on the node and the exact undo, once the cordon step has begun and
+/// until the uncordon has run (None: nothing of the cluster's was touched, or all was undone).
+pub fn left_on_node(plan: &crate::domain::plan::Plan, failed: usize) -> Option<String> {
+    use crate::domain::journal::StepKind as K;
+    let k = plan.kubernetes.as_ref()?;
+    let failed = failed.min(plan.steps.len().saturating_sub(1));
+    let done = &plan.steps[..failed];
+    let has = |steps: &[crate::domain::plan::Step], kind: K| steps.iter().any(|s| s.key == kind);
+    // A cordon that failed changed nothing (its patch is its last act); a taint step that
+    // failed may have tainted (it waits for the DaemonSet pods after).
+    let cordoned = has(done, K::Cordon) && !has(done, K::Uncordon);
+    let tainted = has(&plan.steps[..=failed], K::Taint) && !has(done, K::Untaint);
+    let undo = k8s_ops::undo_commands(&k.node, cordoned, tainted);
+    (!undo.is_empty()).then(|| {
+        format!(
+            "the Kubernetes node {} may be left {}: resume to finish and undo it, or undo by hand:\n  {}",
+            k.node,
+            match (cordoned, tainted) {
+                (true, true) => "cordoned and tainted",
+                (true, false) => "cordoned",
+                _ => "tainted",
+            },
+            undo.join("\n  ")
+        )
+    })
+}
+
+/// Performs one of a plan's Kubernetes steps (`plan_k8s`) against the cluster the environment
+/// names (KUBECONFIG, ~/.kube/config, or in-cluster), for the plan's node.
+pub async fn run_step(
+    plan: &crate::domain::plan::Plan,
+    kind: crate::domain::journal::StepKind,
+    note: &mut (dyn FnMut(String) + Send),
+) -> StepResult {
+    use crate::domain::journal::StepKind as K;
+    let Some(k) = &plan.kubernetes else {
+        return Err((
+            format!("{kind} is a Kubernetes step, and the plan names no Kubernetes node"),
+            "make the plan with `partop plan` on the node".into(),
+        ));
+    };
+    let next = |e: &K8sError| match e {
+        K8sError::Refused { .. } | K8sError::NotGranted(_) => {
+            "grant the verb to partop's ClusterRole (docs/kubernetes.md), then resume".to_string()
+        }
+        K8sError::Budget { .. } => {
+            "let the budget allow the disruption, then resume (partop never bypasses it)".into()
+        }
+        _ => "fix the cause (the API server's answer above), then resume".into(),
+    };
+    let target = crate::collect::cluster::Target::default();
+    let ops = NodeOps::connect(&target, &k.node, Limits::default())
+        .await
+        .map_err(|e| (e.to_string(), next(&e)))?;
+    let r = match kind {
+        K::Cordon => match ops.preflight(&k8s_ops::drain_access()).await {
+            Ok(()) => ops.cordon_owned().await,
+            Err(e) => Err(e),
+        },
+        K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
+        K::Taint => taint_and_clear(&ops, k).await,
+        K::WaitAllocatable => ops
+            .wait_allocatable(&k.allocatable, k8s_ops::PLUGIN_LABELS)
+            .await
+            .map(|restarted| {
+                format!(
+                    "the node advertises {}{}",
+                    k.allocatable
+                        .iter()
+                        .map(|(r, n)| format!("{r}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if restarted {
+                        " (after a restart of the device-plugin pod)"
+                    } else {
+                        ""
+                    }
+                )
+            }),
+        K::Untaint => ops.set_window_taint(false).await.map(|was| {
+            if was {
+                "the change window's taint removed".to_string()
+            } else {
+                "no change window's taint on the node".to_string()
+            }
+        }),
+        K::Uncordon => ops.uncordon_owned().await,
+        other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
+    };
+    r.map_err(|e| (e.to_string(), next(&e)))
+}
+
+/// Evicts the plan's pods (DaemonSet pods are left to the taint), a budget's refusal said as a
+/// note while it is retried, then waits until they are gone.
+async fn evict_all(
+    ops: &NodeOps,
+    k: &crate::domain::plan_k8s::KubeChange,
+    grace_secs: u32,
+    note: &mut (dyn FnMut(String) + Send),
+) -> Result<String, K8sError> {
+    let present = ops.present(&k.pods).await?;
+    let mut evicted = Vec::new();
+    let mut daemons = Vec::new();
+    for (p, daemon) in present {
+        if daemon {
+            daemons.push(p.to_string());
+            continue;
+        }
+        let grace = (grace_secs > 0).then_some(i64::from(grace_secs));
+        let mut heard = Vec::new();
+        let done = ops
+            .evict(&p, grace, false, |budget, words| {
+                heard.push(format!("{p}: refused by {budget}: {words}; retrying"));
+            })
+            .await;
+        for h in heard {
+            note(h);
+        }
+        if done? {
+            evicted.push(p);
+        }
+    }
+    ops.wait_gone(&evicted).await?;
+    let mut s = format!(
+        "{} pod(s) evicted and gone{}",
+        evicted.len(),
+        if evicted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": {}",
+                evicted
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    if !daemons.is_empty() {
+        s.push_str(&format!(
+            "; DaemonSet pods left to the taint: {}",
+            daemons.join(", ")
+        ));
+    }
+    Ok(s)
+}
+
+/// Taints the node for the change window and waits until the plan's DaemonSet pods left.
+async fn taint_and_clear(
+    ops: &NodeOps,
+    k: &crate::domain::plan_k8s::KubeChange,
+) -> Result<String, K8sError> {
+    let daemons: Vec<PodId> = ops
+        .present(&k.pods)
+        .await?
+        .into_iter()
+        .filter_map(|(p, d)| d.then_some(p))
+        .collect();
+    let was = ops.set_window_taint(true).await?;
+    ops.wait_gone(&daemons).await?;
+    Ok(format!(
+        "{}; {} DaemonSet holder(s) left",
+        if was {
+            "the change window's taint was already on the node"
+        } else {
+            "tainted for the change window"
+        },
+        daemons.len()
+    ))
+}
+
+/// A refusal's words: the message and each cause's (the budget's name is in a cause).
+fn status_words(s: &kube::core::Status) -> String {
+    let mut out = s.message.clone();
+    for c in s.details.iter().flat_map(|d| d.causes.iter()) {
+        if !c.message.is_empty() && !out.contains(&c.message) {
+            out.push_str(": ");
+            out.push_str(&c.message);
+        }
+    }
+    out
+}
+
+/// Whether `sel` selects a pod with `labels` (matchLabels and matchExpressions, as the API
+/// server evaluates them). An empty selector selects every pod.
+fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_label = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expr = sel.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let has = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => has.is_some_and(|v| values.contains(v)),
+            "NotIn" => has.is_none_or(|v| !values.contains(v)),
+            "Exists" => has.is_some(),
+            "DoesNotExist" => has.is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expr
+}
+
+/// Whether `t` is the change window's taint.
+fn is_window_taint(t: &Taint) -> bool {
+    t.key == WINDOW_TAINT_KEY && t.effect == WINDOW_TAINT_EFFECT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    #[test]
+    fn selectors_as_the_server_reads_them() {
+        let labels: BTreeMap<String, String> = [("app", "a"), ("tier", "gpu")]
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        let expr = |op: &str, vals: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: op.into(),
+                values: Some(vals.iter().map(|v| (*v).to_string()).collect()),
+            }]),
+            match_labels: None,
+        };
+        // 4 operators x (the pod's value listed, not listed), and matchLabels: 10 cases.
+        let cases = [
+            (expr("In", &["a"]), true),
+            (expr("In", &["b"]), false),
+            (expr("NotIn", &["a"]), false),
+            (expr("NotIn", &["b"]), true),
+            (expr("Exists", &[]), true),
+            (expr("DoesNotExist", &[]), false),
+            (expr("Bogus", &["a"]), false),
+            (LabelSelector::default(), true),
+            (
+                LabelSelector {
+                    match_labels: Some([("app".to_string(), "a".to_string())].into()),
+                    match_expressions: None,
+                },
+                true,
+            ),
+            (
+                LabelSelector {
+                    match_labels: Some([("app".to_string(), "b".to_string())].into()),
+                    match_expressions: None,
+                },
+                false,
+            ),
+        ];
+        for (i, (sel, want)) in cases.iter().enumerate() {
+            assert_eq!(selects(sel, &labels), *want, "case {i} of {}", cases.len());
+        }
+    }
+}

@@ -1,0 +1,865 @@
+//! The cluster's verbs around a repartition on a Kubernetes node (issue 25, item 4), against a
+//! REAL control plane on loopback (etcd, kube-apiserver, kube-controller-manager: the
+//! disruption and DaemonSet controllers decide what a budget allows and where a DaemonSet
+//! runs). The node is the kubelet twin's (`sim::kubelet::NodeAgent`): it registers the Node,
+//! runs the pods bound to it and finishes their deletion as a kubelet does. No mock server.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests panic on failure"
+)]
+
+mod common;
+use common::control_plane::{ControlPlane, LIMITED_USER};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, PostParams};
+use partop::domain::k8s_ops::{self, PodId};
+use partop::exec::k8s::{K8sError, Limits, NodeOps};
+use partop::sim::kubelet::NodeAgent;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn client(kubeconfig: &std::path::Path) -> kube::Client {
+    partop::collect::cluster::client(&partop::collect::cluster::Target {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// The administrator's client, with the `default` namespace's service account made.
+async fn admin(cp: &ControlPlane) -> kube::Client {
+    let c = client(&cp.admin()).await;
+    namespace(&c, "default").await;
+    c
+}
+
+/// The twin's node `name`, advertising `count` of `amd.com/gpu` (changed by the test as a
+/// repartition would), started on this runtime.
+fn start_node(c: &kube::Client, name: &str, count: &Arc<Mutex<i64>>, stale: bool) {
+    let count = Arc::clone(count);
+    let advertise =
+        Arc::new(move || BTreeMap::from([("amd.com/gpu".to_string(), *count.lock().unwrap())]));
+    tokio::spawn(NodeAgent::new(c.clone(), name, advertise, stale).run());
+}
+
+fn target(kubeconfig: &std::path::Path) -> partop::collect::cluster::Target {
+    partop::collect::cluster::Target {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        ..Default::default()
+    }
+}
+
+/// The verbs as partop's steps hold them (kube-rs's own retry of 429 off).
+async fn ops_for(cp: &ControlPlane, node: &str, limits: Limits) -> NodeOps {
+    NodeOps::connect(&target(&cp.admin()), node, limits)
+        .await
+        .unwrap()
+}
+
+fn quick() -> Limits {
+    Limits {
+        verb: Duration::from_secs(10),
+        budget: Duration::from_secs(60),
+        gone: Duration::from_secs(30),
+        reregister: Duration::from_secs(2),
+        allocatable: Duration::from_secs(30),
+        poll: Duration::from_millis(100),
+    }
+}
+
+/// Namespace `ns` with its `default` service account (the serviceaccount controller is not
+/// among those the test control plane runs).
+async fn namespace(c: &kube::Client, ns: &str) {
+    if ns != "default" {
+        let n: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+        Api::all(c.clone())
+            .create(&PostParams::default(), &n)
+            .await
+            .unwrap();
+    }
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+    Api::namespaced(c.clone(), ns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+}
+
+async fn make_pod(c: &kube::Client, ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "partop/sim",
+            "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(c.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// Waits (at most 30 s) until `f` holds.
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not within 30 s: {what}");
+}
+
+async fn ready(c: &kube::Client, ns: &str, name: &str) -> bool {
+    Api::<Pod>::namespaced(c.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|p| p.status)
+        .and_then(|s| s.conditions)
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn id(ops: &NodeOps, ns: &str, name: &str) -> PodId {
+    ops.pod_id(ns, name).await.unwrap().expect("the pod exists")
+}
+
+/// A budget of `min` available over `app=web`, observed by the disruption controller with
+/// `healthy` pods.
+async fn budget(c: &kube::Client, min: i32, healthy: i32) {
+    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-pdb", "namespace": "default"},
+        "spec": {"minAvailable": min, "selector": {"matchLabels": {"app": "web"}}},
+    }))
+    .unwrap();
+    let api = Api::<PodDisruptionBudget>::namespaced(c.clone(), "default");
+    api.create(&PostParams::default(), &pdb).await.unwrap();
+    until("the disruption controller computed the budget", || {
+        let api = api.clone();
+        async move {
+            api.get("web-pdb")
+                .await
+                .ok()
+                .and_then(|b| b.status)
+                .is_some_and(|s| s.current_healthy == Some(healthy))
+        }
+    })
+    .await;
+}
+
+#[test]
+fn a_budget_that_blocks_then_allows_is_retried_and_named() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        start_node(&c, "gpu-a", &Arc::new(Mutex::new(8)), false);
+        for p in ["web-0", "web-1"] {
+            make_pod(&c, "default", p, "gpu-a", &[("app", "web")]).await;
+        }
+        until("both pods ready", || async {
+            ready(&c, "default", "web-0").await && ready(&c, "default", "web-1").await
+        })
+        .await;
+        budget(&c, 2, 2).await;
+        let ops = ops_for(&cp, "gpu-a", quick()).await;
+        assert!(
+            !ops.set_unschedulable(true).await.unwrap(),
+            "was schedulable"
+        );
+        let victim = id(&ops, "default", "web-0").await;
+        let heard: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let h = Arc::clone(&heard);
+        let evicting = {
+            let ops = ops.clone();
+            let victim = victim.clone();
+            tokio::spawn(async move {
+                ops.evict(&victim, None, false, |b, m| {
+                    h.lock().unwrap().push((b.into(), m.into()));
+                })
+                .await
+            })
+        };
+        until("the budget refused the eviction", || async {
+            !heard.lock().unwrap().is_empty()
+        })
+        .await;
+        // The workload grows: the budget now allows one disruption, and the retry goes through.
+        make_pod(&c, "default", "web-2", "gpu-a-other", &[("app", "web")]).await;
+        start_node(&c, "gpu-a-other", &Arc::new(Mutex::new(8)), false);
+        let r = tokio::time::timeout(Duration::from_secs(60), evicting)
+            .await
+            .expect("the eviction retried within its bound")
+            .unwrap();
+        assert_eq!(r, Ok(true), "evicted once the budget allowed it");
+        let heard = heard.lock().unwrap().clone();
+        assert!(
+            heard[0].0.contains("default/web-pdb") && heard[0].0.contains("allows 0"),
+            "the refusal names the budget and what it allows: {heard:?}"
+        );
+        ops.wait_gone(std::slice::from_ref(&victim)).await.unwrap();
+        assert!(ops.pod_id("default", "web-0").await.unwrap().is_none());
+        assert!(ops.set_unschedulable(false).await.unwrap(), "was cordoned");
+    });
+}
+
+#[test]
+fn a_budget_that_never_allows_fails_named_within_the_bound_and_the_pod_stays() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        start_node(&c, "gpu-b", &Arc::new(Mutex::new(8)), false);
+        make_pod(&c, "default", "web-0", "gpu-b", &[("app", "web")]).await;
+        until("pod ready", || ready(&c, "default", "web-0")).await;
+        budget(&c, 1, 1).await;
+        let mut limits = quick();
+        limits.budget = Duration::from_secs(3);
+        let ops = ops_for(&cp, "gpu-b", limits).await;
+        let victim = id(&ops, "default", "web-0").await;
+        let t = Instant::now();
+        let r = ops.evict(&victim, None, false, |_, _| {}).await;
+        let Err(K8sError::Budget { budget, pod, .. }) = &r else {
+            panic!("refused by the budget: {r:?}");
+        };
+        assert!(
+            budget.contains("web-pdb") && pod == "default/web-0",
+            "{r:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "bounded: {:?}",
+            t.elapsed()
+        );
+        let text = r.unwrap_err().to_string();
+        assert!(text.contains("never bypasses"), "{text}");
+        assert_eq!(
+            ops.pod_id("default", "web-0").await.unwrap(),
+            Some(victim),
+            "never bypassed: the pod is still there"
+        );
+    });
+}
+
+#[test]
+fn the_eviction_body_reaches_the_server_whole() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        // A node whose kubelet never finishes a deletion: what the server recorded stays.
+        let ops = ops_for(&cp, "gpu-silent", quick()).await;
+        make_pod(&c, "default", "p", "gpu-silent", &[]).await;
+        let p = id(&ops, "default", "p").await;
+        let pods = Api::<Pod>::namespaced(c.clone(), "default");
+        // Dry run: accepted, nothing deleted.
+        assert_eq!(ops.evict(&p, Some(7), true, |_, _| {}).await, Ok(true));
+        let now = pods.get("p").await.unwrap();
+        assert!(
+            now.metadata.deletion_timestamp.is_none(),
+            "a dry-run eviction deleted nothing"
+        );
+        // A UID that is not the pod's: nothing happens (a replacement is never evicted).
+        let other = PodId {
+            uid: "00000000-0000-0000-0000-000000000000".into(),
+            ..p.clone()
+        };
+        assert_eq!(
+            ops.evict(&other, Some(7), false, |_, _| {}).await,
+            Ok(false)
+        );
+        assert!(
+            pods.get("p")
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_none()
+        );
+        // The grace period arrives.
+        assert_eq!(ops.evict(&p, Some(7), false, |_, _| {}).await, Ok(true));
+        let now = pods.get("p").await.unwrap();
+        assert!(now.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            now.metadata.deletion_grace_period_seconds,
+            Some(7),
+            "the grace period partop sent is the one the server applied"
+        );
+        // Already gone (404): said as such.
+        let ghost = PodId {
+            name: "never-was".into(),
+            ..p.clone()
+        };
+        assert_eq!(ops.evict(&ghost, None, false, |_, _| {}).await, Ok(false));
+    });
+}
+
+#[test]
+fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        start_node(&c, "gpu-d", &Arc::new(Mutex::new(8)), false);
+        let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "exporter", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "exporter"}},
+                "template": {"metadata": {"labels": {"app": "exporter"}},
+                    "spec": {"containers": [{"name": "c", "image": "partop/sim"}]}}},
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(c.clone(), "default")
+            .create(&PostParams::default(), &ds)
+            .await
+            .unwrap();
+        let ops = ops_for(&cp, "gpu-d", quick()).await;
+        let exporters = || async {
+            ops.pods_on_node(Some("app=exporter"))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count()
+        };
+        until("the DaemonSet's pod runs on the node", || async {
+            exporters().await == 1
+        })
+        .await;
+        ops.set_unschedulable(true).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            exporters().await,
+            1,
+            "a cordon leaves DaemonSet pods in place"
+        );
+        assert!(
+            !ops.set_window_taint(true).await.unwrap(),
+            "was not tainted"
+        );
+        assert!(ops.set_window_taint(true).await.unwrap(), "idempotent");
+        until("the taint cleared the DaemonSet holder", || async {
+            ops.pods_on_node(Some("app=exporter"))
+                .await
+                .unwrap()
+                .is_empty()
+        })
+        .await;
+        assert!(ops.set_window_taint(false).await.unwrap(), "was tainted");
+        let node: Node = Api::all(c.clone()).get("gpu-d").await.unwrap();
+        assert!(
+            !node
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY),
+            "the taint is gone"
+        );
+        until("the DaemonSet's pod is back", || async {
+            exporters().await == 1
+        })
+        .await;
+    });
+}
+
+#[test]
+fn a_device_plugin_that_does_not_reregister_is_restarted_once() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        let count = Arc::new(Mutex::new(8));
+        start_node(&c, "gpu-p", &count, true);
+        namespace(&c, "kube-amd-gpu").await;
+        make_pod(
+            &c,
+            "kube-amd-gpu",
+            "dp",
+            "gpu-p",
+            &[("name", "amdgpu-dp-ds")],
+        )
+        .await;
+        let ops = ops_for(&cp, "gpu-p", quick()).await;
+        let want8 = BTreeMap::from([("amd.com/gpu".to_string(), 8)]);
+        let want64 = BTreeMap::from([("amd.com/gpu".to_string(), 64)]);
+        assert_eq!(
+            ops.wait_allocatable(&want8, k8s_ops::PLUGIN_LABELS).await,
+            Ok(false),
+            "advertised as registered, no restart"
+        );
+        // The plugin registered (the twin marks its pod ready in the round it registers).
+        until("the plugin runs", || ready(&c, "kube-amd-gpu", "dp")).await;
+        let plugin = id(&ops, "kube-amd-gpu", "dp").await;
+        // The repartition: the kernel now has 64, the plugin keeps its 8.
+        *count.lock().unwrap() = 64;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = ops.allocatable().await.unwrap();
+        assert_eq!(now["amd.com/gpu"], "8", "stale until restarted: {now:?}");
+        // The plugin's DaemonSet starts it again (here: the test, as its controller would).
+        let restarter = {
+            let c = c.clone();
+            let ops = ops.clone();
+            tokio::spawn(async move {
+                until("the plugin pod was deleted", || async {
+                    ops.pod_id("kube-amd-gpu", "dp").await.unwrap().is_none()
+                })
+                .await;
+                make_pod(
+                    &c,
+                    "kube-amd-gpu",
+                    "dp",
+                    "gpu-p",
+                    &[("name", "amdgpu-dp-ds")],
+                )
+                .await;
+            })
+        };
+        let t = Instant::now();
+        assert_eq!(
+            ops.wait_allocatable(&want64, k8s_ops::PLUGIN_LABELS).await,
+            Ok(true),
+            "restarted once, then advertised"
+        );
+        assert!(
+            t.elapsed() >= Duration::from_secs(2),
+            "waited for a re-registration first"
+        );
+        restarter.await.unwrap();
+        until("the new plugin runs", || ready(&c, "kube-amd-gpu", "dp")).await;
+        assert_ne!(id(&ops, "kube-amd-gpu", "dp").await.uid, plugin.uid);
+        // No plugin pod to restart: said, naming the resource and the labels.
+        *count.lock().unwrap() = 16;
+        let mut limits = quick();
+        limits.reregister = Duration::from_millis(300);
+        let lonely = ops_for(&cp, "gpu-p", limits).await;
+        let r = lonely
+            .wait_allocatable(
+                &BTreeMap::from([("amd.com/gpu".to_string(), 16)]),
+                "name=no-such-plugin",
+            )
+            .await;
+        let text = r.unwrap_err().to_string();
+        assert!(
+            text.contains("amd.com/gpu 64 (expected 16)") && text.contains("name=no-such-plugin"),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_user_without_the_verbs_is_refused_before_anything_changes() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let admin = admin(&cp).await;
+        start_node(&admin, "gpu-r", &Arc::new(Mutex::new(8)), false);
+        let ops = NodeOps::connect(&target(&cp.limited()), "gpu-r", quick())
+            .await
+            .unwrap();
+        let needs = k8s_ops::drain_access();
+        let r = ops.preflight(&needs).await;
+        let Err(K8sError::NotGranted(refused)) = &r else {
+            panic!("refused: {r:?}");
+        };
+        // Every one of the drain's verbs is named.
+        let words = r.clone().unwrap_err().to_string();
+        assert_eq!(refused.len(), needs.len(), "{words}");
+        for a in &needs {
+            assert!(words.contains(&a.to_string()), "{a} named in {words}");
+        }
+        // Grant everything but the eviction: only that one is named.
+        let role = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "partop-drain-partial"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch", "update"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]},
+                {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]},
+            ],
+        });
+        let f = cp.dir.path().join("role.json");
+        std::fs::write(&f, role.to_string()).unwrap();
+        let (ok, out) = cp.kubectl(&cp.admin(), &["apply", "-f", f.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let (ok, out) = cp.kubectl(
+            &cp.admin(),
+            &[
+                "create",
+                "clusterrolebinding",
+                "partial",
+                "--clusterrole=partop-drain-partial",
+                &format!("--user={LIMITED_USER}"),
+            ],
+        );
+        assert!(ok, "{out}");
+        let r = ops.preflight(&needs).await;
+        let text = r.unwrap_err().to_string();
+        assert!(
+            text.contains("nothing was changed: create pods/eviction: "),
+            "only the eviction is named: {text}"
+        );
+        let node: Node = Api::all(admin.clone()).get("gpu-r").await.unwrap();
+        assert_ne!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "nothing changed: the node is not cordoned"
+        );
+    });
+}
+
+/// The drain of 10 bare pods on the twin's node: cordon, ten evictions, the wait until all are
+/// gone, uncordon. Printed for docs/performance.md.
+#[test]
+fn a_drain_of_ten_bare_pods_is_measured() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        start_node(&c, "gpu-m", &Arc::new(Mutex::new(8)), false);
+        let names: Vec<String> = (0..10).map(|i| format!("job-{i}")).collect();
+        for n in &names {
+            make_pod(&c, "default", n, "gpu-m", &[("app", "job")]).await;
+        }
+        for n in &names {
+            until("pod ready", || ready(&c, "default", n)).await;
+        }
+        let ops = ops_for(&cp, "gpu-m", quick()).await;
+        let mut ids = Vec::new();
+        for n in &names {
+            ids.push(id(&ops, "default", n).await);
+        }
+        let t = Instant::now();
+        ops.set_unschedulable(true).await.unwrap();
+        for p in &ids {
+            assert_eq!(ops.evict(p, None, false, |_, _| {}).await, Ok(true));
+        }
+        let evicted = t.elapsed();
+        ops.wait_gone(&ids).await.unwrap();
+        ops.set_unschedulable(false).await.unwrap();
+        let all = t.elapsed();
+        assert!(ops.pods_on_node(Some("app=job")).await.unwrap().is_empty());
+        println!(
+            "drain of {} pods: {:.2} s (evictions sent in {:.2} s)",
+            ids.len(),
+            all.as_secs_f64(),
+            evicted.as_secs_f64()
+        );
+    });
+}
+
+/// A simulated Kubernetes node (kubelet twin) with one training pod on GPU 0.
+const SIM_NODE: &str = "name = \"k8s-drain\"\ndescription = \"t\"\nproduct = \"mi300x\"\ngpus = 2\ncompute = \"SPX\"\nmemory = \"NPS1\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 6\ntime_scale = 0.01\n\n[[workload]]\nname = \"trainer\"\nkind = \"batch\"\ngpu = 0\nvram_gb = 20\nbusy = 80\ncomm = \"python3\"\n\n[kubernetes]\n";
+
+/// The simulated node as a node of `cp`: its twin registers it under the node's host name,
+/// and a pod of the API server is each of its workloads (`sim/trainer`).
+async fn sim_node(
+    cp: &ControlPlane,
+    e: &common::env::SimEnv,
+    stale: bool,
+) -> (kube::Client, String) {
+    let sock = e.node.state.with_extension("kubelet.sock");
+    common::wait_until("the kubelet twin's socket", || sock.exists());
+    let o = common::run(e.cmd().args(["snapshot", "--json"]), "");
+    let snap: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let host = snap["host"].as_str().unwrap().to_string();
+    let c = admin(cp).await;
+    namespace(&c, "sim").await;
+    let state = e.node.state.clone();
+    let st = state.clone();
+    let mut agent = NodeAgent::new(
+        c.clone(),
+        &host,
+        Arc::new(move || partop::sim::kubelet::advertised(&st)),
+        stale,
+    );
+    agent.on_gone = Some(Arc::new(move |ns: &str, name: &str| {
+        partop::sim::kubelet::stop_pod(&state, ns, name);
+    }));
+    tokio::spawn(agent.run());
+    make_pod(&c, "sim", "trainer", &host, &[("app", "trainer")]).await;
+    until("the trainer pod runs", || ready(&c, "sim", "trainer")).await;
+    (c, host)
+}
+
+fn plan_dpx(e: &common::env::SimEnv) -> (std::path::PathBuf, partop::domain::plan::Plan) {
+    let p = e.plan("--compute DPX", "p.json");
+    let plan = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    (p, plan)
+}
+
+#[test]
+fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_uncordons() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
+    // The plan shows the pod to move, not its pid.
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes
+            .as_ref()
+            .is_some_and(|k| k.pods.iter().any(|p| p.label() == "sim/trainer"))
+    });
+    let k = plan.kubernetes.clone().unwrap();
+    assert_eq!(k.node, host);
+    let text = common::run(e.cmd().args(["plan", "--compute", "DPX"]), "").stdout;
+    assert!(
+        text.contains(&format!(
+            "pods to move off the node {host} (1), by eviction:"
+        )) && text.contains("sim/trainer")
+            && text.contains("nothing else holds the affected GPUs"),
+        "the plan shows the pod to move:\n{text}"
+    );
+    assert_eq!(
+        k.allocatable,
+        BTreeMap::from([("amd.com/gpu".to_string(), 4)]),
+        "2 GPUs in DPX"
+    );
+    assert!(
+        plan.stops.iter().all(|s| s.name != "python3"),
+        "the pod's process is not stopped by pid: {:?}",
+        plan.stops
+    );
+    let keys: Vec<&str> = plan.steps.iter().map(|s| s.key.as_str()).collect();
+    let at = |k: &str| {
+        keys.iter()
+            .position(|x| *x == k)
+            .unwrap_or_else(|| panic!("{k} in {keys:?}"))
+    };
+    assert!(
+        at("cordon") < at("evict") && at("evict") < at("taint"),
+        "{keys:?}"
+    );
+    assert!(at("taint") < at("wait_idle") && at("verify") < at("wait_allocatable"));
+    assert!(at("wait_allocatable") < at("untaint") && at("untaint") < at("uncordon"));
+    // Killed right after the evictions: the node is left cordoned, the pod gone.
+    let evict = at("evict");
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .env(partop::exec::apply::CRASH_ENV, format!("end:{}", evict + 1))
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    assert_ne!(o.code, 0, "killed: {}{}", o.stdout, o.stderr);
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        assert_eq!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "left cordoned"
+        );
+        assert!(
+            Api::<Pod>::namespaced(c.clone(), "sim")
+                .get_opt("trainer")
+                .await
+                .unwrap()
+                .is_none(),
+            "the pod was evicted"
+        );
+    });
+    // `partop journal` says the run is unfinished; the resume finishes and uncordons.
+    let j = common::run(e.cmd().arg("journal"), "");
+    assert!(
+        format!("{}{}", j.stdout, j.stderr).contains("Continue it with"),
+        "{}{}",
+        j.stdout,
+        j.stderr
+    );
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--resume", "--yes", "--grace", "3"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
+    assert_eq!(e.modes().0, "DPX");
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        let spec = node.spec.clone().unwrap_or_default();
+        assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+        assert!(
+            !spec
+                .taints
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY),
+            "untainted"
+        );
+        assert_eq!(
+            node.status.unwrap().allocatable.unwrap()["amd.com/gpu"].0,
+            "4",
+            "the node advertises the new count"
+        );
+    });
+}
+
+#[test]
+fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
+    });
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.limited())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    let text = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{text}");
+    assert!(
+        text.contains("create pods/eviction") && text.contains("patch nodes"),
+        "the refused verbs are named: {text}"
+    );
+    assert!(
+        text.contains("nothing was changed") && !text.contains("may be left"),
+        "nothing was cordoned, so no undo is offered: {text}"
+    );
+    assert_eq!(e.modes().0, "SPX", "the GPUs were not touched");
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+        assert!(
+            Api::<Pod>::namespaced(c.clone(), "sim")
+                .get_opt("trainer")
+                .await
+                .unwrap()
+                .is_some(),
+            "the pod stays"
+        );
+    });
+}
+
+#[test]
+fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_then_resumes() {
+    let cp = ControlPlane::start();
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let rt = runtime();
+    let (c, host) = rt.block_on(sim_node(&cp, &e, true));
+    let (mut path, mut plan) = plan_dpx(&e);
+    common::wait_until("the trainer holds its GPU in the plan", || {
+        (path, plan) = plan_dpx(&e);
+        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
+    });
+    // The node is a DCM profile's: the local change is said to be at risk.
+    let (ok, out) = cp.kubectl(
+        &cp.admin(),
+        &[
+            "label",
+            "node",
+            &host,
+            "dcm.amd.com/gpu-config-profile=spx-profile",
+        ],
+    );
+    assert!(ok, "{out}");
+    // No device-plugin pod on the node: after the change, the wait for the new count fails
+    // once the plugin had its time to re-register (30 s).
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    let text = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{text}");
+    for part in [
+        "(wait_allocatable) failed",
+        "amd.com/gpu 2 (expected 4)",
+        "no device-plugin pod (name=amdgpu-dp-ds)",
+        "may be left cordoned and tainted",
+        "managed by the DCM profile spx-profile",
+        "DCM may revert this local change",
+        &format!("kubectl taint nodes {host} amd-dcm=up:NoExecute-"),
+        &format!("kubectl uncordon {host}"),
+    ] {
+        assert!(text.contains(part), "`{part}` in:\n{text}");
+    }
+    assert_eq!(e.modes().0, "DPX", "the change itself was made");
+    // The operator starts the plugin; the resume finishes, untaints and uncordons.
+    rt.block_on(async {
+        namespace(&c, "kube-amd-gpu").await;
+        make_pod(&c, "kube-amd-gpu", "dp", &host, &[("name", "amdgpu-dp-ds")]).await;
+    });
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--resume", "--yes", "--grace", "3"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
+    rt.block_on(async {
+        let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
+        let spec = node.spec.clone().unwrap_or_default();
+        assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+        assert!(spec.taints.unwrap_or_default().is_empty(), "untainted");
+    });
+}
+
+#[test]
+fn the_staged_layout_prints_as_a_dcm_profile() {
+    let e = common::env::SimEnv::new(SIM_NODE);
+    let o = common::run(
+        e.cmd().args([
+            "plan",
+            "--gpu",
+            "0000:05:00",
+            "--compute",
+            "DPX",
+            "--dcm",
+            "mixed-1",
+        ]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"gpu-config-profiles": {"mixed-1": {
+            "skippedGPUs": {"ids": []},
+            "profiles": [
+                {"computePartition": "DPX", "memoryPartition": "NPS1", "numGPUsAssigned": 1},
+                {"computePartition": "SPX", "memoryPartition": "NPS1", "numGPUsAssigned": 1},
+            ],
+        }}}),
+        "the first GPU staged to DPX, the second kept in SPX"
+    );
+    let o = common::run(
+        e.cmd()
+            .args(["plan", "--compute", "DPX", "--dcm", "bad name\u{1b}[2J"]),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("label") && !o.stderr.contains('\u{1b}'),
+        "refused, escaped: {}",
+        o.stderr
+    );
+}
