@@ -451,3 +451,83 @@ fn a_journal_disk_full_after_the_reload_says_the_node_changed_and_resumes() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert_eq!(e.modes(), ("SPX".into(), "NPS1".into(), 8));
 }
+
+/// A GPU set back by hand after the run's own `set_compute` step finished (DPX/NPS2 -> DPX/NPS1,
+/// killed after that step, then `amd-smi set -g 0 -C SPX`): the node is in a state the run passed
+/// through earlier (the reload's default), but no longer at this point. The resume is refused,
+/// naming the GPU, what the run set and how to set it back (it was accepted, and every resume
+/// then failed on the count); set back, the printed resume finishes the run.
+#[test]
+fn a_gpu_changed_by_hand_after_the_run_set_it_is_refused_then_resumes_once_set_back() {
+    let mv: Move = ("DPX", "NPS2", "DPX", "NPS1");
+    let e = SimEnv::new(&scenario(mv.0, mv.1, 0.01));
+    let (mut path, mut p) = plan(&e, (mv.2, mv.3));
+    common::wait_until("the model to hold its GPU", || {
+        (path, p) = plan(&e, (mv.2, mv.3));
+        p.stops.len() == 2 && p.stops.iter().all(|s| !s.gpus.is_empty())
+    });
+    let set = p
+        .steps
+        .iter()
+        .position(|s| s.key == "set_compute")
+        .expect("the plan sets compute modes after the reload");
+    let status = e
+        .cmd()
+        .arg("apply")
+        .arg(&path)
+        .args(["--yes", "--grace", "3"])
+        .env(partop::exec::apply::CRASH_ENV, format!("end:{}", set + 1))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the apply was not killed after step {}",
+        set + 1
+    );
+    let o = e.node.amd("set -g 0 -C SPX", "y\n");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let bdf = p.steps[set].bdfs[0].clone();
+    let cmd = printed_resume(&e);
+    let host = partop::collect::host::hostname();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let paste = || {
+        run(
+            Command::new("sh")
+                .arg("-c")
+                .arg(&cmd)
+                .env(
+                    "PATH",
+                    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+                )
+                .env("XDG_STATE_HOME", e.xdg())
+                .env("XDG_CONFIG_HOME", e.xdg())
+                .env_remove("PARTOP_SIM_STATE"),
+            &format!("{host}\n"),
+        )
+    };
+    let refused = paste();
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert_ne!(refused.code, 0, "{said}");
+    assert!(
+        said.contains(&bdf)
+            && said.contains("already set it to DPX/NPS1")
+            && said.contains("-C DPX")
+            && said.contains("nothing was changed"),
+        "{said}"
+    );
+    let o = e.node.amd("set -g 0 -C DPX", "y\n");
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let done = paste();
+    assert_eq!(done.code, 0, "{}{}", done.stdout, done.stderr);
+    assert_eq!(
+        e.modes(),
+        ("DPX".to_string(), "NPS1".to_string(), p.after.len())
+    );
+}

@@ -344,12 +344,22 @@ fn layout(gpus: &[Target]) -> Vec<LayoutRow> {
 
 /// Why the plan may not run (or go on running) on the node in `snap`, whose host is `here`:
 /// each reason is a sentence; none means it may. `stop_done` says whether this run already
-/// stopped the plan's processes. Checked before a fresh apply and before every resume:
+/// stopped the plan's processes; `done` is the steps this run finished (empty before a fresh
+/// apply). Checked before a fresh apply and before every resume:
 /// - the plan was made on this host;
-/// - every GPU it changes is in the plan's start or target modes (else another change ran);
+/// - every GPU it changes is in a state the plan's run can leave it in at this point: its start,
+///   its target, the pending memory mode, the reload's default compute mode; once a
+///   `set_compute` step that names the GPU is done, only its target (a GPU set back by hand
+///   after that step was once accepted, and every resume then failed on the count);
 /// - until the stop step is done, nothing holds the drained GPUs but what the plan stops (a
 ///   holder that appeared since would make the drain fail after every workload was stopped).
-pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) -> Vec<String> {
+pub fn still_valid(
+    plan: &Plan,
+    snap: &Snapshot,
+    here: &str,
+    stop_done: bool,
+    done: &[usize],
+) -> Vec<String> {
     let mut why = Vec::new();
     if plan.host != here {
         why.push(format!(
@@ -367,15 +377,18 @@ pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) ->
             };
             // The states this plan's own run passes through: where it started, after the
             // reload (the driver's default compute mode for the new memory mode), its target.
-            let mut states = vec![(c.from.0, c.from.1), (Some(c.to.0), Some(c.to.1))];
-            if c.from.1 != Some(c.to.1) {
-                // Set, not yet reloaded: some versions report the pending memory mode.
-                states.push((c.from.0, Some(c.to.1)));
-            }
-            if plan.reloads()
-                && let Some(p) = g.product_key.as_deref().and_then(product::by_key)
-            {
-                states.push((Some(p.default_compute_for(c.to.1)), Some(c.to.1)));
+            let mut states = vec![(Some(c.to.0), Some(c.to.1))];
+            if !compute_set(plan, done, &c.bdf) {
+                states.push((c.from.0, c.from.1));
+                if c.from.1 != Some(c.to.1) {
+                    // Set, not yet reloaded: some versions report the pending memory mode.
+                    states.push((c.from.0, Some(c.to.1)));
+                }
+                if plan.reloads()
+                    && let Some(p) = g.product_key.as_deref().and_then(product::by_key)
+                {
+                    states.push((Some(p.default_compute_for(c.to.1)), Some(c.to.1)));
+                }
             }
             let fits = |(sc, sm): &(Option<ComputeMode>, Option<MemoryMode>)| {
                 (g.compute_partition.is_none() || g.compute_partition == *sc)
@@ -391,12 +404,22 @@ pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) ->
                 };
                 let mut known: Vec<String> = states.iter().map(name).collect();
                 known.dedup();
-                why.push(format!(
-                    "{} is {}, a state this plan's run cannot leave it in (it passes through {}): another change ran since",
-                    c.bdf,
-                    name(&(g.compute_partition, g.memory_partition)),
-                    known.join(", ")
-                ));
+                why.push(if compute_set(plan, done, &c.bdf) {
+                    format!(
+                        "{} is {}, but this run already set it to {}: another change ran since; set it back (`amd-smi set -g INDEX -C {}`, INDEX its number in `amd-smi list`) and resume, or abandon the run",
+                        c.bdf,
+                        name(&(g.compute_partition, g.memory_partition)),
+                        known.join(", "),
+                        c.to.0
+                    )
+                } else {
+                    format!(
+                        "{} is {}, a state this plan's run cannot leave it in (it passes through {}): another change ran since",
+                        c.bdf,
+                        name(&(g.compute_partition, g.memory_partition)),
+                        known.join(", ")
+                    )
+                });
             }
         }
     }
@@ -423,6 +446,14 @@ pub fn still_valid(plan: &Plan, snap: &Snapshot, here: &str, stop_done: bool) ->
         }
     }
     why
+}
+
+/// Whether a `set_compute` step of `plan` that names `bdf` is among the `done` steps: from
+/// then on the GPU is in its target compute mode (no later step of the plan changes it).
+fn compute_set(plan: &Plan, done: &[usize], bdf: &str) -> bool {
+    plan.steps.iter().enumerate().any(|(i, s)| {
+        s.key == StepKind::SetCompute && done.contains(&i) && s.bdfs.iter().any(|b| b == bdf)
+    })
 }
 
 /// Plans `draft` on the node in `snap`, in the order an operator reads the plan: what each GPU

@@ -156,11 +156,11 @@ struct NodeNow<'a> {
 
 impl super::protocol::Node<Plan> for NodeNow<'_> {
     fn can_start(&self, plan: &Plan) -> Vec<String> {
-        crate::domain::plan::still_valid(plan, &self.snap, self.here, false)
+        crate::domain::plan::still_valid(plan, &self.snap, self.here, false, &[])
     }
 
-    fn can_resume(&self, plan: &Plan, stop_done: bool) -> Vec<String> {
-        crate::domain::plan::still_valid(plan, &self.snap, self.here, stop_done)
+    fn can_resume(&self, plan: &Plan, stop_done: bool, done: &[usize]) -> Vec<String> {
+        crate::domain::plan::still_valid(plan, &self.snap, self.here, stop_done, done)
     }
 
     fn replan(&self, saved: &Plan) -> Result<Plan, String> {

@@ -92,7 +92,7 @@ impl<F: Fn() -> Result<crate::domain::Snapshot, String>> super::protocol::Node<M
         Vec::new()
     }
 
-    fn can_resume(&self, plan: &MigPlan, _stop_done: bool) -> Vec<String> {
+    fn can_resume(&self, plan: &MigPlan, _stop_done: bool, _done: &[usize]) -> Vec<String> {
         match self.snap() {
             Ok(s) => crate::domain::mig::still_valid(plan, s, &self.host),
             Err(e) => vec![e],

@@ -114,8 +114,9 @@ pub trait Node<P> {
     /// Why a fresh run of `plan` cannot start on the node as it is now (empty: it can).
     fn can_start(&self, plan: &P) -> Vec<String>;
     /// Why the journaled `plan` cannot be resumed on the node as it is now (`still_valid`;
-    /// empty: it can). `stop_done`: its stop step already ran, so its processes are gone.
-    fn can_resume(&self, plan: &P, stop_done: bool) -> Vec<String>;
+    /// empty: it can). `stop_done`: its stop step already ran, so its processes are gone;
+    /// `done`: the steps the run finished (what the node must show for them).
+    fn can_resume(&self, plan: &P, stop_done: bool, done: &[usize]) -> Vec<String>;
     /// The plan made now from the saved plan's request, or why it cannot be made.
     fn replan(&self, saved: &P) -> Result<P, String>;
 }
@@ -124,8 +125,8 @@ impl<P, N: Node<P>> Node<P> for &N {
     fn can_start(&self, plan: &P) -> Vec<String> {
         (**self).can_start(plan)
     }
-    fn can_resume(&self, plan: &P, stop_done: bool) -> Vec<String> {
-        (**self).can_resume(plan, stop_done)
+    fn can_resume(&self, plan: &P, stop_done: bool, done: &[usize]) -> Vec<String> {
+        (**self).can_resume(plan, stop_done, done)
     }
     fn replan(&self, saved: &P) -> Result<P, String> {
         (**self).replan(saved)
@@ -221,7 +222,7 @@ fn resume_start<P: Change>(
         .iter()
         .position(|k| *k == StepKind::Stop)
         .is_none_or(|i| run.done.contains(&i));
-    let why = node.can_resume(&journaled, stop_done);
+    let why = node.can_resume(&journaled, stop_done, &run.done);
     if !why.is_empty() {
         return Err(Refused(format!(
             "run {} cannot be resumed on this node as it is now:\n  {}\nnothing was changed",
