@@ -1,6 +1,7 @@
 //! `partop fleet --kubernetes`: the cluster's GPU nodes from the API server's watch
 //! (`collect::cluster`), as a table or JSON with the cluster's signals (`domain::cluster`).
-//! Printing only; the reading and the judging live below.
+//! Without `--once`, the live view (`ui::cluster`) on the same watch. Printing and wiring only;
+//! the reading and the judging live below.
 
 use crate::cli::args::FleetArgs;
 use crate::cli::exit;
@@ -12,19 +13,15 @@ use std::fmt::Write as _;
 
 /// `partop fleet --kubernetes`.
 pub fn fleet(a: &FleetArgs) -> Result<u8> {
-    if !a.once {
-        return Err(exit::Usage(
-            "the live view of a cluster is not built yet: `partop fleet --kubernetes --once` prints it"
-                .into(),
-        )
-        .into());
-    }
     let t = Target {
         kubeconfig: a.kubeconfig.clone(),
         context: a.context.clone(),
         selector: a.selector.clone(),
     };
     let limit = std::time::Duration::from_secs(u64::from(a.connect_timeout).max(1) + 20);
+    if !a.once {
+        return live(&t, limit);
+    }
     let rt = crate::cli::out::runtime()?;
     let (nodes, pods) = rt.block_on(async {
         let client = cluster::client(&t).await.map_err(anyhow::Error::msg)?;
@@ -45,6 +42,53 @@ pub fn fleet(a: &FleetArgs) -> Result<u8> {
     } else {
         crate::cli::out::out(&render(&table, &sig))?;
     }
+    Ok(exit::OK)
+}
+
+/// Where the view says the cluster is.
+fn via(t: &Target) -> String {
+    let mut v = t.kubeconfig.as_ref().map_or_else(
+        || "the default kubeconfig".to_string(),
+        |p| format!("kubeconfig {}", p.display()),
+    );
+    if let Some(c) = &t.context {
+        let _ = write!(v, ", context {c}");
+    }
+    if let Some(l) = &t.selector {
+        let _ = write!(v, ", nodes -l {l}");
+    }
+    v
+}
+
+/// The live view: the same watch, its first lists waited for (a refusal is said before the
+/// terminal is taken), then the cluster app until quit; a node's live detail through its
+/// `partop serve` pod and the API server's pod proxy.
+fn live(t: &Target, limit: std::time::Duration) -> Result<u8> {
+    use crate::ui::cluster::app::{LiveFuture, LiveSource};
+    let loaded = crate::ui::config::load(&crate::config::paths::config_dir(), None, None, true);
+    let rt = crate::cli::out::runtime()?;
+    let r = rt.block_on(async {
+        let client = cluster::client(t).await.map_err(anyhow::Error::msg)?;
+        let w = std::sync::Arc::new(cluster::start(client, t));
+        w.ready(limit).await.map_err(anyhow::Error::msg)?;
+        let source = std::sync::Arc::clone(&w);
+        let live: LiveSource = std::sync::Arc::new(move |node: String| -> LiveFuture {
+            let w = std::sync::Arc::clone(&source);
+            Box::pin(async move {
+                w.live(&node).await.map(|row| {
+                    crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms())
+                })
+            })
+        });
+        let state = crate::ui::cluster::ClusterState::new(loaded.keymap.clone(), via(t));
+        let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
+        let r =
+            crate::ui::cluster::app::run(&mut terminal, state, &loaded.theme, &w, Some(live)).await;
+        drop(guard);
+        r.map(|_| ())
+    });
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    r?;
     Ok(exit::OK)
 }
 
