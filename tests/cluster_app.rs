@@ -62,6 +62,42 @@ fn gpu_node(cp: &ControlPlane, name: &str, labels: &[(&str, &str)], gpus: i64, r
     );
 }
 
+/// A pod of the `partop-serve` DaemonSet on `node` (as deploy/kubernetes/partop.yaml labels
+/// it), its status as a kubelet would write it: Running at `ip`.
+fn serve_pod(cp: &ControlPlane, node: &str, ip: &str) {
+    if !kube(cp, &["get", "namespaces", "-o", "name"]).contains("namespace/partop") {
+        kube(cp, &["create", "namespace", "partop"]);
+        kube(cp, &["-n", "partop", "create", "serviceaccount", "default"]);
+    }
+    let name = format!("serve-{node}");
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "partop",
+                     "labels": {"app.kubernetes.io/name": "partop-serve"}},
+        "spec": {"nodeName": node, "containers": [{"name": "serve", "image": "partop:latest",
+                 "ports": [{"containerPort": 9477}]}]},
+    });
+    let f = cp.dir.path().join(format!("{name}.json"));
+    std::fs::write(&f, pod.to_string()).unwrap();
+    kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+    let status =
+        serde_json::json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+    kube(
+        cp,
+        &[
+            "-n",
+            "partop",
+            "patch",
+            "pod",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    );
+}
+
 fn key(c: KeyCode) -> ClusterMsg {
     ClusterMsg::Key(KeyEvent::new(c, KeyModifiers::NONE))
 }
@@ -284,8 +320,13 @@ fn the_live_view_follows_the_cluster_through_its_watch() {
     let names: Vec<&str> = s.rows.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["gpu-new", "gpu-a", "gpu-b"], "{screen}");
 
-    // `/` filters nodes and signals; Enter opens the node's detail: its labels, and why there
-    // is no live detail (no partop-serve pod on it).
+    // gpu-a runs the partop-serve DaemonSet's pod; without a kubelet its address is written as
+    // a kubelet would, and loopback is the only one a test may serve on.
+    serve_pod(&cp, "gpu-a", "127.0.0.1");
+    // `/` filters nodes and signals; Enter opens the node's detail: its labels, and its live
+    // detail asked through the real API server's pod proxy, which refuses a loopback pod
+    // address ("address not allowed": it proxies only to a global unicast pod IP, and dials it
+    // itself, no kubelet involved). partop says so, naming the pod.
     let mut keys = typed("/gpu-a");
     keys.push(key(KeyCode::Enter));
     keys.push(key(KeyCode::Enter));
@@ -306,10 +347,17 @@ fn the_live_view_follows_the_cluster_through_its_watch() {
         screen.contains("dcm.amd.com/gpu-config-profile-state=failure"),
         "{screen}"
     );
+    let got = s.detail.as_ref().unwrap().live.clone();
+    let Some(Err(why)) = got else {
+        panic!("the live detail came back as {got:?}\n{screen}")
+    };
     assert!(
-        screen.contains("no app.kubernetes.io/name=partop-serve pod on gpu-a"),
-        "{screen}"
+        why.contains("partop/serve-gpu-a")
+            && why.contains("HTTP 400")
+            && why.contains("address not allowed"),
+        "{why}"
     );
+    assert!(screen.contains("address not allowed"), "{screen}");
 
     // Esc closes the detail, Esc clears the filter; a deleted node leaves.
     let (s, screen) = phase(
