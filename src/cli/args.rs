@@ -354,6 +354,34 @@ pub enum SimCmd {
         #[arg(long, value_name = "FILE")]
         hosts_out: Option<PathBuf>,
     },
+    /// A simulated GPU cluster on a real API server (issue 26; docs/cluster.md): N Node
+    /// objects with GPU resources and partition labels, K of them simulated GPU nodes, and
+    /// stand-ins for AMD's Device Config Manager and NVIDIA's MIG manager that act on their
+    /// labels. Runs until SIGTERM or SIGINT.
+    Cluster {
+        /// The API server's kubeconfig (default: $KUBECONFIG, ~/.kube/config).
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Its context (default: its current one).
+        #[arg(long, value_name = "NAME")]
+        context: Option<String>,
+        /// Nodes in all.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        nodes: u32,
+        /// Of them, AMD nodes backed by a simulated GPU node (changed through its amd-smi).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        gpu_nodes: u32,
+        /// Of them, NVIDIA nodes under the MIG manager (the last ones; API objects only).
+        #[arg(long, default_value_t = 0)]
+        mig_nodes: u32,
+        /// Where the simulated GPU nodes keep their state (default: a directory under the state
+        /// directory).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// A node whose partition change fails (DCM: PartitionFailure; MIG manager: failed).
+        #[arg(long = "fail", value_name = "NODE")]
+        fail: Vec<String>,
+    },
     /// Start a scenario: write the node state and start its workloads.
     Start {
         /// Scenario name, a scenario TOML file, or a recording made by `partop record`.
@@ -459,10 +487,11 @@ pub enum SimCmd {
 }
 
 impl SimCmd {
-    /// The state file this command names (every command but `list` and `fleet` names one).
+    /// The state file this command names (every command but `list`, `fleet` and `cluster`
+    /// names one).
     pub const fn state_mut(&mut self) -> Option<&mut PathBuf> {
         match self {
-            Self::List | Self::Fleet { .. } => None,
+            Self::List | Self::Fleet { .. } | Self::Cluster { .. } => None,
             Self::Start { state, .. }
             | Self::Stop { state }
             | Self::Resume { state }
