@@ -2,7 +2,9 @@
 # A real Kubernetes control plane on loopback for rehearsal and measurement (issue 26): Debian's
 # etcd, and kube-apiserver + kube-controller-manager built by scripts/control-plane.sh, started
 # as the tests start them (tests/common/control_plane.rs). Writes DIR/admin.kubeconfig (the
-# administrator's token) and DIR/pids; `scripts/cluster-up.sh --stop DIR` ends them.
+# administrator's token), DIR/viewer.kubeconfig (a second administrator, `viewer`, so that one
+# client's requests can be told apart), DIR/audit.log (every request as received: user, verb,
+# resource) and DIR/pids; `scripts/cluster-up.sh --stop DIR` ends them.
 # Usage: scripts/cluster-up.sh DIR        then: partop sim cluster --kubeconfig DIR/admin.kubeconfig …
 #        scripts/cluster-up.sh --stop DIR
 set -euo pipefail
@@ -21,6 +23,14 @@ client=$(port); peer=$(port); secure=$(port)
 [ -f "$d/sa.key" ] || { openssl genrsa -out "$d/sa.key" 2048 2>/dev/null; openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null; }
 token=partop-rehearsal-admin
 echo "$token,admin,1,system:masters" > "$d/tokens.csv"
+echo "partop-rehearsal-viewer,viewer,3,system:masters" >> "$d/tokens.csv"
+cat > "$d/audit-policy.yaml" <<'POL'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["ResponseStarted", "ResponseComplete", "Panic"]
+rules:
+- level: Metadata
+POL
 : > "$d/pids"
 etcd --data-dir "$d/etcd" --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
@@ -30,9 +40,11 @@ echo $! >> "$d/pids"
     --endpoint-reconciler-type=none --secure-port="$secure" --cert-dir="$d/certs" \
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$d/sa.pub" \
     --service-account-signing-key-file="$d/sa.key" --authorization-mode=RBAC --token-auth-file="$d/tokens.csv" \
-    --service-cluster-ip-range=10.96.0.0/16 > "$d/kube-apiserver.log" 2>&1 &
+    --service-cluster-ip-range=10.96.0.0/16 --audit-policy-file="$d/audit-policy.yaml" \
+    --audit-log-path="$d/audit.log" --audit-log-maxsize=1000 > "$d/kube-apiserver.log" 2>&1 &
 echo $! >> "$d/pids"
-cat > "$d/admin.kubeconfig" <<KC
+kubeconfig() {
+cat <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -41,16 +53,19 @@ clusters:
     server: https://127.0.0.1:$secure
     certificate-authority: $d/certs/apiserver.crt
 users:
-- name: admin
+- name: $1
   user:
-    token: $token
+    token: $2
 contexts:
 - name: rehearsal
   context:
     cluster: rehearsal
-    user: admin
+    user: $1
 current-context: rehearsal
 KC
+}
+kubeconfig admin "$token" > "$d/admin.kubeconfig"
+kubeconfig viewer partop-rehearsal-viewer > "$d/viewer.kubeconfig"
 for _ in $(seq 1 450); do
     if [ -f "$d/certs/apiserver.crt" ] && "$bin/kubectl" --kubeconfig="$d/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1; then
         "$bin/kube-controller-manager" --kubeconfig="$d/admin.kubeconfig" --bind-address=127.0.0.1 --secure-port=0 \

@@ -198,10 +198,6 @@ pub struct ServeArgs {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per run; boxing would only move the fleet's options"
-)]
 pub enum Cmd {
     /// Run headless as a service: what partop sees as Prometheus metrics (`/metrics`), JSON
     /// (`/snapshot`) and server-sent events (`/events`), on loopback unless told otherwise.

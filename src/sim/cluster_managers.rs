@@ -310,7 +310,8 @@ mod tests {
             "empty": {"profiles": []},
         }})
         .to_string();
-        let cases: [(&str, Result<(ComputeMode, MemoryMode), &str>); 9] = [
+        type Judged = Result<(ComputeMode, MemoryMode), &'static str>;
+        let cases: [(&str, Judged); 9] = [
             ("ok", Ok((ComputeMode::Cpx, MemoryMode::Nps4))),
             ("absent", Err("NonExistentProfile")),
             ("bad-compute", Err("InvalidComputeType")),
