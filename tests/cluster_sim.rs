@@ -368,3 +368,26 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
     );
     assert_eq!(v["nodes"].as_array().unwrap().len(), 5);
 }
+
+/// `--read-only` removes the simulated cluster too (it writes Node objects): refused before
+/// any connection, saying why.
+#[test]
+fn read_only_refuses_the_simulated_cluster() {
+    let o = run(
+        partop().args([
+            "--read-only",
+            "sim",
+            "cluster",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ]),
+        "",
+    );
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("read"), "{}", o.stderr);
+    assert!(
+        !o.stderr.contains("kubeconfig"),
+        "refused before reading it: {}",
+        o.stderr
+    );
+}
