@@ -171,6 +171,8 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
     let n = node(&cp, "sim-amd-0001");
     assert_eq!(label(&n, "amd.com/compute-memory-partition"), "spx_nps1");
     assert_eq!(n["status"]["allocatable"]["amd.com/gpu"], "8");
+    // Ready, and not left with the not-ready taint the API server puts on a new node.
+    assert!(n["spec"]["taints"].is_null(), "{n}");
     assert_eq!(
         node(&cp, "sim-nv-0004")["status"]["capacity"]["nvidia.com/gpu"],
         "8"

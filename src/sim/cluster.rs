@@ -279,7 +279,16 @@ async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), 
         i64::from(GPUS),
     )]
     .into();
-    set_status(nodes, name, &gpu).await
+    set_status(nodes, name, &gpu).await?;
+    // The API server taints a new node not-ready; the node lifecycle controller lifts it once
+    // the node reports Ready. That controller is not part of a test control plane: the
+    // simulator does its part (a new node has no other taint).
+    let p = serde_json::json!({"spec": {"taints": null}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .map(|_| ())
+        .map_err(sim_err)
 }
 
 /// A simulated MI300X node of 8 GPUs in SPX/NPS1, no workloads.

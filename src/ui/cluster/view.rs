@@ -127,7 +127,7 @@ fn table(frame: &mut Frame<'_>, area: Rect, s: &ClusterState, theme: &Theme) {
         rows,
         [
             Constraint::Min(16),
-            Constraint::Length(10),
+            Constraint::Length(12),
             Constraint::Min(24),
             Constraint::Length(4),
             Constraint::Length(4),
