@@ -148,8 +148,8 @@ fn phase(
                 script_tx.blocking_send(k).unwrap();
                 std::thread::sleep(Duration::from_millis(20));
             }
-            // A frame's worth for a live detail to come back.
-            std::thread::sleep(Duration::from_millis(500));
+            // Time for a live detail to come back (a pod proxy, or Prometheus's queries).
+            std::thread::sleep(Duration::from_millis(1500));
             script_tx.blocking_send(key(KeyCode::Char('q'))).unwrap();
         });
         rt.block_on(async {
@@ -375,4 +375,159 @@ fn the_live_view_follows_the_cluster_through_its_watch() {
     assert!(s.detail.is_none() && s.filter.is_empty(), "{screen}");
     assert!(!screen.contains("gpu-new"), "{screen}");
     assert_eq!(s.rows.len(), 2, "{screen}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Ends a process started here when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A node's live detail from a real Prometheus (the other source where the API server cannot
+/// reach the pods): `partop serve` of a simulated node on loopback, scraped every second; the
+/// cluster has a Node of that host's name and one Prometheus never scraped. Enter on each: the
+/// scraped one shows the fleet's row of it (modes, host), the other says Prometheus has no
+/// series of it. The source is the command layer's own (`fleet --kubernetes --prometheus`).
+#[test]
+fn a_node_s_live_detail_from_prometheus() {
+    let cp = ControlPlane::start();
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _serve = Killed(
+        common::partop()
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .args([
+                "--sim",
+                "spx-nps1-one-model",
+                "--refresh",
+                "1",
+                "serve",
+                "--listen",
+            ])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let prom_port = free_port();
+    let cfg = home.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: partop\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"),
+    )
+    .unwrap();
+    let _prom = Killed(
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", home.path().join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus is not installed (scripts/test installs it; or apt-get install prometheus)"),
+    );
+    let url = format!("http://127.0.0.1:{prom_port}");
+    let end = Instant::now() + Duration::from_secs(60);
+    let host = loop {
+        if let Ok(rows) = partop::collect::fleet_prometheus::read(&url, Duration::from_secs(5))
+            && let Some(r) = rows
+                .into_iter()
+                .find(|r| !r.host.is_empty() && r.physical > 0)
+        {
+            // The row is named `INSTANCE (HOSTNAME)`: the Node takes the host's own name.
+            break r
+                .host
+                .strip_suffix(')')
+                .and_then(|h| h.rsplit_once(" ("))
+                .map_or(r.host.clone(), |(_, h)| h.to_string());
+        }
+        assert!(
+            Instant::now() < end,
+            "Prometheus never scraped partop serve"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let part = ("amd.com/compute-memory-partition", "spx_nps1");
+    gpu_node(&cp, &host, &[part], 8, true);
+    gpu_node(&cp, "a-node-not-scraped", &[part], 8, true);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let t = Target {
+        kubeconfig: Some(cp.admin()),
+        ..Target::default()
+    };
+    let w = rt.block_on(async {
+        let c = cluster::client(&t).await.unwrap();
+        let w = cluster::start(c, &t);
+        w.ready(Duration::from_secs(30)).await.unwrap();
+        w
+    });
+    let live = partop::cli::fleet_kube::live_from_prometheus(url.clone());
+    let state = ClusterState::new(Keymap::load("default", None, true).0, "test".into());
+    // Rows by name: the unscraped node first.
+    let (s, screen) = phase(
+        &rt,
+        &w,
+        state,
+        Some(live.clone()),
+        || {},
+        |n| n.len() == 2,
+        "both nodes",
+        vec![key(KeyCode::Enter)],
+    );
+    let got = s.detail.as_ref().unwrap().live.clone();
+    let Some(Err(why)) = got else {
+        panic!("the unscraped node's detail came back as {got:?}\n{screen}")
+    };
+    assert!(why.contains("has no series of a-node-not-scraped"), "{why}");
+    let (s, screen) = phase(
+        &rt,
+        &w,
+        s,
+        Some(live),
+        || {},
+        |_| true,
+        "nothing",
+        vec![key(KeyCode::Esc), key(KeyCode::Down), key(KeyCode::Enter)],
+    );
+    let d = s.detail.as_ref().unwrap();
+    assert_eq!(d.node, host, "{screen}");
+    let Some(Ok(lines)) = &d.live else {
+        panic!(
+            "the scraped node's detail came back as {:?}\n{screen}",
+            d.live
+        )
+    };
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("node: ") && l.ends_with(&format!("({host})"))),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("modes: SPX/NPS1")),
+        "{lines:?}"
+    );
+    assert!(
+        screen.contains("live (partop serve on the node):"),
+        "{screen}"
+    );
 }

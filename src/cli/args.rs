@@ -123,8 +123,9 @@ pub struct FleetArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
     /// Read the fleet from a Kubernetes cluster: its GPU nodes, partition labels, allocatable
-    /// against capacity, cordons, taints and GPU pods, by watch (read only).
-    #[arg(long, conflicts_with_all = ["hosts", "hosts_file", "ssh_config", "prometheus"])]
+    /// against capacity, cordons, taints and GPU pods, by watch (read only). With
+    /// --prometheus, a node's live detail comes from that Prometheus instead of its pod.
+    #[arg(long, conflicts_with_all = ["hosts", "hosts_file", "ssh_config"])]
     pub kubernetes: bool,
     /// With --kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, value_name = "FILE", requires = "kubernetes")]

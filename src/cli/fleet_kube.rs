@@ -20,7 +20,7 @@ pub fn fleet(a: &FleetArgs) -> Result<u8> {
     };
     let limit = std::time::Duration::from_secs(u64::from(a.connect_timeout).max(1) + 20);
     if !a.once {
-        return live(&t, limit);
+        return live(&t, limit, a.prometheus.clone());
     }
     let rt = crate::cli::out::runtime()?;
     let (nodes, pods) = rt.block_on(async {
@@ -62,24 +62,18 @@ fn via(t: &Target) -> String {
 
 /// The live view: the same watch, its first lists waited for (a refusal is said before the
 /// terminal is taken), then the cluster app until quit; a node's live detail through its
-/// `partop serve` pod and the API server's pod proxy.
-fn live(t: &Target, limit: std::time::Duration) -> Result<u8> {
-    use crate::ui::cluster::app::{LiveFuture, LiveSource};
+/// `partop serve` pod and the API server's pod proxy, or from `prometheus`.
+fn live(t: &Target, limit: std::time::Duration, prometheus: Option<String>) -> Result<u8> {
     let loaded = crate::ui::config::load(&crate::config::paths::config_dir(), None, None, true);
     let rt = crate::cli::out::runtime()?;
     let r = rt.block_on(async {
         let client = cluster::client(t).await.map_err(anyhow::Error::msg)?;
         let w = std::sync::Arc::new(cluster::start(client, t));
         w.ready(limit).await.map_err(anyhow::Error::msg)?;
-        let source = std::sync::Arc::clone(&w);
-        let live: LiveSource = std::sync::Arc::new(move |node: String| -> LiveFuture {
-            let w = std::sync::Arc::clone(&source);
-            Box::pin(async move {
-                w.live(&node).await.map(|row| {
-                    crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms())
-                })
-            })
-        });
+        let live = match prometheus {
+            Some(url) => live_from_prometheus(url),
+            None => live_through_pods(&w),
+        };
         let state = crate::ui::cluster::ClusterState::new(loaded.keymap.clone(), via(t));
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
         let r =
@@ -90,6 +84,36 @@ fn live(t: &Target, limit: std::time::Duration) -> Result<u8> {
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     r?;
     Ok(exit::OK)
+}
+
+/// A node's live detail through its `partop serve` pod and the API server's pod proxy.
+pub fn live_through_pods(
+    w: &std::sync::Arc<cluster::Watch>,
+) -> crate::ui::cluster::app::LiveSource {
+    let source = std::sync::Arc::clone(w);
+    std::sync::Arc::new(move |node: String| -> crate::ui::cluster::app::LiveFuture {
+        let w = std::sync::Arc::clone(&source);
+        Box::pin(async move {
+            w.live(&node).await.map(|row| {
+                crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms())
+            })
+        })
+    })
+}
+
+/// A node's live detail from Prometheus (read on a blocking thread, 10 s at most).
+pub fn live_from_prometheus(url: String) -> crate::ui::cluster::app::LiveSource {
+    std::sync::Arc::new(move |node: String| -> crate::ui::cluster::app::LiveFuture {
+        let url = url.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                cluster::live_from_prometheus(&url, &node, std::time::Duration::from_secs(10))
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|row| crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms()))
+        })
+    })
 }
 
 fn state(r: &NodeRow) -> String {

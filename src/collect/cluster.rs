@@ -400,3 +400,36 @@ pub async fn proxy_get(
         )),
     }
 }
+
+/// The names a Prometheus fleet row goes by: its `instance`'s host and the node's own
+/// `hostname` (the row says `INSTANCE (HOSTNAME)` when they differ).
+fn prometheus_names(host: &str) -> impl Iterator<Item = &str> {
+    let (instance, own) = host
+        .strip_suffix(')')
+        .and_then(|h| h.rsplit_once(" ("))
+        .unwrap_or((host, host));
+    let instance = instance.rsplit_once(':').map_or(instance, |(h, _)| h);
+    [instance, own].into_iter()
+}
+
+/// `node`'s live detail from Prometheus (the DaemonSet scraped by it): the fleet's row whose
+/// hostname (or instance's host) is the node's name ([`crate::collect::fleet_prometheus::read`], blocking, bounded by
+/// `timeout`). A node's name is matched whole, or as the short name of a qualified host.
+///
+/// # Errors
+/// Prometheus cannot be read, or has no series of that node.
+pub fn live_from_prometheus(
+    url: &str,
+    node: &str,
+    timeout: Duration,
+) -> Result<crate::domain::fleet::NodeSummary, String> {
+    let rows = crate::collect::fleet_prometheus::read(url, timeout)?;
+    let n = rows.len();
+    rows.into_iter()
+        .find(|r| prometheus_names(&r.host).any(|h| h == node || h.split('.').next() == Some(node)))
+        .ok_or_else(|| {
+            format!(
+                "Prometheus {url} has no series of {node} (of {n} hosts): its partop serve is not scraped, or its hostname label is not the node's name"
+            )
+        })
+}
