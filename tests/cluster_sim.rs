@@ -139,6 +139,8 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
             "1",
             "--mig-nodes",
             "1",
+            "--mig-gpu-nodes",
+            "1",
             "--fail",
             "sim-amd-0002",
         ],
@@ -295,8 +297,9 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
         );
     }
 
-    // The MIG manager: pending, then success with the mixed strategy's resources; a config
-    // not in mig-parted's ConfigMap fails.
+    // The MIG manager on the simulated NVIDIA node: pending, then success with the mixed
+    // strategy's resources, the instances made through its nvidia-smi; a config naming a
+    // profile the GPU does not have fails; all-disabled takes MIG off again.
     kube(
         &cp,
         &[
@@ -320,6 +323,26 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
         "{n}"
     );
     assert!(n["status"]["capacity"]["nvidia.com/gpu"].is_null(), "{n}");
+    let smi = |args: &[&str]| {
+        run(
+            partop()
+                .args(["sim", "nvidia-smi", "--state"])
+                .arg(dir.path().join("sim-nv-0004/node.json"))
+                .args(args),
+            "",
+        )
+    };
+    let listed: Vec<String> = (0..8)
+        .map(|i| smi(&["mig", "-i", &i.to_string(), "-lgi"]).stdout)
+        .collect();
+    let per_gpu: Vec<usize> = listed
+        .iter()
+        .map(|o| o.matches("MIG 1g.10gb").count())
+        .collect();
+    assert_eq!(
+        per_gpu, [7; 8],
+        "the simulated node's own instances: {listed:?}"
+    );
     kube(
         &cp,
         &[
@@ -339,6 +362,58 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
         said,
     );
     assert!(reasons(&cp, "sim-nv-0004").contains(&"MigConfigFailed".to_string()));
+    kube(
+        &cp,
+        &[
+            "label",
+            "node",
+            "sim-nv-0004",
+            "--overwrite",
+            "nvidia.com/mig.config=all-disabled",
+        ],
+    );
+    until_label(
+        &cp,
+        "sim-nv-0004",
+        "nvidia.com/mig.config.state",
+        "success",
+        60,
+        said,
+    );
+    let n = node(&cp, "sim-nv-0004");
+    assert_eq!(n["status"]["capacity"]["nvidia.com/gpu"], "8", "{n}");
+    assert!(
+        n["status"]["capacity"]["nvidia.com/mig-1g.10gb"].is_null(),
+        "{n}"
+    );
+    for i in 0..8 {
+        let o = smi(&["mig", "-i", &i.to_string(), "-lgi"]);
+        assert!(
+            !o.stdout.contains("MIG 1g.10gb"),
+            "GPU {i}: {}{}",
+            o.stdout,
+            o.stderr
+        );
+    }
+    // The fleet sees the MIG manager's last word: success, no signal.
+    kube(
+        &cp,
+        &[
+            "label",
+            "node",
+            "sim-nv-0004",
+            "--overwrite",
+            "nvidia.com/mig.config=all-9g.1tb",
+        ],
+    );
+    until_label(
+        &cp,
+        "sim-nv-0004",
+        "nvidia.com/mig.config.state",
+        "failed",
+        60,
+        said,
+    );
 
     // The fleet reads the outcome: three DCM failures and a MIG failure as signals.
     let o = run(

@@ -368,9 +368,13 @@ pub enum SimCmd {
         /// Of them, AMD nodes backed by a simulated GPU node (changed through its amd-smi).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
         gpu_nodes: u32,
-        /// Of them, NVIDIA nodes under the MIG manager (the last ones; API objects only).
+        /// Of them, NVIDIA nodes under the MIG manager (the last ones).
         #[arg(long, default_value_t = 0)]
         mig_nodes: u32,
+        /// Of the NVIDIA nodes, backed by a simulated NVIDIA node (changed through its
+        /// nvidia-smi).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        mig_gpu_nodes: u32,
         /// Where the simulated GPU nodes keep their state (default: a directory under the state
         /// directory).
         #[arg(long, value_name = "DIR")]

@@ -132,6 +132,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             nodes,
             gpu_nodes,
             mig_nodes,
+            mig_gpu_nodes,
             dir,
             fail,
         } => sim_cluster(crate::sim::cluster::Options {
@@ -143,6 +144,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             nodes: nodes as usize,
             gpu_nodes: gpu_nodes as usize,
             mig_nodes: (mig_nodes.min(nodes)) as usize,
+            mig_gpu_nodes: mig_gpu_nodes as usize,
             dir: dir.unwrap_or_else(|| {
                 crate::sim::session::ephemeral_state_path()
                     .parent()

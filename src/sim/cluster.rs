@@ -9,7 +9,8 @@
 
 use super::cluster_managers::{
     DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, DCM_TAINT, DEFAULT_MIG_CONFIG, MIG_CONFIGMAP, MIG_KEY,
-    MIG_NAMESPACE, Refusal, dcm_profile, default_dcm_config, mig_config,
+    MIG_NAMESPACE, MIG_PRODUCT, MigLayout, Refusal, dcm_profile, default_dcm_config, mig_layout,
+    mig_resources,
 };
 use crate::collect::cluster::Target;
 use crate::domain::cluster::{AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
@@ -36,8 +37,11 @@ pub struct Options {
     pub nodes: usize,
     /// Of them, backed by a simulated GPU node (AMD; the first K).
     pub gpu_nodes: usize,
-    /// Of them, NVIDIA nodes under the MIG manager (the last M; API objects only).
+    /// Of them, NVIDIA nodes under the MIG manager (the last M).
     pub mig_nodes: usize,
+    /// Of the NVIDIA nodes, backed by a simulated NVIDIA node (the first J; changed through
+    /// its nvidia-smi).
+    pub mig_gpu_nodes: usize,
     /// Where the simulated nodes' state lives.
     pub dir: PathBuf,
     /// Nodes whose partition change fails (DCM's `PartitionFailure`, the MIG manager's
@@ -117,13 +121,37 @@ pub async fn run(
             .backed
             .insert(name, state);
     }
+    for i in 0..o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)) {
+        let name = node_name(o.nodes - o.mig_nodes.min(o.nodes) + i, true);
+        let state = o.dir.join(&name).join("node.json");
+        if let Some(d) = state.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let st = state.clone();
+        tokio::task::spawn_blocking(move || {
+            sim_tool(
+                "nvidia-init",
+                &st,
+                &["--product", MIG_PRODUCT, "--gpus", &GPUS.to_string()],
+                "",
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .backed
+            .insert(name, state);
+    }
     say(format!(
-        "ready: {} nodes ({} AMD under DCM, {} of them simulated GPU nodes in {}; {} NVIDIA under the MIG manager)",
+        "ready: {} nodes ({} AMD under DCM, {} of them simulated GPU nodes; {} NVIDIA under the MIG manager, {} of them simulated; state in {})",
         o.nodes,
         o.nodes - o.mig_nodes.min(o.nodes),
         o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)),
+        o.mig_nodes.min(o.nodes),
+        o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)),
         o.dir.display(),
-        o.mig_nodes.min(o.nodes)
     ));
     let say = Arc::new(say);
     let fail = Arc::new(o.fail.clone());
@@ -308,11 +336,17 @@ fn start_sim_node(name: &str, state: &std::path::Path) -> Result<(), String> {
 /// The simulated node's amd-smi (`partop sim amd-smi --state S ARGS`), as DCM runs the real
 /// one: its output when it fails.
 fn amd_smi(state: &std::path::Path, args: &[&str], stdin: &str) -> Result<(), String> {
-    sim_tool("amd-smi", state, args, stdin)
+    sim_tool("amd-smi", state, args, stdin).map(|_| ())
 }
 
-/// `partop sim VERB --state S ARGS` (the simulated node's tools), its last line when it fails.
-fn sim_tool(verb: &str, state: &std::path::Path, args: &[&str], stdin: &str) -> Result<(), String> {
+/// `partop sim VERB --state S ARGS` (the simulated node's tools): its output, or its last line
+/// when it fails.
+fn sim_tool(
+    verb: &str,
+    state: &std::path::Path,
+    args: &[&str],
+    stdin: &str,
+) -> Result<String, String> {
     use std::io::Write as _;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut c = std::process::Command::new(exe);
@@ -328,7 +362,7 @@ fn sim_tool(verb: &str, state: &std::path::Path, args: &[&str], stdin: &str) -> 
     }
     let o = child.wait_with_output().map_err(|e| e.to_string())?;
     if o.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     } else {
         let text = String::from_utf8_lossy(&o.stderr).trim().to_string();
         let last: String = text
@@ -364,6 +398,69 @@ fn apply_on_sim(state: &std::path::Path, c: ComputeMode, m: MemoryMode) -> Resul
         Ok(())
     } else {
         Err(format!("the node did not come up in {c}/{m} after amd-smi"))
+    }
+}
+
+/// mig-parted's steps on a simulated NVIDIA node, through its nvidia-smi: per GPU, the old
+/// instances destroyed, MIG mode set, the config's instances created (each with its compute
+/// instance); then each GPU's instances read back (`mig -i N -lgi`) and counted against the
+/// config.
+fn apply_mig_on_sim(state: &std::path::Path, layout: &MigLayout) -> Result<(), String> {
+    for (i, g) in layout.iter().enumerate() {
+        let i = i.to_string();
+        // A GPU without instances makes these fail; there is nothing to destroy then.
+        let _ = sim_tool("nvidia-smi", state, &["mig", "-i", &i, "-dci"], "");
+        let _ = sim_tool("nvidia-smi", state, &["mig", "-i", &i, "-dgi"], "");
+        let mode = if g.is_some() { "1" } else { "0" };
+        sim_tool("nvidia-smi", state, &["-i", &i, "-mig", mode], "")?;
+        let list: Vec<&str> = g
+            .iter()
+            .flatten()
+            .flat_map(|(p, n)| std::iter::repeat_n(p.as_str(), *n as usize))
+            .collect();
+        if !list.is_empty() {
+            sim_tool(
+                "nvidia-smi",
+                state,
+                &["mig", "-i", &i, "-cgi", &list.join(","), "-C"],
+                "",
+            )?;
+        }
+    }
+    let want: BTreeMap<String, i64> = mig_resources(layout)
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("nvidia.com/mig-")?.to_string(), v)))
+        .collect();
+    if want.is_empty() {
+        return Ok(());
+    }
+    let mut got: BTreeMap<String, i64> = BTreeMap::new();
+    for (i, g) in layout.iter().enumerate() {
+        if g.as_ref().is_none_or(BTreeMap::is_empty) {
+            continue;
+        }
+        let listed = sim_tool(
+            "nvidia-smi",
+            state,
+            &["mig", "-i", &i.to_string(), "-lgi"],
+            "",
+        )?;
+        for l in listed.lines() {
+            if let Some(p) = l
+                .split("MIG ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+            {
+                *got.entry(p.to_string()).or_default() += 1;
+            }
+        }
+    }
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "nvidia-smi lists {got:?} after the change, the config asks {want:?}"
+        ))
     }
 }
 
@@ -471,14 +568,22 @@ async fn act(
                 .and_then(|c| c.data)
                 .and_then(|d| d.get(MIG_KEY).cloned())
                 .unwrap_or_default();
-            let r = mig_config(&text, config, GPUS).and_then(|res| {
+            let backed = model
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .backed
+                .get(&name)
+                .cloned();
+            let r = mig_layout(&text, config, GPUS).and_then(|layout| {
                 if failing {
-                    Err(format!(
+                    return Err(format!(
                         "{name}: applying {config:?} failed (the simulated failure mode)"
-                    ))
-                } else {
-                    Ok(res)
+                    ));
                 }
+                if let Some(st) = backed {
+                    apply_mig_on_sim(&st, &layout).map_err(|e| format!("{name}: {e}"))?;
+                }
+                Ok(mig_resources(&layout))
             });
             match r {
                 Ok(res) => {

@@ -168,14 +168,41 @@ pub struct MigEntry {
     pub devices_per_gpu: BTreeMap<String, u32>,
 }
 
+/// Per GPU: None with MIG off, else its instances (profile name -> how many).
+pub type MigLayout = Vec<Option<BTreeMap<String, u32>>>;
+
 /// What a MIG config gives a node of `gpus` GPUs, as the device plugin's `mixed` strategy
 /// advertises it: `nvidia.com/gpu` for GPUs with MIG off, `nvidia.com/mig-<profile>` for
 /// each instance profile.
 ///
 /// # Errors
+/// As [`mig_layout`].
+pub fn mig_config(text: &str, name: &str, gpus: u32) -> Result<BTreeMap<String, i64>, String> {
+    mig_layout(text, name, gpus).map(|l| mig_resources(&l))
+}
+
+/// The resources a layout advertises under the `mixed` strategy.
+pub fn mig_resources(layout: &MigLayout) -> BTreeMap<String, i64> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for g in layout {
+        match g {
+            None => *out.entry("nvidia.com/gpu".into()).or_default() += 1,
+            Some(m) => {
+                for (p, n) in m {
+                    *out.entry(format!("nvidia.com/mig-{p}")).or_default() += i64::from(*n);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What a MIG config asks of each of a node's `gpus` GPUs.
+///
+/// # Errors
 /// The config is absent, not mig-parted's format, names a profile the GPU does not offer, or
 /// asks more of a GPU than its seven compute and eight memory slices.
-pub fn mig_config(text: &str, name: &str, gpus: u32) -> Result<BTreeMap<String, i64>, String> {
+pub fn mig_layout(text: &str, name: &str, gpus: u32) -> Result<MigLayout, String> {
     let c: MigParted = serde_saphyr::from_str(text).map_err(|e| {
         format!("{MIG_NAMESPACE}/{MIG_CONFIGMAP} {MIG_KEY}: not mig-parted's format: {e}")
     })?;
@@ -215,10 +242,10 @@ pub fn mig_config(text: &str, name: &str, gpus: u32) -> Result<BTreeMap<String, 
             per_gpu[i] = Some(e);
         }
     }
-    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    let mut out: MigLayout = Vec::new();
     for e in per_gpu {
         let Some(e) = e.filter(|e| e.enabled) else {
-            *out.entry("nvidia.com/gpu".into()).or_default() += 1;
+            out.push(None);
             continue;
         };
         let (mut cs, mut ms) = (0, 0);
@@ -235,13 +262,13 @@ pub fn mig_config(text: &str, name: &str, gpus: u32) -> Result<BTreeMap<String, 
             }
             cs += prof.compute_slices * n;
             ms += prof.memory_slices * n;
-            *out.entry(format!("nvidia.com/mig-{p}")).or_default() += i64::from(*n);
         }
         if cs > 7 || ms > MEMORY_SLICES {
             return Err(format!(
                 "config {name:?}: {cs} compute and {ms} memory slices on one GPU, of 7 and {MEMORY_SLICES}"
             ));
         }
+        out.push(Some(e.devices_per_gpu.clone()));
     }
     Ok(out)
 }
