@@ -6,6 +6,8 @@
 //! twin (`kernel`) shows the same node through the kernel's files.
 
 pub mod amdsmi;
+pub mod cluster;
+pub mod cluster_managers;
 pub mod cost;
 pub mod fleet;
 pub mod human;

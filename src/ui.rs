@@ -4,6 +4,7 @@
 //! `&State` and never do I/O.
 
 pub mod app;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod confirm;

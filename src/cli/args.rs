@@ -126,8 +126,9 @@ pub struct FleetArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
     /// Read the fleet from a Kubernetes cluster: its GPU nodes, partition labels, allocatable
-    /// against capacity, cordons, taints and GPU pods, by watch (read only).
-    #[arg(long, conflicts_with_all = ["hosts", "hosts_file", "ssh_config", "prometheus"])]
+    /// against capacity, cordons, taints and GPU pods, by watch (read only). With
+    /// --prometheus, a node's live detail comes from that Prometheus instead of its pod.
+    #[arg(long, conflicts_with_all = ["hosts", "hosts_file", "ssh_config"])]
     pub kubernetes: bool,
     /// With --kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, value_name = "FILE", requires = "kubernetes")]
@@ -201,10 +202,6 @@ pub struct ServeArgs {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per run; boxing would only move the fleet's options"
-)]
 pub enum Cmd {
     /// Run headless as a service: what partop sees as Prometheus metrics (`/metrics`), JSON
     /// (`/snapshot`) and server-sent events (`/events`), on loopback unless told otherwise.
@@ -362,6 +359,38 @@ pub enum SimCmd {
         #[arg(long, value_name = "FILE")]
         hosts_out: Option<PathBuf>,
     },
+    /// A simulated GPU cluster on a real API server (issue 26; docs/cluster.md): N Node
+    /// objects with GPU resources and partition labels, K of them simulated GPU nodes, and
+    /// stand-ins for AMD's Device Config Manager and NVIDIA's MIG manager that act on their
+    /// labels. Runs until SIGTERM or SIGINT.
+    Cluster {
+        /// The API server's kubeconfig (default: $KUBECONFIG, ~/.kube/config).
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// Its context (default: its current one).
+        #[arg(long, value_name = "NAME")]
+        context: Option<String>,
+        /// Nodes in all.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        nodes: u32,
+        /// Of them, AMD nodes backed by a simulated GPU node (changed through its amd-smi).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        gpu_nodes: u32,
+        /// Of them, NVIDIA nodes under the MIG manager (the last ones).
+        #[arg(long, default_value_t = 0)]
+        mig_nodes: u32,
+        /// Of the NVIDIA nodes, backed by a simulated NVIDIA node (changed through its
+        /// nvidia-smi).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        mig_gpu_nodes: u32,
+        /// Where the simulated GPU nodes keep their state (default: a directory under the state
+        /// directory).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// A node whose partition change fails (DCM: PartitionFailure; MIG manager: failed).
+        #[arg(long = "fail", value_name = "NODE")]
+        fail: Vec<String>,
+    },
     /// Start a scenario: write the node state and start its workloads.
     Start {
         /// Scenario name, a scenario TOML file, or a recording made by `partop record`.
@@ -467,10 +496,11 @@ pub enum SimCmd {
 }
 
 impl SimCmd {
-    /// The state file this command names (every command but `list` and `fleet` names one).
+    /// The state file this command names (every command but `list`, `fleet` and `cluster`
+    /// names one).
     pub const fn state_mut(&mut self) -> Option<&mut PathBuf> {
         match self {
-            Self::List | Self::Fleet { .. } => None,
+            Self::List | Self::Fleet { .. } | Self::Cluster { .. } => None,
             Self::Start { state, .. }
             | Self::Stop { state }
             | Self::Resume { state }

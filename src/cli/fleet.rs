@@ -15,11 +15,11 @@ pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Re
     if let Some(action) = &a.action {
         return crate::cli::fleet_apply::action(cli, a, action, settings);
     }
+    if a.kubernetes {
+        return crate::cli::fleet_kube::fleet(a, settings);
+    }
     if a.prometheus.is_some() {
         return crate::cli::fleet_view::run_prometheus(a, settings);
-    }
-    if a.kubernetes {
-        return crate::cli::fleet_kube::fleet(a);
     }
     let nodes = crate::cli::fleet_nodes::nodes(a)?;
     if nodes.is_empty() {

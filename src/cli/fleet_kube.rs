@@ -1,6 +1,7 @@
 //! `partop fleet --kubernetes`: the cluster's GPU nodes from the API server's watch
 //! (`collect::cluster`), as a table or JSON with the cluster's signals (`domain::cluster`).
-//! Printing only; the reading and the judging live below.
+//! Without `--once`, the live view (`ui::cluster`) on the same watch. Printing and wiring only;
+//! the reading and the judging live below.
 
 use crate::cli::args::FleetArgs;
 use crate::cli::exit;
@@ -11,20 +12,16 @@ use anyhow::Result;
 use std::fmt::Write as _;
 
 /// `partop fleet --kubernetes`.
-pub fn fleet(a: &FleetArgs) -> Result<u8> {
-    if !a.once {
-        return Err(exit::Usage(
-            "the live view of a cluster is not built yet: `partop fleet --kubernetes --once` prints it"
-                .into(),
-        )
-        .into());
-    }
+pub fn fleet(a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
     let t = Target {
         kubeconfig: a.kubeconfig.clone(),
         context: a.context.clone(),
         selector: a.selector.clone(),
     };
     let limit = std::time::Duration::from_secs(u64::from(a.connect_timeout).max(1) + 20);
+    if !a.once {
+        return live(&t, limit, a.prometheus.clone(), settings);
+    }
     let rt = crate::cli::out::runtime()?;
     let (nodes, pods) = rt.block_on(async {
         let client = cluster::client(&t).await.map_err(anyhow::Error::msg)?;
@@ -46,6 +43,89 @@ pub fn fleet(a: &FleetArgs) -> Result<u8> {
         crate::cli::out::out(&render(&table, &sig))?;
     }
     Ok(exit::OK)
+}
+
+/// Where the view says the cluster is.
+fn via(t: &Target) -> String {
+    let mut v = t.kubeconfig.as_ref().map_or_else(
+        || "the default kubeconfig".to_string(),
+        |p| format!("kubeconfig {}", p.display()),
+    );
+    if let Some(c) = &t.context {
+        let _ = write!(v, ", context {c}");
+    }
+    if let Some(l) = &t.selector {
+        let _ = write!(v, ", nodes -l {l}");
+    }
+    v
+}
+
+/// The live view: the same watch, its first lists waited for (a refusal is said before the
+/// terminal is taken), then the cluster app until quit; a node's live detail through its
+/// `partop serve` pod and the API server's pod proxy, or from `prometheus`.
+fn live(
+    t: &Target,
+    limit: std::time::Duration,
+    prometheus: Option<String>,
+    settings: &crate::config::Settings,
+) -> Result<u8> {
+    // The cluster view changes nothing: loaded read-only whatever the settings say.
+    let loaded = crate::ui::config::load(
+        &crate::config::paths::config_dir(),
+        &settings.config,
+        None,
+        None,
+        true,
+    );
+    let rt = crate::cli::out::runtime()?;
+    let r = rt.block_on(async {
+        let client = cluster::client(t).await.map_err(anyhow::Error::msg)?;
+        let w = std::sync::Arc::new(cluster::start(client, t));
+        w.ready(limit).await.map_err(anyhow::Error::msg)?;
+        let live = match prometheus {
+            Some(url) => live_from_prometheus(url),
+            None => live_through_pods(&w),
+        };
+        let state = crate::ui::cluster::ClusterState::new(loaded.keymap.clone(), via(t));
+        let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
+        let r =
+            crate::ui::cluster::app::run(&mut terminal, state, &loaded.theme, &w, Some(live)).await;
+        drop(guard);
+        r.map(|_| ())
+    });
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    r?;
+    Ok(exit::OK)
+}
+
+/// A node's live detail through its `partop serve` pod and the API server's pod proxy.
+pub fn live_through_pods(
+    w: &std::sync::Arc<cluster::Watch>,
+) -> crate::ui::cluster::app::LiveSource {
+    let source = std::sync::Arc::clone(w);
+    std::sync::Arc::new(move |node: String| -> crate::ui::cluster::app::LiveFuture {
+        let w = std::sync::Arc::clone(&source);
+        Box::pin(async move {
+            w.live(&node).await.map(|row| {
+                crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms())
+            })
+        })
+    })
+}
+
+/// A node's live detail from Prometheus (read on a blocking thread, 10 s at most).
+pub fn live_from_prometheus(url: String) -> crate::ui::cluster::app::LiveSource {
+    std::sync::Arc::new(move |node: String| -> crate::ui::cluster::app::LiveFuture {
+        let url = url.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                cluster::live_from_prometheus(&url, &node, std::time::Duration::from_secs(10))
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|row| crate::ui::cluster::view::live_lines(&row, crate::collect::clock::now_ms()))
+        })
+    })
 }
 
 fn state(r: &NodeRow) -> String {

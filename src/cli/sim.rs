@@ -14,7 +14,8 @@ fn sim_mutates(action: &SimCmd) -> bool {
         SimCmd::Stop { .. }
         | SimCmd::Resume { .. }
         | SimCmd::Reload { .. }
-        | SimCmd::NvidiaAttach { .. } => true,
+        | SimCmd::NvidiaAttach { .. }
+        | SimCmd::Cluster { .. } => true,
         SimCmd::AmdSmi { args, .. } => args.first().is_some_and(|a| a == "set" || a == "reset"),
         SimCmd::NvidiaSmi { args, .. } => args.iter().any(|a| {
             matches!(
@@ -125,6 +126,36 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             every,
             hosts_out,
         } => sim_fleet(nodes, base_port, &template, every, hosts_out.as_deref()),
+        SimCmd::Cluster {
+            kubeconfig,
+            context,
+            nodes,
+            gpu_nodes,
+            mig_nodes,
+            mig_gpu_nodes,
+            dir,
+            fail,
+        } => sim_cluster(crate::sim::cluster::Options {
+            target: crate::collect::cluster::Target {
+                kubeconfig,
+                context,
+                selector: None,
+            },
+            nodes: nodes as usize,
+            gpu_nodes: gpu_nodes as usize,
+            mig_nodes: (mig_nodes.min(nodes)) as usize,
+            mig_gpu_nodes: mig_gpu_nodes as usize,
+            dir: dir.unwrap_or_else(|| {
+                crate::sim::session::ephemeral_state_path()
+                    .parent()
+                    .map_or_else(
+                        || std::path::PathBuf::from("."),
+                        std::path::Path::to_path_buf,
+                    )
+                    .join("cluster")
+            }),
+            fail,
+        }),
         SimCmd::Status { state } => {
             let st = crate::sim::state::SimState::load(&state)?;
             out(&session::status(&st))?;
@@ -195,6 +226,36 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             Ok(u8::try_from(code).unwrap_or(1))
         }
     }
+}
+
+/// `partop sim cluster`: the simulated cluster until SIGTERM or SIGINT; each line it says
+/// (ready, each profile or config applied or failed) on stdout at once.
+fn sim_cluster(o: crate::sim::cluster::Options) -> Result<u8> {
+    let rt = crate::cli::out::runtime()?;
+    let r = rt.block_on(async {
+        let stop = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        crate::sim::cluster::run(
+            o,
+            |l| {
+                let mut so = std::io::stdout();
+                let _ = writeln!(so, "{}", crate::domain::text::escape_controls(&l));
+                let _ = so.flush();
+            },
+            stop,
+        )
+        .await
+    });
+    rt.shutdown_timeout(Duration::from_millis(500));
+    r.map_err(anyhow::Error::msg)?;
+    Ok(exit::OK)
 }
 
 /// `partop sim fleet`: N simulated nodes, each behind its own loopback `partop serve`.

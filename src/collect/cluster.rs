@@ -68,6 +68,11 @@ pub struct Watch {
     nodes: Store<Node>,
     pods: Store<Pod>,
     trouble: Arc<Mutex<Option<String>>>,
+    /// Bumped on every watch event (a node or pod added, changed or gone, a relist, an
+    /// error): what the live view waits on instead of polling the stores.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The client the watches use (a node's live detail goes through it too).
+    client: kube::Client,
 }
 
 /// How a failed connection is said (and recognised: it ends the first wait at once).
@@ -90,12 +95,14 @@ fn explain(kind: &str, e: &watcher::Error) -> String {
 /// Starts the watches (nodes by `t.selector`, every pod) on the current tokio runtime.
 pub fn start(client: kube::Client, t: &Target) -> Watch {
     let trouble = Arc::new(Mutex::new(None));
+    let changes = Arc::new(tokio::sync::watch::Sender::new(0u64));
     let mut nc = watcher::Config::default();
     if let Some(s) = &t.selector {
         nc = nc.labels(s);
     }
     let (nodes, w) = reflector::store();
     let tr = Arc::clone(&trouble);
+    let ch = Arc::clone(&changes);
     let stream = reflector::reflector(
         w,
         watcher(kube::Api::<Node>::all(client.clone()), nc).default_backoff(),
@@ -103,15 +110,23 @@ pub fn start(client: kube::Client, t: &Target) -> Watch {
     tokio::spawn(async move {
         let mut s = std::pin::pin!(stream);
         while let Some(ev) = s.next().await {
-            let mut t = tr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            *t = ev.err().map(|e| explain("nodes", &e));
+            {
+                let mut t = tr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *t = ev.err().map(|e| explain("nodes", &e));
+            }
+            ch.send_modify(|n| *n = n.wrapping_add(1));
         }
     });
     let (pods, w) = reflector::store();
     let tr = Arc::clone(&trouble);
+    let ch = Arc::clone(&changes);
     let stream = reflector::reflector(
         w,
-        watcher(kube::Api::<Pod>::all(client), watcher::Config::default()).default_backoff(),
+        watcher(
+            kube::Api::<Pod>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
     );
     tokio::spawn(async move {
         let mut s = std::pin::pin!(stream);
@@ -120,12 +135,15 @@ pub fn start(client: kube::Client, t: &Target) -> Watch {
                 let mut t = tr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 *t = Some(explain("pods", &e));
             }
+            ch.send_modify(|n| *n = n.wrapping_add(1));
         }
     });
     Watch {
         nodes,
         pods,
         trouble,
+        changes,
+        client,
     }
 }
 
@@ -156,6 +174,60 @@ impl Watch {
             },
             t = refused => Err(t),
         }
+    }
+
+    /// A receiver that wakes on every watch event (its value: how many so far). The live
+    /// view rereads [`Watch::view`] when it changes, coalesced to its frame rate.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The pod of the `partop-serve` DaemonSet on `node` (namespace, name), as the watch saw
+    /// it: a running one first.
+    pub fn serve_pod(&self, node: &str) -> Option<(String, String)> {
+        let mut found: Vec<(bool, String, String)> = self
+            .pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    && p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(SERVE_LABEL.0))
+                        .is_some_and(|v| v == SERVE_LABEL.1)
+            })
+            .map(|p| {
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                (
+                    !running,
+                    p.metadata.namespace.clone().unwrap_or_default(),
+                    p.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        found.sort();
+        found.into_iter().next().map(|(_, ns, n)| (ns, n))
+    }
+
+    /// `node`'s live detail: its `partop serve`'s `/snapshot` through the API server's pod
+    /// proxy (no ssh, no port opened to this machine), reduced to the fleet's row
+    /// ([`crate::collect::fleet::parse_line`]: checked and escaped as any node's document).
+    ///
+    /// # Errors
+    /// No `partop-serve` pod on the node, the proxy refused (the verb named), or the node's
+    /// answer did not come in time or is not a snapshot.
+    pub async fn live(&self, node: &str) -> Result<crate::domain::fleet::NodeSummary, String> {
+        let (ns, pod) = self.serve_pod(node).ok_or_else(|| {
+            format!(
+                "no {}={} pod on {node}: the partop-serve DaemonSet (deploy/kubernetes/partop.yaml) does not run there",
+                SERVE_LABEL.0, SERVE_LABEL.1
+            )
+        })?;
+        let body = proxy_get(&self.client, &ns, &pod, SERVE_PORT, "/snapshot").await?;
+        crate::collect::fleet::parse_line(&body)
+            .map_err(|e| format!("{ns}/{pod}: its /snapshot is not a partop snapshot: {e}"))
     }
 
     /// The last trouble, if the watches have not recovered since.
@@ -262,4 +334,107 @@ pub fn pod_of(p: &Pod) -> Option<GpuPod> {
             .unwrap_or_else(|| "Pending".into()),
         requests,
     })
+}
+
+/// The pods of the `partop-serve` DaemonSet carry this label (deploy/kubernetes/partop.yaml).
+pub const SERVE_LABEL: (&str, &str) = ("app.kubernetes.io/name", "partop-serve");
+/// The port `partop serve` listens on in the DaemonSet.
+pub const SERVE_PORT: u16 = 9477;
+/// The most a node's document may be through the proxy (a large node's snapshot is far less).
+const PROXY_LIMIT: usize = 16 << 20;
+/// How long a node's answer through the proxy may take.
+pub const PROXY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// GET `path` of `pod`'s `port` through the API server's pod proxy
+/// (`/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`), bounded in time and size. The API
+/// server connects to the pod's IP itself (it refuses one that is not a global unicast
+/// address: "address not allowed"); the caller needs `get` on `pods/proxy`.
+///
+/// # Errors
+/// The proxy's refusal or the pod's error, said with the pod and what to do.
+pub async fn proxy_get(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    port: u16,
+    path: &str,
+) -> Result<String, String> {
+    use http_body_util::BodyExt as _;
+    let url = format!("/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy{path}");
+    let req = http::Request::get(&url)
+        .body(kube::client::Body::from(Vec::new()))
+        .map_err(|e| format!("{url}: {e}"))?;
+    let read = async {
+        let resp = client
+            .send(req)
+            .await
+            .map_err(|e| format!("{ns}/{pod}: the API server's pod proxy: {e}"))?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(f) = body.frame().await {
+            let f = f.map_err(|e| format!("{ns}/{pod}: reading through the proxy: {e}"))?;
+            if let Some(d) = f.data_ref() {
+                if buf.len() + d.len() > PROXY_LIMIT {
+                    return Err(format!(
+                        "{ns}/{pod}: its answer passed {} MiB through the proxy; not read further",
+                        PROXY_LIMIT >> 20
+                    ));
+                }
+                buf.extend_from_slice(d);
+            }
+        }
+        Ok((status, String::from_utf8_lossy(&buf).into_owned()))
+    };
+    let (status, text) = tokio::time::timeout(PROXY_TIMEOUT, read)
+        .await
+        .map_err(|_| {
+            format!(
+                "{ns}/{pod}: no answer through the API server's pod proxy in {}s",
+                PROXY_TIMEOUT.as_secs()
+            )
+        })??;
+    let said: String = text.trim().chars().take(300).collect();
+    match status.as_u16() {
+        200 => Ok(text),
+        403 => Err(format!(
+            "the API server refused get on pods/proxy for {ns}/{pod}: the ClusterRole needs it (partop-fleet-view, deploy/kubernetes/partop.yaml); {said}"
+        )),
+        code => Err(format!(
+            "{ns}/{pod}: its partop serve did not answer through the API server's pod proxy (HTTP {code}): {said}"
+        )),
+    }
+}
+
+/// The names a Prometheus fleet row goes by: its `instance`'s host and the node's own
+/// `hostname` (the row says `INSTANCE (HOSTNAME)` when they differ).
+fn prometheus_names(host: &str) -> impl Iterator<Item = &str> {
+    let (instance, own) = host
+        .strip_suffix(')')
+        .and_then(|h| h.rsplit_once(" ("))
+        .unwrap_or((host, host));
+    let instance = instance.rsplit_once(':').map_or(instance, |(h, _)| h);
+    [instance, own].into_iter()
+}
+
+/// `node`'s live detail from Prometheus (the DaemonSet scraped by it): the fleet's row whose
+/// hostname (or instance's host) is the node's name ([`crate::collect::fleet_prometheus::read`], blocking, bounded by
+/// `timeout`). A node's name is matched whole, or as the short name of a qualified host.
+///
+/// # Errors
+/// Prometheus cannot be read, or has no series of that node.
+pub fn live_from_prometheus(
+    url: &str,
+    node: &str,
+    timeout: Duration,
+) -> Result<crate::domain::fleet::NodeSummary, String> {
+    let rows = crate::collect::fleet_prometheus::read(url, timeout)?;
+    let n = rows.len();
+    rows.into_iter()
+        .find(|r| prometheus_names(&r.host).any(|h| h == node || h.split('.').next() == Some(node)))
+        .ok_or_else(|| {
+            format!(
+                "Prometheus {url} has no series of {node} (of {n} hosts): its partop serve is not scraped, or its hostname label is not the node's name"
+            )
+        })
 }

@@ -92,6 +92,29 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// How bad, smaller first (the live view lists signals worst first): a partition manager
+    /// that failed; a kubelet count the labels cannot give; a pod that cannot be placed;
+    /// unhealthy devices; a change under way.
+    pub const fn severity(&self) -> u8 {
+        match self {
+            Self::ManagerState { failed: true, .. } => 0,
+            Self::CountDisagrees { .. } => 1,
+            Self::PendingUnoffered { .. } => 2,
+            Self::Unhealthy { .. } => 3,
+            Self::ManagerState { failed: false, .. } => 4,
+        }
+    }
+
+    /// The node it is about (None: a pod's).
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Self::CountDisagrees { node, .. }
+            | Self::Unhealthy { node, .. }
+            | Self::ManagerState { node, .. } => Some(node),
+            Self::PendingUnoffered { .. } => None,
+        }
+    }
+
     /// One line for an operator (names escaped by whoever prints them).
     pub fn text(&self) -> String {
         match self {
@@ -237,6 +260,14 @@ pub fn pending_signals(nodes: &[ClusterNode], pods: &[GpuPod]) -> Vec<Signal> {
         }
     }
     out
+}
+
+/// Every signal of the cluster, worst first ([`Signal::severity`]), then in the order of
+/// [`signals`].
+pub fn signals_worst_first(nodes: &[ClusterNode], pods: &[GpuPod]) -> Vec<Signal> {
+    let mut v = signals(nodes, pods);
+    v.sort_by_key(Signal::severity);
+    v
 }
 
 /// Every signal of the cluster, nodes in name order then pods.

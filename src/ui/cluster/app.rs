@@ -1,0 +1,202 @@
+//! The cluster view as an app of the one app loop (`ui::app::run_app`): its feed is the API
+//! server's watch (`collect::cluster::Watch::changes` wakes it on every event; the stores are
+//! reread at most once a frame, so a burst of a thousand node updates costs one reread); keys
+//! and a node's live detail arrive on its channel.
+
+use super::msg::{ClusterEffect, ClusterMsg};
+use super::state::ClusterState;
+use super::update::update;
+use super::view::render;
+use crate::collect::cluster::Watch;
+use crate::ui::app::{App, Flow};
+use crate::ui::theme::Theme;
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+use ratatui::crossterm::event::Event;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A node's live detail: the lines to show, or why there are none.
+pub type LiveFuture = Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + Send>>;
+
+/// Where a node's live detail comes from (its `partop serve` through the API server's pod
+/// proxy, supplied by the command layer); None: the view says there is none.
+pub type LiveSource = Arc<dyn Fn(String) -> LiveFuture + Send + Sync>;
+
+/// The cluster view in the one loop.
+struct Cluster<'a> {
+    state: ClusterState,
+    theme: &'a Theme,
+    watch: &'a Watch,
+    changes: tokio::sync::watch::Receiver<u64>,
+    live: Option<LiveSource>,
+    tx: mpsc::Sender<ClusterMsg>,
+    /// The watch saw something since the last reread.
+    dirty: bool,
+}
+
+impl Cluster<'_> {
+    /// The watch's view, as a message.
+    fn reread(&self) -> ClusterMsg {
+        let (nodes, pods) = self.watch.view();
+        ClusterMsg::View {
+            nodes,
+            pods,
+            trouble: self.watch.trouble(),
+        }
+    }
+}
+
+impl<B> App<B> for Cluster<'_>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Msg = ClusterMsg;
+    // Watch events are coalesced to five frames a second.
+    const TICK: Duration = Duration::from_millis(200);
+
+    async fn feed(&mut self) -> Option<ClusterMsg> {
+        if self.changes.changed().await.is_err() {
+            // The watch's sender lives as long as the Watch: never here, but never spin.
+            std::future::pending::<()>().await;
+        }
+        Some(ClusterMsg::Changed)
+    }
+
+    fn resize(w: u16, h: u16) -> ClusterMsg {
+        ClusterMsg::Resize(w, h)
+    }
+
+    fn tick(now_ms: u64) -> ClusterMsg {
+        ClusterMsg::Tick(now_ms)
+    }
+
+    async fn step(
+        &mut self,
+        m: ClusterMsg,
+        _terminal: &mut Terminal<B>,
+        _rx: &mut mpsc::Receiver<ClusterMsg>,
+    ) -> anyhow::Result<Flow> {
+        if matches!(m, ClusterMsg::Changed) {
+            self.dirty = true;
+            return Ok(Flow::Wait);
+        }
+        // What the watch saw is taken at the next frame, or before a key: what the operator
+        // acts on is the newest view of the cluster.
+        let flow = if matches!(m, ClusterMsg::Tick(_)) && !self.dirty {
+            Flow::Wait
+        } else {
+            Flow::Draw
+        };
+        if self.dirty {
+            self.dirty = false;
+            let v = self.reread();
+            update(&mut self.state, v);
+        }
+        for e in update(&mut self.state, m) {
+            match e {
+                ClusterEffect::Quit => return Ok(Flow::Quit),
+                ClusterEffect::Live(node) => self.ask_live(node),
+            }
+        }
+        Ok(flow)
+    }
+
+    fn view(&mut self, frame: &mut ratatui::Frame<'_>) {
+        render(frame, &self.state, self.theme);
+    }
+}
+
+impl Cluster<'_> {
+    /// Asks the live source for `node`'s detail off the loop; it comes back as a message.
+    fn ask_live(&self, node: String) {
+        let tx = self.tx.clone();
+        let Some(live) = self.live.clone() else {
+            let _ = tx.try_send(ClusterMsg::Live(
+                node,
+                Err("no live source: the view was started without one".into()),
+            ));
+            return;
+        };
+        tokio::spawn(async move {
+            let r = live(node.clone()).await;
+            let _ = tx.send(ClusterMsg::Live(node, r)).await;
+        });
+    }
+}
+
+/// The cluster's message for a terminal event: keys and resizes.
+fn cluster_input(e: Event) -> Option<ClusterMsg> {
+    match e {
+        Event::Key(k) => Some(ClusterMsg::Key(k)),
+        Event::Resize(w, h) => Some(ClusterMsg::Resize(w, h)),
+        _ => None,
+    }
+}
+
+/// Runs the cluster view in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT).
+///
+/// # Errors
+/// The terminal fails.
+pub async fn run(
+    terminal: &mut ratatui::DefaultTerminal,
+    state: ClusterState,
+    theme: &Theme,
+    watch: &Watch,
+    live: Option<LiveSource>,
+) -> anyhow::Result<ClusterState> {
+    let (tx, mut rx) = mpsc::channel(256);
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::ui::app::input_thread(tx.clone(), Arc::clone(&stop), cluster_input);
+    let mut app = Cluster {
+        state,
+        theme,
+        watch,
+        changes: watch.changes(),
+        live,
+        tx,
+        dirty: true,
+    };
+    let r = crate::ui::app::run_app(terminal, &mut app, &mut rx, |t| {
+        crate::ui::terminal::suspend(t)
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    r.map(|()| app.state)
+}
+
+/// The cluster view in the one app loop over any backend and any source of messages (the
+/// headless tests: a `TestBackend`, scripted keys on `tx`/`rx`). Returns the final state.
+///
+/// # Errors
+/// The terminal fails.
+pub async fn run_with<B>(
+    terminal: &mut Terminal<B>,
+    state: ClusterState,
+    theme: &Theme,
+    watch: &Watch,
+    live: Option<LiveSource>,
+    tx: mpsc::Sender<ClusterMsg>,
+    rx: &mut mpsc::Receiver<ClusterMsg>,
+) -> anyhow::Result<ClusterState>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut app = Cluster {
+        state,
+        theme,
+        watch,
+        changes: watch.changes(),
+        live,
+        tx,
+        dirty: true,
+    };
+    crate::ui::app::run_app(terminal, &mut app, rx, |_| Ok(())).await?;
+    Ok(app.state)
+}
