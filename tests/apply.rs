@@ -280,9 +280,14 @@ fn a_reload_failure_stops_the_plan_with_the_tools_text_then_retry_succeeds() {
             ),
         "{all}"
     );
-    // The way back is printed: retry, or restore the services as they were.
+    // The way back is printed: retry, or restore the services as they were, with the run's
+    // own options (the node's state, its registry) so that the line works when pasted.
+    let restore = all
+        .lines()
+        .find(|l| l.contains(" models start m --gpu 0000:65:00.0"))
+        .unwrap_or_else(|| panic!("no restore line: {all}"));
     assert!(
-        all.contains("--resume") && all.contains("partop models start m --gpu 0000:65:00.0"),
+        all.contains("--resume") && restore.contains("--sim-state"),
         "{all}"
     );
     assert!(

@@ -467,6 +467,22 @@ pub struct Run {
     pub last_begin: Option<(usize, String, Option<u32>)>,
 }
 
+/// The program and global options of a journaled command (`partop --sim-state S --journal J
+/// --models M`), up to its subcommand (`apply`, `mig apply`): what another command about the
+/// same node and journal starts with, so that it works when pasted.
+pub fn command_prefix(command: &str) -> Vec<String> {
+    let mut words = super::text::shell_words(command).unwrap_or_default();
+    let sub = words
+        .iter()
+        .position(|w| w == "apply" || w == "mig")
+        .unwrap_or(words.len());
+    words.truncate(sub);
+    if words.is_empty() {
+        words.push("partop".into());
+    }
+    words
+}
+
 impl Run {
     fn started(line: &RunLine) -> Option<Self> {
         let RunEvent::Started {
@@ -560,6 +576,16 @@ impl Run {
         )
     }
 
+    /// The command that closes it as abandoned, with the options its resume command carries
+    /// before the subcommand (`--journal`, `--sim-state`, …): pasted, it acts on the same
+    /// journal (a bare `partop journal --abandon RUN` looked in the default journal and said
+    /// there was no such run).
+    pub fn abandon_command(&self) -> String {
+        let mut words = command_prefix(&self.resume_command());
+        words.extend(["journal".into(), "--abandon".into(), self.run.clone()]);
+        super::text::shell_line(&words)
+    }
+
     /// Where it stopped, in a few words.
     fn stopped_at(&self) -> String {
         match &self.last {
@@ -590,13 +616,13 @@ impl Run {
             _ => self.stopped_at(),
         };
         format!(
-            "unfinished {} {} (plan {}, started {}): {step}. Continue it with `{}`, or after restoring the node by hand close it with `partop journal --abandon {}`",
+            "unfinished {} {} (plan {}, started {}): {step}. Continue it with `{}`, or after restoring the node by hand close it with `{}`",
             self.kind,
             self.run,
             self.fingerprint,
             self.started_at,
             self.resume_command(),
-            self.run
+            self.abandon_command()
         )
     }
 }
@@ -956,5 +982,31 @@ impl Rollouts {
     /// The newest rollout of plan set `set`.
     pub fn latest(&self, set: &str) -> Option<&Rollout> {
         self.rollouts.iter().rev().find(|r| r.set == set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The abandon command keeps the resume command's global options (the journal, the node),
+    /// quoted as they were, for AMD and MIG runs (2 cases), and a bare one without a prefix.
+    #[test]
+    fn the_abandon_command_acts_on_the_runs_own_journal() {
+        let cases = [
+            (
+                "/bin/partop --sim-state '/tmp/a b' --journal /tmp/j.jsonl apply /tmp/p.json --resume",
+                "/bin/partop --sim-state '/tmp/a b' --journal /tmp/j.jsonl journal --abandon r1",
+            ),
+            (
+                "partop --journal /j mig apply /p.json --resume",
+                "partop --journal /j journal --abandon r1",
+            ),
+            ("apply p.json --resume", "partop journal --abandon r1"),
+        ];
+        for (resume, want) in cases {
+            let words = super::command_prefix(resume);
+            let mut all = words.clone();
+            all.extend(["journal".into(), "--abandon".into(), "r1".into()]);
+            assert_eq!(super::super::text::shell_line(&all), want, "{resume}");
+        }
     }
 }

@@ -209,6 +209,45 @@ pub fn shell_line<S: AsRef<str>>(words: &[S]) -> String {
         .join(" ")
 }
 
+/// The words of a line [`shell_line`] wrote (plain words, `'…'` quoted, `\'` between quotes),
+/// or None for anything else: how a journaled command is taken apart to build another from it.
+pub fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Some(words);
+        }
+        let mut w = String::new();
+        while let Some(&c) = chars.peek() {
+            match c {
+                ' ' => break,
+                '\'' => {
+                    chars.next();
+                    loop {
+                        match chars.next()? {
+                            '\'' => break,
+                            c => w.push(c),
+                        }
+                    }
+                }
+                '\\' => {
+                    chars.next();
+                    w.push(chars.next()?);
+                }
+                c => {
+                    w.push(c);
+                    chars.next();
+                }
+            }
+        }
+        words.push(w);
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -310,5 +349,34 @@ mod tests {
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote("$(reboot)"), "'$(reboot)'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn shell_words_reads_back_every_line_shell_line_writes() {
+        // Every word of length 0 to 3 over a hostile alphabet, in lines of one to three words.
+        let alphabet = ['a', ' ', '\'', '\\', '"', '$', ';', '-', '/'];
+        let mut words = vec![String::new()];
+        for len in 1..=3 {
+            let mut next = Vec::new();
+            for w in words.iter().filter(|w| w.chars().count() == len - 1) {
+                for c in alphabet {
+                    next.push(format!("{w}{c}"));
+                }
+            }
+            words.extend(next);
+        }
+        let mut cases = 0;
+        for (i, a) in words.iter().enumerate() {
+            let b = &words[(i * 7 + 3) % words.len()];
+            for line in [vec![a.clone()], vec![a.clone(), b.clone(), "apply".into()]] {
+                assert_eq!(
+                    super::shell_words(&super::shell_line(&line)),
+                    Some(line.clone())
+                );
+                cases += 1;
+            }
+        }
+        assert!(cases > 1_600, "{cases}");
+        assert_eq!(super::shell_words("'open"), None);
     }
 }

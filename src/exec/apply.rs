@@ -437,7 +437,7 @@ pub async fn apply(
                 // Services are down once the stop step has run: say how to bring them back
                 // without finishing the plan.
                 if plan.steps[..idx].iter().any(|s| s.key == StepKind::Stop)
-                    && let Some(r) = restore_text(plan)
+                    && let Some(r) = restore_text(plan, &ctx.resume_command)
                 {
                     e.next = format!("{}\nor abort and restore services now:\n{r}", e.next);
                 }
@@ -475,7 +475,10 @@ fn crash_point(ctx: &ApplyCtx, when: &str, idx: usize) {
 pub const CRASH_ENV: &str = "PARTOP_SIM_CRASH_AT";
 
 /// How to start again what the plan stopped, in the layout as it was (an abort).
-pub fn restore_text(plan: &Plan) -> Option<String> {
+/// The model starts carry the run's own global options (`--sim-state`, `--models`, …, from
+/// `resume`), so each line works when pasted.
+pub fn restore_text(plan: &Plan, resume: &str) -> Option<String> {
+    let partop = crate::domain::text::shell_line(&crate::domain::journal::command_prefix(resume));
     let mut lines = Vec::new();
     let units: Vec<&str> = plan
         .stops
@@ -487,8 +490,8 @@ pub fn restore_text(plan: &Plan) -> Option<String> {
     }
     for m in &plan.models {
         lines.push(format!(
-            "  partop models start {} --gpu {}   (it ran on {})",
-            m.name,
+            "  {partop} models start {} --gpu {}   (it ran on {})",
+            crate::domain::text::shell_quote(&m.name),
             m.from.first().map_or("BDF", String::as_str),
             m.from.join(",")
         ));
@@ -1064,8 +1067,12 @@ async fn verify(plan: &Plan, ctx: &ApplyCtx) -> StepResult {
             Some(g)
                 if g.compute_partition == Some(c.to.0) && g.memory_partition == Some(c.to.1) => {}
             Some(g) => wrong.push(format!(
-                "{} is {:?}/{:?}, expected {}/{}",
-                c.bdf, g.compute_partition, g.memory_partition, c.to.0, c.to.1
+                "{} is {}/{}, expected {}/{}",
+                c.bdf,
+                g.compute_partition.map_or("?".into(), |m| m.to_string()),
+                g.memory_partition.map_or("?".into(), |m| m.to_string()),
+                c.to.0,
+                c.to.1
             )),
             None => wrong.push(format!("{} is missing", c.bdf)),
         }
