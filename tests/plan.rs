@@ -320,3 +320,52 @@ fn a_node_listing_no_gpu_is_not_nothing_to_change() {
     assert_eq!(e, vec![partop::domain::plan::PlanError::NoGpus]);
     assert!(e[0].to_string().contains("driver reload in progress"));
 }
+
+/// A wait for the logical GPUs that fails says what the node shows and a hint that fits the
+/// case, never one text for every failure (issue 23): the driver not back, a memory mode the
+/// reload did not take, CPX partitions missing, and modes not what the step waits for; each
+/// said "after Ns" or, when the count had settled, "unchanged for the last part of Ns"
+/// (4 cases x 2 = 8).
+#[test]
+fn a_failed_wait_gives_the_hint_that_fits() {
+    use partop::exec::apply::wait_failure;
+    use std::time::Duration;
+    let snap = recorded("spx-nps1-one-model");
+    let all: Vec<&str> = snap.gpus.iter().map(|g| g.bdf.as_str()).collect();
+    let to = |c, m| plan(&snap, &draft(&all, c, m), Reload::ResetReload, 120, 10).unwrap();
+    let nps2 = to(Some(ComputeMode::Dpx), Some(MemoryMode::Nps2));
+    let cpx = to(Some(ComputeMode::Cpx), None);
+    let dpx = to(Some(ComputeMode::Dpx), None);
+    let cases = [
+        (&nps2, None, "the driver has not come back"),
+        (&nps2, Some(8), "the memory mode did not take effect"),
+        (&cpx, Some(60), "another DRM driver (ast)"),
+        (
+            &dpx,
+            Some(15),
+            "the modes read back are not what this step waits for",
+        ),
+    ];
+    let mut n = 0;
+    for (p, last, hint_has) in cases {
+        for settled in [false, true] {
+            let want = p.after.len();
+            let (message, hint) =
+                wait_failure(p, &snap, want, last, Duration::from_secs(42), settled);
+            assert!(hint.contains(hint_has), "{last:?}: {hint}");
+            assert!(
+                message.contains(&format!("expected {want} logical GPUs")),
+                "{message}"
+            );
+            assert!(message.contains("0000:05:00 SPX/NPS1"), "{message}");
+            let how = if settled {
+                "unchanged for the last part of 42s"
+            } else {
+                "after 42s"
+            };
+            assert!(message.contains(how), "{message}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 8);
+}

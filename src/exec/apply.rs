@@ -656,7 +656,7 @@ async fn wait_gpus(
 }
 
 /// Why a wait for the logical GPUs failed, and what to do, from what the node shows.
-fn wait_failure(
+pub fn wait_failure(
     plan: &Plan,
     snap: &Snapshot,
     want: usize,
