@@ -841,3 +841,62 @@ fn partops_own_h200_capture_replays_to_what_it_served_live() {
     let _ = child.wait();
     assert_eq!(names(&body), live, "{body}");
 }
+
+/// The same binary after it read NVML's field values (nvmlDeviceGetFieldValues: memory
+/// temperature, the row remapper), on the same H200, idle: 36 °C HBM and no remapped row, as
+/// nvidia-smi dmon's `mtemp` and pynvml said; the replay serves the 18 series the live run served
+/// (the 14 before plus DCGM_FI_DEV_MEMORY_TEMP and the three remapped-row series).
+#[test]
+fn nvml_field_values_from_the_h200_replay_to_what_was_served_live() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi");
+    let f = dir.join("h200-partop-record-fields.json");
+    let o = run(
+        partop()
+            .arg("--nvidia-replay")
+            .arg(&f)
+            .args(["snapshot", "--json"]),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let g = &s.gpus[0];
+    assert_eq!(g.mem_celsius, Some(36.0));
+    assert_eq!(g.counters.row_remap_failure, Some(false));
+    let names = |body: &str| -> std::collections::BTreeSet<String> {
+        body.lines()
+            .filter(|l| l.starts_with("DCGM_FI_"))
+            .filter_map(|l| l.split('{').next().map(str::to_string))
+            .collect()
+    };
+    let live = names(&std::fs::read_to_string(dir.join("h200-partop-metrics-fields.txt")).unwrap());
+    assert_eq!(live.len(), 18, "{live:?}");
+    for n in [
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ] {
+        assert!(live.contains(n), "{n}");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = partop()
+        .arg("--nvidia-replay")
+        .arg(&f)
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until("partop serve to be ready", || {
+        http_get(port, "/-/ready").0 == 200
+    });
+    let body = http_get(port, "/metrics").1;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(names(&body), live, "{body}");
+}

@@ -385,6 +385,7 @@ impl Tick<'_> {
         let gr = (st.gpm && enabled != Some(true))
             .then(|| gr_engine_active(self.nvml, self.gpm, (i, None), d.gpm_sample()))
             .flatten();
+        let fields = field_values(d);
         NvGpu {
             index: i,
             bdf: st.bdf.clone(),
@@ -397,7 +398,7 @@ impl Tick<'_> {
             power_w: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
             power_limit_w: st.power_limit_w,
             temp_c: d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
-            mem_temp_c: None,
+            mem_temp_c: fields.mem_temp_c,
             sm_clock_mhz: d.clock_info(Clock::SM).ok(),
             mem_clock_mhz: d.clock_info(Clock::Memory).ok(),
             mig_enabled: enabled,
@@ -405,7 +406,7 @@ impl Tick<'_> {
             instances,
             processes,
             profiles: st.profiles.clone(),
-            counters: counters(d, gr, xid),
+            counters: counters(d, gr, xid, &fields),
         }
     }
 
@@ -479,12 +480,76 @@ impl Tick<'_> {
     }
 }
 
+/// What NVML gives only through its field values (nvmlDeviceGetFieldValues), read in one call:
+/// the HBM temperature (nvidia-smi dmon's `mtemp`) and the row remapper's counts. A field the
+/// device does not support is None.
+#[derive(Default)]
+struct Fields {
+    mem_temp_c: Option<f64>,
+    remapped_correctable: Option<u64>,
+    remapped_uncorrectable: Option<u64>,
+    remap_failure: Option<bool>,
+}
+
+/// nvml.h's field ids (facts of NVML's API): memory temperature, and the row remapper's
+/// correctable, uncorrectable and failure counts.
+const FI_MEMORY_TEMP: u32 = 82;
+const FI_REMAPPED_COR: u32 = 142;
+const FI_REMAPPED_UNC: u32 = 143;
+const FI_REMAPPED_FAILURE: u32 = 145;
+
+fn field_values(d: &nvml_wrapper::Device<'static>) -> Fields {
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let ids = [
+        FI_MEMORY_TEMP,
+        FI_REMAPPED_COR,
+        FI_REMAPPED_UNC,
+        FI_REMAPPED_FAILURE,
+    ];
+    let Ok(values) = d.field_values_for(&ids.map(FieldId)) else {
+        return Fields::default();
+    };
+    let value = |id: u32| -> Option<u64> {
+        let v = values
+            .iter()
+            .flatten()
+            .find(|v| v.field.0 == id)?
+            .value
+            .as_ref()
+            .ok()?;
+        match *v {
+            SampleValue::U32(x) => Some(u64::from(x)),
+            SampleValue::U64(x) => Some(x),
+            SampleValue::I64(x) => u64::try_from(x).ok(),
+            SampleValue::F64(x) if x.is_finite() && x >= 0.0 =>
+            {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "finite, not negative; a count or degrees"
+                )]
+                Some(x as u64)
+            }
+            SampleValue::F64(_) => None,
+        }
+    };
+    Fields {
+        #[expect(clippy::cast_precision_loss, reason = "degrees Celsius")]
+        mem_temp_c: value(FI_MEMORY_TEMP).map(|t| t as f64),
+        remapped_correctable: value(FI_REMAPPED_COR),
+        remapped_uncorrectable: value(FI_REMAPPED_UNC),
+        remap_failure: value(FI_REMAPPED_FAILURE).map(|f| f != 0),
+    }
+}
+
 /// The device's counters: energy, PCIe replays, encoder and decoder use, graphics activity
-/// (`gr`), XIDs.
+/// (`gr`), XIDs, the row remapper's counts (`fields`).
 fn counters(
     d: &nvml_wrapper::Device<'static>,
     gr: Option<f64>,
     (xid_last, xid_count): (Option<u64>, Option<u64>),
+    fields: &Fields,
 ) -> NvCounters {
     NvCounters {
         energy_mj: d.total_energy_consumption().ok(),
@@ -500,7 +565,8 @@ fn counters(
         gr_engine_active: gr,
         xid_last,
         xid_count,
-        // nvml-wrapper 0.13 has no remapped-rows call: nvidia-smi's XML gives them.
-        ..NvCounters::default()
+        remapped_correctable: fields.remapped_correctable,
+        remapped_uncorrectable: fields.remapped_uncorrectable,
+        remap_failure: fields.remap_failure,
     }
 }
