@@ -3,8 +3,9 @@
 //! the process table's rows, filtered, sorted and grouped. Sits between the reducer
 //! (`ui::update`, which calls it) and the views (which only read the result).
 
+use super::filter::keeps;
 use super::rows::{GpuUse, Group, ProcRow, SortKey};
-use super::state::State;
+use super::state::{State, View};
 use crate::domain::served::model_of;
 use crate::domain::snapshot::{PodRef, Process, Snapshot};
 use std::cmp::Ordering;
@@ -34,11 +35,13 @@ impl State {
             Group::Model => grouped_by_model(&snap, idx),
         };
         self.proc_sel = self.proc_sel.min(self.rows.len().saturating_sub(1));
+        self.derive_shown();
     }
 
-    /// Whether the process filter keeps this process (every process when it is empty).
+    /// Whether the process filter keeps this process (every process when it is empty): the
+    /// words its row shows, or a field it names (the whole command line, the container).
     fn process_matches(&self, p: &Process) -> bool {
-        let needle = self.filter.to_lowercase();
+        let needle = self.filter_of(View::Processes).to_lowercase();
         if needle.is_empty() {
             return true;
         }
@@ -61,6 +64,7 @@ impl State {
                 .as_ref()
                 .is_some_and(|x| x.label().to_lowercase().contains(&needle))
             || p.pid.to_string().contains(&needle)
+            || keeps(&needle, &super::view::processes::words(self, p))
     }
 
     /// The order of two processes by the sort key, ascending; ties by pid.

@@ -32,8 +32,13 @@ pub struct State {
     pub back: View,
     /// Help overlay open.
     pub help: bool,
-    /// Process filter text.
+    /// The filter text (`/`), of the list view `filter_view`.
     pub filter: String,
+    /// The view the filter was typed in (it filters only that view's list).
+    pub filter_view: View,
+    /// Derived: the rows of `filter_view`'s list the filter keeps (indices into the whole
+    /// list; unused for Processes, whose derived rows are filtered).
+    pub shown: Vec<usize>,
     /// The filter is being typed.
     pub editing_filter: bool,
     /// Sort column.
@@ -163,6 +168,8 @@ impl State {
             back: View::Overview,
             help: false,
             filter: String::new(),
+            filter_view: View::Processes,
+            shown: Vec::new(),
             editing_filter: false,
             sort: SortKey::Vram,
             sort_desc: true,
@@ -216,9 +223,14 @@ impl State {
         usize::from(self.size.1.saturating_sub(9)).max(1)
     }
 
-    /// Rows of the current view's list (0 where the view has none).
-    pub(super) fn list_len(&self) -> usize {
-        match self.view {
+    /// The current view's selection, where it has a list.
+    pub(super) fn sel_mut(&mut self) -> Option<&mut usize> {
+        self.sel_mut_of(self.view)
+    }
+
+    /// The length of view `v`'s whole list (unfiltered).
+    pub(super) fn len_of(&self, v: View) -> usize {
+        match v {
             View::Overview | View::Gpus | View::History => {
                 self.snapshot.as_ref().map_or(0, |s| s.logical_count())
             }
@@ -230,9 +242,9 @@ impl State {
         }
     }
 
-    /// The current view's selection, where it has a list.
-    pub(super) fn sel_mut(&mut self) -> Option<&mut usize> {
-        match self.view {
+    /// View `v`'s selection (an index into its whole list), where it has a list.
+    pub(super) fn sel_mut_of(&mut self, v: View) -> Option<&mut usize> {
+        match v {
             View::Overview | View::Gpus | View::History => Some(&mut self.gpu_sel),
             View::Processes => Some(&mut self.proc_sel),
             View::Findings => Some(&mut self.finding_sel),
@@ -290,6 +302,13 @@ impl State {
     /// What Enter on the current selection would show.
     pub fn selection_target(&self) -> Option<DetailTarget> {
         let snap = self.snapshot.as_ref()?;
+        // A filter that hides every row leaves nothing selected.
+        if !self.filter_of(self.view).is_empty()
+            && self.view != View::Processes
+            && self.shown.is_empty()
+        {
+            return None;
+        }
         match self.view {
             View::Processes => match self.rows.get(self.proc_sel)? {
                 ProcRow::Process { index, .. } => {

@@ -4,7 +4,7 @@
 use super::super::keymap::{Key, Resolve};
 use super::super::msg::Effect;
 use super::super::stage::Typed;
-use super::super::state::State;
+use super::super::state::{State, View};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 /// A key press.
@@ -129,6 +129,9 @@ fn filter_key(state: &mut State, k: &KeyEvent) {
         KeyCode::Char(c) if !k.modifiers.contains(KeyModifiers::CONTROL) => state.filter.push(c),
         _ => return,
     }
-    state.proc_sel = 0;
+    if state.filter_view == View::Processes {
+        state.proc_sel = 0;
+    }
+    // Also moves another list's selection onto a row the filter keeps.
     state.derive_rows();
 }

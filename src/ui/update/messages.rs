@@ -137,6 +137,7 @@ pub(super) fn journal(
     state.journal_sel = state
         .journal_sel
         .min(state.journal.0.len().saturating_sub(1));
+    state.derive_shown();
     effects
 }
 

@@ -34,8 +34,13 @@ fn click(state: &mut State, column: u16, row: u16) -> Vec<Effect> {
     if let Some(v) = state.hits.tab_at(column, row) {
         return super::command(state, v.command());
     }
-    let len = state.list_len();
-    if let Some(i) = state.hits.row_at(column, row).filter(|i| *i < len) {
+    // The rows drawn are the list's order (a filtered one's kept rows).
+    let order = state.order(state.view);
+    if let Some(i) = state
+        .hits
+        .row_at(column, row)
+        .and_then(|i| order.get(i).copied())
+    {
         let journal = state.view == View::Journal;
         if let Some(sel) = state.sel_mut() {
             *sel = i;

@@ -2,6 +2,7 @@
 //! a list, or the pane that scrolls), opening Detail, and backing out.
 
 use super::super::command::Command;
+use super::super::filter::FILTERED;
 use super::super::msg::Effect;
 use super::super::scroll::Pane;
 use super::super::state::{State, View};
@@ -37,23 +38,26 @@ pub(super) fn view(state: &mut State, c: Command) -> Vec<Effect> {
 
 /// A movement key: an overlay or a text pane that scrolls takes it, else the list's selection.
 pub(super) fn movement(state: &mut State, c: Command) -> Vec<Effect> {
-    let len = state.list_len();
     let page = state.page();
     if let Some(p) = state.scroll_pane() {
         let page = u16::try_from(page).unwrap_or(u16::MAX);
         state.scroll.step(p, c, page);
         return Vec::new();
     }
+    // A filtered list moves over the rows it shows (an unfiltered one's order is every row).
+    let order = state.order(state.view);
     if let Some(sel) = state.sel_mut() {
-        let last = len.saturating_sub(1);
-        *sel = match c {
-            Command::SelectNext => (*sel + 1).min(last),
-            Command::SelectPrev => sel.saturating_sub(1),
-            Command::PageDown => (*sel + page).min(last),
-            Command::PageUp => sel.saturating_sub(page),
+        let last = order.len().saturating_sub(1);
+        let at = order.iter().position(|i| i == sel).unwrap_or(*sel);
+        let to = match c {
+            Command::SelectNext => (at + 1).min(last),
+            Command::SelectPrev => at.saturating_sub(1),
+            Command::PageDown => (at + page).min(last),
+            Command::PageUp => at.saturating_sub(page),
             Command::Top => 0,
             _ => last,
         };
+        *sel = order.get(to).copied().unwrap_or(to);
     }
     if state.view == View::Journal {
         state.scroll.reset(Pane::Journal);
@@ -92,7 +96,8 @@ pub(super) fn cancel(state: &mut State) -> Vec<Effect> {
     if state.cancel_modal() {
         return Vec::new();
     }
-    if !state.filter.is_empty() && state.view == View::Processes {
+    let open_entry = state.view == View::Journal && state.journal_open;
+    if !state.filter_of(state.view).is_empty() && FILTERED.contains(&state.view) && !open_entry {
         state.filter.clear();
         state.derive_rows();
     } else if state.view == View::Detail {

@@ -1,8 +1,9 @@
-//! The reducer's part for the process table: tagging, the kill dialog, sorting, grouping and
-//! the filter.
+//! The reducer's part for the process table: tagging, the kill dialog, sorting, grouping; and
+//! `/`, the filter of every list view.
 
 use super::super::command::Command;
 use super::super::dialog::KillDialog;
+use super::super::filter::FILTERED;
 use super::super::msg::Effect;
 use super::super::rows::{Group, ProcRow, SortKey};
 use super::super::state::{State, View};
@@ -35,13 +36,24 @@ pub(super) fn command(state: &mut State, c: Command) -> Vec<Effect> {
             state.proc_sel = 0;
             state.derive_rows();
         }
-        Command::Filter => {
-            state.set_view(View::Processes);
-            state.editing_filter = true;
-        }
+        Command::Filter => filter(state),
         _ => {}
     }
     Vec::new()
+}
+
+/// `/`: starts typing the filter of this list view (a new one when the filter was another
+/// view's); from a view with no list, of Processes.
+fn filter(state: &mut State) {
+    if !FILTERED.contains(&state.view) {
+        state.set_view(View::Processes);
+    }
+    if state.filter_view != state.view {
+        state.filter.clear();
+        state.filter_view = state.view;
+        state.derive_rows();
+    }
+    state.editing_filter = true;
 }
 
 /// Tags (or untags) the selected process and moves down.

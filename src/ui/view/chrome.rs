@@ -359,9 +359,14 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 Command::ModelStop,
                 Command::ModelAddToRegistry,
                 Command::ModelAdvise,
+                Command::Filter,
             ],
-            View::Overview | View::Gpus | View::History => {
-                vec![Command::StageChange, Command::TagGpu]
+            View::Gpus => vec![Command::StageChange, Command::TagGpu, Command::Filter],
+            View::Overview | View::History => vec![Command::StageChange, Command::TagGpu],
+            View::Findings | View::Journal
+                if !state.journal_open || state.view != View::Journal =>
+            {
+                vec![Command::Filter]
             }
             _ => vec![],
         };

@@ -7,7 +7,7 @@ use super::fmt::cut;
 use crate::domain::journal::Entry;
 use crate::report::journal::{flatten, who, words};
 use crate::ui::scroll::Pane;
-use crate::ui::state::State;
+use crate::ui::state::{State, View};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -124,7 +124,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         ));
     }
     let room = usize::from(inner.height).saturating_sub(lines.len());
-    let first = super::fmt::offset(state.journal_sel, room);
+    let order = state.order(View::Journal);
+    let at = order
+        .iter()
+        .position(|i| *i == state.journal_sel)
+        .unwrap_or(0);
+    let first = super::fmt::offset(at, room);
     state.hits.rows(crate::ui::hit::Rows {
         y: inner.y + u16::try_from(lines.len()).unwrap_or(0),
         height: u16::try_from(room).unwrap_or(0),
@@ -132,7 +137,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         first,
         stride: 1,
     });
-    for (i, (e, sentence)) in entries.iter().zip(&said).enumerate().skip(first).take(room) {
+    for (i, e, sentence) in order
+        .iter()
+        .skip(first)
+        .take(room)
+        .filter_map(|i| Some((*i, entries.get(*i)?, said.get(*i)?)))
+    {
         // Time of day and date apart from the RFC 3339 stamp; the whole stamp is in the entry.
         let when = e.at.get(5..19).unwrap_or(&e.at).replace('T', " ");
         let style = if i == state.journal_sel {

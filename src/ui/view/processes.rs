@@ -91,6 +91,115 @@ fn title(c: Col) -> &'static str {
     }
 }
 
+/// What a process row's cells depend on besides the process.
+struct Shown<'s> {
+    state: &'s State,
+    /// amd-smi lists processes (the `*` of those it does not).
+    lists: bool,
+    /// A Kubernetes node (the owner is the pod).
+    kubernetes: bool,
+    /// Room for the command line.
+    cmd_w: usize,
+    /// The row is the selection.
+    selected: bool,
+}
+
+impl Shown<'_> {
+    /// The text of column `c` of process `p`'s row, `w` wide (the uses of GPU `gpu` alone when
+    /// grouped by GPU).
+    fn cell(&self, p: &Process, gpu: Option<u32>, c: Col, w: usize) -> String {
+        let state = self.state;
+        let uses: Vec<_> = p
+            .gpus
+            .iter()
+            .filter(|g| gpu.is_none_or(|x| x == g.gpu_id))
+            .collect();
+        let vram: u64 = uses.iter().filter_map(|g| g.vram_bytes).sum();
+        match c {
+            Col::Pid => format!(
+                "{}{}{:>w$}",
+                mark(self.selected),
+                if state.tagged.contains(&p.pid) {
+                    "+"
+                } else {
+                    " "
+                },
+                p.pid,
+                w = w.saturating_sub(2)
+            ),
+            Col::User => cut(p.user.as_deref().unwrap_or("N/A"), w),
+            Col::Name => cut(&name_cell(p, self.lists), w),
+            Col::Gpu => cut(&gpus_text(&uses, p), w),
+            Col::Vram if uses.iter().any(|g| g.vram_bytes.is_some()) => {
+                format!("{:>7}", mem(vram))
+            }
+            Col::Vram => "    N/A".into(),
+            Col::Gtt => format!("{:>7}", mem(uses.iter().filter_map(|g| g.gtt_bytes).sum())),
+            Col::Cu => uses
+                .iter()
+                .filter_map(|g| g.cu_percent)
+                .fold(None, |a: Option<f64>, c| Some(a.unwrap_or(0.0).max(c)))
+                .map_or_else(|| "N/A".into(), |c| format!("{c:>3.0}%")),
+            Col::Cpu => p
+                .cpu_percent
+                .map_or_else(|| "  N/A".into(), |c| format!("{c:>4.0}%")),
+            Col::Rss => p
+                .rss_bytes
+                .map_or_else(|| "    N/A".into(), |b| format!("{:>7}", mem(b))),
+            Col::Up => p
+                .running_secs
+                .map_or_else(|| started(state.now_ms, p), uptime),
+            Col::Owner => cut(&owner(p, self.kubernetes), w),
+            // Where no engine counts its work (ROCm compute): a dash, not 0 % (Detail says
+            // why).
+            Col::Busy => p
+                .engine_busy_percent()
+                .map_or_else(|| "    —".into(), |b| format!("{b:>4.0}%")),
+            Col::Model => cut(&state.model_of(p).unwrap_or_default(), w),
+            Col::Command => cut(p.command.as_deref().unwrap_or_default(), self.cmd_w),
+        }
+    }
+}
+
+/// The GPU column: the logical GPUs a process uses; attached-only ones (HIP opens every
+/// visible one) in parentheses when it uses none, "kfd" when it holds /dev/kfd alone.
+fn gpus_text(uses: &[&crate::domain::snapshot::GpuUse], p: &Process) -> String {
+    let ids = |active: bool| {
+        uses.iter()
+            .filter(|g| !active || !g.attached_only())
+            .map(|g| g.gpu_id.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let active = ids(true);
+    if !active.is_empty() {
+        active
+    } else if !uses.is_empty() {
+        format!("({})", ids(false))
+    } else if p.holds_kfd {
+        "kfd".to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Every word a process's row shows, in every column of the widest table, uncut: what `/`
+/// matches in Processes (with the fields the filter always searched).
+pub fn words(state: &State, p: &Process) -> Vec<String> {
+    let snap = state.snapshot.as_deref();
+    let row = Shown {
+        state,
+        lists: snap.is_some_and(crate::domain::snapshot::Snapshot::amdsmi_lists_processes),
+        kubernetes: snap.is_some_and(|s| s.kubelet.is_some()),
+        cmd_w: usize::MAX,
+        selected: false,
+    };
+    columns(u16::MAX)
+        .iter()
+        .map(|c| row.cell(p, None, *c, 4096).trim().to_string())
+        .collect()
+}
+
 /// Draws the process table.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let Some(snap) = &state.snapshot else { return };
@@ -153,86 +262,16 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 let Some(p) = snap.processes.get(*index) else {
                     continue;
                 };
-                let uses: Vec<_> = p
-                    .gpus
-                    .iter()
-                    .filter(|g| gpu.is_none_or(|x| x == g.gpu_id))
-                    .collect();
-                // Attached-only GPUs (HIP opens every visible one) are left out; /dev/kfd alone is "kfd".
-                let active: Vec<String> = uses
-                    .iter()
-                    .filter(|g| !g.attached_only())
-                    .map(|g| g.gpu_id.to_string())
-                    .collect();
-                let gpus = if !active.is_empty() {
-                    active.join(",")
-                } else if !uses.is_empty() {
-                    format!(
-                        "({})",
-                        uses.iter()
-                            .map(|g| g.gpu_id.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    )
-                } else if p.holds_kfd {
-                    "kfd".to_string()
-                } else {
-                    String::new()
+                let row = Shown {
+                    state,
+                    lists,
+                    kubernetes,
+                    cmd_w,
+                    selected: i == state.proc_sel,
                 };
-                let vram: u64 = uses.iter().filter_map(|g| g.vram_bytes).sum();
-                let gtt: u64 = uses.iter().filter_map(|g| g.gtt_bytes).sum();
-                let cu = uses
-                    .iter()
-                    .filter_map(|g| g.cu_percent)
-                    .fold(None, |a: Option<f64>, c| Some(a.unwrap_or(0.0).max(c)));
-                let has_vram = uses.iter().any(|g| g.vram_bytes.is_some());
                 let cells: Vec<Cell<'_>> = cols
                     .iter()
-                    .map(|c| {
-                        let w = cell_w(*c);
-                        Cell::from(match c {
-                            Col::Pid => format!(
-                                "{}{}{:>w$}",
-                                mark(i == state.proc_sel),
-                                if state.tagged.contains(&p.pid) {
-                                    "+"
-                                } else {
-                                    " "
-                                },
-                                p.pid,
-                                w = w - 2
-                            ),
-                            Col::User => cut(p.user.as_deref().unwrap_or("N/A"), w),
-                            Col::Name => cut(&name_cell(p, lists), w),
-                            Col::Gpu => cut(&gpus, w),
-                            Col::Vram => {
-                                if has_vram {
-                                    format!("{:>7}", mem(vram))
-                                } else {
-                                    "    N/A".into()
-                                }
-                            }
-                            Col::Gtt => format!("{:>7}", mem(gtt)),
-                            Col::Cu => cu.map_or_else(|| "N/A".into(), |c| format!("{c:>3.0}%")),
-                            Col::Cpu => p
-                                .cpu_percent
-                                .map_or_else(|| "  N/A".into(), |c| format!("{c:>4.0}%")),
-                            Col::Rss => p
-                                .rss_bytes
-                                .map_or_else(|| "    N/A".into(), |b| format!("{:>7}", mem(b))),
-                            Col::Up => p
-                                .running_secs
-                                .map_or_else(|| started(state.now_ms, p), uptime),
-                            Col::Owner => cut(&owner(p, kubernetes), w),
-                            // Where no engine counts its work (ROCm compute): a dash, not
-                            // 0 % (Detail says why).
-                            Col::Busy => p
-                                .engine_busy_percent()
-                                .map_or_else(|| "    —".into(), |b| format!("{b:>4.0}%")),
-                            Col::Model => cut(&state.model_of(p).unwrap_or_default(), w),
-                            Col::Command => cut(p.command.as_deref().unwrap_or_default(), cmd_w),
-                        })
-                    })
+                    .map(|c| Cell::from(row.cell(p, *gpu, *c, cell_w(*c))))
                     .collect();
                 // Another user's process seen through KFD (its files hidden): dimmed, as
                 // nvitop shows processes it cannot fully see.
