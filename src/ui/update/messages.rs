@@ -1,12 +1,12 @@
 //! The reducer's part for what arrives without a key: samples, the clock, a kill job's
 //! progress, a detached apply starting, and the journal (which follows a running apply).
 
+use super::super::msg::KillProgress as KillEvent;
 use super::super::msg::{Detached, Effect};
 use super::super::stage::Progress;
 use super::super::state::State;
 use crate::domain::journal::{Entry, RunKind, Runs};
 use crate::domain::snapshot::Snapshot;
-use crate::exec::kill::KillEvent;
 use std::sync::Arc;
 
 /// A new sample: history, findings, what dialogs and staged plans know, the derived rows.
