@@ -2,8 +2,8 @@
 //! (the pod on a Kubernetes node), command line; sorted, filtered and grouped as the state's derived rows say.
 
 use super::fmt::{cut, mark, mem, offset};
-use crate::domain::snapshot::Process;
-use crate::ui::state::{Col, Group, ProcRow, State, columns};
+use crate::domain::snapshot::{Process, Snapshot};
+use crate::ui::state::{Col, Group, ProcRow, State, View, columns};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -200,28 +200,20 @@ pub fn words(state: &State, p: &Process) -> Vec<String> {
         .collect()
 }
 
-/// Draws the process table.
-pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
-    let Some(snap) = &state.snapshot else { return };
-    let lists = snap.amdsmi_lists_processes();
-    let cols = columns(area.width);
-    let kubernetes = state.snapshot.as_ref().is_some_and(|s| s.kubelet.is_some());
-    // The PID column fits the longest pid shown, plus the tag mark: never cut.
-    let pid_w = snap
+/// The PID column's width: the longest pid shown (at least 5), the selection and tag marks.
+fn pid_width(snap: &Snapshot) -> u16 {
+    let w = snap
         .processes
         .iter()
         .map(|p| p.pid.to_string().len())
         .max()
         .unwrap_or(5)
         .max(5);
-    // The selection mark, the tag mark, the pid.
-    let pid_w = u16::try_from(pid_w + 2).unwrap_or(9);
-    let widths: Vec<Constraint> = cols.iter().map(|c| width(*c, pid_w)).collect();
-    let cell_w = |c: Col| match width(c, pid_w) {
-        Constraint::Length(n) => usize::from(n),
-        _ => usize::MAX,
-    };
-    // What is left for the command line, which is cut with an ellipsis (Enter shows it whole).
+    u16::try_from(w + 2).unwrap_or(9)
+}
+
+/// What is left for the command line, which is cut with an ellipsis (Enter shows it whole).
+fn command_width(cols: &[Col], pid_w: u16, area: Rect) -> usize {
     let fixed: usize = cols
         .iter()
         .map(|c| match width(*c, pid_w) {
@@ -229,33 +221,36 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             _ => 0,
         })
         .sum();
-    let cmd_w = usize::from(area.width.saturating_sub(2)).saturating_sub(fixed);
-    let visible = usize::from(area.height.saturating_sub(3));
-    let first = offset(state.proc_sel, visible);
-    state.hits.rows(crate::ui::hit::Rows {
-        y: area.y + 2,
-        height: u16::try_from(visible).unwrap_or(0),
-        x: (area.x + 1, area.right().saturating_sub(1)),
-        first,
-        stride: 1,
-    });
+    usize::from(area.width.saturating_sub(2)).saturating_sub(fixed)
+}
+
+/// A heading spans the whole row (a table cell would cut it to its column): drawn over the
+/// empty row the table leaves for it. (Row on screen, text, style.)
+type Heading = (usize, String, ratatui::style::Style);
+
+/// The table's rows from `first`, `visible` of them; headings apart.
+fn table_rows<'a>(
+    state: &State,
+    theme: &Theme,
+    cols: &[Col],
+    (pid_w, cmd_w): (u16, usize),
+    (first, visible): (usize, usize),
+) -> (Vec<Row<'a>>, Vec<Heading>) {
+    let Some(snap) = &state.snapshot else {
+        return (Vec::new(), Vec::new());
+    };
+    let cell_w = |c: Col| match width(c, pid_w) {
+        Constraint::Length(n) => usize::from(n),
+        _ => usize::MAX,
+    };
     let mut rows = Vec::new();
     let mut headings = Vec::new();
     for (i, r) in state.rows.iter().enumerate().skip(first).take(visible) {
-        let style = if i == state.proc_sel {
-            theme.get("table.row.selected")
-        } else {
-            theme.get("ui")
-        };
+        let selected = i == state.proc_sel;
+        let style = theme.get(if selected { "table.row.selected" } else { "ui" });
         match r {
             ProcRow::Heading(h) => {
-                // A heading spans the whole row (a table cell would cut it to its column):
-                // drawn over the empty row after the table.
-                headings.push((
-                    i - first,
-                    format!("{}▸ {h}", mark(i == state.proc_sel)),
-                    style,
-                ));
+                headings.push((i - first, format!("{}▸ {h}", mark(selected)), style));
                 rows.push(Row::new(Vec::<Cell<'_>>::new()).style(style));
             }
             ProcRow::Process { index, gpu } => {
@@ -264,10 +259,10 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                 };
                 let row = Shown {
                     state,
-                    lists,
-                    kubernetes,
+                    lists: snap.amdsmi_lists_processes(),
+                    kubernetes: snap.kubelet.is_some(),
                     cmd_w,
-                    selected: i == state.proc_sel,
+                    selected,
                 };
                 let cells: Vec<Cell<'_>> = cols
                     .iter()
@@ -275,7 +270,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
                     .collect();
                 // Another user's process seen through KFD (its files hidden): dimmed, as
                 // nvitop shows processes it cannot fully see.
-                let style = if p.files_hidden && i != state.proc_sel {
+                let style = if p.files_hidden && !selected {
                     theme.get("ui.muted")
                 } else {
                     style
@@ -284,24 +279,33 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             }
         }
     }
+    (rows, headings)
+}
+
+/// The header: each column's title, the sorted one with its arrow (POD for the owner on a
+/// Kubernetes node).
+fn header(state: &State, cols: &[Col], kubernetes: bool) -> Vec<String> {
     let arrow = if state.sort_desc { "▼" } else { "▲" };
-    let title = |c: Col| {
-        if kubernetes && c == Col::Owner {
-            "POD"
-        } else {
-            title(c)
-        }
-    };
-    let header: Vec<String> = cols
-        .iter()
+    cols.iter()
         .map(|c| {
-            if c.sort() == Some(state.sort) {
-                format!("{}{arrow}", title(*c))
+            let t = if kubernetes && *c == Col::Owner {
+                "POD"
             } else {
-                title(*c).to_string()
+                title(*c)
+            };
+            if c.sort() == Some(state.sort) {
+                format!("{t}{arrow}")
+            } else {
+                t.to_string()
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The title: rows shown of all, the sort (always said, even when its column is not shown at
+/// this width), the grouping, the filter, what the marks mean.
+fn table_title(state: &State, snap: &Snapshot) -> String {
+    let arrow = if state.sort_desc { "▼" } else { "▲" };
     let group = match state.group {
         Group::None => "",
         Group::Gpu => " · by GPU",
@@ -312,31 +316,26 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         .iter()
         .filter(|r| matches!(r, ProcRow::Process { .. }))
         .count();
-    let filter = if state.filter.is_empty() {
+    let filter = state.filter_of(View::Processes);
+    let filter = if filter.is_empty() {
         String::new()
     } else {
-        format!(" · filter {:?}", state.filter)
+        format!(" · filter {filter:?}")
     };
     let star = if snap.amdsmi_lists_processes() {
         " · * not listed by amd-smi"
     } else {
         ""
     };
-    // The sort is always said, even when its column is not shown at this width.
-    let title = format!(
+    format!(
         " Processes: {shown} of {} · sort {}{arrow}{group}{filter}{star} · @ agent ",
         snap.processes.len(),
         state.sort.label(),
-    );
-    let t = Table::new(rows, widths)
-        .header(Row::new(header).style(theme.get("table.header")))
-        .block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(cut(&title, usize::from(area.width.saturating_sub(2))))
-                .border_style(theme.get("ui.border")),
-        );
-    frame.render_widget(t, area);
+    )
+}
+
+/// Draws the headings over the rows the table left empty for them.
+fn draw_headings(frame: &mut Frame<'_>, area: Rect, theme: &Theme, headings: Vec<Heading>) {
     for (row, text, style) in headings {
         let y = area.y + 2 + u16::try_from(row).unwrap_or(0);
         let w = area.width.saturating_sub(2);
@@ -354,6 +353,40 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             },
         );
     }
+}
+
+/// Draws the process table.
+pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let Some(snap) = &state.snapshot else { return };
+    let cols = columns(area.width);
+    let pid_w = pid_width(snap);
+    let widths: Vec<Constraint> = cols.iter().map(|c| width(*c, pid_w)).collect();
+    let cmd_w = command_width(cols, pid_w, area);
+    let visible = usize::from(area.height.saturating_sub(3));
+    let first = offset(state.proc_sel, visible);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: area.y + 2,
+        height: u16::try_from(visible).unwrap_or(0),
+        x: (area.x + 1, area.right().saturating_sub(1)),
+        first,
+        stride: 1,
+    });
+    let (rows, headings) = table_rows(state, theme, cols, (pid_w, cmd_w), (first, visible));
+    let t = Table::new(rows, widths)
+        .header(
+            Row::new(header(state, cols, snap.kubelet.is_some())).style(theme.get("table.header")),
+        )
+        .block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(cut(
+                    &table_title(state, snap),
+                    usize::from(area.width.saturating_sub(2)),
+                ))
+                .border_style(theme.get("ui.border")),
+        );
+    frame.render_widget(t, area);
+    draw_headings(frame, area, theme, headings);
     if snap.processes.is_empty() {
         let msg = "No process holds a GPU.";
         frame.render_widget(
