@@ -57,53 +57,14 @@ fn entry_lines(e: &Entry, said: String, theme: &Theme) -> Vec<Line<'static>> {
     lines
 }
 
-/// Draws the journal.
-pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
-    let (entries, bad) = &state.journal;
-    if entries.is_empty() && bad.is_empty() && state.unfinished.is_none() {
-        frame.render_widget(
-            Paragraph::new("No action has been journaled yet.")
-                .block(
-                    Block::default()
-                        .borders(Borders::ALL)
-                        .title(" Journal ")
-                        .border_style(theme.get("ui.border")),
-                )
-                .style(theme.get("ui.muted")),
-            area,
-        );
-        return;
-    }
-    // Each entry as a sentence: an apply's steps named and counted from 1, as its log counts.
-    let said = words(entries);
-    let selected = entries.get(state.journal_sel);
-    let selected_said = said.get(state.journal_sel).cloned().unwrap_or_default();
-    if state.journal_open
-        && let Some(e) = selected
-    {
-        let block = Block::default()
-            .borders(Borders::ALL)
-            .title(format!(
-                " Journal entry {} of {} · Esc back to the list ",
-                state.journal_sel + 1,
-                entries.len()
-            ))
-            .border_style(theme.get("ui.border"));
-        scrolled_entry(
-            frame,
-            area,
-            state,
-            theme,
-            block,
-            entry_lines(e, selected_said.clone(), theme),
-        );
-        return;
-    }
-    let [list, detail] =
-        Layout::vertical([Constraint::Percentage(55), Constraint::Min(4)]).areas(area);
+/// The list: an unfinished apply first, whole, then unreadable lines, then the entries the
+/// filter keeps, newest first, each as time, who and its sentence.
+fn draw_list(frame: &mut Frame<'_>, list: Rect, state: &State, theme: &Theme, said: &[String]) {
+    let entries = &state.journal.0;
+    let bad = &state.journal.1;
     let block = Block::default()
         .borders(Borders::ALL)
-        .title(" Journal: newest first · Enter opens the entry · partop journal prints it all ")
+        .title(list_title(state))
         .border_style(theme.get("ui.border"));
     let inner = block.inner(list);
     let w = usize::from(inner.width);
@@ -158,6 +119,71 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         lines.push(Line::styled(cut(&text, w), style));
     }
     frame.render_widget(Paragraph::new(lines).block(block), list);
+}
+
+/// The list's title: the order, the keys, and the filter when there is one.
+fn list_title(state: &State) -> String {
+    let filter = state.filter_of(View::Journal);
+    let filter = if filter.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{} of {} · filter {filter:?} · ",
+            state.order(View::Journal).len(),
+            state.journal.0.len()
+        )
+    };
+    format!(
+        " Journal: {filter}newest first · Enter opens the entry · partop journal prints it all "
+    )
+}
+
+/// Draws the journal.
+pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
+    let (entries, bad) = &state.journal;
+    if entries.is_empty() && bad.is_empty() && state.unfinished.is_none() {
+        frame.render_widget(
+            Paragraph::new("No action has been journaled yet.")
+                .block(
+                    Block::default()
+                        .borders(Borders::ALL)
+                        .title(" Journal ")
+                        .border_style(theme.get("ui.border")),
+                )
+                .style(theme.get("ui.muted")),
+            area,
+        );
+        return;
+    }
+    // Each entry as a sentence: an apply's steps named and counted from 1, as its log counts.
+    let said = words(entries);
+    let selected = entries.get(state.journal_sel);
+    let selected_said = said.get(state.journal_sel).cloned().unwrap_or_default();
+    if state.journal_open
+        && let Some(e) = selected
+    {
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .title(format!(
+                " Journal entry {} of {} · Esc back to the list ",
+                state.journal_sel + 1,
+                entries.len()
+            ))
+            .border_style(theme.get("ui.border"));
+        scrolled_entry(
+            frame,
+            area,
+            state,
+            theme,
+            block,
+            entry_lines(e, selected_said.clone(), theme),
+        );
+        return;
+    }
+    let [list, detail] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Min(4)]).areas(area);
+    draw_list(frame, list, state, theme, &said);
+
     if let Some(e) = selected {
         let block = Block::default()
             .borders(Borders::ALL)

@@ -504,6 +504,66 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, now_ms: u64, th
     );
 }
 
+/// A MIG layout as the operator reads it: `MIG off`, or its profiles counted (`2x 1g.18gb +
+/// 3g.71gb`).
+fn layout_said(layout: &[String]) -> String {
+    if layout.is_empty() {
+        return "MIG off".to_string();
+    }
+    let mut names: Vec<(String, usize)> = Vec::new();
+    for n in layout {
+        match names.iter_mut().find(|(x, _)| x == n) {
+            Some((_, k)) => *k += 1,
+            None => names.push((n.clone(), 1)),
+        }
+    }
+    names
+        .iter()
+        .map(|(n, k)| {
+            if *k > 1 {
+                format!("{k}x {n}")
+            } else {
+                n.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// The MIG overlay's prompt and keys (the host name being typed, with its notice).
+fn mig_bottom_lines(
+    st: &crate::ui::mig_stage::MigStaging,
+    theme: &Theme,
+    w: usize,
+) -> Vec<Line<'static>> {
+    let mut bottom: Vec<Line<'static>> = Vec::new();
+    let prompt = match (&st.confirming, &st.result) {
+        (Some(c), Ok(p)) => {
+            if let Some(n) = &c.notice {
+                bottom.extend(super::fmt::hang(
+                    Line::styled(n.clone(), theme.get("status.warn")),
+                    w,
+                    2,
+                ));
+            }
+            format!(
+                "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
+                p.host, c.typed
+            )
+        }
+        (_, Ok(_)) => {
+            "Enter: confirm (you will type the host name) · c: next layout · ↑↓ scroll · Esc: cancel".into()
+        }
+        (_, Err(_)) => "c: next layout · Esc: cancel".into(),
+    };
+    bottom.extend(super::fmt::hang(
+        Line::styled(prompt, theme.get("danger")),
+        w,
+        2,
+    ));
+    bottom
+}
+
 /// Draws the MIG staging overlay: the layout chosen, its plan (or why there is none), and the
 /// confirmation being typed.
 pub fn render_mig(
@@ -521,29 +581,7 @@ pub fn render_mig(
         .border_style(theme.get("danger"));
     let inner = block.inner(rect);
     let w = usize::from(inner.width);
-    let layout = st.layout();
-    let shown = if layout.is_empty() {
-        "MIG off".to_string()
-    } else {
-        let mut names: Vec<(String, usize)> = Vec::new();
-        for n in &layout {
-            match names.iter_mut().find(|(x, _)| x == n) {
-                Some((_, k)) => *k += 1,
-                None => names.push((n.clone(), 1)),
-            }
-        }
-        names
-            .iter()
-            .map(|(n, k)| {
-                if *k > 1 {
-                    format!("{k}x {n}")
-                } else {
-                    n.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" + ")
-    };
+    let shown = layout_said(&st.layout());
     let mut lines = vec![
         Line::from(vec![
             Span::styled(format!("GPU {} layout ", st.gpu), theme.get("table.header")),
@@ -570,27 +608,7 @@ pub fn render_mig(
             )
         })),
     }
-    let mut bottom: Vec<Line<'_>> = Vec::new();
-    let prompt = match (&st.confirming, &st.result) {
-        (Some(c), Ok(p)) => {
-            if let Some(n) = &c.notice {
-                bottom.extend(super::fmt::hang(Line::styled(n.clone(), theme.get("status.warn")), w, 2));
-            }
-            format!(
-                "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
-                p.host, c.typed
-            )
-        }
-        (_, Ok(_)) => {
-            "Enter: confirm (you will type the host name) · c: next layout · ↑↓ scroll · Esc: cancel".into()
-        }
-        (_, Err(_)) => "c: next layout · Esc: cancel".into(),
-    };
-    bottom.extend(super::fmt::hang(
-        Line::styled(prompt, theme.get("danger")),
-        w,
-        2,
-    ));
+    let bottom = mig_bottom_lines(st, theme, w);
     // Plans' long lines wrap rather than lose their end; the plan scrolls above the prompt.
     let body: Vec<Line<'static>> = lines
         .into_iter()
