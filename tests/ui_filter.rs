@@ -1,4 +1,5 @@
-//! `/` in every list view, headless: for each view, every word its rows show on screen is typed
+//! `/` in every list view, headless: for each view (GPUs, Processes, Models, Findings, Journal,
+//! History's process list), every word its rows show on screen is typed
 //! as the filter, and the rows kept are exactly those that show that word (any case); Esc
 //! brings every row back. The words are read from the drawn screen, not from the code that
 //! filters, so a column the filter does not know is caught.
@@ -58,6 +59,12 @@ fn node() -> State {
     let mut s = State::new(km, th, 1000);
     update(&mut s, Msg::Resize(W, H));
     let mut snap = recorded("noisy-neighbour");
+    // A second process beside the first on its GPU, so History lists more than one.
+    let mut twin = snap.processes[0].clone();
+    twin.pid += 7;
+    twin.name = Some("trainer".into());
+    twin.command = Some("python3 train.py --epochs 3".into());
+    snap.processes.push(twin);
     update(&mut s, Msg::Snapshot(Arc::new(snap.clone())));
     pin(&mut snap, T + 45_000);
     let pids: Vec<u32> = snap.processes.iter().map(|p| p.pid).collect();
@@ -158,6 +165,20 @@ fn words_of(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The logical GPU (its index) with the most processes: History lists them.
+fn busiest_gpu(s: &State) -> usize {
+    let snap = s.snapshot.as_ref().unwrap();
+    snap.logical()
+        .enumerate()
+        .max_by_key(|(_, (_, l))| {
+            snap.processes
+                .iter()
+                .filter(|p| p.gpus.iter().any(|u| u.gpu_id == l.gpu_id))
+                .count()
+        })
+        .map_or(0, |(i, _)| i)
+}
+
 /// Every word every row of `view` shows filters to the rows that show it. Returns the cases
 /// run.
 fn every_word_filters(
@@ -168,6 +189,9 @@ fn every_word_filters(
 ) -> usize {
     let mut s = node();
     update(&mut s, Msg::Command(view));
+    if view == Command::ViewHistory {
+        s.gpu_sel = busiest_gpu(&s);
+    }
     let keys = keys(&s);
     assert!(
         keys.len() >= 2,
@@ -292,7 +316,25 @@ fn slash_matches_every_word_shown_in_every_list_view() {
         1,
         true,
     );
-    println!("{total} words typed as filters over 5 list views");
+    // History: the processes on the selected GPU (the one with the most), by pid.
+    total += every_word_filters(
+        Command::ViewHistory,
+        |s| {
+            let snap = s.snapshot.as_ref().unwrap();
+            let on = |gpu: u32| {
+                snap.processes
+                    .iter()
+                    .filter(|p| p.gpus.iter().any(|u| u.gpu_id == gpu))
+                    .map(|p| format!(" {} ", p.pid))
+                    .collect::<Vec<_>>()
+            };
+            let (_, l) = snap.logical().nth(s.gpu_sel).unwrap();
+            on(l.gpu_id)
+        },
+        1,
+        true,
+    );
+    println!("{total} words typed as filters over 6 list views");
     assert!(total > 100, "{total} cases");
 }
 

@@ -19,13 +19,23 @@ pub fn keeps(filter: &str, words: &[String]) -> bool {
 }
 
 /// The views `/` filters in place (any other view sends `/` to Processes).
-pub const FILTERED: [View; 5] = [
+pub const FILTERED: [View; 6] = [
     View::Gpus,
     View::Processes,
     View::Models,
     View::Findings,
     View::Journal,
+    View::History,
 ];
+
+/// Whether view `v`'s filter hides rows of the list its selection moves over (Processes has
+/// derived rows instead; History's filter keeps processes, its selection steps through GPUs).
+pub const fn filters_selection(v: View) -> bool {
+    matches!(
+        v,
+        View::Gpus | View::Models | View::Findings | View::Journal
+    )
+}
 
 impl State {
     /// The filter of view `v`: its text when it was typed there, else none.
@@ -40,7 +50,7 @@ impl State {
     /// The rows of view `v`'s list in the order drawn, as indices into its whole list: those
     /// its filter keeps. (Processes has its derived rows instead.)
     pub fn order(&self, v: View) -> Vec<usize> {
-        if self.filter_of(v).is_empty() || v == View::Processes {
+        if self.filter_of(v).is_empty() || !filters_selection(v) {
             (0..self.len_of(v)).collect()
         } else {
             self.shown.clone()
@@ -51,7 +61,7 @@ impl State {
     /// row when it is on a hidden one.
     pub fn derive_shown(&mut self) {
         let v = self.filter_view;
-        if v == View::Processes || self.filter.is_empty() {
+        if !filters_selection(v) || self.filter.is_empty() {
             self.shown.clear();
             return;
         }

@@ -304,7 +304,7 @@ impl State {
         let snap = self.snapshot.as_ref()?;
         // A filter that hides every row leaves nothing selected.
         if !self.filter_of(self.view).is_empty()
-            && self.view != View::Processes
+            && super::filter::filters_selection(self.view)
             && self.shown.is_empty()
         {
             return None;
