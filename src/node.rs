@@ -340,6 +340,28 @@ impl Node {
         )
     }
 
+    /// What the monitor's effect runner needs of this node, derived from the node itself (it
+    /// was a hand-kept copy of these fields): its journal, simulated state, registry, model
+    /// logs, nvidia-smi, and whether it is a recording.
+    pub fn exec_settings(
+        &self,
+        journal: PathBuf,
+    ) -> std::io::Result<crate::ui::effect::ExecSettings> {
+        Ok(crate::ui::effect::ExecSettings {
+            journal,
+            proc_root: "/proc".into(),
+            simulated: self.sim.is_some(),
+            sim_state: self.sim_state().map(std::path::Path::to_path_buf),
+            models: self.models.clone(),
+            model_log_dir: self.model_log_dir(),
+            nvidia_smi: Some(self.nvidia_smi.program.clone()),
+            nvidia_replay: matches!(self.nvidia, Some(NvidiaAccess::Recorded(_))),
+            exe: std::env::current_exe()?,
+            apply_dir: crate::ui::effect::default_apply_dir(),
+            remote: None,
+        })
+    }
+
     /// The registry itself (for planning and launching), or its error.
     pub fn registry(&self) -> Result<Option<crate::domain::models::Registry>> {
         self.models

@@ -1,6 +1,6 @@
 //! The monitor UI. The UI task owns [`state::State`] and only draws; collectors publish owned
 //! snapshots over a watch channel; keys become [`command::Command`]s through the keymap; one pure
-//! reducer (`state::update`) turns messages into state changes and effects; views render
+//! reducer (`update::update`, re-exported as `state::update`) turns messages into state changes and effects; views render
 //! `&State` and never do I/O.
 
 pub mod app;
@@ -8,8 +8,10 @@ pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod confirm;
+pub mod derive;
 pub mod dialog;
 pub mod effect;
+pub mod filter;
 pub mod fleet;
 pub mod hit;
 pub mod keymap;
@@ -24,5 +26,6 @@ pub mod stage;
 pub mod state;
 pub mod terminal;
 pub mod theme;
+pub mod update;
 pub mod view;
 pub mod views;

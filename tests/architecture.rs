@@ -1,7 +1,7 @@
 //! The layering rules, enforced: the domain imports no I/O, async or terminal crate and no other
 //! layer of partop; nothing below the command layer imports it; executors do not know the
-//! simulator; the UI does not know the command layer; the top of `src/` holds only the layer
-//! roots.
+//! simulator; the UI does not know the command layer, and its messages, state and reducer know
+//! no executor; the top of `src/` holds only the layer roots.
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 #[test]
@@ -179,6 +179,51 @@ fn the_ui_reaches_the_node_only_through_effects() {
         &["crate::node", "crate::sim::session"],
         "the UI draws and reduces; the command layer wires the node",
     );
+}
+
+#[test]
+fn the_monitors_messages_state_and_reducer_know_no_executor() {
+    // The UI's own message types (`KillProgress`, …): the effect runner (ui/effect.rs) converts
+    // the executors' at the boundary, so the model, the reducer and the views stay theirs.
+    for part in [
+        "ui/msg",
+        "ui/state",
+        "ui/update",
+        "ui/derive",
+        "ui/filter",
+        "ui/dialog",
+        "ui/stage",
+        "ui/mig_stage",
+        "ui/model_ask",
+        "ui/rows",
+        "ui/views",
+        "ui/modal",
+        "ui/view",
+    ] {
+        forbid(
+            part,
+            &["crate::exec", "exec::"],
+            "executor types stay out of the UI's messages and state: convert them in ui/effect.rs",
+        );
+    }
+}
+
+#[test]
+fn the_executor_settings_come_from_the_node() {
+    // `ExecSettings` was a hand-kept copy of `node::Node`'s settings: only the node builds it
+    // (`Node::exec_settings`), and the effect runner for a remote node (`ExecSettings::remote`).
+    for layer in ["cli", "ui"] {
+        for (f, text) in sources(layer) {
+            if f.ends_with("ui/effect.rs") {
+                continue;
+            }
+            assert!(
+                !text.contains("ExecSettings {"),
+                "{} builds ExecSettings by hand: use Node::exec_settings",
+                f.display()
+            );
+        }
+    }
 }
 
 #[test]

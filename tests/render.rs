@@ -1103,3 +1103,37 @@ fn history_charts_on_64_partitions_and_on_one_nvidia_gpu() {
     }
     assert_eq!(n, 10, "10 screens");
 }
+
+#[test]
+fn gpus_filtered() {
+    // `/` in GPUs keeps the rows that show the word: here the model's name, which labels the
+    // logical GPUs it runs on.
+    let (w, h) = (120, 30);
+    let mut s = state_for("dpx-nps2-two-models", w, h);
+    update(&mut s, Msg::Command(Command::ViewGpus));
+    let press = |s: &mut State, c: char| {
+        update(
+            s,
+            Msg::Key(ratatui::crossterm::event::KeyEvent::new(
+                ratatui::crossterm::event::KeyCode::Char(c),
+                ratatui::crossterm::event::KeyModifiers::NONE,
+            )),
+        );
+    };
+    press(&mut s, '/');
+    for c in "QWEN".chars() {
+        press(&mut s, c);
+    }
+    let typing = draw(&s, w, h);
+    assert!(typing.contains("filter: QWEN"), "{typing}");
+    update(
+        &mut s,
+        Msg::Key(ratatui::crossterm::event::KeyEvent::new(
+            ratatui::crossterm::event::KeyCode::Enter,
+            ratatui::crossterm::event::KeyModifiers::NONE,
+        )),
+    );
+    let text = draw(&s, w, h);
+    assert!(text.contains("filter \"QWEN\""), "{text}");
+    insta::assert_snapshot!("gpus_filtered__120x30", text);
+}

@@ -297,7 +297,7 @@ fn tagged_processes_are_signalled_only_after_confirmation() {
     let pids: Vec<u32> = s.tagged.iter().copied().collect();
     update(
         &mut s,
-        Msg::Kill(partop::exec::kill::KillEvent::Done {
+        Msg::Kill(partop::ui::msg::KillProgress::Done {
             sig: partop::domain::kill::Sig::Term,
             alive: vec![pids[0]],
         }),

@@ -78,19 +78,7 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
     {
         state.grace_ms = (settings.config.grace_secs.max(0.0) * 1000.0) as u64;
     }
-    let exec = crate::ui::effect::ExecSettings {
-        journal: settings.journal.clone(),
-        proc_root: "/proc".into(),
-        simulated: node.sim.is_some(),
-        sim_state: node.sim_state().map(std::path::Path::to_path_buf),
-        models: node.models.clone(),
-        model_log_dir: node.model_log_dir(),
-        nvidia_smi: cli.source.nvidia_smi.clone(),
-        nvidia_replay: cli.source.nvidia_replay.is_some(),
-        exe: std::env::current_exe()?,
-        apply_dir: crate::ui::effect::default_apply_dir(),
-        remote: None,
-    };
+    let exec = node.exec_settings(settings.journal.clone())?;
     state.nvidia_smi = cli
         .source
         .nvidia_smi

@@ -69,7 +69,7 @@ commands! {
     SortByCpu = "sort_by_cpu", "Sort processes by host CPU% (again: reverse)", Safe;
     SortByUptime = "sort_by_uptime", "Sort processes by run time (again: reverse)", Safe;
     SortByName = "sort_by_name", "Sort processes by name (again: reverse)", Safe;
-    Filter = "filter", "Filter processes by text (Enter keeps, Esc clears)", Safe;
+    Filter = "filter", "Filter processes by text, any list by the words it shows (Enter keeps, Esc clears)", Safe;
     CycleGroup = "cycle_group", "Group processes: none, by logical GPU, by model", Safe;
     RefreshNow = "refresh_now", "Collect now instead of waiting for the next tick", Safe;
     TagProcess = "tag_process", "Tag or untag the selected process (kill acts on tagged ones)", Safe;

@@ -2,9 +2,8 @@
 //! sent, following the grace period) → AskKill (survivors: SIGKILL only after a second
 //! confirmation) → Finished. The reducer creates `Effect::Kill` only from a confirmed stage.
 
+use super::msg::KillProgress as KillEvent;
 use crate::domain::kill::{KillPlan, Sig, Target};
-use crate::exec::kill::KillEvent;
-use crate::exec::signal::Outcome;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use super::confirm::Focus;
@@ -147,12 +146,10 @@ impl KillDialog {
     pub fn on_event(&mut self, e: &KillEvent) {
         match e {
             KillEvent::Signalled { sig, results } => {
-                for (pid, o) in results {
-                    let text = if *o == Outcome::Sent {
-                        format!("{} sent", sig.name())
-                    } else {
-                        o.explain(*pid)
-                    };
+                for (pid, why_not) in results {
+                    let text = why_not
+                        .clone()
+                        .unwrap_or_else(|| format!("{} sent", sig.name()));
                     self.status.insert(*pid, text);
                 }
             }

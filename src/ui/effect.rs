@@ -276,6 +276,26 @@ fn spawn_apply(
     Ok(p)
 }
 
+/// The executor's kill event in the monitor's terms (its messages carry no executor type).
+fn kill_progress(e: crate::exec::kill::KillEvent) -> crate::ui::msg::KillProgress {
+    use crate::exec::kill::KillEvent as E;
+    use crate::exec::signal::Outcome;
+    use crate::ui::msg::KillProgress as P;
+    match e {
+        E::Signalled { sig, results } => P::Signalled {
+            sig,
+            results: results
+                .into_iter()
+                .map(|(pid, o)| (pid, (o != Outcome::Sent).then(|| o.explain(pid))))
+                .collect(),
+        },
+        E::Exited(pid) => P::Exited(pid),
+        E::Done { sig, alive } => P::Done { sig, alive },
+        E::JournalError(j) => P::JournalError(j),
+        E::Refused(why) => P::Refused(why),
+    }
+}
+
 /// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its process and log.
 fn spawn_mig_apply(
     plan: &crate::domain::mig::MigPlan,
@@ -451,7 +471,7 @@ impl EffectRunner {
                 // kill before any signal; the dialog hears it as Refused.
                 tokio::task::spawn_blocking(move || {
                     let _ = crate::exec::kill::run(&job, |e| {
-                        let _ = tx.blocking_send(Msg::Kill(e));
+                        let _ = tx.blocking_send(Msg::Kill(kill_progress(e)));
                     });
                 });
             }

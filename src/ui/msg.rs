@@ -24,8 +24,8 @@ pub enum Msg {
     Tick(u64),
     /// Log records since the last frame.
     Log(Vec<super::logbuf::LogLine>),
-    /// Progress of a kill job.
-    Kill(crate::exec::kill::KillEvent),
+    /// Progress of a kill job (the effect runner says the executor's events in these terms).
+    Kill(KillProgress),
     /// A detached apply was started (what to follow), or could not be.
     ApplyStarted(Result<Box<crate::ui::stage::Progress>, String>),
     /// A detached MIG apply was started (its process, to notice it end), or could not be.
@@ -40,6 +40,32 @@ pub enum Msg {
     ),
     /// This node's throughput store (for the placement advice), or why it could not be read.
     Throughput(Result<crate::domain::throughput::Store, String>),
+}
+
+/// Progress of a kill job, in the monitor's own terms: the UI's messages and state carry no
+/// executor type; `ui::effect` converts the executor's events at the boundary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillProgress {
+    /// The signal went out, or did not: per target, `None` when it was sent, else why not.
+    Signalled {
+        /// The signal.
+        sig: crate::domain::kill::Sig,
+        /// Per target pid.
+        results: Vec<(u32, Option<String>)>,
+    },
+    /// A target exited.
+    Exited(u32),
+    /// The grace period is over (or every target exited); these are still alive.
+    Done {
+        /// The signal that was sent.
+        sig: crate::domain::kill::Sig,
+        /// Still alive.
+        alive: Vec<u32>,
+    },
+    /// The journal could not be written after the signals went out.
+    JournalError(String),
+    /// Nothing was sent: the journal entry could not be written first.
+    Refused(String),
 }
 
 /// A detached apply the monitor follows (AMD or MIG alike): its process, so an apply that ends

@@ -314,6 +314,98 @@ fn back_label(state: &State) -> &'static str {
     }
 }
 
+/// This view's own commands, whose hints come first in the footer (`/` where it filters).
+fn view_commands(state: &State) -> Vec<Command> {
+    match state.view {
+        View::Processes => vec![
+            Command::Filter,
+            Command::CycleSort,
+            Command::CycleGroup,
+            Command::TagProcess,
+            Command::KillProcess,
+        ],
+        View::Models => vec![
+            Command::ModelRestart,
+            Command::ModelStop,
+            Command::ModelAddToRegistry,
+            Command::ModelAdvise,
+            Command::Filter,
+        ],
+        View::Gpus => vec![Command::StageChange, Command::TagGpu, Command::Filter],
+        View::History => vec![Command::StageChange, Command::TagGpu, Command::Filter],
+        View::Overview => vec![Command::StageChange, Command::TagGpu],
+        View::Findings => vec![Command::Filter],
+        View::Journal if !state.journal_open => vec![Command::Filter],
+        _ => vec![],
+    }
+}
+
+/// The main keys: this view's own commands first, then the general ones, as many whole hints
+/// as fit in `width`, and the filter when there is one.
+fn hints(state: &State, theme: &Theme, width: u16) -> Line<'static> {
+    let mut cmds = view_commands(state);
+    cmds.extend([
+        Command::Back,
+        Command::ToggleHelp,
+        Command::NextView,
+        Command::OpenDetail,
+    ]);
+    // (key, label) of each hint that has a key here.
+    let hints: Vec<(Command, String, String)> = cmds
+        .into_iter()
+        .filter_map(|c| {
+            let k = key(state, c)?;
+            let label = match c {
+                Command::Back => back_label(state).to_string(),
+                _ => c.name().trim_start_matches("model_").replace('_', " "),
+            };
+            Some((c, k, label))
+        })
+        .collect();
+    // Hints apart by `│` (one cell, so as many fit as without), so a key is never read
+    // with the word before it. `q` is
+    // always shown (what it does changes: back, quit, quit stopping the sim); the others
+    // in order, as many whole ones as fit beside it.
+    let sep = "│";
+    let hint_width = |(_, k, l): &(Command, String, String)| {
+        sep.chars().count() + k.chars().count() + 1 + l.chars().count()
+    };
+    // The first hint has no separator before it: credit it back.
+    let mut room = usize::from(width).saturating_sub(1) + sep.chars().count();
+    let mut shown = vec![false; hints.len()];
+    let index = |back: bool| {
+        hints
+            .iter()
+            .enumerate()
+            .filter(move |(_, h)| (h.0 == Command::Back) == back)
+            .map(|(i, _)| i)
+    };
+    let back_first = index(true).chain(index(false));
+    for i in back_first {
+        let w = hint_width(&hints[i]);
+        if w > room {
+            break;
+        }
+        shown[i] = true;
+        room -= w;
+    }
+    let mut spans = vec![Span::raw(" ")];
+    for (h, _) in hints.iter().zip(&shown).filter(|(_, s)| **s) {
+        if spans.len() > 1 {
+            spans.push(Span::styled(sep, theme.get("ui.muted")));
+        }
+        spans.push(Span::styled(format!("{} ", h.1), theme.get("ui.title")));
+        spans.push(Span::styled(h.2.clone(), theme.get("ui.hint")));
+    }
+    if !state.filter.is_empty() {
+        spans.push(Span::styled(
+            format!("  filter: {}", state.filter),
+            theme.get("status.warn"),
+        ));
+    }
+    Line::from(spans)
+}
+
 /// The bottom line: the filter being typed, or the main keys.
 pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let notice = state
@@ -345,86 +437,7 @@ pub fn footer(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             Span::styled("▏  Enter keep · Esc clear", theme.get("ui.hint")),
         ])
     } else {
-        // This view's own commands first, then the general ones, as many whole hints as fit.
-        let mut cmds = match state.view {
-            View::Processes => vec![
-                Command::Filter,
-                Command::CycleSort,
-                Command::CycleGroup,
-                Command::TagProcess,
-                Command::KillProcess,
-            ],
-            View::Models => vec![
-                Command::ModelRestart,
-                Command::ModelStop,
-                Command::ModelAddToRegistry,
-                Command::ModelAdvise,
-            ],
-            View::Overview | View::Gpus | View::History => {
-                vec![Command::StageChange, Command::TagGpu]
-            }
-            _ => vec![],
-        };
-        cmds.extend([
-            Command::Back,
-            Command::ToggleHelp,
-            Command::NextView,
-            Command::OpenDetail,
-        ]);
-        // (key, label) of each hint that has a key here.
-        let hints: Vec<(Command, String, String)> = cmds
-            .into_iter()
-            .filter_map(|c| {
-                let k = key(state, c)?;
-                let label = match c {
-                    Command::Back => back_label(state).to_string(),
-                    _ => c.name().trim_start_matches("model_").replace('_', " "),
-                };
-                Some((c, k, label))
-            })
-            .collect();
-        // Hints apart by `│` (one cell, so as many fit as without), so a key is never read
-        // with the word before it. `q` is
-        // always shown (what it does changes: back, quit, quit stopping the sim); the others
-        // in order, as many whole ones as fit beside it.
-        let sep = "│";
-        let width = |(_, k, l): &(Command, String, String)| {
-            sep.chars().count() + k.chars().count() + 1 + l.chars().count()
-        };
-        // The first hint has no separator before it: credit it back.
-        let mut room = usize::from(area.width).saturating_sub(1) + sep.chars().count();
-        let mut shown = vec![false; hints.len()];
-        let index = |back: bool| {
-            hints
-                .iter()
-                .enumerate()
-                .filter(move |(_, h)| (h.0 == Command::Back) == back)
-                .map(|(i, _)| i)
-        };
-        let back_first = index(true).chain(index(false));
-        for i in back_first {
-            let w = width(&hints[i]);
-            if w > room {
-                break;
-            }
-            shown[i] = true;
-            room -= w;
-        }
-        let mut spans = vec![Span::raw(" ")];
-        for (h, _) in hints.iter().zip(&shown).filter(|(_, s)| **s) {
-            if spans.len() > 1 {
-                spans.push(Span::styled(sep, theme.get("ui.muted")));
-            }
-            spans.push(Span::styled(format!("{} ", h.1), theme.get("ui.title")));
-            spans.push(Span::styled(h.2.clone(), theme.get("ui.hint")));
-        }
-        if !state.filter.is_empty() {
-            spans.push(Span::styled(
-                format!("  filter: {}", state.filter),
-                theme.get("status.warn"),
-            ));
-        }
-        Line::from(spans)
+        hints(state, theme, area.width)
     };
     frame.render_widget(Paragraph::new(line), area);
 }

@@ -1,14 +1,42 @@
 //! Findings: what was seen, where, and for how long.
 
-use crate::domain::findings::{Severity, duration};
-use crate::ui::state::State;
+use crate::domain::findings::{Finding, Severity, duration};
+use crate::ui::state::{State, View};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
-/// Draws the findings list.
+/// A finding as its row says it: what, where, for how long.
+fn said(f: &Finding, now_ms: u64) -> String {
+    let kind = f.kind.label();
+    let since = duration(now_ms.saturating_sub(f.since_ms));
+    if f.kind.about_a_process() {
+        format!("{kind} · {} · since {since} ago", f.subject)
+    } else {
+        format!(
+            "{kind} · GPU {} ({}) · since {since} ago",
+            f.gpu_id, f.subject
+        )
+    }
+}
+
+/// The severity's word and its style.
+fn severity(f: &Finding) -> (&'static str, &'static str) {
+    match f.severity {
+        Severity::Warn => ("WARN", "finding.warn"),
+        Severity::Info => ("INFO", "finding.info"),
+    }
+}
+
+/// Every word a finding's row shows (its severity, what and where, and what was seen): what
+/// `/` matches in Findings.
+pub fn words(f: &Finding, now_ms: u64) -> Vec<String> {
+    vec![severity(f).0.to_string(), said(f, now_ms), f.saw.clone()]
+}
+
+/// Draws the findings list: those `/` keeps.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let block = Block::default()
         .borders(Borders::ALL)
@@ -34,12 +62,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         return;
     }
     let mut lines = Vec::new();
-    for (i, f) in state.findings.iter().enumerate() {
-        let (word, style) = match f.severity {
-            Severity::Warn => ("WARN", theme.get("finding.warn")),
-            Severity::Info => ("INFO", theme.get("finding.info")),
+    for i in state.order(View::Findings) {
+        let Some(f) = state.findings.get(i) else {
+            continue;
         };
-        let kind = f.kind.label();
+        let (word, style) = severity(f);
+        let style = theme.get(style);
         let sel = if i == state.finding_sel {
             theme.get("table.row.selected")
         } else {
@@ -48,23 +76,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::raw(super::fmt::mark(i == state.finding_sel)),
             Span::styled(format!("{word} "), style),
-            Span::styled(
-                if f.kind.about_a_process() {
-                    format!(
-                        "{kind} · {} · since {} ago",
-                        f.subject,
-                        duration(state.now_ms.saturating_sub(f.since_ms))
-                    )
-                } else {
-                    format!(
-                        "{kind} · GPU {} ({}) · since {} ago",
-                        f.gpu_id,
-                        f.subject,
-                        duration(state.now_ms.saturating_sub(f.since_ms))
-                    )
-                },
-                sel,
-            ),
+            Span::styled(said(f, state.now_ms), sel),
         ]));
         lines.push(Line::styled(
             format!("      {}", f.saw),

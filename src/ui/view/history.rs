@@ -226,6 +226,29 @@ fn on_gpu(snap: &Snapshot, gpu_id: u32) -> Vec<&Process> {
     ps
 }
 
+/// A process's line without its sparkline: pid, model or name, GPU busy now, VRAM.
+fn texts(p: &Process) -> [String; 4] {
+    [
+        format!("{:>8} ", p.pid),
+        format!("{:<14} ", cut(&State::label_of(p), 14)),
+        format!(
+            " {:>4} ",
+            p.gpu_busy_percent()
+                .map_or("N/A".into(), |v| format!("{v:.0}%"))
+        ),
+        format!(
+            "{:>7}",
+            p.vram_total_bytes()
+                .map_or("N/A".into(), |b| format!("{}G", gib(b)))
+        ),
+    ]
+}
+
+/// Every word a process's line in History shows: what `/` matches there.
+pub fn words(p: &Process) -> Vec<String> {
+    texts(p).iter().map(|t| t.trim().to_string()).collect()
+}
+
 /// One line per process: pid, name, a sparkline of its GPU busy over ten minutes, now, VRAM.
 pub fn process_lines<'a>(
     state: &State,
@@ -238,29 +261,13 @@ pub fn process_lines<'a>(
         .map(|p| {
             let busy = state.history.process(p, Metric::Busy);
             let s = spark(&fit(&busy, state.history.span_ms(), spark_w), spark_w);
+            let [pid, label, now, vram] = texts(p);
             Line::from(vec![
-                Span::styled(format!("{:>8} ", p.pid), theme.get("ui")),
-                Span::styled(
-                    format!("{:<14} ", cut(&State::label_of(p), 14)),
-                    theme.get("ui"),
-                ),
+                Span::styled(pid, theme.get("ui")),
+                Span::styled(label, theme.get("ui")),
                 Span::styled(s, theme.get("sparkline")),
-                Span::styled(
-                    format!(
-                        " {:>4} ",
-                        p.gpu_busy_percent()
-                            .map_or("N/A".into(), |v| format!("{v:.0}%"))
-                    ),
-                    theme.get("ui"),
-                ),
-                Span::styled(
-                    format!(
-                        "{:>7}",
-                        p.vram_total_bytes()
-                            .map_or("N/A".into(), |b| format!("{}G", gib(b)))
-                    ),
-                    theme.get("ui.muted"),
-                ),
+                Span::styled(now, theme.get("ui")),
+                Span::styled(vram, theme.get("ui.muted")),
             ])
         })
         .collect()
@@ -305,17 +312,29 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     charts_row(frame, top, &gpu_series(state, l), state, theme);
     charts_row(frame, mid, &device_series(state, g), state, theme);
     if rest.height >= 2 {
-        let ps = on_gpu(snap, l.gpu_id);
+        // `/` keeps the processes whose line shows the text (the GPUs are stepped through all).
+        let filter = state.filter_of(crate::ui::state::View::History);
+        let mut ps = on_gpu(snap, l.gpu_id);
+        ps.retain(|p| crate::ui::filter::keeps(filter, &words(p)));
+        let said = if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" · filter {filter:?}")
+        };
         let mut lines = vec![Line::from(Span::styled(
             format!(
-                "{:>8} {:<14} GPU busy, last 10 min (the busiest first)",
+                "{:>8} {:<14} GPU busy, last 10 min (the busiest first){said}",
                 "PID", "PROCESS"
             ),
             theme.get("table.header"),
         ))];
         if ps.is_empty() {
             lines.push(Line::from(Span::styled(
-                "no process on this GPU",
+                if filter.is_empty() {
+                    "no process on this GPU".to_string()
+                } else {
+                    format!("no process on this GPU shows {filter:?}")
+                },
                 theme.get("ui.muted"),
             )));
         }

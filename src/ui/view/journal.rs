@@ -7,7 +7,7 @@ use super::fmt::cut;
 use crate::domain::journal::Entry;
 use crate::report::journal::{flatten, who, words};
 use crate::ui::scroll::Pane;
-use crate::ui::state::State;
+use crate::ui::state::{State, View};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -57,6 +57,87 @@ fn entry_lines(e: &Entry, said: String, theme: &Theme) -> Vec<Line<'static>> {
     lines
 }
 
+/// The list: an unfinished apply first, whole, then unreadable lines, then the entries the
+/// filter keeps, newest first, each as time, who and its sentence.
+fn draw_list(frame: &mut Frame<'_>, list: Rect, state: &State, theme: &Theme, said: &[String]) {
+    let entries = &state.journal.0;
+    let bad = &state.journal.1;
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(list_title(state))
+        .border_style(theme.get("ui.border"));
+    let inner = block.inner(list);
+    let w = usize::from(inner.width);
+    // An unfinished apply first, whole (wrapped), with the command that continues it.
+    let mut lines: Vec<Line<'_>> = Vec::new();
+    if let Some(u) = &state.unfinished {
+        lines.extend(super::fmt::hang(
+            Line::styled(format!("UNFINISHED APPLY {u}"), theme.get("status.crit")),
+            w,
+            2,
+        ));
+    }
+    for b in bad {
+        lines.extend(super::fmt::hang(
+            Line::styled(format!("unreadable line: {b}"), theme.get("status.warn")),
+            w,
+            2,
+        ));
+    }
+    let room = usize::from(inner.height).saturating_sub(lines.len());
+    let order = state.order(View::Journal);
+    let at = order
+        .iter()
+        .position(|i| *i == state.journal_sel)
+        .unwrap_or(0);
+    let first = super::fmt::offset(at, room);
+    state.hits.rows(crate::ui::hit::Rows {
+        y: inner.y + u16::try_from(lines.len()).unwrap_or(0),
+        height: u16::try_from(room).unwrap_or(0),
+        x: (inner.x, inner.right()),
+        first,
+        stride: 1,
+    });
+    for (i, e, sentence) in order
+        .iter()
+        .skip(first)
+        .take(room)
+        .filter_map(|i| Some((*i, entries.get(*i)?, said.get(*i)?)))
+    {
+        // Time of day and date apart from the RFC 3339 stamp; the whole stamp is in the entry.
+        let when = e.at.get(5..19).unwrap_or(&e.at).replace('T', " ");
+        let style = if i == state.journal_sel {
+            theme.get("table.row.selected")
+        } else {
+            theme.get("ui")
+        };
+        let text = format!(
+            "{}{when}  {:<8} {sentence}",
+            super::fmt::mark(i == state.journal_sel),
+            cut(&who(e), 8)
+        );
+        lines.push(Line::styled(cut(&text, w), style));
+    }
+    frame.render_widget(Paragraph::new(lines).block(block), list);
+}
+
+/// The list's title: the order, the keys, and the filter when there is one.
+fn list_title(state: &State) -> String {
+    let filter = state.filter_of(View::Journal);
+    let filter = if filter.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{} of {} · filter {filter:?} · ",
+            state.order(View::Journal).len(),
+            state.journal.0.len()
+        )
+    };
+    format!(
+        " Journal: {filter}newest first · Enter opens the entry · partop journal prints it all "
+    )
+}
+
 /// Draws the journal.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let (entries, bad) = &state.journal;
@@ -101,53 +182,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     }
     let [list, detail] =
         Layout::vertical([Constraint::Percentage(55), Constraint::Min(4)]).areas(area);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .title(" Journal: newest first · Enter opens the entry · partop journal prints it all ")
-        .border_style(theme.get("ui.border"));
-    let inner = block.inner(list);
-    let w = usize::from(inner.width);
-    // An unfinished apply first, whole (wrapped), with the command that continues it.
-    let mut lines: Vec<Line<'_>> = Vec::new();
-    if let Some(u) = &state.unfinished {
-        lines.extend(super::fmt::hang(
-            Line::styled(format!("UNFINISHED APPLY {u}"), theme.get("status.crit")),
-            w,
-            2,
-        ));
-    }
-    for b in bad {
-        lines.extend(super::fmt::hang(
-            Line::styled(format!("unreadable line: {b}"), theme.get("status.warn")),
-            w,
-            2,
-        ));
-    }
-    let room = usize::from(inner.height).saturating_sub(lines.len());
-    let first = super::fmt::offset(state.journal_sel, room);
-    state.hits.rows(crate::ui::hit::Rows {
-        y: inner.y + u16::try_from(lines.len()).unwrap_or(0),
-        height: u16::try_from(room).unwrap_or(0),
-        x: (inner.x, inner.right()),
-        first,
-        stride: 1,
-    });
-    for (i, (e, sentence)) in entries.iter().zip(&said).enumerate().skip(first).take(room) {
-        // Time of day and date apart from the RFC 3339 stamp; the whole stamp is in the entry.
-        let when = e.at.get(5..19).unwrap_or(&e.at).replace('T', " ");
-        let style = if i == state.journal_sel {
-            theme.get("table.row.selected")
-        } else {
-            theme.get("ui")
-        };
-        let text = format!(
-            "{}{when}  {:<8} {sentence}",
-            super::fmt::mark(i == state.journal_sel),
-            cut(&who(e), 8)
-        );
-        lines.push(Line::styled(cut(&text, w), style));
-    }
-    frame.render_widget(Paragraph::new(lines).block(block), list);
+    draw_list(frame, list, state, theme, &said);
+
     if let Some(e) = selected {
         let block = Block::default()
             .borders(Borders::ALL)

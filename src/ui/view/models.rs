@@ -3,13 +3,30 @@
 //! log tail. Also the confirmation overlay of a model action.
 
 use super::fmt::{cut, mark, offset};
-use crate::domain::model_status::ModelState;
-use crate::ui::state::{ModelAsk, State};
+use crate::domain::model_status::{ModelState, ServedModel};
+use crate::ui::state::{ModelAsk, State, View};
 use crate::ui::theme::Theme;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+
+/// Every word a model's row shows: what `/` matches in Models.
+pub fn words(m: &ServedModel) -> Vec<String> {
+    vec![
+        m.name.clone(),
+        m.state.label().to_string(),
+        m.gpus_label(),
+        crate::report::figure(m.running, false),
+        crate::report::figure(m.waiting, false),
+        crate::report::figure(m.kv_cache, true),
+        crate::report::figure(m.tokens_per_sec, false),
+        m.restarts.to_string(),
+        m.port.map_or_else(|| "-".into(), |p| p.to_string()),
+        m.model.clone(),
+        if m.spec.is_some() { "" } else { "(discovered)" }.to_string(),
+    ]
+}
 
 /// Draws the view.
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
@@ -46,7 +63,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         .len()
         .min(usize::from(top.height.saturating_sub(4)) / 2);
     let visible = usize::from(top.height.saturating_sub(3)).saturating_sub(heads);
-    let first = offset(state.model_sel, visible);
+    let order = state.order(View::Models);
+    let at = order
+        .iter()
+        .position(|i| *i == state.model_sel)
+        .unwrap_or(0);
+    let first = offset(at, visible);
     state.hits.rows(crate::ui::hit::Rows {
         y: top.y + 2 + u16::try_from(heads).unwrap_or(0),
         height: u16::try_from(visible).unwrap_or(0),
@@ -80,7 +102,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             theme.get("ui.title"),
         ));
     }
-    for (i, m) in models.iter().enumerate().skip(first).take(visible) {
+    for (i, m) in order
+        .iter()
+        .skip(first)
+        .take(visible)
+        .filter_map(|i| Some((*i, models.get(*i)?)))
+    {
         let gpus = m.gpus_label();
         let state_style = match m.state {
             ModelState::Healthy => theme.get("status.ok"),

@@ -5,6 +5,7 @@ use super::fmt::{centered, cut};
 use super::partition_map::PartitionMap;
 use crate::domain::layout::shapes;
 use crate::domain::product;
+use crate::domain::snapshot::Snapshot;
 use crate::ui::stage::{Progress, Staging};
 use crate::ui::state::State;
 use crate::ui::theme::Theme;
@@ -63,66 +64,14 @@ fn plan_lines(
             if !p.models.is_empty() {
                 push(Line::styled("served models:", theme.get("table.header")), 0);
                 for m in &p.models {
-                    let l = if m.to.is_empty() {
-                        Line::from(vec![
-                            Span::raw(format!("  {}  {} -> ", m.name, m.from.join(","))),
-                            Span::styled(
-                                format!(
-                                    "NOT relaunched: {}",
-                                    m.reason.as_deref().unwrap_or("no free logical GPU")
-                                ),
-                                theme.get("danger"),
-                            ),
-                        ])
-                    } else {
-                        Line::raw(format!(
-                            "  {}  {} -> relaunched on {}",
-                            m.name,
-                            m.from.join(","),
-                            m.to.iter()
-                                .map(|r| format!("logical GPU {} ({})", r.gpu_id, r.bdf))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ))
-                    };
+                    let l = model_line(m, theme);
                     push(l, 4);
                 }
             }
             if !p.stops.is_empty() {
                 push(Line::styled("stops:", theme.get("table.header")), 0);
                 for s in &p.stops {
-                    let gpus = s
-                        .gpus
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    // Who it is, as the sample shows it now (the plan keeps its identity).
-                    let seen = snap.processes.iter().find(|x| x.pid == s.pid);
-                    let serves = seen
-                        .and_then(|x| x.command.as_deref())
-                        .and_then(crate::domain::served::model_of)
-                        .map(|(_, m)| m);
-                    let what = s
-                        .model
-                        .clone()
-                        .or(serves)
-                        .map(|m| format!(" serving {m}"))
-                        .or_else(|| s.agent.as_ref().map(|a| format!(" ({a})")))
-                        .unwrap_or_default();
-                    push(
-                        Line::styled(
-                            format!(
-                                "  pid {} {} · {} · GPU {}{what}",
-                                s.pid,
-                                s.name,
-                                seen.and_then(|x| x.user.as_deref()).unwrap_or("user N/A"),
-                                if gpus.is_empty() { "kfd" } else { &gpus }
-                            ),
-                            theme.get("status.warn"),
-                        ),
-                        4,
-                    );
+                    push(stop_line(s, snap, theme), 4);
                 }
             }
             push(Line::styled("steps:", theme.get("table.header")), 0);
@@ -144,6 +93,65 @@ fn plan_lines(
         }
     }
     lines
+}
+
+/// Where a served model goes: relaunched on its new logical GPUs, or NOT relaunched and why.
+fn model_line(m: &crate::domain::plan::ModelMove, theme: &Theme) -> Line<'static> {
+    if m.to.is_empty() {
+        Line::from(vec![
+            Span::raw(format!("  {}  {} -> ", m.name, m.from.join(","))),
+            Span::styled(
+                format!(
+                    "NOT relaunched: {}",
+                    m.reason.as_deref().unwrap_or("no free logical GPU")
+                ),
+                theme.get("danger"),
+            ),
+        ])
+    } else {
+        Line::raw(format!(
+            "  {}  {} -> relaunched on {}",
+            m.name,
+            m.from.join(","),
+            m.to.iter()
+                .map(|r| format!("logical GPU {} ({})", r.gpu_id, r.bdf))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// A process the plan stops: who it is, as the sample shows it now (the plan keeps its
+/// identity), its GPUs and what it serves.
+fn stop_line(s: &crate::domain::plan::Stop, snap: &Snapshot, theme: &Theme) -> Line<'static> {
+    let gpus = s
+        .gpus
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let seen = snap.processes.iter().find(|x| x.pid == s.pid);
+    let serves = seen
+        .and_then(|x| x.command.as_deref())
+        .and_then(crate::domain::served::model_of)
+        .map(|(_, m)| m);
+    let what = s
+        .model
+        .clone()
+        .or(serves)
+        .map(|m| format!(" serving {m}"))
+        .or_else(|| s.agent.as_ref().map(|a| format!(" ({a})")))
+        .unwrap_or_default();
+    Line::styled(
+        format!(
+            "  pid {} {} · {} · GPU {}{what}",
+            s.pid,
+            s.name,
+            seen.and_then(|x| x.user.as_deref()).unwrap_or("user N/A"),
+            if gpus.is_empty() { "kfd" } else { &gpus }
+        ),
+        theme.get("status.warn"),
+    )
 }
 
 /// The staged compute mode as the operator reads it: `keep` says what it keeps (the selected
@@ -197,6 +205,43 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
         return;
     };
     let w = usize::from(inner.width);
+    let head = head_lines(st, snap, theme, w);
+    let maps = maps(st, snap, theme);
+    let bottom = bottom_lines(st, theme, w);
+    let body = plan_lines(st, snap, theme, w);
+    let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
+    let hh = u16::try_from(head.len()).unwrap_or(0);
+    // Maps take 6 rows (label, 2 map rows, twice); only with 8 rows left for the plan.
+    let map_h: u16 = if maps.is_some() && inner.height >= hh + b + 6 + 8 {
+        6
+    } else if maps.is_some() {
+        2
+    } else {
+        0
+    };
+    let [head_r, map_r, body_r, tail_r] = ratatui::layout::Layout::vertical([
+        ratatui::layout::Constraint::Length(hh),
+        ratatui::layout::Constraint::Length(map_h),
+        ratatui::layout::Constraint::Min(1),
+        ratatui::layout::Constraint::Length(b),
+    ])
+    .areas(inner);
+    let top = state
+        .scroll
+        .drawn(crate::ui::scroll::Pane::Stage, body.len(), body_r.height);
+    let more = body.len() > usize::from(top) + usize::from(body_r.height);
+    frame.render_widget(scroll_said(block, top > 0, more, theme), rect);
+    frame.render_widget(Paragraph::new(head), head_r);
+    if let Some(m) = maps {
+        draw_maps(frame, map_r, map_h, &m, theme);
+    }
+    frame.render_widget(Paragraph::new(body).scroll((top, 0)), body_r);
+    frame.render_widget(Paragraph::new(bottom), tail_r);
+}
+
+/// The staged choices: scope, compute, memory (each with its key), and the advice it came
+/// from.
+fn head_lines(st: &Staging, snap: &Snapshot, theme: &Theme, w: usize) -> Vec<Line<'static>> {
     let keep = |s: Option<String>| s.unwrap_or_else(|| "keep".into());
     let scope = if st.all {
         format!("all {} GPUs", snap.gpus.len())
@@ -246,102 +291,100 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             ));
         }
     }
-    // The maps: now and staged, numbered by logical GPU as the Map view numbers them. Drawn
-    // where there is room for them and a plan under them.
-    let g = snap.gpus.iter().find(|g| g.bdf == st.gpu);
-    let mut maps: Option<(PartitionMap<'_>, Option<PartitionMap<'_>>, String, String)> = None;
-    if let Some(g) = g {
-        let now = format!(
-            "now     {}/{}",
-            g.compute_partition.map_or("?", |c| c.name()),
-            g.memory_partition.map_or("?", |m| m.name())
-        );
-        let planned = st
-            .result
-            .as_ref()
-            .ok()
-            .and_then(|p| p.changes.iter().find(|c| c.bdf == g.bdf).map(|c| c.to));
-        let (label, staged) = match (&st.result, planned) {
-            (Ok(p), Some((c, m))) => {
-                let first = p
-                    .after
-                    .iter()
-                    .filter(|r| r.bdf.starts_with(&g.bdf))
-                    .map(|r| r.gpu_id)
-                    .min()
-                    .unwrap_or_else(|| g.partitions.first().map_or(0, |l| l.gpu_id));
-                let map = g
-                    .product_key
-                    .as_deref()
-                    .and_then(product::by_key)
-                    .map(|pr| {
-                        PartitionMap::from_shapes(
-                            &shapes(&pr, c, m),
-                            pr.xcds,
-                            m.domains(),
-                            first,
-                            theme,
-                        )
-                    });
-                (format!("staged  {c}/{m}"), map)
-            }
-            (Ok(_), None) => (
-                "staged  unchanged on this GPU".to_string(),
-                Some(PartitionMap::from_gpu(g, theme)),
+    head
+}
+
+/// The maps of the staged GPU: now and staged, numbered by logical GPU as the Map view numbers
+/// them, each with its label.
+struct Maps<'a> {
+    now: PartitionMap<'a>,
+    staged: Option<PartitionMap<'a>>,
+    now_label: String,
+    staged_label: String,
+}
+
+/// The maps of the staged GPU, when it is on the node.
+fn maps<'a>(st: &Staging, snap: &'a Snapshot, theme: &'a Theme) -> Option<Maps<'a>> {
+    let g = snap.gpus.iter().find(|g| g.bdf == st.gpu)?;
+    let now_label = format!(
+        "now     {}/{}",
+        g.compute_partition.map_or("?", |c| c.name()),
+        g.memory_partition.map_or("?", |m| m.name())
+    );
+    let planned = st
+        .result
+        .as_ref()
+        .ok()
+        .and_then(|p| p.changes.iter().find(|c| c.bdf == g.bdf).map(|c| c.to));
+    let (staged_label, staged) = match (&st.result, planned) {
+        (Ok(p), Some((c, m))) => {
+            let first = p
+                .after
+                .iter()
+                .filter(|r| r.bdf.starts_with(&g.bdf))
+                .map(|r| r.gpu_id)
+                .min()
+                .unwrap_or_else(|| g.partitions.first().map_or(0, |l| l.gpu_id));
+            let map = g
+                .product_key
+                .as_deref()
+                .and_then(product::by_key)
+                .map(|pr| {
+                    PartitionMap::from_shapes(
+                        &shapes(&pr, c, m),
+                        pr.xcds,
+                        m.domains(),
+                        first,
+                        theme,
+                    )
+                });
+            (format!("staged  {c}/{m}"), map)
+        }
+        (Ok(_), None) => (
+            "staged  unchanged on this GPU".to_string(),
+            Some(PartitionMap::from_gpu(g, theme)),
+        ),
+        (Err(_), _) => (
+            format!(
+                "staged  {}/{}: no plan (see below)",
+                st.compute.map_or_else(|| "keep".into(), |m| m.to_string()),
+                st.memory.map_or_else(|| "keep".into(), |m| m.to_string())
             ),
-            (Err(_), _) => (
-                format!(
-                    "staged  {}/{}: no plan (see below)",
-                    st.compute.map_or_else(|| "keep".into(), |m| m.to_string()),
-                    st.memory.map_or_else(|| "keep".into(), |m| m.to_string())
-                ),
-                None,
-            ),
-        };
-        maps = Some((PartitionMap::from_gpu(g, theme), staged, now, label));
-    }
-    // The prompt and keys are anchored at the bottom so they are never pushed off screen.
-    let mut bottom: Vec<Line<'static>> = Vec::new();
+            None,
+        ),
+    };
+    Some(Maps {
+        now: PartitionMap::from_gpu(g, theme),
+        staged,
+        now_label,
+        staged_label,
+    })
+}
+
+/// The prompt and keys, anchored at the bottom so they are never pushed off screen.
+fn bottom_lines(st: &Staging, theme: &Theme, w: usize) -> Vec<Line<'static>> {
     match (&st.confirming, st.required_word()) {
-        (Some(c), Some(word)) => bottom.extend(typed_prompt(
+        (Some(c), Some(word)) => typed_prompt(
             c,
             format!("Type {word} to apply plan {}: ", c.fingerprint),
             "enter applies · esc goes back",
             theme,
             w,
-        )),
-        _ => bottom.extend(super::fmt::hang(
+        ),
+        _ => super::fmt::hang(
             Line::styled(
                 "c compute · m memory · a scope · ↑↓ PgUp PgDn scroll · enter confirm · esc cancel",
                 theme.get("ui.hint"),
             ),
             w,
             2,
-        )),
+        ),
     }
-    let body = plan_lines(st, snap, theme, w);
-    let b = u16::try_from(bottom.len()).unwrap_or(0).min(inner.height);
-    let hh = u16::try_from(head.len()).unwrap_or(0);
-    // Maps take 6 rows (label, 2 map rows, twice); only with 8 rows left for the plan.
-    let map_h: u16 = if maps.is_some() && inner.height >= hh + b + 6 + 8 {
-        6
-    } else if maps.is_some() {
-        2
-    } else {
-        0
-    };
-    let [head_r, map_r, body_r, tail_r] = ratatui::layout::Layout::vertical([
-        ratatui::layout::Constraint::Length(hh),
-        ratatui::layout::Constraint::Length(map_h),
-        ratatui::layout::Constraint::Min(1),
-        ratatui::layout::Constraint::Length(b),
-    ])
-    .areas(inner);
-    let top = state
-        .scroll
-        .drawn(crate::ui::scroll::Pane::Stage, body.len(), body_r.height);
-    let more = body.len() > usize::from(top) + usize::from(body_r.height);
-    let block = match (top > 0, more) {
+}
+
+/// The overlay's frame, saying on its bottom edge that the plan goes on below or was scrolled.
+fn scroll_said<'a>(block: Block<'a>, scrolled: bool, more: bool, theme: &Theme) -> Block<'a> {
+    match (scrolled, more) {
         (_, true) => block.title_bottom(
             Line::styled(
                 " ↓ more of the plan below (Down, PgDn) ",
@@ -353,47 +396,46 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &Staging, state: &State, th
             Line::styled(" ↑ plan scrolled (Up, Home) ", theme.get("ui.hint")).right_aligned(),
         ),
         _ => block,
-    };
-    frame.render_widget(block, rect);
-    frame.render_widget(Paragraph::new(head), head_r);
-    if let Some((now_map, staged_map, now, label)) = maps {
-        if map_h == 6 {
-            let mw = map_r.width.min(80);
-            let row = |y: u16, h: u16| Rect {
-                x: map_r.x,
-                y: map_r.y + y,
-                width: mw,
-                height: h,
-            };
-            frame.render_widget(
-                Paragraph::new(Line::styled(now, theme.get("ui.muted"))),
-                Rect {
-                    width: map_r.width,
-                    ..row(0, 1)
-                },
-            );
-            frame.render_widget(&now_map, row(1, 2));
-            // The staged map sits one row lower than its label; its label row is the map's top.
-            frame.render_widget(
-                Paragraph::new(Line::styled(label, theme.get("ui.muted"))),
-                Rect {
-                    width: map_r.width,
-                    ..row(3, 1)
-                },
-            );
-            if let Some(m) = &staged_map {
-                frame.render_widget(m, row(4, 2));
-            }
-        } else if map_h == 2 {
-            let l = vec![
-                Line::styled(cut(&now, w), theme.get("ui.muted")),
-                Line::styled(cut(&label, w), theme.get("ui.muted")),
-            ];
-            frame.render_widget(Paragraph::new(l), map_r);
-        }
     }
-    frame.render_widget(Paragraph::new(body).scroll((top, 0)), body_r);
-    frame.render_widget(Paragraph::new(bottom), tail_r);
+}
+
+/// The maps with their labels in 6 rows, or the labels alone in 2 (`map_h`).
+fn draw_maps(frame: &mut Frame<'_>, map_r: Rect, map_h: u16, m: &Maps<'_>, theme: &Theme) {
+    let w = usize::from(map_r.width);
+    if map_h == 6 {
+        let mw = map_r.width.min(80);
+        let row = |y: u16, h: u16| Rect {
+            x: map_r.x,
+            y: map_r.y + y,
+            width: mw,
+            height: h,
+        };
+        frame.render_widget(
+            Paragraph::new(Line::styled(m.now_label.clone(), theme.get("ui.muted"))),
+            Rect {
+                width: map_r.width,
+                ..row(0, 1)
+            },
+        );
+        frame.render_widget(&m.now, row(1, 2));
+        // The staged map sits one row lower than its label; its label row is the map's top.
+        frame.render_widget(
+            Paragraph::new(Line::styled(m.staged_label.clone(), theme.get("ui.muted"))),
+            Rect {
+                width: map_r.width,
+                ..row(3, 1)
+            },
+        );
+        if let Some(s) = &m.staged {
+            frame.render_widget(s, row(4, 2));
+        }
+    } else if map_h == 2 {
+        let l = vec![
+            Line::styled(cut(&m.now_label, w), theme.get("ui.muted")),
+            Line::styled(cut(&m.staged_label, w), theme.get("ui.muted")),
+        ];
+        frame.render_widget(Paragraph::new(l), map_r);
+    }
 }
 
 /// Draws the progress of a repartition.
@@ -479,6 +521,66 @@ pub fn progress(frame: &mut Frame<'_>, area: Rect, p: &Progress, now_ms: u64, th
     );
 }
 
+/// A MIG layout as the operator reads it: `MIG off`, or its profiles counted (`2x 1g.18gb +
+/// 3g.71gb`).
+fn layout_said(layout: &[String]) -> String {
+    if layout.is_empty() {
+        return "MIG off".to_string();
+    }
+    let mut names: Vec<(String, usize)> = Vec::new();
+    for n in layout {
+        match names.iter_mut().find(|(x, _)| x == n) {
+            Some((_, k)) => *k += 1,
+            None => names.push((n.clone(), 1)),
+        }
+    }
+    names
+        .iter()
+        .map(|(n, k)| {
+            if *k > 1 {
+                format!("{k}x {n}")
+            } else {
+                n.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// The MIG overlay's prompt and keys (the host name being typed, with its notice).
+fn mig_bottom_lines(
+    st: &crate::ui::mig_stage::MigStaging,
+    theme: &Theme,
+    w: usize,
+) -> Vec<Line<'static>> {
+    let mut bottom: Vec<Line<'static>> = Vec::new();
+    let prompt = match (&st.confirming, &st.result) {
+        (Some(c), Ok(p)) => {
+            if let Some(n) = &c.notice {
+                bottom.extend(super::fmt::hang(
+                    Line::styled(n.clone(), theme.get("status.warn")),
+                    w,
+                    2,
+                ));
+            }
+            format!(
+                "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
+                p.host, c.typed
+            )
+        }
+        (_, Ok(_)) => {
+            "Enter: confirm (you will type the host name) · c: next layout · ↑↓ scroll · Esc: cancel".into()
+        }
+        (_, Err(_)) => "c: next layout · Esc: cancel".into(),
+    };
+    bottom.extend(super::fmt::hang(
+        Line::styled(prompt, theme.get("danger")),
+        w,
+        2,
+    ));
+    bottom
+}
+
 /// Draws the MIG staging overlay: the layout chosen, its plan (or why there is none), and the
 /// confirmation being typed.
 pub fn render_mig(
@@ -496,29 +598,7 @@ pub fn render_mig(
         .border_style(theme.get("danger"));
     let inner = block.inner(rect);
     let w = usize::from(inner.width);
-    let layout = st.layout();
-    let shown = if layout.is_empty() {
-        "MIG off".to_string()
-    } else {
-        let mut names: Vec<(String, usize)> = Vec::new();
-        for n in &layout {
-            match names.iter_mut().find(|(x, _)| x == n) {
-                Some((_, k)) => *k += 1,
-                None => names.push((n.clone(), 1)),
-            }
-        }
-        names
-            .iter()
-            .map(|(n, k)| {
-                if *k > 1 {
-                    format!("{k}x {n}")
-                } else {
-                    n.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" + ")
-    };
+    let shown = layout_said(&st.layout());
     let mut lines = vec![
         Line::from(vec![
             Span::styled(format!("GPU {} layout ", st.gpu), theme.get("table.header")),
@@ -545,27 +625,7 @@ pub fn render_mig(
             )
         })),
     }
-    let mut bottom: Vec<Line<'_>> = Vec::new();
-    let prompt = match (&st.confirming, &st.result) {
-        (Some(c), Ok(p)) => {
-            if let Some(n) = &c.notice {
-                bottom.extend(super::fmt::hang(Line::styled(n.clone(), theme.get("status.warn")), w, 2));
-            }
-            format!(
-                "Type the host name ({}) and Enter to apply; Esc goes back: {}_",
-                p.host, c.typed
-            )
-        }
-        (_, Ok(_)) => {
-            "Enter: confirm (you will type the host name) · c: next layout · ↑↓ scroll · Esc: cancel".into()
-        }
-        (_, Err(_)) => "c: next layout · Esc: cancel".into(),
-    };
-    bottom.extend(super::fmt::hang(
-        Line::styled(prompt, theme.get("danger")),
-        w,
-        2,
-    ));
+    let bottom = mig_bottom_lines(st, theme, w);
     // Plans' long lines wrap rather than lose their end; the plan scrolls above the prompt.
     let body: Vec<Line<'static>> = lines
         .into_iter()
