@@ -23,6 +23,12 @@ pub fn words(m: &ServedModel) -> Vec<String> {
         crate::report::figure(m.tokens_per_sec, false),
         m.restarts.to_string(),
         m.port.map_or_else(|| "-".into(), |p| p.to_string()),
+        m.latency
+            .as_ref()
+            .map_or_else(|| "-".into(), |l| l.ttft.pair_text()),
+        m.latency
+            .as_ref()
+            .map_or_else(|| "-".into(), |l| l.e2e.pair_text()),
         m.model.clone(),
         if m.spec.is_some() { "" } else { "(discovered)" }.to_string(),
     ]
