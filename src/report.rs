@@ -153,7 +153,8 @@ fn process_mark(p: &crate::domain::snapshot::Process) -> String {
     p.mark().map(|m| format!("  ({m})")).unwrap_or_default()
 }
 
-/// A plan as text (`partop plan`).
+/// A plan as text (`partop plan`), in the order an operator reads it: what changes, the
+/// layouts, who moves, the steps, what to expect.
 pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -161,6 +162,29 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
         "plan {} on {}  (nothing has been changed)",
         p.fingerprint, p.host
     );
+    plan_changes(&mut o, p);
+    plan_layouts(&mut o, p);
+    plan_holders(&mut o, p);
+    plan_models(&mut o, p);
+    let _ = writeln!(o, "\nsteps:");
+    for (i, s) in p.steps.iter().enumerate() {
+        let _ = writeln!(o, "  {}. {}", i + 1, s.title);
+        for c in &s.commands {
+            let _ = writeln!(o, "       $ {c}");
+        }
+    }
+    let _ = writeln!(o, "\nexpected downtime: about {} s", p.downtime_secs);
+    if !p.warnings.is_empty() {
+        let _ = writeln!(o, "\nwarnings:");
+        for w in &p.warnings {
+            let _ = writeln!(o, "  ! {w}");
+        }
+    }
+    o
+}
+
+/// Each GPU's modes now and after.
+fn plan_changes(o: &mut String, p: &crate::domain::plan::Plan) {
     let _ = writeln!(o, "\nchanges:");
     for c in &p.changes {
         let from = format!("{}/{}", opt(c.from.0, ""), opt(c.from.1, ""));
@@ -171,6 +195,10 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
         };
         let _ = writeln!(o, "  {}  {from} -> {}/{}{hive}", c.bdf, c.to.0, c.to.1);
     }
+}
+
+/// The logical GPUs now and after, side by side (24 rows at most).
+fn plan_layouts(o: &mut String, p: &crate::domain::plan::Plan) {
     let _ = writeln!(
         o,
         "\nlogical GPUs: {} now -> {} after",
@@ -179,18 +207,18 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
     );
     let n = p.before.len().max(p.after.len());
     let _ = writeln!(o, "  {:<28} {:<28}", "now (index bdf CUs GiB)", "after");
+    let cell = |r: Option<&crate::domain::plan::LayoutRow>| {
+        r.map_or_else(String::new, |r| {
+            format!(
+                "{:>3} {} {:>3} {:>5.1}",
+                r.gpu_id,
+                r.bdf,
+                r.cus,
+                r.vram_mb as f64 / 1024.0
+            )
+        })
+    };
     for i in 0..n.min(24) {
-        let cell = |r: Option<&crate::domain::plan::LayoutRow>| {
-            r.map_or_else(String::new, |r| {
-                format!(
-                    "{:>3} {} {:>3} {:>5.1}",
-                    r.gpu_id,
-                    r.bdf,
-                    r.cus,
-                    r.vram_mb as f64 / 1024.0
-                )
-            })
-        };
         let _ = writeln!(
             o,
             "  {:<28} {:<28}",
@@ -201,7 +229,11 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
     if n > 24 {
         let _ = writeln!(o, "  … {} more", n - 24);
     }
-    // On a Kubernetes node the holders' pods move through the cluster (`plan_k8s`).
+}
+
+/// Who holds the affected GPUs: on a Kubernetes node the pods that move through the cluster
+/// (`plan_k8s`), then the processes that must stop.
+fn plan_holders(o: &mut String, p: &crate::domain::plan::Plan) {
     if let Some(k) = &p.kubernetes {
         let esc = crate::domain::text::escape_controls;
         let _ = writeln!(
@@ -233,6 +265,10 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
             .map_or_else(|| format!("GPUs {:?}", s.gpus), |a| format!("agent: {a}"));
         let _ = writeln!(o, "  pid {:>7}  {:<16} {what}", s.pid, s.name);
     }
+}
+
+/// What each replica set and balancer becomes, and where each served model goes.
+fn plan_models(o: &mut String, p: &crate::domain::plan::Plan) {
     if !p.sets.is_empty() {
         let _ = writeln!(o, "\nreplica sets:");
         for c in &p.sets {
@@ -242,40 +278,26 @@ pub fn plan_text(p: &crate::domain::plan::Plan) -> String {
             let _ = writeln!(o, "  {b}");
         }
     }
-    if !p.models.is_empty() {
-        let _ = writeln!(o, "\nserved models ({}):", p.models.len());
-        for m in &p.models {
-            let to = if let Some(r) = m.reason.as_deref().filter(|r| r.starts_with("surplus")) {
-                format!("stopped first, not relaunched ({r})")
-            } else if m.to.is_empty() {
-                format!(
-                    "does not fit: {}",
-                    m.reason.as_deref().unwrap_or("no free logical GPU")
-                )
-            } else {
-                m.to.iter()
-                    .map(|r| format!("GPU {} {}", r.gpu_id, r.bdf))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let _ = writeln!(o, "  {:<16} {} -> {to}", m.name, m.from.join(","));
-        }
+    if p.models.is_empty() {
+        return;
     }
-    let _ = writeln!(o, "\nsteps:");
-    for (i, s) in p.steps.iter().enumerate() {
-        let _ = writeln!(o, "  {}. {}", i + 1, s.title);
-        for c in &s.commands {
-            let _ = writeln!(o, "       $ {c}");
-        }
+    let _ = writeln!(o, "\nserved models ({}):", p.models.len());
+    for m in &p.models {
+        let to = if let Some(r) = m.reason.as_deref().filter(|r| r.starts_with("surplus")) {
+            format!("stopped first, not relaunched ({r})")
+        } else if m.to.is_empty() {
+            format!(
+                "does not fit: {}",
+                m.reason.as_deref().unwrap_or("no free logical GPU")
+            )
+        } else {
+            m.to.iter()
+                .map(|r| format!("GPU {} {}", r.gpu_id, r.bdf))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(o, "  {:<16} {} -> {to}", m.name, m.from.join(","));
     }
-    let _ = writeln!(o, "\nexpected downtime: about {} s", p.downtime_secs);
-    if !p.warnings.is_empty() {
-        let _ = writeln!(o, "\nwarnings:");
-        for w in &p.warnings {
-            let _ = writeln!(o, "  ! {w}");
-        }
-    }
-    o
 }
 
 /// A MIG plan as text (the CLI and the staging overlay).

@@ -411,35 +411,75 @@ pub struct Facts {
 }
 
 impl EffectRunner {
+    /// On a node read through another (a fleet's node): an effect that would change it is
+    /// refused, said in the log; the throughput store and the journal are the node's own.
+    /// True when the effect was handled here.
+    fn remote(&self, e: &Effect) -> bool {
+        let Some(r) = &self.exec.remote else {
+            return false;
+        };
+        match e {
+            Effect::Kill(..) | Effect::Apply(_) | Effect::MigApply(_) | Effect::Model(_) => {
+                log::error!(
+                    "{} is read through {}: it is changed on the node (or with partop fleet), not from here",
+                    r.name,
+                    r.via()
+                );
+                true
+            }
+            Effect::LoadThroughput => {
+                let _ = self.tx.try_send(Msg::Throughput(Err(format!(
+                    "{} keeps its own measurements: partop models advise there",
+                    r.name
+                ))));
+                true
+            }
+            Effect::LoadJournal => {
+                let (r, tx) = (r.clone(), self.tx.clone());
+                tokio::task::spawn_blocking(move || {
+                    let _ = tx.blocking_send(remote_journal(&r));
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The kill job, off the loop: signals and the grace wait block. A journal that cannot be
+    /// written stops the kill before any signal; the dialog hears it as Refused.
+    fn kill(
+        &self,
+        targets: Vec<crate::domain::kill::Target>,
+        sig: crate::domain::kill::Sig,
+        facts: &Facts,
+    ) {
+        let exec = &self.exec;
+        let job = crate::exec::kill::KillJob {
+            targets,
+            sig,
+            grace: Duration::from_millis(facts.grace_ms),
+            proc_root: exec.proc_root.clone(),
+            journal: exec.journal.clone(),
+            simulated: exec.simulated,
+        };
+        log::info!(
+            "{} to {:?}",
+            sig.name(),
+            job.targets.iter().map(|t| t.pid).collect::<Vec<_>>()
+        );
+        let tx = self.tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = crate::exec::kill::run(&job, |e| {
+                let _ = tx.blocking_send(Msg::Kill(kill_progress(e)));
+            });
+        });
+    }
+
     /// Runs one effect; true when it is Quit.
     pub fn run(&self, e: Effect, facts: &Facts) -> bool {
         let exec = &self.exec;
-        if let Some(r) = &exec.remote {
-            match e {
-                Effect::Kill(..) | Effect::Apply(_) | Effect::MigApply(_) | Effect::Model(_) => {
-                    log::error!(
-                        "{} is read through {}: it is changed on the node (or with partop fleet), not from here",
-                        r.name,
-                        r.via()
-                    );
-                    return false;
-                }
-                Effect::LoadThroughput => {
-                    let _ = self.tx.try_send(Msg::Throughput(Err(format!(
-                        "{} keeps its own measurements: partop models advise there",
-                        r.name
-                    ))));
-                    return false;
-                }
-                Effect::LoadJournal => {
-                    let (r, tx) = (r.clone(), self.tx.clone());
-                    tokio::task::spawn_blocking(move || {
-                        let _ = tx.blocking_send(remote_journal(&r));
-                    });
-                    return false;
-                }
-                _ => {}
-            }
+        if exec.remote.is_some() && self.remote(&e) {
+            return false;
         }
         match e {
             Effect::Quit => return true,
@@ -452,29 +492,7 @@ impl EffectRunner {
             Effect::Rescan => {
                 let _ = self.requests.try_send(Request::Rescan);
             }
-            Effect::Kill(targets, sig) => {
-                let job = crate::exec::kill::KillJob {
-                    targets,
-                    sig,
-                    grace: Duration::from_millis(facts.grace_ms),
-                    proc_root: exec.proc_root.clone(),
-                    journal: exec.journal.clone(),
-                    simulated: exec.simulated,
-                };
-                log::info!(
-                    "{} to {:?}",
-                    sig.name(),
-                    job.targets.iter().map(|t| t.pid).collect::<Vec<_>>()
-                );
-                let tx = self.tx.clone();
-                // Signals and the grace wait block. A journal that cannot be written stops the
-                // kill before any signal; the dialog hears it as Refused.
-                tokio::task::spawn_blocking(move || {
-                    let _ = crate::exec::kill::run(&job, |e| {
-                        let _ = tx.blocking_send(Msg::Kill(kill_progress(e)));
-                    });
-                });
-            }
+            Effect::Kill(targets, sig) => self.kill(targets, sig, facts),
             Effect::LoadThroughput => {
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
