@@ -1137,3 +1137,44 @@ fn gpus_filtered() {
     assert!(text.contains("filter \"QWEN\""), "{text}");
     insta::assert_snapshot!("gpus_filtered__120x30", text);
 }
+
+/// `keep` in the staging overlay says the mode each GPU ends in (issue 23): kept and re-set
+/// after a reload that would give the default (DPX/NPS2 -> NPS1: the reload gives SPX), and
+/// the default where the kept mode is not offered with the new memory mode (CPX/NPS4 -> NPS2).
+/// 2 cases, the first a snapshot.
+#[test]
+fn staging_keep_says_what_each_gpu_ends_in() {
+    use partop::domain::MemoryMode;
+    let cases = [
+        (
+            "dpx-nps2-two-models",
+            MemoryMode::Nps1,
+            "keep → DPX, re-set after the reload",
+        ),
+        (
+            "cpx-nps4-small-models",
+            MemoryMode::Nps2,
+            "keep → DPX (not offered with the new memory mode: the default)",
+        ),
+    ];
+    for (i, (rec, memory, label)) in cases.into_iter().enumerate() {
+        let mut s = state_for(rec, 120, 40);
+        update(&mut s, Msg::Command(Command::StageChange));
+        for _ in 0..4 {
+            if s.staging.as_ref().unwrap().memory == Some(memory) {
+                break;
+            }
+            update(&mut s, Msg::Command(Command::StageCycleMemory));
+        }
+        assert_eq!(s.staging.as_ref().unwrap().memory, Some(memory));
+        assert_eq!(s.staging.as_ref().unwrap().compute, None, "compute is kept");
+        let text = draw(&s, 120, 40);
+        assert!(text.contains(label), "{rec}: {text}");
+        if i == 0 {
+            insta::assert_snapshot!(
+                "staging_keep__120x40",
+                text.replace(&partop::collect::host::hostname(), "HOST")
+            );
+        }
+    }
+}
