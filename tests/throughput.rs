@@ -158,3 +158,45 @@ fn wait_for_entry(e: &SimEnv, after: f64) -> partop::domain::throughput::Measure
     });
     found.unwrap()
 }
+
+/// `models advise` beside a store it cannot believe: not JSON, a wrong shape, or an entry whose
+/// figures are absurd (1e308 tokens/s, -5 waiting, an infinite p99 written as 1e999): the
+/// estimate is still printed, the store's problem is said with the file and entry, and the exit
+/// is 3 (partial), never the estimate and then a bare failure (4 cases).
+#[test]
+fn advise_beside_a_store_it_cannot_believe_is_partial_and_says_why() {
+    let e = SimEnv::new("cpx-nps4-small-models");
+    let entry = |tps: &str, waiting: &str, p99: &str| {
+        format!(
+            r#"{{"format":1,"entries":[{{"node":"n","layout":"CPX/NPS4","model":"m","replicas":1,"tokens_per_sec":{tps},"running":1,"waiting":{waiting},"p50":1,"p99":{p99},"secs":600}}]}}"#
+        )
+    };
+    let cases = [
+        ("garbage".to_string(), "not a throughput store"),
+        (
+            "{\"entries\":[{\"x\":1}]}".to_string(),
+            "not a throughput store",
+        ),
+        (entry("1e308", "0", "2"), "tokens_per_sec"),
+        (entry("10", "-5", "2"), "waiting -5 is outside"),
+    ];
+    let mut n = 0;
+    for (text, said) in cases {
+        std::fs::create_dir_all(e.xdg().join("partop")).unwrap();
+        std::fs::write(e.xdg().join("partop/throughput.json"), &text).unwrap();
+        let o = common::run(e.cmd().args(["models", "advise"]), "");
+        assert_eq!(o.code, 3, "{text}: {}{}", o.stdout, o.stderr);
+        assert!(
+            o.stdout.contains("SPX/NPS1"),
+            "the estimate stands: {}",
+            o.stdout
+        );
+        assert!(
+            o.stdout.contains("the store cannot be read") && o.stdout.contains(said),
+            "{text}: {}",
+            o.stdout
+        );
+        n += 1;
+    }
+    assert_eq!(n, 4);
+}

@@ -266,9 +266,17 @@ pub fn models(
                 node_args.push_str(&format!(" --models {}", m.display()));
             }
             say(&advice_text(&ranked, &snap, &node_args))?;
-            // Beside the estimate, what this node measured under each candidate layout.
-            let store = crate::exec::throughput::load(&crate::exec::throughput::path())
-                .map_err(anyhow::Error::msg)?;
+            // Beside the estimate, what this node measured under each candidate layout. A store
+            // that cannot be read leaves the estimate standing: said, exit 3 (partial).
+            let store = match crate::exec::throughput::load(&crate::exec::throughput::path()) {
+                Ok(s) => s,
+                Err(e) => {
+                    say(&format!(
+                        "measured on this node: unknown, the store cannot be read: {e}\n"
+                    ))?;
+                    return Ok(exit::PARTIAL);
+                }
+            };
             let layouts: Vec<String> = ranked
                 .iter()
                 .map(|p| format!("{}/{}", p.compute, p.memory))

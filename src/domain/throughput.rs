@@ -24,6 +24,27 @@ pub struct Window {
     pub ttft: Vec<(f64, f64)>,
 }
 
+/// Why a measurement read from the store cannot be believed, if it cannot: every figure must
+/// be finite and in range (the store is a file anyone with the account can edit; a figure of
+/// 1e308 tokens/s or -5 requests was once shown as fact).
+pub fn out_of_range(m: &Measured) -> Option<String> {
+    let figures = [
+        ("tokens_per_sec", Some(m.tokens_per_sec), 1e9),
+        ("running", Some(m.running), 1e6),
+        ("waiting", Some(m.waiting), 1e6),
+        ("secs", Some(m.secs), 1e10),
+        ("p50", m.p50, 1e6),
+        ("p99", m.p99, 1e6),
+        ("ttft_p50", m.ttft_p50, 1e6),
+        ("ttft_p99", m.ttft_p99, 1e6),
+    ];
+    figures.iter().find_map(|(name, v, max)| {
+        let v = (*v)?;
+        (!(v.is_finite() && (0.0..=*max).contains(&v)))
+            .then(|| format!("{name} {v} is outside 0 to {max}"))
+    })
+}
+
 /// What a model (all its replicas together) delivered under one layout on one node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {

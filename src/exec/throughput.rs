@@ -14,12 +14,26 @@ pub fn path() -> PathBuf {
 pub fn load(p: &Path) -> Result<Store, String> {
     match crate::collect::small_file::operator_text_if_exists(p) {
         Ok(None) => Ok(Store::default()),
-        Ok(Some(t)) => serde_json::from_str(&t).map_err(|e| {
-            format!(
-                "{}: not a throughput store ({e}); move it away to start a new one",
-                p.display()
-            )
-        }),
+        Ok(Some(t)) => {
+            let store: Store = serde_json::from_str(&t).map_err(|e| {
+                format!(
+                    "{}: not a throughput store ({e}); move it away to start a new one",
+                    p.display()
+                )
+            })?;
+            for (i, m) in store.entries.iter().enumerate() {
+                if let Some(why) = crate::domain::throughput::out_of_range(m) {
+                    return Err(format!(
+                        "{}: entry {} ({} under {}): {why}; fix or remove it, or move the file away to start a new one",
+                        p.display(),
+                        i + 1,
+                        crate::domain::text::escape_controls(&m.model),
+                        crate::domain::text::escape_controls(&m.layout)
+                    ));
+                }
+            }
+            Ok(store)
+        }
         Err(e) => Err(format!("{}: {e}", p.display())),
     }
 }
