@@ -14,6 +14,7 @@ pub mod journal;
 pub mod k8s;
 pub mod k8s_ops;
 pub mod kill;
+pub mod label_selector;
 pub mod latency;
 pub mod layout;
 pub mod mig;

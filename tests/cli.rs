@@ -758,3 +758,45 @@ fn a_reader_that_closes_the_pipe_ends_partop_quietly() {
     }
     assert_eq!(cases, 2);
 }
+
+/// `fleet --kubernetes` refuses, before any connection, a malformed label selector (exit 2,
+/// naming the requirement) and a context the kubeconfig does not have (naming those it has):
+/// 3 + 1 cases, none needing a cluster.
+#[test]
+fn a_bad_selector_or_context_is_said_before_any_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc.yaml");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\ncontexts:\n- name: a\n  context: {cluster: c, user: u}\ncurrent-context: a\nusers:\n- name: u\n  user: {token: x}\n",
+    )
+    .unwrap();
+    for (sel, said) in [
+        ("a=b=c", "the value `b=c`"),
+        ("a=b,,c", "requirement 2"),
+        ("app in x", "parentheses"),
+    ] {
+        let o = run(
+            partop()
+                .args(["fleet", "--kubernetes", "--once", "--kubeconfig"])
+                .arg(&kc)
+                .args(["-l", sel]),
+            "",
+        );
+        assert_eq!(o.code, 2, "{sel}: {}", o.stderr);
+        assert!(o.stderr.contains(said), "{sel}: {}", o.stderr);
+    }
+    let o = run(
+        partop()
+            .args(["fleet", "--kubernetes", "--once", "--kubeconfig"])
+            .arg(&kc)
+            .args(["--context", "nope"]),
+        "",
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr.contains("has no context nope (it has: a)"),
+        "{}",
+        o.stderr
+    );
+}

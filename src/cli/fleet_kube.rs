@@ -13,6 +13,10 @@ use std::fmt::Write as _;
 
 /// `partop fleet --kubernetes`.
 pub fn fleet(a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
+    if let Some(l) = &a.selector {
+        crate::domain::label_selector::check(l)
+            .map_err(|e| crate::cli::exit::Usage(format!("-l {}: {e}", esc(l))))?;
+    }
     let t = Target {
         kubeconfig: a.kubeconfig.clone(),
         context: a.context.clone(),

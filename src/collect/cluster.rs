@@ -46,6 +46,27 @@ pub async fn config(t: &Target) -> Result<kube::Config, String> {
                 .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
             let kc = kube::config::Kubeconfig::from_yaml(&text)
                 .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?;
+            // A context it does not have is said as such, with those it has (kube-rs calls it
+            // "failed to load current context").
+            if let Some(c) = &t.context
+                && !kc.contexts.iter().any(|n| &n.name == c)
+            {
+                let have: Vec<String> = kc
+                    .contexts
+                    .iter()
+                    .map(|n| crate::domain::text::escape_controls(&n.name).into_owned())
+                    .collect();
+                return Err(format!(
+                    "kubeconfig {} has no context {} (it has: {})",
+                    p.display(),
+                    crate::domain::text::escape_controls(c),
+                    if have.is_empty() {
+                        "none".into()
+                    } else {
+                        have.join(", ")
+                    }
+                ));
+            }
             kube::Config::from_custom_kubeconfig(kc, &opts)
                 .await
                 .map_err(|e| format!("kubeconfig {}: {e}", p.display()))?
