@@ -761,7 +761,7 @@ fn a_reader_that_closes_the_pipe_ends_partop_quietly() {
 
 /// `fleet --kubernetes` refuses, before any connection, a malformed label selector (exit 2,
 /// naming the requirement) and a context the kubeconfig does not have (naming those it has):
-/// 3 + 1 cases, none needing a cluster.
+/// 4 + 1 cases (one selector carrying an escape sequence, said escaped), none needing a cluster.
 #[test]
 fn a_bad_selector_or_context_is_said_before_any_connection() {
     let dir = tempfile::tempdir().unwrap();
@@ -775,6 +775,7 @@ fn a_bad_selector_or_context_is_said_before_any_connection() {
         ("a=b=c", "the value `b=c`"),
         ("a=b,,c", "requirement 2"),
         ("app in x", "parentheses"),
+        ("a=\u{1b}]0;pwn\u{7}", "the value"),
     ] {
         let o = run(
             partop()
@@ -785,6 +786,7 @@ fn a_bad_selector_or_context_is_said_before_any_connection() {
         );
         assert_eq!(o.code, 2, "{sel}: {}", o.stderr);
         assert!(o.stderr.contains(said), "{sel}: {}", o.stderr);
+        assert!(!o.stderr.contains('\u{1b}'), "escaped: {}", o.stderr);
     }
     let o = run(
         partop()

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 pub fn fleet(a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
     if let Some(l) = &a.selector {
         crate::domain::label_selector::check(l)
-            .map_err(|e| crate::cli::exit::Usage(format!("-l {}: {e}", esc(l))))?;
+            .map_err(|e| crate::cli::exit::Usage(format!("-l {}: {}", esc(l), esc(&e))))?;
     }
     let t = Target {
         kubeconfig: a.kubeconfig.clone(),
