@@ -281,10 +281,10 @@ impl FleetState {
     /// Recomputes the shown order (filter, sort); the selection stays on its node.
     pub fn derive(&mut self) {
         let keep = self.selected().map(str::to_string);
-        let needle = self.filter.to_lowercase();
+        // The one filter every list uses (`ui::filter`): the words the row shows.
         let mut idx: Vec<usize> = (0..self.rows.len())
             .filter(|i| {
-                needle.is_empty() || shown_text(&self.rows[*i], self.now_ms).contains(&needle)
+                crate::ui::filter::keeps(&self.filter, &cells(&self.rows[*i], self.now_ms, 0))
             })
             .collect();
         let (rows, now, refresh, sort) = (&self.rows, self.now_ms, self.refresh, self.sort);
@@ -305,12 +305,6 @@ impl FleetState {
             .unwrap_or(self.sel)
             .min(self.order.len().saturating_sub(1));
     }
-}
-
-/// Every word the row shows on screen (its cells, and the reason under the table), lower
-/// case: what `/` matches.
-fn shown_text(r: &NodeRow, now: u64) -> String {
-    cells(r, now, 0).join(" ").to_lowercase()
 }
 
 /// How bad a node looks, smaller first: down; then reporting nodes by findings (warnings,
