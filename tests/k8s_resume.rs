@@ -374,3 +374,138 @@ fn a_kubernetes_repartition_killed_at_every_step_boundary_resumes_uncordoned_and
     );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// Whether the node is marked unschedulable now.
+fn cordoned(k: &Cluster) -> bool {
+    let node: Node = k.rt.block_on(Api::all(k.c.clone()).get(&k.host)).unwrap();
+    node.spec.and_then(|s| s.unschedulable) == Some(true)
+}
+
+/// Two operators on one Kubernetes node: a second `partop apply` while the first waits at a
+/// cluster step (its eviction held back by a PodDisruptionBudget) is refused by the node's lock,
+/// naming the holder, and changes nothing; the first finishes once the budget allows. A cordon
+/// someone else made is never undone by partop's uncordon, whether the run finishes at once or
+/// is killed after its cordon step and resumed. 3 cases.
+#[test]
+fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone() {
+    let e = SimEnv::new(SIM_NODE);
+    let k = Cluster::start(&e);
+    let (path, _) = k.arm(&e);
+    let pdbs =
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(k.c.clone(), "sim");
+    k.rt.block_on(async {
+        let pdb = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "trainer-pdb", "namespace": "sim"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
+        }))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        until("the disruption controller computed the budget", || async {
+            pdbs.get("trainer-pdb")
+                .await
+                .ok()
+                .and_then(|b| b.status)
+                .is_some_and(|s| s.current_healthy == Some(1))
+        })
+        .await;
+    });
+    let first = e
+        .cmd()
+        .env("KUBECONFIG", k.cp.admin())
+        .arg("apply")
+        .arg(&path)
+        .args(["--yes", "--grace", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_until("the first apply waits at its evict step", || {
+        e.journal().iter().any(|x| {
+            x.action == "repartition.step"
+                && x.targets["key"] == "evict"
+                && x.outcome["state"] == "begin"
+        })
+    });
+    // 1. The second operator: refused by the lock, naming who holds it; nothing of its own
+    //    journaled, the node as the first left it.
+    let before = e.journal().len();
+    let o = common::run(
+        e.cmd()
+            .env("KUBECONFIG", k.cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]),
+        "",
+    );
+    let said = format!("{}{}", o.stdout, o.stderr);
+    assert_ne!(o.code, 0, "{said}");
+    assert!(
+        said.contains("another change is running on this node")
+            && said.contains(&format!("pid {}", first.id())),
+        "the holder is named:\n{said}"
+    );
+    assert_eq!(
+        e.journal().len(),
+        before,
+        "the refused apply journaled nothing"
+    );
+    assert!(cordoned(&k), "the first's cordon stands");
+    // The budget allows: the first goes on and finishes, and uncordons what it cordoned.
+    k.rt.block_on(pdbs.delete("trainer-pdb", &Default::default()))
+        .unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(k.left_wrong().is_empty(), "{:?}", k.left_wrong());
+    drop(e);
+
+    // 2. and 3. Someone else cordoned the node: a finished run and a run killed after its
+    //    cordon step, then resumed, both leave it cordoned, and say so.
+    let (ok, text) = k.cp.kubectl(&k.cp.admin(), &["cordon", &k.host]);
+    assert!(ok, "{text}");
+    for crash in [None, Some("end:1")] {
+        let e = SimEnv::new(SIM_NODE);
+        let (path, _) = k.arm(&e);
+        let mut c = e.cmd();
+        c.env("KUBECONFIG", k.cp.admin())
+            .arg("apply")
+            .arg(&path)
+            .args(["--yes", "--grace", "3"]);
+        if let Some(at) = crash {
+            c.env(partop::exec::apply::CRASH_ENV, at);
+        }
+        let o = common::run(&mut c, "");
+        let mut said = format!("{}{}", o.stdout, o.stderr);
+        if crash.is_some() {
+            assert_ne!(o.code, 0, "killed: {said}");
+            let r = common::run(
+                e.cmd()
+                    .env("KUBECONFIG", k.cp.admin())
+                    .arg("apply")
+                    .arg(&path)
+                    .args(["--resume", "--yes", "--grace", "3"]),
+                "",
+            );
+            assert_eq!(r.code, 0, "resumed: {}{}", r.stdout, r.stderr);
+            said.push_str(&r.stdout);
+            said.push_str(&r.stderr);
+        } else {
+            assert_eq!(o.code, 0, "{said}");
+        }
+        assert_eq!(e.modes().0, "DPX");
+        assert!(
+            cordoned(&k),
+            "another's cordon is never undone ({crash:?}):\n{said}"
+        );
+        assert!(
+            said.contains("was cordoned before partop: left cordoned"),
+            "the uncordon says why it left the node cordoned ({crash:?}):\n{said}"
+        );
+    }
+    eprintln!("3 cases: the lock's refusal, another's cordon kept on a finished and a resumed run");
+}
