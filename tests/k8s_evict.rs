@@ -479,7 +479,8 @@ fn a_reclaimable_pods_eviction_is_offered_confirmed_journaled_and_a_budget_is_ne
 
 /// The same key on a partition held by a model (no Kubernetes) opens the Models view's stop ask;
 /// by a bare process, the kill dialog; in read-only, nothing. A pod's confirmation is void when
-/// the newest sample no longer shows the pod on its GPU. Through the reducer: 4 cases.
+/// the newest sample no longer shows the pod on its GPU; a pod's name is escaped in the ask.
+/// Through the reducer: 5 cases.
 #[test]
 fn the_other_holders_flows_and_read_only() {
     let fresh = |snap: Snapshot| {
@@ -575,5 +576,16 @@ fn the_other_holders_flows_and_read_only() {
         "{:?}",
         s.eviction
     );
-    eprintln!("4 reducer cases");
+    // A pod name with an escape sequence (the kubelet's words): the ask never prints it raw.
+    let mut s = fresh(node_with("evil\u{1b}[31m"));
+    pick(&mut s, 0);
+    let at = match update(&mut s, Msg::Command(Command::FindingAct)).as_slice() {
+        [Effect::LookupPod(at)] => at.clone(),
+        other => panic!("{other:?}"),
+    };
+    update(&mut s, Msg::PodLooked(Ok((at, "u-2".into()))));
+    let ask = s.evict_ask.as_ref().unwrap();
+    let all = format!("{}\n{}", ask.title(), ask.lines().join("\n"));
+    assert!(!all.contains('\u{1b}') && all.contains("\\x1b"), "{all}");
+    eprintln!("5 reducer cases");
 }

@@ -463,16 +463,21 @@ async fn evict(
             &exec.journal,
             exec.simulated,
             |budget, words| {
-                let _ = blocked.try_send(Msg::Evict(EvictProgress::Blocked(format!(
-                    "{}: refused by the PodDisruptionBudget {budget}: {words}; retrying (never bypassed)",
-                    at.label()
-                ))));
+                let _ = blocked.try_send(Msg::Evict(EvictProgress::Blocked(
+                    crate::domain::text::escape_controls(&format!(
+                        "{}: refused by the PodDisruptionBudget {budget}: {words}; retrying (never bypassed)",
+                        at.label()
+                    ))
+                    .into_owned(),
+                )));
             },
         )
         .await
     }
-    .await
-    .map_err(|e| crate::domain::text::escape_controls(&e).into_owned());
+    .await;
+    // The pod's words come from the kubelet and the API server: escaped before the screen.
+    let esc = |t: String| crate::domain::text::escape_controls(&t).into_owned();
+    let r = r.map(esc).map_err(esc);
     match &r {
         Ok(d) => log::info!("{d}"),
         Err(e) => log::error!("eviction of {}: {e}", at.label()),

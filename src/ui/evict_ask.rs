@@ -53,9 +53,12 @@ impl EvictAsk {
         }
     }
 
-    /// The title.
+    /// The title (the pod's words escaped: they come from the kubelet).
     pub fn title(&self) -> String {
-        format!("Evict pod {}?", self.at.label())
+        format!(
+            "Evict pod {}?",
+            crate::domain::text::escape_controls(&self.at.label())
+        )
     }
 
     /// What will be done, line by line (every outside string escaped).

@@ -115,7 +115,10 @@ pub fn ask(frame: &mut Frame<'_>, area: Rect, a: &crate::ui::evict_ask::EvictAsk
         )),
     ]));
     if let Some(n) = &a.confirming.notice {
-        lines.push(Line::styled(n.clone(), theme.get("status.warn")));
+        lines.push(Line::styled(
+            crate::domain::text::escape_controls(n).into_owned(),
+            theme.get("status.warn"),
+        ));
     }
     lines.push(Line::styled(
         "enter evicts · esc cancels · journaled before it is sent",
