@@ -359,6 +359,7 @@ impl Node {
             exe: std::env::current_exe()?,
             apply_dir: crate::ui::effect::default_apply_dir(),
             remote: None,
+            kube: crate::collect::cluster::Target::default(),
         })
     }
 

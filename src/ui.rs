@@ -11,6 +11,7 @@ pub mod confirm;
 pub mod derive;
 pub mod dialog;
 pub mod effect;
+pub mod evict_ask;
 pub mod filter;
 pub mod fleet;
 pub mod hit;

@@ -37,6 +37,7 @@ fn exec(dir: &Path, sim_state: Option<PathBuf>) -> ExecSettings {
         exe: env!("CARGO_BIN_EXE_partop").into(),
         apply_dir: dir.join("apply"),
         remote: None,
+        kube: partop::collect::cluster::Target::default(),
     }
 }
 

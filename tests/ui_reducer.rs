@@ -549,7 +549,11 @@ mod invariants {
     fn dangerous(e: &Effect) -> bool {
         matches!(
             e,
-            Effect::Kill(..) | Effect::Apply(_) | Effect::Model(_) | Effect::MigApply(_)
+            Effect::Kill(..)
+                | Effect::Apply(_)
+                | Effect::Model(_)
+                | Effect::MigApply(_)
+                | Effect::Evict(..)
         )
     }
 

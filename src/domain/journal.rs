@@ -428,6 +428,115 @@ impl RunLine {
     }
 }
 
+/// A pod evicted from the Findings view (a reclaimable partition given back), as one line of
+/// the journal says it: the intent, written before the Eviction is sent, and its result. Not a
+/// run: nothing resumes it (an eviction cut short is sent again by acting again), so the run
+/// refusals never count it; the one fold (`Runs`) keeps it beside the runs for the readers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictEvent {
+    /// About to send the Eviction (journaled first: no journal, no eviction).
+    Begun {
+        /// The eviction's id (its result names it).
+        id: String,
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+        /// The pod's UID as confirmed (the Eviction's precondition).
+        uid: String,
+        /// The Kubernetes node it was on.
+        node: String,
+        /// The partition it held (BDF with partition function).
+        gpu: String,
+    },
+    /// What came of it: evicted and gone, or refused (a budget, a pod replaced) with why.
+    Ended {
+        /// The eviction's id.
+        id: String,
+        /// `namespace/name` of the pod (so the line reads alone).
+        pod: String,
+        /// Evicted and gone.
+        ok: bool,
+        /// What happened, in words.
+        detail: String,
+    },
+}
+
+impl EvictEvent {
+    /// The action word of the intent; the result's is this with `.result`.
+    pub const ACTION: &'static str = "pod.evict";
+
+    /// The action, targets and outcome of its journal line.
+    pub fn encode(&self) -> (String, Value, Value) {
+        match self {
+            Self::Begun {
+                id,
+                namespace,
+                pod,
+                uid,
+                node,
+                gpu,
+            } => (
+                Self::ACTION.into(),
+                json!({"eviction": id, "namespace": namespace, "pod": pod, "uid": uid, "node": node, "gpu": gpu}),
+                json!({"state": "begin"}),
+            ),
+            Self::Ended {
+                id,
+                pod,
+                ok,
+                detail,
+            } => (
+                format!("{}.result", Self::ACTION),
+                json!({"eviction": id, "pod": pod}),
+                json!({"ok": ok, "detail": detail}),
+            ),
+        }
+    }
+
+    /// What a journal line says about an eviction; None for any other line.
+    pub fn decode(e: &Entry) -> Option<Self> {
+        let t = &e.targets;
+        let s = |k: &str| t[k].as_str().map(str::to_string);
+        let id = s("eviction")?;
+        if e.action == Self::ACTION {
+            return Some(Self::Begun {
+                id,
+                namespace: s("namespace")?,
+                pod: s("pod")?,
+                uid: s("uid").unwrap_or_default(),
+                node: s("node").unwrap_or_default(),
+                gpu: s("gpu").unwrap_or_default(),
+            });
+        }
+        (e.action == format!("{}.result", Self::ACTION)).then(|| Self::Ended {
+            id,
+            pod: s("pod").unwrap_or_default(),
+            ok: e.outcome["ok"].as_bool().unwrap_or(false),
+            detail: e.outcome["detail"].as_str().unwrap_or("").to_string(),
+        })
+    }
+}
+
+/// One eviction as the journal tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    /// Its id.
+    pub id: String,
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// The pod's UID as confirmed.
+    pub uid: String,
+    /// The node.
+    pub node: String,
+    /// The partition it held.
+    pub gpu: String,
+    /// When it began.
+    pub at: String,
+    /// Its result (None: cut short before its result was written).
+    pub outcome: Option<(bool, String)>,
+}
+
 /// One apply run (AMD repartition or MIG), as the journal tells it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
@@ -636,6 +745,8 @@ pub struct Runs {
     /// Lines journaled without a run id (an older partop), as runs of their plan: only the
     /// monitor's progress reads them; resume and the refusals never count them.
     pub unnamed: Vec<Run>,
+    /// Pods evicted from the Findings view, oldest first (not runs: never resumed).
+    pub evictions: Vec<Eviction>,
 }
 
 impl Runs {
@@ -686,10 +797,39 @@ impl Runs {
         r.apply(line);
     }
 
-    /// One more journal line (lines of no run are skipped).
+    /// One more journal line (lines of no run and no eviction are skipped).
     pub fn feed(&mut self, e: &Entry) {
         if let Some(line) = RunLine::decode(e) {
             self.apply(&line);
+        } else if let Some(ev) = EvictEvent::decode(e) {
+            self.evicted(&ev, &e.at);
+        }
+    }
+
+    /// One more eviction line: a begin opens one; a result closes the newest of its id.
+    pub fn evicted(&mut self, ev: &EvictEvent, at: &str) {
+        match ev {
+            EvictEvent::Begun {
+                id,
+                namespace,
+                pod,
+                uid,
+                node,
+                gpu,
+            } => self.evictions.push(Eviction {
+                id: id.clone(),
+                pod: format!("{namespace}/{pod}"),
+                uid: uid.clone(),
+                node: node.clone(),
+                gpu: gpu.clone(),
+                at: at.to_string(),
+                outcome: None,
+            }),
+            EvictEvent::Ended { id, ok, detail, .. } => {
+                if let Some(x) = self.evictions.iter_mut().rev().find(|x| &x.id == id) {
+                    x.outcome = Some((*ok, detail.clone()));
+                }
+            }
         }
     }
 
@@ -987,6 +1127,50 @@ impl Rollouts {
 
 #[cfg(test)]
 mod tests {
+    /// An eviction's two lines round-trip through their encoding and fold into one closed
+    /// eviction beside the runs; a result whose begin is not in the journal opens nothing; a
+    /// begin alone is an eviction cut short (3 cases).
+    #[test]
+    fn an_eviction_folds_beside_the_runs_never_as_one() {
+        use super::{Entry, EvictEvent, Runs, Who};
+        let line = |ev: &EvictEvent| {
+            let (action, targets, outcome) = ev.encode();
+            let e = Entry {
+                at: "2026-01-01T00:00:00Z".into(),
+                who: Who::default(),
+                host: "h".into(),
+                action,
+                simulated: true,
+                targets,
+                outcome,
+            };
+            assert_eq!(EvictEvent::decode(&e).as_ref(), Some(ev), "round trip");
+            e
+        };
+        let begun = EvictEvent::Begun {
+            id: "e1".into(),
+            namespace: "ns".into(),
+            pod: "p".into(),
+            uid: "u".into(),
+            node: "n".into(),
+            gpu: "0000:05:00.0".into(),
+        };
+        let ended = |id: &str| EvictEvent::Ended {
+            id: id.into(),
+            pod: "ns/p".into(),
+            ok: true,
+            detail: "gone".into(),
+        };
+        let runs = Runs::of(&[line(&begun), line(&ended("e1"))]);
+        assert!(runs.runs.is_empty() && runs.unfinished(None).is_empty());
+        assert_eq!(runs.evictions.len(), 1);
+        assert_eq!(runs.evictions[0].pod, "ns/p");
+        assert_eq!(runs.evictions[0].outcome, Some((true, "gone".into())));
+        assert!(Runs::of(&[line(&ended("e9"))]).evictions.is_empty());
+        let cut = Runs::of(&[line(&begun)]);
+        assert_eq!(cut.evictions[0].outcome, None);
+    }
+
     /// The abandon command keeps the resume command's global options (the journal, the node),
     /// quoted as they were, for AMD and MIG runs (2 cases), and a bare one without a prefix.
     #[test]

@@ -697,6 +697,130 @@ impl NodeOps {
     }
 }
 
+/// A pod the Findings view offers to evict (a reclaimable partition it holds), as confirmed:
+/// its identity when the ask opened, the node partop runs on, the partition it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldPod {
+    /// The pod (its UID as read when the ask opened).
+    pub pod: PodId,
+    /// The Kubernetes node (this host's name: the kubelet's default node name).
+    pub node: String,
+    /// The partition it holds (BDF with partition function) and its number.
+    pub gpu: String,
+    /// The partition's logical GPU number.
+    pub gpu_id: u32,
+}
+
+impl NodeOps {
+    /// The pod's UID and node now (None: gone).
+    pub async fn placed(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(String, String)>, K8sError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match self
+            .bounded("get", "pods", Some(namespace), api.get(name))
+            .await?
+        {
+            Ok(p) => Ok(Some((
+                p.metadata.uid.unwrap_or_default(),
+                p.spec.and_then(|s| s.node_name).unwrap_or_default(),
+            ))),
+            Err(e) if code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(said(&e, "get", "pods", Some(namespace))),
+        }
+    }
+
+    /// Why `held` must not be evicted now (gone, replaced by a pod of another UID, moved to
+    /// another node), or None: it is the pod that was confirmed, on this node.
+    pub async fn still_the_confirmed(&self, held: &HeldPod) -> Result<Option<String>, K8sError> {
+        let p = &held.pod;
+        Ok(match self.placed(&p.namespace, &p.name).await? {
+            None => Some(format!("{p} is gone: nothing to evict")),
+            Some((uid, _)) if uid != p.uid => Some(format!(
+                "{p} is another pod now (UID {uid}, confirmed {}): not evicted",
+                p.uid
+            )),
+            Some((_, node)) if node != held.node => Some(format!(
+                "{p} is on node {} now, not {}: not evicted",
+                if node.is_empty() { "(none)" } else { &node },
+                held.node
+            )),
+            Some(_) => None,
+        })
+    }
+}
+
+/// Evicts a pod the Findings view confirmed, through the one Eviction code (`NodeOps::evict`:
+/// the UID as precondition, a PodDisruptionBudget's refusal retried within the bound, said to
+/// `on_blocked`, never bypassed; never a delete), then waits until it is gone. The pod is
+/// verified first (same UID, still on this node); the intent is journaled before the Eviction
+/// is sent (no journal, no eviction), the result after. Ok: what was done; Err: why not.
+pub async fn evict_held(
+    ops: &NodeOps,
+    held: &HeldPod,
+    journal: &std::path::Path,
+    simulated: bool,
+    on_blocked: impl FnMut(&str, &str),
+) -> Result<String, String> {
+    use crate::domain::journal::EvictEvent;
+    if let Some(why) = ops
+        .still_the_confirmed(held)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        return Err(why);
+    }
+    let id = super::journal::new_run_id();
+    let p = &held.pod;
+    let write = |ev: &EvictEvent| {
+        let (action, targets, outcome) = ev.encode();
+        super::journal::append(
+            journal,
+            &super::journal::Entry::new(&action, simulated, targets, outcome),
+        )
+    };
+    write(&EvictEvent::Begun {
+        id: id.clone(),
+        namespace: p.namespace.clone(),
+        pod: p.name.clone(),
+        uid: p.uid.clone(),
+        node: held.node.clone(),
+        gpu: held.gpu.clone(),
+    })
+    .map_err(|e| e.to_string())?;
+    let r = match ops.evict(p, None, false, on_blocked).await {
+        Ok(true) => ops
+            .wait_gone(std::slice::from_ref(p))
+            .await
+            .map(|()| {
+                format!(
+                    "{p} evicted and gone: GPU {} ({}) is free for a job that waits",
+                    held.gpu_id, held.gpu
+                )
+            })
+            .map_err(|e| e.to_string()),
+        Ok(false) => Ok(format!("{p} was already gone or replaced: nothing evicted")),
+        Err(e) => Err(e.to_string()),
+    };
+    let (ok, detail) = match &r {
+        Ok(d) => (true, d.clone()),
+        Err(e) => (false, e.clone()),
+    };
+    let ended = write(&EvictEvent::Ended {
+        id,
+        pod: p.to_string(),
+        ok,
+        detail,
+    });
+    match (r, ended) {
+        (r, Ok(())) => r,
+        (Ok(d), Err(e)) => Err(format!("{d}; but its result could not be journaled: {e}")),
+        (Err(d), Err(e)) => Err(format!("{d}; and its result could not be journaled: {e}")),
+    }
+}
+
 type StepResult = Result<String, (String, String)>;
 
 /// What a failed run left on the node and the exact undo, once the cordon step has begun and

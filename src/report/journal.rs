@@ -4,7 +4,7 @@
 //! every string from the journal is escaped (a journal is a file anyone with write access
 //! could have edited).
 
-use crate::domain::journal::{Close, Entry, RunEvent, RunLine};
+use crate::domain::journal::{Close, Entry, EvictEvent, RunEvent, RunLine};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -184,6 +184,9 @@ fn step_name(idx: u64, key: &str, run: Option<&RunSteps>) -> String {
 
 /// One entry in words, with what the run's other entries tell (`runs`).
 fn sentence(e: &Entry, runs: &HashMap<String, RunSteps>) -> String {
+    if let Some(ev) = EvictEvent::decode(e) {
+        return evict_sentence(&ev);
+    }
     match RunLine::decode(e).filter(|l| !l.run.is_empty()) {
         Some(line) => run_sentence(&line, runs.get(&line.run)),
         // Not a run's line, or one an older partop journaled without a run id.
@@ -192,6 +195,41 @@ fn sentence(e: &Entry, runs: &HashMap<String, RunSteps>) -> String {
             crate::domain::text::escape_controls(&e.action),
             targets_summary(&e.targets),
             outcome_summary(&e.outcome)
+        ),
+    }
+}
+
+/// One line of a Findings eviction in words.
+fn evict_sentence(ev: &EvictEvent) -> String {
+    let esc = |s: &str| crate::domain::text::escape_controls(s).into_owned();
+    match ev {
+        EvictEvent::Begun {
+            id,
+            namespace,
+            pod,
+            uid,
+            node,
+            gpu,
+        } => format!(
+            "eviction {} of pod {}/{} (uid {}) on node {}, holding GPU {} · begins",
+            esc(id),
+            esc(namespace),
+            esc(pod),
+            esc(uid),
+            esc(node),
+            esc(gpu)
+        ),
+        EvictEvent::Ended {
+            id,
+            pod,
+            ok,
+            detail,
+        } => format!(
+            "eviction {} of pod {} · {}: {}",
+            esc(id),
+            esc(pod),
+            if *ok { "evicted and gone" } else { "FAILED" },
+            esc(detail)
         ),
     }
 }

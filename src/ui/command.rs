@@ -77,6 +77,7 @@ commands! {
     ModelRestart = "model_restart", "Restart the selected registered model (or start it if stopped): opens a confirmation", Mutating;
     ModelStop = "model_stop", "Stop the selected registered model its registry's way: opens a confirmation", Mutating;
     ModelAddToRegistry = "model_add_to_registry", "Add the selected discovered server to models.toml: shows the entry first", Mutating;
+    FindingAct = "finding_act", "Act on the selected reclaimable partition: evict its pod (Eviction API), stop its model, or kill its process; opens a confirmation", Mutating;
     ModelAdvise = "model_advise", "Stage the partition layout that serves the registry's models best", Mutating;
     TagNode = "tag_node", "Fleet: tag or untag the selected node (fleet plan and apply act on tagged ones)", Safe;
     TagGpu = "tag_gpu", "Tag or untag the selected logical GPU's physical GPU (staging acts on tagged ones)", Safe;

@@ -34,6 +34,9 @@ pub struct ExecSettings {
     /// The node is not this machine: opened from the fleet, read through this target and
     /// transport. Its journal is read there; nothing is signalled, applied or started from here.
     pub remote: Option<crate::collect::fleet::Remote>,
+    /// The cluster a pod is evicted through (default: the kubeconfig the environment names,
+    /// as a repartition's steps find it).
+    pub kube: crate::collect::cluster::Target,
 }
 
 impl ExecSettings {
@@ -54,6 +57,7 @@ impl ExecSettings {
             exe: std::env::current_exe().unwrap_or_default(),
             apply_dir: none.join("apply"),
             remote: Some(node),
+            kube: crate::collect::cluster::Target::default(),
         }
     }
 }
@@ -385,6 +389,102 @@ pub fn running_apply(dir: &std::path::Path) -> Option<crate::ui::stage::Progress
     Some(p)
 }
 
+/// The cluster's verbs for the node a finding's pod is on (the kubeconfig the environment
+/// names, as a repartition's steps use).
+async fn node_ops(
+    kube: &crate::collect::cluster::Target,
+    node: &str,
+) -> Result<crate::exec::k8s::NodeOps, String> {
+    crate::exec::k8s::NodeOps::connect(kube, node, crate::exec::k8s::Limits::default())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Reads the pod a finding names: its UID, and that it is on this node.
+async fn lookup_pod(kube: crate::collect::cluster::Target, at: crate::ui::evict_ask::PodAt) -> Msg {
+    let r = async {
+        let ops = node_ops(&kube, &at.node).await?;
+        match ops
+            .placed(&at.namespace, &at.pod)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Err(format!(
+                "pod {} is gone from the API server: nothing to evict",
+                at.label()
+            )),
+            Some((_, node)) if node != at.node => Err(format!(
+                "pod {} is on node {node}, not this node {}: not evicted from here",
+                at.label(),
+                at.node
+            )),
+            Some((uid, _)) => Ok((at.clone(), uid)),
+        }
+    }
+    .await
+    .map_err(|e| crate::domain::text::escape_controls(&e).into_owned());
+    Msg::PodLooked(r)
+}
+
+/// Evicts a confirmed pod through the one Eviction code (`exec::k8s::evict_held`), under the
+/// node lock (one change at a time: never during an apply), its progress back as messages.
+async fn evict(
+    at: crate::ui::evict_ask::PodAt,
+    uid: String,
+    exec: ExecSettings,
+    tx: mpsc::Sender<Msg>,
+) {
+    use crate::ui::evict_ask::EvictProgress;
+    let lock_path = exec
+        .sim_state
+        .as_deref()
+        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
+    let r = async {
+        let _lock = crate::exec::lock::acquire(
+            &lock_path,
+            &crate::exec::lock::Holder::me("pod eviction (monitor)", "", &exec.journal),
+        )
+        .map_err(|e| e.to_string())?;
+        let ops = node_ops(&exec.kube, &at.node).await?;
+        let held = crate::exec::k8s::HeldPod {
+            pod: crate::domain::k8s_ops::PodId {
+                namespace: at.namespace.clone(),
+                name: at.pod.clone(),
+                uid,
+            },
+            node: at.node.clone(),
+            gpu: at.gpu.clone(),
+            gpu_id: at.gpu_id,
+        };
+        let blocked = tx.clone();
+        crate::exec::k8s::evict_held(
+            &ops,
+            &held,
+            &exec.journal,
+            exec.simulated,
+            |budget, words| {
+                let _ = blocked.try_send(Msg::Evict(EvictProgress::Blocked(
+                    crate::domain::text::escape_controls(&format!(
+                        "{}: refused by the PodDisruptionBudget {budget}: {words}; retrying (never bypassed)",
+                        at.label()
+                    ))
+                    .into_owned(),
+                )));
+            },
+        )
+        .await
+    }
+    .await;
+    // The pod's words come from the kubelet and the API server: escaped before the screen.
+    let esc = |t: String| crate::domain::text::escape_controls(&t).into_owned();
+    let r = r.map(esc).map_err(esc);
+    match &r {
+        Ok(d) => log::info!("{d}"),
+        Err(e) => log::error!("eviction of {}: {e}", at.label()),
+    }
+    let _ = tx.send(Msg::Evict(EvictProgress::Done(r))).await;
+}
+
 /// Performs the reducer's effects. It never touches the state: what an effect produces comes
 /// back as a message on `tx` (journal contents, an apply started, a kill's progress), and the
 /// reducer decides what it means. File I/O and blocking work run on blocking threads, never on
@@ -419,7 +519,12 @@ impl EffectRunner {
             return false;
         };
         match e {
-            Effect::Kill(..) | Effect::Apply(_) | Effect::MigApply(_) | Effect::Model(_) => {
+            Effect::Kill(..)
+            | Effect::Apply(_)
+            | Effect::MigApply(_)
+            | Effect::Model(_)
+            | Effect::LookupPod(_)
+            | Effect::Evict(..) => {
                 log::error!(
                     "{} is read through {}: it is changed on the node (or with partop fleet), not from here",
                     r.name,
@@ -546,6 +651,16 @@ impl EffectRunner {
                     });
                     let _ = tx.blocking_send(Msg::ApplyStarted(r));
                 });
+            }
+            Effect::LookupPod(at) => {
+                let (tx, kube) = (self.tx.clone(), exec.kube.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(lookup_pod(kube, at).await).await;
+                });
+            }
+            // Async, never a blocking thread: a budget's retries are cancelled with the loop.
+            Effect::Evict(at, uid) => {
+                tokio::spawn(evict(at, uid, exec.clone(), self.tx.clone()));
             }
             Effect::LoadJournal => {
                 let exec = exec.clone();

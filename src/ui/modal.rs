@@ -8,6 +8,8 @@ use super::state::State;
 /// An overlay of the monitor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Modal {
+    /// Typing a pod's name to evict it.
+    EvictAsk,
     /// Confirming a model action.
     ModelAsk,
     /// The kill dialog.
@@ -26,7 +28,8 @@ pub enum Modal {
 
 impl Modal {
     /// Top first.
-    pub const TOP_DOWN: [Self; 7] = [
+    pub const TOP_DOWN: [Self; 8] = [
+        Self::EvictAsk,
         Self::ModelAsk,
         Self::Dialog,
         Self::MigStage,
@@ -39,6 +42,7 @@ impl Modal {
     /// Whether it is open in `s`.
     pub fn is_open(self, s: &State) -> bool {
         match self {
+            Self::EvictAsk => s.evict_ask.is_some(),
             Self::ModelAsk => s.model_ask.is_some(),
             Self::Dialog => s.dialog.is_some(),
             Self::MigStage => s.mig_staging.is_some(),
@@ -52,7 +56,7 @@ impl Modal {
     /// The keymap section that takes every key while it is on top (None: not exclusive).
     pub const fn section(self) -> Option<Section> {
         match self {
-            Self::ModelAsk | Self::Dialog => Some(Section::Dialog),
+            Self::EvictAsk | Self::ModelAsk | Self::Dialog => Some(Section::Dialog),
             Self::MigStage | Self::Stage => Some(Section::Stage),
             Self::Progress => None,
             Self::Help => Some(Section::Help),
@@ -83,6 +87,7 @@ impl State {
             return false;
         };
         match top {
+            Modal::EvictAsk => self.evict_ask = None,
             Modal::ModelAsk => self.model_ask = None,
             Modal::Dialog => {
                 if self

@@ -40,6 +40,11 @@ pub enum Msg {
     ),
     /// This node's throughput store (for the placement advice), or why it could not be read.
     Throughput(Result<crate::domain::throughput::Store, String>),
+    /// The pod a finding names, as the API server has it now (its UID), or why it cannot be
+    /// evicted from here.
+    PodLooked(Result<(super::evict_ask::PodAt, String), String>),
+    /// How a confirmed eviction goes.
+    Evict(super::evict_ask::EvictProgress),
 }
 
 /// Progress of a kill job, in the monitor's own terms: the UI's messages and state carry no
@@ -102,4 +107,9 @@ pub enum Effect {
     MigApply(Box<crate::domain::mig::MigPlan>),
     /// Read this node's throughput store (the advice shows what it measured).
     LoadThroughput,
+    /// Read the pod a finding names from the API server (its UID, its node): the ask opens
+    /// with what it says.
+    LookupPod(super::evict_ask::PodAt),
+    /// Evict this pod, whose UID the operator confirmed (only ever from a typed confirmation).
+    Evict(super::evict_ask::PodAt, String),
 }

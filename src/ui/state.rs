@@ -118,6 +118,10 @@ pub struct State {
     pub model_sel: usize,
     /// A model action being confirmed.
     pub model_ask: Option<ModelAsk>,
+    /// A pod's eviction being confirmed (the Findings view's action).
+    pub evict_ask: Option<super::evict_ask::EvictAsk>,
+    /// The last eviction from the Findings view: how it goes or how it ended (shown there).
+    pub eviction: Option<String>,
     /// A theme or keymap that could not be used: said on screen as long as it lasts (the
     /// default is in use instead).
     pub theme_notice: Option<String>,
@@ -209,6 +213,8 @@ impl State {
             nvidia_smi: "nvidia-smi".into(),
             model_sel: 0,
             model_ask: None,
+            evict_ask: None,
+            eviction: None,
             theme_notice: None,
             log: std::collections::VecDeque::new(),
             scroll: super::scroll::Scrolls::default(),

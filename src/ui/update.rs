@@ -4,6 +4,7 @@
 //! acts on. Derived rows are recomputed (`ui::derive`) when their inputs change.
 
 mod dialog;
+mod findings;
 mod keys;
 mod messages;
 mod models;
@@ -40,6 +41,8 @@ pub fn update(state: &mut State, msg: Msg) -> Vec<Effect> {
         Msg::Journal(entries, bad, unfinished, exited) => {
             messages::journal(state, entries, bad, unfinished, exited)
         }
+        Msg::PodLooked(r) => findings::looked(state, r),
+        Msg::Evict(p) => findings::evicted(state, p),
         Msg::Throughput(store) => {
             if let (Some(st), Some(snap)) = (state.staging.as_mut(), state.snapshot.as_ref())
                 && st.advice.is_some()
@@ -91,6 +94,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
             models::ask(state, c)
         }
         Command::ModelAdvise => staging::advise(state),
+        Command::FindingAct => findings::act(state, c),
         Command::TagProcess
         | Command::KillProcess
         | Command::CycleSort

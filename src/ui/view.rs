@@ -74,6 +74,11 @@ pub fn render(frame: &mut Frame<'_>, state: &State, theme: &Theme) {
                     dialog::render(frame, area, d, state, theme);
                 }
             }
+            Modal::EvictAsk => {
+                if let Some(a) = &state.evict_ask {
+                    findings::ask(frame, area, a, theme);
+                }
+            }
             Modal::ModelAsk => {
                 if let Some(a) = &state.model_ask {
                     models::ask(frame, area, a, theme);

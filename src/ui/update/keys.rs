@@ -12,6 +12,9 @@ pub(super) fn key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
     if k.kind == KeyEventKind::Release {
         return Vec::new();
     }
+    if state.evict_ask.is_some() {
+        return super::findings::key(state, k);
+    }
     if state
         .staging
         .as_ref()

@@ -62,6 +62,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         return;
     }
     let mut lines = Vec::new();
+    if let Some(e) = &state.eviction {
+        lines.push(Line::styled(
+            format!("eviction: {}", crate::domain::text::escape_controls(e)),
+            theme.get("status.warn"),
+        ));
+    }
     for i in state.order(View::Findings) {
         let Some(f) = state.findings.get(i) else {
             continue;
@@ -89,4 +95,34 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             .wrap(Wrap { trim: false }),
         area,
     );
+}
+
+/// The eviction's confirmation: what will be done, and the pod's name typed.
+pub fn ask(frame: &mut Frame<'_>, area: Rect, a: &crate::ui::evict_ask::EvictAsk, theme: &Theme) {
+    let mut lines: Vec<Line<'_>> = a.lines().into_iter().map(Line::raw).collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::styled(
+            format!(
+                "Type {} to evict it: ",
+                crate::domain::text::escape_controls(a.word())
+            ),
+            theme.get("danger"),
+        ),
+        Span::raw(format!(
+            "{}_",
+            crate::domain::text::escape_controls(&a.confirming.typed)
+        )),
+    ]));
+    if let Some(n) = &a.confirming.notice {
+        lines.push(Line::styled(
+            crate::domain::text::escape_controls(n).into_owned(),
+            theme.get("status.warn"),
+        ));
+    }
+    lines.push(Line::styled(
+        "enter evicts · esc cancels · journaled before it is sent",
+        theme.get("ui.hint"),
+    ));
+    super::fmt::dialog(frame, area, &a.title(), lines, theme);
 }
