@@ -219,3 +219,51 @@ fn the_resume_decision_is_the_fleet_journals() {
     );
     assert!(!start(&fj, &s, file, false).unwrap().resumed);
 }
+
+/// Every reordering of a set of four nodes (23 permutations besides the planned order) is
+/// refused: the order decides which node goes first and which stay untouched after a failure,
+/// so a set reordered after its confirmation is another set.
+#[test]
+fn a_reordered_plan_set_is_refused() {
+    let file = Path::new("/tmp/set.json");
+    let s = set_of(4);
+    let mut cases = 0;
+    let mut perm: Vec<usize> = (0..4).collect();
+    // Heap's algorithm, iteratively: every permutation once.
+    let mut c = [0usize; 4];
+    let mut i = 0;
+    let mut check = |p: &[usize]| {
+        let mut t = s.clone();
+        t.nodes = p.iter().map(|&k| s.nodes[k].clone()).collect();
+        let identity = p.iter().enumerate().all(|(a, b)| a == *b);
+        match verify(&t, file) {
+            Ok(()) => assert!(identity, "the order {p:?} was accepted"),
+            Err(e) => {
+                assert!(!identity, "the planned order refused: {e}");
+                assert!(
+                    e.to_string().contains("their order included"),
+                    "{p:?}: {e}"
+                );
+                cases += 1;
+            }
+        }
+    };
+    check(&perm);
+    while i < 4 {
+        if c[i] < i {
+            if i % 2 == 0 {
+                perm.swap(0, i);
+            } else {
+                perm.swap(c[i], i);
+            }
+            check(&perm);
+            c[i] += 1;
+            i = 0;
+        } else {
+            c[i] = 0;
+            i += 1;
+        }
+    }
+    assert_eq!(cases, 23, "{cases} reorderings refused");
+    eprintln!("{cases} reorderings of a four-node set refused");
+}

@@ -334,6 +334,7 @@ impl rollout::Operator for Operator {
                 }
                 out(&format!("   {node}: applied and verified\n"))
             }
+            Progress::Step { node, text } => out(&format!("   {node}: {text}\n")),
             Progress::Failed { node, error } => out(&format!("   {node}: {error}\n")),
         }
     }

@@ -2,12 +2,12 @@
 //! plane, or `scripts/cluster-up.sh` for rehearsal). It creates N Node objects with GPU
 //! capacity, allocatable and partition labels (what the AMD node labeller and the device
 //! plugin would write), keeps their status as a kubelet would, backs K of them with simulated
-//! GPU nodes (`sim start`), and plays DCM and the MIG manager (`sim::cluster_managers`: their
+//! GPU nodes (`sim start`), and plays DCM and the MIG manager (`domain::partition_managers`: their
 //! documented contracts) on every node: a profile or config asked by label is validated,
 //! applied (on a simulated node only through its amd-smi), and reported in the state label and,
 //! on failure, an event. Runs until SIGTERM or SIGINT.
 
-use super::cluster_managers::{
+use crate::domain::partition_managers::{
     DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, DCM_TAINT, DEFAULT_MIG_CONFIG, MIG_CONFIGMAP, MIG_KEY,
     MIG_NAMESPACE, MIG_PRODUCT, MigLayout, Refusal, dcm_profile, default_dcm_config, mig_layout,
     mig_resources,
