@@ -6,10 +6,10 @@
 pub mod balancer;
 pub mod cgroup;
 pub mod cluster;
+pub mod cluster_rollout;
 pub mod findings;
 pub mod fingerprint;
 pub mod fleet;
-pub mod cluster_rollout;
 pub mod history;
 pub mod journal;
 pub mod k8s;

@@ -240,10 +240,7 @@ fn a_reordered_plan_set_is_refused() {
             Ok(()) => assert!(identity, "the order {p:?} was accepted"),
             Err(e) => {
                 assert!(!identity, "the planned order refused: {e}");
-                assert!(
-                    e.to_string().contains("their order included"),
-                    "{p:?}: {e}"
-                );
+                assert!(e.to_string().contains("their order included"), "{p:?}: {e}");
                 cases += 1;
             }
         }

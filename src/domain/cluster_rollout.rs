@@ -294,7 +294,10 @@ impl ClusterPlanSet {
             return Some("the set names no node".into());
         }
         if let Some(n) = self.nodes.iter().find(|n| n.computed() != n.fingerprint) {
-            return Some(format!("the plan for {} was changed after it was made", n.node));
+            return Some(format!(
+                "the plan for {} was changed after it was made",
+                n.node
+            ));
         }
         let now = self.computed();
         (now != self.fingerprint).then(|| {
@@ -478,9 +481,8 @@ pub fn dcm_profile(c: ComputeMode, m: MemoryMode, gpus: u32) -> (String, Value) 
 /// The document is not a JSON object.
 pub fn profile_in(config: Option<&str>, name: &str) -> Result<Option<Value>, String> {
     let Some(text) = config else { return Ok(None) };
-    let v: Value = serde_json::from_str(text).map_err(|e| {
-        format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not DCM's JSON: {e}")
-    })?;
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not DCM's JSON: {e}"))?;
     Ok(v.get("gpu-config-profiles")
         .and_then(|p| p.get(name))
         .cloned())
@@ -497,9 +499,9 @@ pub fn with_profile(config: Option<&str>, profile: &str, doc: &Value) -> Result<
         })?,
         None => json!({}),
     };
-    let o = v.as_object_mut().ok_or_else(|| {
-        format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not a JSON object")
-    })?;
+    let o = v
+        .as_object_mut()
+        .ok_or_else(|| format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not a JSON object"))?;
     let profiles = o
         .entry("gpu-config-profiles")
         .or_insert_with(|| json!({}))
@@ -545,7 +547,12 @@ pub fn engine_for(
                     node.name
                 ));
             }
-            if !mig || node.labels.get("nvidia.com/mig.capable").map(String::as_str) != Some("true")
+            if !mig
+                || node
+                    .labels
+                    .get("nvidia.com/mig.capable")
+                    .map(String::as_str)
+                    != Some("true")
             {
                 return Err(format!(
                     "{} is not managed by the MIG manager (no {MIG_NAMESPACE}/{MIG_CONFIGMAP} ConfigMap, or not labelled nvidia.com/mig.capable=true): change it on the node instead (partop mig)",

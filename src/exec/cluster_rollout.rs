@@ -111,7 +111,9 @@ impl ClusterEngine {
             Err(e) => return Err(said(&e, "get", "nodes", None).to_string()),
         };
         let labels = partition_labels(&node_of(&node));
-        let pods = gpu_pods(&self.ops(&n.node)).await.map_err(|e| e.to_string())?;
+        let pods = gpu_pods(&self.ops(&n.node))
+            .await
+            .map_err(|e| e.to_string())?;
         let ids: Vec<(String, String)> = pods
             .iter()
             .map(|p| (format!("{}/{}", p.0, p.1), p.2.clone()))
@@ -216,7 +218,9 @@ impl ClusterEngine {
                 "{ns}/{name} is gone since the plan: DCM reads its profiles there; nothing written"
             ));
         };
-        cm.data.get_or_insert_with(BTreeMap::new).insert(key.into(), doc);
+        cm.data
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), doc);
         // The read's resourceVersion goes with it: an edit in between is a conflict, not lost.
         api.replace(name, &PostParams::default(), &cm)
             .await
@@ -256,7 +260,10 @@ impl ClusterEngine {
     ) -> Result<String, String> {
         let end = Instant::now() + self.manager_wait;
         loop {
-            let now = ops.allocatable().await.map_err(|e| gone_or(&ops.node, &e))?;
+            let now = ops
+                .allocatable()
+                .await
+                .map_err(|e| gone_or(&ops.node, &e))?;
             let differ = crate::domain::k8s_ops::allocatable_differs(expected, &now);
             if differ.is_empty() {
                 return Ok(format!(
@@ -329,13 +336,19 @@ async fn left_cordoned(ops: &NodeOps) -> Option<String> {
         .as_ref()
         .is_some_and(|a| a.contains_key(super::k8s::CORDONED_BY_PARTOP));
     let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-    (ours && cordoned).then(|| crate::domain::k8s_ops::undo_commands(&ops.node, true, false).join("; "))
+    (ours && cordoned)
+        .then(|| crate::domain::k8s_ops::undo_commands(&ops.node, true, false).join("; "))
 }
 
 async fn patch_labels(ops: &NodeOps, labels: &[(&str, Option<&str>)]) -> Result<(), String> {
     let l: serde_json::Map<String, serde_json::Value> = labels
         .iter()
-        .map(|(k, v)| ((*k).to_string(), v.map_or(serde_json::Value::Null, |v| json!(v))))
+        .map(|(k, v)| {
+            (
+                (*k).to_string(),
+                v.map_or(serde_json::Value::Null, |v| json!(v)),
+            )
+        })
         .collect();
     ops.patch_node(&json!({"metadata": {"labels": l}}))
         .await
@@ -522,7 +535,8 @@ pub async fn plan(
             });
         match planned {
             Ok((p, d)) => {
-                out.daemons.extend(d.into_iter().map(|x| (p.node.clone(), x)));
+                out.daemons
+                    .extend(d.into_iter().map(|x| (p.node.clone(), x)));
                 out.set.nodes.push(p);
             }
             Err(why) => out.refused.push(why),

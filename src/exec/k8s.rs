@@ -118,7 +118,12 @@ pub(crate) fn code(e: &kube::Error) -> Option<u16> {
 }
 
 /// An API error as said to the operator: a 403 becomes the RBAC rule to add.
-pub(crate) fn said(e: &kube::Error, verb: &str, resource: &str, namespace: Option<&str>) -> K8sError {
+pub(crate) fn said(
+    e: &kube::Error,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> K8sError {
     match e {
         kube::Error::Api(s) if s.code == 403 => K8sError::Refused {
             verb: verb.into(),

@@ -10,8 +10,8 @@
 use super::journal;
 use super::protocol::Refused;
 use crate::collect::fleet::{Transport, run_on, ssh_reason};
-use crate::domain::journal::{RolloutEvent, RolloutNode, Rollouts};
 use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan as ClusterNodePlan};
+use crate::domain::journal::{RolloutEvent, RolloutNode, Rollouts};
 use crate::domain::plan::Plan;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -94,7 +94,10 @@ impl Set for PlanSet {
             return Some("the set names no node".into());
         }
         if let Some(n) = self.nodes.iter().find(|n| !n.plan.content_intact()) {
-            return Some(format!("the plan for {} was changed after it was made", n.node));
+            return Some(format!(
+                "the plan for {} was changed after it was made",
+                n.node
+            ));
         }
         (self.computed() != self.fingerprint).then(|| {
             format!(
@@ -134,7 +137,10 @@ impl Set for ClusterPlanSet {
     }
 
     fn resume_command(file: &Path) -> String {
-        format!("partop fleet --kubernetes apply {} --resume", file.display())
+        format!(
+            "partop fleet --kubernetes apply {} --resume",
+            file.display()
+        )
     }
 }
 
@@ -482,6 +488,9 @@ pub fn run<S: Set, E: Engine<S>>(
     Ok(Outcome::Done)
 }
 
+/// A node and what its engine came to: its lines, or where and why it failed.
+type NodeResult<'a, S> = (&'a <S as Set>::Node, Result<Vec<String>, String>);
+
 /// One chunk's nodes at once, each on its own thread; what their steps say reaches the
 /// operator as it happens.
 fn run_chunk<'a, S: Set, E: Engine<S>>(
@@ -491,7 +500,7 @@ fn run_chunk<'a, S: Set, E: Engine<S>>(
     fj: &Path,
     start: &Start,
     op: &mut impl Operator<S>,
-) -> anyhow::Result<Vec<(&'a S::Node, Result<Vec<String>, String>)>> {
+) -> anyhow::Result<Vec<NodeResult<'a, S>>> {
     let (tx, rx) = std::sync::mpsc::channel::<Progress>();
     let mut said = Ok(());
     let results = std::thread::scope(|s| {
