@@ -154,6 +154,42 @@ fn gpu_pod(name: &str, node: &str, app: &str) -> String {
     )
 }
 
+/// Runs a command, each line of its stdout stamped with when it came: (exit code, lines).
+fn timed(cmd: &mut std::process::Command) -> (i32, Vec<(Duration, String)>) {
+    let t0 = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines: Vec<(Duration, String)> = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| (t0.elapsed(), l))
+        .collect();
+    (child.wait().unwrap().code().unwrap_or(-1), lines)
+}
+
+/// When a node's step was said done in `lines` (`   NODE: STEP: …`).
+fn step_at(lines: &[(Duration, String)], node: &str, step: &str) -> Duration {
+    let head = format!("   {node}: {step}: ");
+    lines
+        .iter()
+        .find(|(_, l)| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no {head:?} in {lines:?}"))
+        .0
+}
+
+/// A node's drain (cordon done to its pods evicted and gone) and relabel (from there to the
+/// kubelet advertising the new count), in seconds.
+fn drain_relabel(lines: &[(Duration, String)], node: &str) -> (f64, f64) {
+    let c = step_at(lines, node, "cordon");
+    let e = step_at(lines, node, "evict");
+    let a = step_at(lines, node, "wait_allocatable");
+    ((e - c).as_secs_f64(), (a - e).as_secs_f64())
+}
+
 fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
@@ -270,11 +306,13 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
     // (a) The rollout: the first node changes, the second fails with DCM's reason, the third
     // is untouched.
     let t0 = Instant::now();
-    let r = run(
-        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&set),
-        "",
-    );
+    let (code, lines) = timed(fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&set));
     let first = t0.elapsed();
+    let r = common::Out {
+        code,
+        stdout: lines.iter().map(|l| format!("{}\n", l.1)).collect(),
+        stderr: String::new(),
+    };
     assert_eq!(r.code, 1, "{r:?}\nsim: {}", sim.said.lock().unwrap());
     assert!(
         r.stdout.contains("PartitionFailure") && r.stdout.contains("simulated failure mode"),
@@ -287,6 +325,7 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
         r.stdout
     );
     assert!(r.stdout.contains("untouched: sim-amd-0002"), "{}", r.stdout);
+    let (drain0, relabel0) = drain_relabel(&lines, "sim-amd-0000");
     let n0 = node(&cp, "sim-amd-0000");
     assert_eq!(label(&n0, "amd.com/compute-memory-partition"), "cpx_nps4");
     assert_eq!(n0["status"]["allocatable"]["amd.com/gpu"], "64");
@@ -336,12 +375,17 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
         &["annotate", "node", "sim-amd-0001", "partop.sim/fail-"],
     );
     let t1 = Instant::now();
-    let r = run(
-        fleet(&cp.admin(), d, sel, &["apply", "--yes", "--resume"]).arg(&set),
-        "",
-    );
+    let (code, lines) =
+        timed(fleet(&cp.admin(), d, sel, &["apply", "--yes", "--resume"]).arg(&set));
     let resumed = t1.elapsed();
-    assert_eq!(r.code, 0, "{r:?}\nsim: {}", sim.said.lock().unwrap());
+    assert_eq!(code, 0, "{lines:?}\nsim: {}", sim.said.lock().unwrap());
+    assert!(
+        lines.iter().any(|l| l
+            .1
+            .contains("sim-amd-0001: resuming at the step where it stopped")),
+        "{lines:?}"
+    );
+    let (drain2, relabel2) = drain_relabel(&lines, "sim-amd-0002");
     for i in 0..3 {
         let n = node(&cp, &format!("sim-amd-000{i}"));
         assert_eq!(
@@ -362,7 +406,7 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
     assert!(j.iter().any(|x| x.0 == "fleet.rollout.done"), "{j:?}");
     assert!(!pod_exists(&cp, "web-2"));
     eprintln!(
-        "three-node DCM rollout: {:.1} s to the failure (node 0 done), {:.1} s for the resume (nodes 1 and 2)",
+        "three-node DCM rollout: {:.1} s to the failure (node 0 done), {:.1} s for the resume (nodes 1 and 2); node 0 (simulated GPU node, amd-smi): drain {drain0:.2} s, relabel {relabel0:.2} s; node 2 (API only): drain {drain2:.2} s, relabel {relabel2:.2} s",
         first.as_secs_f64(),
         resumed.as_secs_f64()
     );
