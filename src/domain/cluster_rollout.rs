@@ -647,7 +647,7 @@ pub fn rollout_access(dcm: bool) -> Vec<Access> {
         namespace: None,
     });
     if dcm {
-        for verb in ["get", "update"] {
+        for verb in ["get", "patch"] {
             v.push(Access {
                 verb,
                 group: "",

@@ -18,7 +18,7 @@ use crate::domain::cluster_rollout::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -213,18 +213,18 @@ impl ClusterEngine {
             ));
         }
         let doc = with_profile(text.as_deref(), &p.profile, &p.after)?;
-        let Some(mut cm) = cm else {
+        let Some(cm) = cm else {
             return Err(format!(
                 "{ns}/{name} is gone since the plan: DCM reads its profiles there; nothing written"
             ));
         };
-        cm.data
-            .get_or_insert_with(BTreeMap::new)
-            .insert(key.into(), doc);
-        // The read's resourceVersion goes with it: an edit in between is a conflict, not lost.
-        api.replace(name, &PostParams::default(), &cm)
+        // The read's resourceVersion goes with the patch: an edit in between is a conflict
+        // (409), never overwritten.
+        let patch = json!({"metadata": {"resourceVersion": cm.metadata.resource_version},
+                           "data": {key: doc}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| said(&e, "update", "configmaps", Some(ns)).to_string())?;
+            .map_err(|e| said(&e, "patch", "configmaps", Some(ns)).to_string())?;
         Ok(format!("DCM profile {} written to {ns}/{name}", p.profile))
     }
 
