@@ -611,3 +611,127 @@ fn a_mig_manager_rollout_changes_every_node_through_its_config() {
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// A cluster plan set is verified, never trusted (pure; no control plane): every field of every
+/// node's plan edited after planning, every reordering of three nodes, the target and the DCM
+/// profile edited: each refused by `apply` before it reads the cluster, naming what.
+#[test]
+fn a_cluster_plan_set_is_verified_never_trusted() {
+    use partop::domain::cluster_rollout::{
+        Budget, ClusterPlanSet, Engine, Eviction, NodePlan, ProfileChange, Target, dcm_profile,
+    };
+    use partop::domain::{ComputeMode, MemoryMode};
+    let file = Path::new("/tmp/set.json");
+    let node = |i: usize| {
+        let mut p = NodePlan {
+            node: format!("n{i}"),
+            engine: Engine::Dcm {
+                profile: "partop-cpx-nps4".into(),
+            },
+            pods: vec![Eviction {
+                namespace: "default".into(),
+                name: format!("web-{i}"),
+                uid: format!("u{i}"),
+                requests: [("amd.com/gpu".to_string(), 1)].into(),
+                budgets: vec![Budget {
+                    name: "web-pdb".into(),
+                    allowed: 1,
+                }],
+            }],
+            expected: [("amd.com/gpu".to_string(), 64)].into(),
+            labels: [(
+                "amd.com/compute-memory-partition".to_string(),
+                "spx_nps1".to_string(),
+            )]
+            .into(),
+            fingerprint: String::new(),
+        };
+        p.fingerprint = p.computed();
+        p
+    };
+    let (profile, after) = dcm_profile(ComputeMode::Cpx, MemoryMode::Nps4, 8);
+    let mut s = ClusterPlanSet {
+        fingerprint: String::new(),
+        created_at: "2026-11-26T00:00:00Z".into(),
+        target: Target::Layout {
+            compute: ComputeMode::Cpx,
+            memory: MemoryMode::Nps4,
+        },
+        profile: Some(ProfileChange {
+            profile,
+            before: None,
+            after,
+        }),
+        nodes: (0..3).map(node).collect(),
+    };
+    s.fingerprint = s.computed();
+    partop::exec::rollout::verify(&s, file).unwrap();
+    type Edit = (&'static str, fn(&mut NodePlan));
+    let edits: [Edit; 9] = [
+        ("the node", |p| p.node.push('x')),
+        ("the engine", |p| {
+            p.engine = Engine::MigManager {
+                config: "all-1g.10gb".into(),
+            }
+        }),
+        ("a pod dropped", |p| p.pods.clear()),
+        ("a pod's UID", |p| p.pods[0].uid.push('x')),
+        ("a pod's request", |p| {
+            p.pods[0].requests.insert("amd.com/gpu".into(), 2);
+        }),
+        ("a budget", |p| p.pods[0].budgets[0].allowed = 5),
+        ("the capacity after", |p| {
+            p.expected.insert("amd.com/gpu".into(), 8);
+        }),
+        ("a label planned against", |p| {
+            p.labels.clear();
+        }),
+        ("the fingerprint", |p| p.fingerprint.push('0')),
+    ];
+    let mut cases = 1;
+    for i in 0..3 {
+        for (what, edit) in &edits {
+            let mut t = s.clone();
+            edit(&mut t.nodes[i]);
+            let e = partop::exec::rollout::verify(&t, file)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("was changed after it was made") && e.contains("nothing is rolled out"),
+                "{what} of node {i}: {e}"
+            );
+            cases += 1;
+        }
+    }
+    // Every reordering of the three nodes (5 besides the planned one).
+    for p in [[0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+        let mut t = s.clone();
+        t.nodes = p.iter().map(|&k| s.nodes[k].clone()).collect();
+        let e = partop::exec::rollout::verify(&t, file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("their order or the profile changed"),
+            "{p:?}: {e}"
+        );
+        cases += 1;
+    }
+    let mut t = s.clone();
+    t.profile.as_mut().unwrap().after["profiles"][0]["numGPUsAssigned"] = 4.into();
+    assert!(partop::exec::rollout::verify(&t, file).is_err());
+    let mut t = s.clone();
+    t.target = Target::MigConfig { name: "x".into() };
+    assert!(partop::exec::rollout::verify(&t, file).is_err());
+    let mut t = s.clone();
+    t.nodes.clear();
+    t.fingerprint = t.computed();
+    assert!(
+        partop::exec::rollout::verify(&t, file)
+            .unwrap_err()
+            .to_string()
+            .contains("names no node")
+    );
+    cases += 3;
+    assert_eq!(cases, 36);
+    eprintln!("{cases} cluster plan sets verified");
+}
