@@ -17,6 +17,12 @@ use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// An error from the cluster as said on the terminal: node, pod and label names and the API
+/// server's words are outside strings, escaped like every other output path.
+fn said(e: String) -> anyhow::Error {
+    anyhow::Error::msg(esc(&e).into_owned())
+}
+
 /// `partop fleet --kubernetes plan|apply`.
 pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settings) -> Result<u8> {
     if let Some(l) = &a.selector {
@@ -88,7 +94,7 @@ fn plan(t: &crate::collect::cluster::Target, target: &Target, file: &Path) -> Re
             target,
             Limits::default(),
         ))
-        .map_err(anyhow::Error::msg);
+        .map_err(said);
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
     let planned = planned?;
     out(&plan_text(&planned))?;
@@ -197,14 +203,14 @@ fn apply(
         "a plan set from `partop fleet --kubernetes plan`",
     )?;
     rollout::verify(&set, file)?;
-    let engine = ClusterEngine::connect(t, &set, Limits::default()).map_err(anyhow::Error::msg)?;
-    engine.preflight(&set).map_err(anyhow::Error::msg)?;
+    let engine = ClusterEngine::connect(t, &set, Limits::default()).map_err(said)?;
+    engine.preflight(&set).map_err(said)?;
     let start = rollout::start(fj, &set, file, resume)?;
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
     engine
         .check_nodes(&set, &skip)
-        .map_err(anyhow::Error::msg)?;
+        .map_err(said)?;
     let mut op = Operator { yes, parallel };
     match rollout::run(&engine, &set, file, parallel, resume, fj, &mut op)? {
         Outcome::NotConfirmed => {
