@@ -5,7 +5,9 @@
 //! untouched, the journal agrees, DCM's reason is named, a resume finishes without evicting
 //! again); a kubeconfig without one verb (refused before anything changes, the verb named); a
 //! PodDisruptionBudget that holds a node until another replica is ready elsewhere, and a node
-//! deleted mid-rollout (stops, nothing else touched); a MIG-manager rollout. No mock API server.
+//! deleted mid-rollout (stops, nothing else touched); a MIG-manager rollout, and two DCM nodes
+//! at once (the profile written once); a cluster plan set verified, never trusted. No mock API
+//! server.
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
@@ -544,17 +546,17 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
 }
 
 #[test]
-fn a_mig_manager_rollout_changes_every_node_through_its_config() {
+fn a_mig_manager_rollout_and_two_dcm_nodes_at_once() {
     let cp = ControlPlane::start();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let sim = start_sim(
         &cp,
         d,
-        &["--nodes", "2", "--mig-nodes", "2", "--mig-gpu-nodes", "1"],
+        &["--nodes", "4", "--mig-nodes", "2", "--mig-gpu-nodes", "1"],
     );
     let set = d.join("set.json");
-    let sel = "partop.sim/cluster=true";
+    let sel = "nvidia.com/mig.capable=true";
     let p = run(
         fleet(
             &cp.admin(),
@@ -595,7 +597,7 @@ fn a_mig_manager_rollout_changes_every_node_through_its_config() {
         "",
     );
     assert_eq!(r.code, 0, "{r:?}\nsim: {}", sim.said.lock().unwrap());
-    for name in ["sim-nv-0000", "sim-nv-0001"] {
+    for name in ["sim-nv-0002", "sim-nv-0003"] {
         let n = node(&cp, name);
         assert_eq!(label(&n, "nvidia.com/mig.config"), "all-1g.10gb");
         assert_eq!(label(&n, "nvidia.com/mig.config.state"), "success");
@@ -606,10 +608,64 @@ fn a_mig_manager_rollout_changes_every_node_through_its_config() {
         );
         assert!(!cordoned(&n));
     }
-    eprintln!(
-        "MIG-manager rollout of two nodes at once: {:.1} s",
-        t0.elapsed().as_secs_f64()
+    let mig_secs = t0.elapsed().as_secs_f64();
+    // A selector of AMD nodes only: a MIG config is refused for them with the reason.
+    let amd = "feature.node.kubernetes.io/amd-gpu=true";
+    let wrong = run(
+        fleet(
+            &cp.admin(),
+            d,
+            amd,
+            &["plan", "--mig-config", "all-1g.10gb", "--out"],
+        )
+        .arg(d.join("y.json")),
+        "",
     );
+    assert_eq!(wrong.code, 1, "{wrong:?}");
+    assert!(
+        wrong.stdout.contains("a MIG config is for NVIDIA nodes"),
+        "{}",
+        wrong.stdout
+    );
+    // Two DCM nodes at once: the profile is written once (the other finds it as planned).
+    let dcm = d.join("dcm.json");
+    let p = run(
+        fleet(
+            &cp.admin(),
+            d,
+            amd,
+            &["plan", "--layout", "dpx_nps2", "--out"],
+        )
+        .arg(&dcm),
+        "",
+    );
+    assert_eq!(p.code, 0, "{p:?}");
+    let r = run(
+        fleet(&cp.admin(), d, amd, &["apply", "--yes", "--parallel", "2"]).arg(&dcm),
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}\nsim: {}", sim.said.lock().unwrap());
+    assert_eq!(
+        r.stdout
+            .matches("written to kube-amd-gpu/default-dcm-config")
+            .count(),
+        1,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.stdout.matches("already as planned").count(),
+        1,
+        "{}",
+        r.stdout
+    );
+    for name in ["sim-amd-0000", "sim-amd-0001"] {
+        let n = node(&cp, name);
+        assert_eq!(label(&n, "amd.com/compute-memory-partition"), "dpx_nps2");
+        assert_eq!(n["status"]["allocatable"]["amd.com/gpu"], "16");
+        assert!(!cordoned(&n));
+    }
+    eprintln!("MIG-manager rollout of two nodes at once: {mig_secs:.1} s");
 }
 
 /// A cluster plan set is verified, never trusted (pure; no control plane): every field of every

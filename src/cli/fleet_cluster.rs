@@ -208,9 +208,7 @@ fn apply(
     let start = rollout::start(fj, &set, file, resume)?;
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
-    engine
-        .check_nodes(&set, &skip)
-        .map_err(said)?;
+    engine.check_nodes(&set, &skip).map_err(said)?;
     let mut op = Operator { yes, parallel };
     match rollout::run(&engine, &set, file, parallel, resume, fj, &mut op)? {
         Outcome::NotConfirmed => {

@@ -36,6 +36,9 @@ pub struct ClusterEngine {
     /// How long the manager and the kubelet may take.
     pub manager_wait: Duration,
     profile: Option<ProfileChange>,
+    /// Held while the profile is written: nodes labelled at once (`--parallel`) write it once,
+    /// the others find it as planned (two writers would race on the ConfigMap's version).
+    profile_lock: tokio::sync::Mutex<()>,
 }
 
 impl ClusterEngine {
@@ -64,6 +67,7 @@ impl ClusterEngine {
             limits,
             manager_wait: MANAGER_WAIT,
             profile: set.profile.clone(),
+            profile_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -177,6 +181,7 @@ impl ClusterEngine {
     async fn label(&self, ops: &NodeOps, engine: &Manager) -> Result<String, String> {
         let mut said = Vec::new();
         if let (Manager::Dcm { .. }, Some(p)) = (engine, &self.profile) {
+            let _one = self.profile_lock.lock().await;
             said.push(self.write_profile(p).await?);
         }
         let node = ops.get_node().await.map_err(|e| gone_or(&ops.node, &e))?;
