@@ -270,10 +270,16 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
             .count()
             == 3
     });
-    // The second node's profile will fail (DCM's PartitionFailure).
+    // The second node's profile will fail (DCM's PartitionFailure), its event carrying outside
+    // words with a control sequence (escaped on every output path).
     kube(
         &cp,
-        &["annotate", "node", "sim-amd-0001", "partop.sim/fail=true"],
+        &[
+            "annotate",
+            "node",
+            "sim-amd-0001",
+            "partop.sim/fail=firmware \u{1b}[2J said no",
+        ],
     );
     let sel = "partop.sim/cluster=true";
     let set = d.join("set.json");
@@ -337,6 +343,11 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
     assert!(
         r.stdout.contains("PartitionFailure") && r.stdout.contains("simulated failure mode"),
         "DCM's own reason: {}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("firmware \\x1b[2J said no") && !r.stdout.contains('\u{1b}'),
+        "the event's words escaped: {}",
         r.stdout
     );
     assert!(

@@ -529,6 +529,24 @@ fn apply_mig_on_sim(state: &std::path::Path, layout: &MigLayout) -> Result<(), S
     }
 }
 
+/// Whether the node's next partition change fails (`--fail`, or the annotation), and the words
+/// its failure adds: the annotation's value when it is not just `true` (what a test uses to
+/// put outside text, control characters included, into the manager's event).
+fn failure_words(node: &Node, fail: &[String]) -> Option<String> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let said = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FAIL_ANNOTATION))
+        .filter(|v| !v.is_empty() && *v != "false");
+    match said {
+        Some(v) if v == "true" => Some(String::new()),
+        Some(v) => Some(format!(": {v}")),
+        None => fail.contains(&name).then(String::new),
+    }
+}
+
 async fn act(
     client: &kube::Client,
     node: &Node,
@@ -538,13 +556,7 @@ async fn act(
 ) -> Result<(), String> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let nodes: Api<Node> = Api::all(client.clone());
-    let failing = fail.contains(&name)
-        || node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(FAIL_ANNOTATION))
-            .is_some_and(|v| v == "true");
+    let failing = failure_words(node, fail);
     match job {
         Job::Dcm(profile) => {
             let cms: Api<ConfigMap> = Api::namespaced(client.clone(), DCM_NAMESPACE);
@@ -582,10 +594,10 @@ async fn act(
             }
             let r: Result<(ComputeMode, MemoryMode), Refusal> =
                 dcm_profile(&text, profile, GPUS).and_then(|(c, m)| {
-                    if failing {
+                    if let Some(why) = &failing {
                         return Err(Refusal {
                             reason: "PartitionFailure",
-                            message: format!("{name}: partitioning to {c}/{m} failed (the simulated failure mode)"),
+                            message: format!("{name}: partitioning to {c}/{m} failed (the simulated failure mode){why}"),
                         });
                     }
                     let backed = model
@@ -646,9 +658,9 @@ async fn act(
                 .get(&name)
                 .cloned();
             let r = mig_layout(&text, config, GPUS).and_then(|layout| {
-                if failing {
+                if let Some(why) = &failing {
                     return Err(format!(
-                        "{name}: applying {config:?} failed (the simulated failure mode)"
+                        "{name}: applying {config:?} failed (the simulated failure mode){why}"
                     ));
                 }
                 if let Some(st) = backed {
