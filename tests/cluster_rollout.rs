@@ -520,6 +520,10 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
     kube(&cp, &["delete", "node", "sim-amd-0001"]);
     apply_yaml(&cp, d, &gpu_pod("web-y", "sim-amd-0003", "web"));
     let st = child.wait().unwrap();
+    // The process is gone; its last lines may still be on their way through the readers.
+    until("the apply's last line is read", 20, || {
+        said.lock().unwrap().contains("\nrollout ")
+    });
     let text = said.lock().unwrap().clone();
     assert_eq!(
         st.code(),
@@ -801,4 +805,29 @@ fn a_cluster_plan_set_is_verified_never_trusted() {
     cases += 3;
     assert_eq!(cases, 36);
     eprintln!("{cases} cluster plan sets verified");
+}
+
+/// `--read-only` removes the cluster rollout: refused before the set or the cluster is read
+/// (the set named does not even exist, the kubeconfig points nowhere), with and without
+/// `--resume` (2 cases).
+#[test]
+fn read_only_refuses_a_cluster_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let kc = d.join("nowhere.kubeconfig");
+    for extra in [&[][..], &["--resume"][..]] {
+        let mut c = partop();
+        c.arg("--read-only")
+            .arg("--journal")
+            .arg(d.join("journal.jsonl"))
+            .args(["fleet", "--kubernetes", "--kubeconfig"])
+            .arg(&kc)
+            .args(["apply", "--yes"])
+            .arg(d.join("absent.json"))
+            .args(extra);
+        let r = run(&mut c, "");
+        assert_eq!(r.code, 2, "{r:?}");
+        assert!(r.stdout.contains("nothing is rolled out"), "{r:?}");
+        assert!(!d.join("fleet-journal.jsonl").exists());
+    }
 }
