@@ -624,6 +624,30 @@ fn a_mig_manager_rollout_and_two_dcm_nodes_at_once() {
         assert!(!cordoned(&n));
     }
     let mig_secs = t0.elapsed().as_secs_f64();
+    // Planned again: both nodes are there already; nothing to roll out, nothing saved.
+    let again = d.join("again.json");
+    let p = run(
+        fleet(
+            &cp.admin(),
+            d,
+            sel,
+            &["plan", "--mig-config", "all-1g.10gb", "--out"],
+        )
+        .arg(&again),
+        "",
+    );
+    assert_eq!(p.code, 0, "{p:?}");
+    assert_eq!(
+        p.stdout.matches("already at the target: sim-nv").count(),
+        2,
+        "{}",
+        p.stdout
+    );
+    assert!(
+        p.stdout.contains("nothing to roll out") && !again.exists(),
+        "{}",
+        p.stdout
+    );
     // A selector of AMD nodes only: a MIG config is refused for them with the reason.
     let amd = "feature.node.kubernetes.io/amd-gpu=true";
     let wrong = run(

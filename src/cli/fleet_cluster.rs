@@ -105,6 +105,10 @@ fn plan(t: &crate::collect::cluster::Target, target: &Target, file: &Path) -> Re
         ))?;
         return Ok(exit::FAILED);
     }
+    if planned.set.nodes.is_empty() && !planned.already.is_empty() {
+        out("\nevery node is already at the target: nothing to roll out, nothing saved\n")?;
+        return Ok(exit::OK);
+    }
     if planned.set.nodes.is_empty() {
         out("\nno GPU node matched: nothing saved\n")?;
         return Ok(exit::FAILED);
@@ -149,6 +153,13 @@ pub fn plan_text(p: &Planned) -> String {
         for l in pr.diff() {
             let _ = writeln!(o, "  {}", esc(&l));
         }
+    }
+    for a in &p.already {
+        let _ = writeln!(
+            o,
+            "already at the target: {} (its manager answered success and it advertises the capacity): not in the set",
+            esc(a)
+        );
     }
     for r in &p.refused {
         let _ = writeln!(o, "refused: {}", esc(r));

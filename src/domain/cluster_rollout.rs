@@ -566,6 +566,19 @@ pub fn engine_for(
     }
 }
 
+/// Whether the node already is where its plan takes it: its manager's label asks for it, the
+/// manager answered `success`, and the node advertises the expected capacity. A rollout has
+/// nothing to do there (draining it to relabel it the same would only disrupt its pods).
+pub fn at_target(plan: &NodePlan, node: &ClusterNode) -> bool {
+    let (k, v) = plan.engine.label();
+    node.labels.get(k).map(String::as_str) == Some(v)
+        && answer(&plan.engine, &node.labels) == Answer::Success
+        && plan
+            .expected
+            .iter()
+            .all(|(r, n)| node.allocatable.get(r).copied().unwrap_or(0) == *n)
+}
+
 /// The partition labels of a node that a plan is made against (a change to any is a node
 /// changed since the plan).
 pub fn partition_labels(node: &ClusterNode) -> BTreeMap<String, String> {

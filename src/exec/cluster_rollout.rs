@@ -476,6 +476,8 @@ pub struct Planned {
     pub refused: Vec<String>,
     /// DaemonSet pods on the nodes' GPUs, left where they are: (node, pod).
     pub daemons: Vec<(String, String)>,
+    /// Nodes already at the target (labelled, answered, advertising it): not in the set.
+    pub already: Vec<String>,
 }
 
 /// Plans `target` on every GPU node of `t` (its selector), in name order.
@@ -520,6 +522,7 @@ pub async fn plan(
         },
         refused: Vec::new(),
         daemons: Vec::new(),
+        already: Vec::new(),
     };
     let mut gpus_of_profile: Option<u32> = None;
     for node in list.iter().map(node_of).filter(|n| !n.capacity.is_empty()) {
@@ -539,6 +542,9 @@ pub async fn plan(
                 Ok((p, d))
             });
         match planned {
+            Ok((p, _)) if crate::domain::cluster_rollout::at_target(&p, &node) => {
+                out.already.push(p.node);
+            }
             Ok((p, d)) => {
                 out.daemons
                     .extend(d.into_iter().map(|x| (p.node.clone(), x)));
