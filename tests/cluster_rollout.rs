@@ -398,6 +398,12 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
         "",
     );
     assert!(again.stderr.contains("--resume"), "{again:?}");
+    assert!(
+        again
+            .stderr
+            .contains("it left cordoned: sim-amd-0001 (undo: kubectl uncordon sim-amd-0001)"),
+        "{again:?}"
+    );
 
     // The failure cleared, the resume finishes: node 1 continues at its label (never evicted
     // again), node 2 goes through every step.

@@ -216,7 +216,15 @@ fn apply(
     rollout::verify(&set, file)?;
     let engine = ClusterEngine::connect(t, &set, Limits::default()).map_err(said)?;
     engine.preflight(&set).map_err(said)?;
-    let start = rollout::start(fj, &set, file, resume)?;
+    let start = rollout::start(fj, &set, file, resume).map_err(|e| {
+        // An unfinished rollout refused: what it left cordoned is said with the undo.
+        let left = crate::exec::cluster_rollout::left_cordoned(fj, &set);
+        if left.is_empty() {
+            anyhow::Error::from(e)
+        } else {
+            anyhow::anyhow!("{e}; it left cordoned: {}", esc(&left.join(", ")))
+        }
+    })?;
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
     engine.check_nodes(&set, &skip).map_err(said)?;

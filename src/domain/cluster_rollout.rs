@@ -368,6 +368,20 @@ impl Step {
     }
 }
 
+/// The nodes a journaled rollout left cordoned: their cordon journaled done and their uncordon
+/// not (the fold's steps, whatever stopped the rollout: a failure, a kill, a lost terminal).
+pub fn left_cordoned(steps: &[(String, String)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (node, step) in steps {
+        if step == Step::Cordon.key() && !out.contains(node) {
+            out.push(node.clone());
+        } else if step == Step::Uncordon.key() {
+            out.retain(|n| n != node);
+        }
+    }
+    out
+}
+
 /// The GPU resources a node advertises (capacity), by vendor.
 fn has_amd(node: &ClusterNode) -> bool {
     node.capacity.keys().any(|k| k.starts_with("amd.com/"))
@@ -720,6 +734,34 @@ mod tests {
         for (i, w) in want.iter().enumerate() {
             assert_eq!(Step::resume_at(&Step::ALL[..i]), *w, "{i} of 7 steps done");
         }
+    }
+
+    /// Cordoned and not uncordoned, in any interleaving of two nodes' steps (each node's own
+    /// order kept): every split of node a's six steps at k and node b's at m (49 cases).
+    #[test]
+    fn a_cordon_is_left_until_its_uncordon_is_journaled() {
+        let mut cases = 0;
+        for k in 0..=6 {
+            for m in 0..=6 {
+                let mut steps: Vec<(String, String)> = Vec::new();
+                for i in 0..6 {
+                    if i < k {
+                        steps.push(("a".into(), Step::ALL[i].key().into()));
+                    }
+                    if i < m {
+                        steps.push(("b".into(), Step::ALL[i].key().into()));
+                    }
+                }
+                let want: Vec<String> = [("a", k), ("b", m)]
+                    .iter()
+                    .filter(|(_, n)| (1..6).contains(n))
+                    .map(|(x, _)| (*x).to_string())
+                    .collect();
+                assert_eq!(left_cordoned(&steps), want, "a at {k}, b at {m}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 49);
     }
 
     #[test]

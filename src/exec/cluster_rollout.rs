@@ -151,7 +151,7 @@ impl ClusterEngine {
     fn failed_at(&self, n: &NodePlan, step: Step, e: &str) -> String {
         let mut s = format!("failed at {}: {e}", step.key());
         if step > Step::Cordon
-            && let Some(left) = self.rt.block_on(left_cordoned(&self.ops(&n.node)))
+            && let Some(left) = self.rt.block_on(cordon_undo(&self.ops(&n.node)))
         {
             s.push_str(&format!(
                 "; the node {} is left cordoned by partop: resume to finish (partop fleet --kubernetes apply FILE --resume), or undo: {left}",
@@ -323,6 +323,25 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
     }
 }
 
+/// What the newest rollout of `set` in the fleet journal `fj` left cordoned, with the undo of
+/// each (empty: none, or no rollout of the set).
+pub fn left_cordoned(fj: &std::path::Path, set: &ClusterPlanSet) -> Vec<String> {
+    let (entries, _) = super::journal::read(fj).unwrap_or_default();
+    crate::domain::journal::Rollouts::of(&entries)
+        .latest(&set.fingerprint)
+        .filter(|r| !r.finished)
+        .map(|r| crate::domain::cluster_rollout::left_cordoned(&r.steps))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{n} (undo: {})",
+                crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
+            )
+        })
+        .collect()
+}
+
 /// A node error as said: a node gone is said as such.
 fn gone_or(node: &str, e: &K8sError) -> String {
     if e.to_string().contains("(404") || e.to_string().contains("not found") {
@@ -333,7 +352,7 @@ fn gone_or(node: &str, e: &K8sError) -> String {
 }
 
 /// The undo of a cordon partop left (None: the node is not cordoned by partop, or gone).
-async fn left_cordoned(ops: &NodeOps) -> Option<String> {
+async fn cordon_undo(ops: &NodeOps) -> Option<String> {
     let n = ops.get_node().await.ok()?;
     let ours = n
         .metadata
