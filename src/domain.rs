@@ -6,6 +6,7 @@
 pub mod balancer;
 pub mod cgroup;
 pub mod cluster;
+pub mod cluster_rollout;
 pub mod findings;
 pub mod fingerprint;
 pub mod fleet;
@@ -22,6 +23,7 @@ pub mod mig_profiles;
 pub mod model_status;
 pub mod models;
 pub mod modes;
+pub mod partition_managers;
 pub mod placement;
 pub mod plan;
 pub mod plan_k8s;

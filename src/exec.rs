@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod balancer;
+pub mod cluster_rollout;
 pub mod journal;
 pub mod k8s;
 pub mod kill;

@@ -7,7 +7,6 @@
 
 pub mod amdsmi;
 pub mod cluster;
-pub mod cluster_managers;
 pub mod cost;
 pub mod fleet;
 pub mod human;

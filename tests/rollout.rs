@@ -219,3 +219,128 @@ fn the_resume_decision_is_the_fleet_journals() {
     );
     assert!(!start(&fj, &s, file, false).unwrap().resumed);
 }
+
+/// Every reordering of a set of four nodes (23 permutations besides the planned order) is
+/// refused: the order decides which node goes first and which stay untouched after a failure,
+/// so a set reordered after its confirmation is another set.
+#[test]
+fn a_reordered_plan_set_is_refused() {
+    let file = Path::new("/tmp/set.json");
+    let s = set_of(4);
+    let mut cases = 0;
+    let mut perm: Vec<usize> = (0..4).collect();
+    // Heap's algorithm, iteratively: every permutation once.
+    let mut c = [0usize; 4];
+    let mut i = 0;
+    let mut check = |p: &[usize]| {
+        let mut t = s.clone();
+        t.nodes = p.iter().map(|&k| s.nodes[k].clone()).collect();
+        let identity = p.iter().enumerate().all(|(a, b)| a == *b);
+        match verify(&t, file) {
+            Ok(()) => assert!(identity, "the order {p:?} was accepted"),
+            Err(e) => {
+                assert!(!identity, "the planned order refused: {e}");
+                assert!(e.to_string().contains("their order included"), "{p:?}: {e}");
+                cases += 1;
+            }
+        }
+    };
+    check(&perm);
+    while i < 4 {
+        if c[i] < i {
+            if i % 2 == 0 {
+                perm.swap(0, i);
+            } else {
+                perm.swap(c[i], i);
+            }
+            check(&perm);
+            c[i] += 1;
+            i = 0;
+        } else {
+            c[i] = 0;
+            i += 1;
+        }
+    }
+    assert_eq!(cases, 23, "{cases} reorderings refused");
+    eprintln!("{cases} reorderings of a four-node set refused");
+}
+
+/// A node's steps journaled through the cluster engine's lines (`fleet.node.step`, begun and
+/// done) fold into where a resume continues: for every prefix of the six steps done, and the
+/// step after it begun but not done (7 cases), the resume is given exactly the steps done of
+/// that node, in order, and the cluster engine's resume point follows from them.
+#[test]
+fn a_resume_is_given_each_node_s_steps_done() {
+    use partop::domain::cluster_rollout::Step;
+    let file = Path::new("/tmp/set.json");
+    let s = set_of(2);
+    let mut cases = 0;
+    for k in 0..=Step::ALL.len() {
+        let dir = tempfile::tempdir().unwrap();
+        let fj = dir.path().join("fleet-journal.jsonl");
+        let node = |i: usize| RolloutNode {
+            node: s.nodes[i].node.clone(),
+            dest: s.nodes[i].dest.clone(),
+            plan: s.nodes[i].plan.fingerprint.clone(),
+        };
+        journal_line(
+            &fj,
+            "r",
+            &RolloutEvent::Started {
+                set: s.fingerprint.clone(),
+                file: file.display().to_string(),
+                nodes: (0..2).map(node).collect(),
+                parallel: 2,
+            },
+        );
+        for i in 0..2 {
+            journal_line(
+                &fj,
+                "r",
+                &RolloutEvent::NodeStarted {
+                    node: node(i),
+                    resume: Some(false),
+                    error: None,
+                },
+            );
+        }
+        let step = |i: usize, st: Step, done: bool| RolloutEvent::NodeStep {
+            node: node(i).node,
+            plan: node(i).plan,
+            step: st.key().into(),
+            done,
+            text: done.then(|| "did it".to_string()),
+        };
+        // node0 got k steps done (and began the next); node1 got all six.
+        for st in &Step::ALL[..k] {
+            journal_line(&fj, "r", &step(0, *st, false));
+            journal_line(&fj, "r", &step(0, *st, true));
+            if let Some(other) = Step::ALL.get(k) {
+                // node1's lines interleaved: never counted for node0.
+                journal_line(&fj, "r", &step(1, *other, true));
+            }
+        }
+        if let Some(next) = Step::ALL.get(k) {
+            journal_line(&fj, "r", &step(0, *next, false));
+        }
+        let r = start(&fj, &s, file, true).unwrap();
+        let done0: Vec<String> = r
+            .steps
+            .iter()
+            .filter(|(n, _)| *n == "node0")
+            .map(|(_, st)| st.clone())
+            .collect();
+        let want: Vec<String> = Step::ALL[..k].iter().map(|s| s.key().to_string()).collect();
+        assert_eq!(done0, want, "{k} steps done");
+        let parsed: Vec<Step> = done0.iter().filter_map(|x| Step::of_key(x)).collect();
+        assert_eq!(
+            Step::resume_at(&parsed),
+            Step::resume_at(&Step::ALL[..k]),
+            "{k}"
+        );
+        assert!(r.attempted.contains(&"node0".to_string()));
+        cases += 1;
+    }
+    assert_eq!(cases, 7);
+    eprintln!("{cases} step prefixes folded");
+}

@@ -141,21 +141,31 @@ pub struct FleetArgs {
     pub selector: Option<String>,
     /// What to do (default: the fleet view).
     #[command(subcommand)]
-    pub action: Option<FleetCmd>,
+    pub action: Option<Box<FleetCmd>>,
 }
 
 /// `partop fleet` actions.
 #[derive(Debug, Subcommand)]
 pub enum FleetCmd {
     /// Plan a change on every node given: each node plans its own (`partop plan` over ssh);
-    /// prints every plan and the fleet total, and saves the set for `fleet apply`.
+    /// prints every plan and the fleet total, and saves the set for `fleet apply`. With
+    /// --kubernetes: every GPU node of the selector, through the cluster's partition manager
+    /// (--layout through DCM, --mig-config through the MIG manager): the pods evicted and the
+    /// budgets that allow it, the engine, the capacity after.
     Plan {
         /// Target compute mode.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["layout", "mig_config"])]
         compute: Option<String>,
         /// Target memory mode.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["layout", "mig_config"])]
         memory: Option<String>,
+        /// With --kubernetes: the layout every node takes, `<compute>_<memory>` as the AMD
+        /// node labeller writes it (`cpx_nps4`), applied by AMD's Device Config Manager.
+        #[arg(long, value_name = "LAYOUT", conflicts_with = "mig_config")]
+        layout: Option<String>,
+        /// With --kubernetes: the config of the MIG manager's mig-parted file every node takes.
+        #[arg(long, value_name = "NAME")]
+        mig_config: Option<String>,
         /// Where to save the plan set (JSON).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,

@@ -1,6 +1,7 @@
 //! `partop fleet`: resolves the nodes (arguments, a hosts file, an ssh config, or Prometheus),
 //! starts the transports and runs the fleet view, one round for scripts (`--once`), or a
-//! rollout (`fleet plan`, `fleet apply`; `cli/fleet_apply.rs`).
+//! rollout (`fleet plan`, `fleet apply`; `cli/fleet_apply.rs`, through the cluster with
+//! --kubernetes: `cli/fleet_cluster.rs`).
 
 use crate::cli::args::FleetArgs;
 use crate::cli::out::out;
@@ -13,6 +14,9 @@ use std::time::Duration;
 /// `partop fleet`.
 pub fn fleet(cli: &Cli, a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
     if let Some(action) = &a.action {
+        if a.kubernetes {
+            return crate::cli::fleet_cluster::action(a, action, settings);
+        }
         return crate::cli::fleet_apply::action(cli, a, action, settings);
     }
     if a.kubernetes {

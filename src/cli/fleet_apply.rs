@@ -68,9 +68,20 @@ pub fn action(
     let t = crate::cli::fleet_nodes::transport(a, nodes.len());
     match action {
         FleetCmd::Plan {
+            layout: Some(_), ..
+        }
+        | FleetCmd::Plan {
+            mig_config: Some(_),
+            ..
+        } => Err(exit::Usage(
+            "--layout and --mig-config plan through a cluster's partition manager: add --kubernetes (over ssh: --compute and --memory)".into(),
+        )
+        .into()),
+        FleetCmd::Plan {
             compute,
             memory,
             out: file,
+            ..
         } => plan(
             &t,
             ssh_nodes(nodes)?,
@@ -334,6 +345,7 @@ impl rollout::Operator for Operator {
                 }
                 out(&format!("   {node}: applied and verified\n"))
             }
+            Progress::Step { node, text } => out(&format!("   {node}: {text}\n")),
             Progress::Failed { node, error } => out(&format!("   {node}: {error}\n")),
         }
     }

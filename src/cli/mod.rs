@@ -8,6 +8,7 @@ pub mod check_config;
 pub mod commands;
 pub mod fleet;
 pub mod fleet_apply;
+pub mod fleet_cluster;
 pub mod fleet_kube;
 pub mod fleet_nodes;
 pub mod fleet_rollouts;

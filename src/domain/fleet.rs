@@ -177,11 +177,12 @@ pub const fn refresh_for(n: usize) -> u32 {
     }
 }
 
-/// The fingerprint of a set of node plans: node names and plan fingerprints, sorted. One
-/// confirmation covers exactly this set.
+/// The fingerprint of a set of node plans: node names and plan fingerprints, in rollout order
+/// (the order is what decides which node goes first and which stay untouched after a failure,
+/// so a set reordered after its confirmation is another set). One confirmation covers exactly
+/// this set.
 pub fn set_fingerprint(plans: &[(String, String)]) -> String {
-    let mut v: Vec<String> = plans.iter().map(|(n, f)| format!("{n}={f}")).collect();
-    v.sort();
+    let v: Vec<String> = plans.iter().map(|(n, f)| format!("{n}={f}")).collect();
     super::fingerprint::fnv(&v.join("\n"))
 }
 
@@ -196,11 +197,11 @@ mod tests {
     }
 
     #[test]
-    fn the_set_fingerprint_does_not_depend_on_order_but_on_every_pair() {
+    fn the_set_fingerprint_covers_the_order_and_every_pair() {
         let a = set_fingerprint(&[("n1".into(), "aa".into()), ("n2".into(), "bb".into())]);
         let b = set_fingerprint(&[("n2".into(), "bb".into()), ("n1".into(), "aa".into())]);
         let c = set_fingerprint(&[("n1".into(), "aa".into()), ("n2".into(), "bc".into())]);
-        assert_eq!(a, b);
+        assert_ne!(a, b, "the rollout order is part of the set");
         assert_ne!(a, c);
     }
 }

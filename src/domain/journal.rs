@@ -909,6 +909,21 @@ pub enum RolloutEvent {
         /// Why it could not be asked whether it has a run.
         error: Option<String>,
     },
+    /// One step of a node's change through the cluster (`domain::cluster_rollout::Step`),
+    /// journaled when it begins (`done` false) and when it is done (`done` true), so a resume
+    /// continues at the step where it stopped.
+    NodeStep {
+        /// The node.
+        node: String,
+        /// Its plan.
+        plan: String,
+        /// The step's key.
+        step: String,
+        /// Begun (false) or done (true).
+        done: bool,
+        /// What it did, in words (when done).
+        text: Option<String>,
+    },
     /// A node applied and verified its plan.
     NodeDone {
         /// The node.
@@ -964,6 +979,17 @@ impl RolloutEvent {
                 json!({"node": node.node, "dest": node.dest, "plan": node.plan}),
                 json!({"rollout": rollout, "resume": resume, "error": error}),
             ),
+            Self::NodeStep {
+                node,
+                plan,
+                step,
+                done,
+                text,
+            } => (
+                "fleet.node.step",
+                json!({"node": node, "plan": plan, "step": step}),
+                json!({"rollout": rollout, "ok": done.then_some(true), "text": text}),
+            ),
             Self::NodeDone { node, plan } => (
                 "fleet.node.done",
                 json!({"node": node, "plan": plan}),
@@ -1016,6 +1042,13 @@ impl RolloutEvent {
                 resume: e.outcome["resume"].as_bool(),
                 error: text(&e.outcome["error"]),
             },
+            "fleet.node.step" => Self::NodeStep {
+                node: s(&t["node"]),
+                plan: s(&t["plan"]),
+                step: s(&t["step"]),
+                done: e.outcome["ok"].as_bool() == Some(true),
+                text: text(&e.outcome["text"]),
+            },
             "fleet.node.done" => Self::NodeDone {
                 node: s(&t["node"]),
                 plan: s(&t["plan"]),
@@ -1057,11 +1090,22 @@ pub struct Rollout {
     pub failed: Vec<String>,
     /// Nodes started.
     pub started: Vec<String>,
+    /// The steps of a change through the cluster journaled done: (node, step key), in order.
+    pub steps: Vec<(String, String)>,
     /// Every node done.
     pub finished: bool,
 }
 
 impl Rollout {
+    /// The step keys journaled done for `node`.
+    pub fn steps_done(&self, node: &str) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
     /// The nodes to treat as attempted before: failed, or started and never done.
     pub fn attempted(&self) -> Vec<String> {
         let mut v = self.failed.clone();
@@ -1103,6 +1147,7 @@ impl Rollouts {
                 done: Vec::new(),
                 failed: Vec::new(),
                 started: Vec::new(),
+                steps: Vec::new(),
                 finished: false,
             });
             return;
@@ -1113,6 +1158,13 @@ impl Rollouts {
         match ev {
             RolloutEvent::Started { .. } | RolloutEvent::Stopped { .. } => {}
             RolloutEvent::NodeStarted { node, .. } => r.started.push(node.node.clone()),
+            RolloutEvent::NodeStep {
+                node,
+                step,
+                done: true,
+                ..
+            } => r.steps.push((node.clone(), step.clone())),
+            RolloutEvent::NodeStep { .. } => {}
             RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
             RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
             RolloutEvent::Done { .. } => r.finished = true,

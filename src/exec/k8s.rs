@@ -110,7 +110,7 @@ pub struct NodeOps {
 }
 
 /// The status code of an API error (None: not an answer of the API server).
-fn code(e: &kube::Error) -> Option<u16> {
+pub(crate) fn code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
@@ -118,7 +118,12 @@ fn code(e: &kube::Error) -> Option<u16> {
 }
 
 /// An API error as said to the operator: a 403 becomes the RBAC rule to add.
-fn said(e: &kube::Error, verb: &str, resource: &str, namespace: Option<&str>) -> K8sError {
+pub(crate) fn said(
+    e: &kube::Error,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> K8sError {
     match e {
         kube::Error::Api(s) if s.code == 403 => K8sError::Refused {
             verb: verb.into(),
@@ -159,6 +164,11 @@ impl NodeOps {
         let client = kube::Client::try_from(config)
             .map_err(|e| K8sError::Api(format!("Kubernetes client: {e}")))?;
         Ok(Self::new(client, node, limits))
+    }
+
+    /// The client its verbs go through.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
     }
 
     /// One API call within the verb bound; a call past it is said with the verb and resource.
@@ -647,7 +657,8 @@ impl NodeOps {
         Ok(format!("{} uncordoned", self.node))
     }
 
-    async fn patch_node(&self, patch: &serde_json::Value) -> Result<(), K8sError> {
+    /// A merge patch of the Node (`patch nodes`).
+    pub async fn patch_node(&self, patch: &serde_json::Value) -> Result<(), K8sError> {
         let api: Api<Node> = Api::all(self.client.clone());
         self.bounded(
             "patch",
@@ -1009,7 +1020,7 @@ fn status_words(s: &kube::core::Status) -> String {
 
 /// Whether `sel` selects a pod with `labels` (matchLabels and matchExpressions, as the API
 /// server evaluates them). An empty selector selects every pod.
-fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+pub fn selects(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let by_label = sel
         .match_labels
         .iter()

@@ -1,17 +1,20 @@
 //! A fleet rollout, the change protocol whose steps are nodes: the plan set verified (every
-//! plan intact, the set's fingerprint over exactly them), the resume decision against the
-//! fleet journal, the operator's one confirmation, the rollout journaled, then the nodes one
-//! chunk at a time (each its own `partop apply` through `collect::fleet::run_on`, verified by
-//! reading it back), stopping at the first failure. Between `partop fleet apply` (which
-//! prints) and the transport (ssh, rehearsal), which stays in `collect::fleet`.
+//! plan intact, the set's fingerprint over exactly them in their order), the resume decision
+//! against the fleet journal, the operator's one confirmation, the rollout journaled, then the
+//! nodes one chunk at a time, each done by the set's node engine, stopping at the first
+//! failure. Two engines: `partop apply` on the node over `collect::fleet`'s transport (ssh,
+//! rehearsal; here), and the cluster's own managers through the API server
+//! (`exec::cluster_rollout`: cordon, evict, label, wait, uncordon, each step journaled).
+//! Between `partop fleet [--kubernetes] apply` (which prints) and the engines.
 
 use super::journal;
 use super::protocol::Refused;
 use crate::collect::fleet::{Transport, run_on, ssh_reason};
+use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan as ClusterNodePlan};
 use crate::domain::journal::{RolloutEvent, RolloutNode, Rollouts};
 use crate::domain::plan::Plan;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// One node's plan in a set.
@@ -51,34 +54,176 @@ impl PlanSet {
     }
 }
 
+/// A set of node plans one confirmation covers, whatever engine changes its nodes.
+pub trait Set {
+    /// One node's plan.
+    type Node: Sync;
+    /// The set's fingerprint as saved.
+    fn fingerprint(&self) -> &str;
+    /// Its nodes in rollout order.
+    fn nodes(&self) -> &[Self::Node];
+    /// A node as the rollout journals it (name, where it is reached, its plan's fingerprint).
+    fn journaled(n: &Self::Node) -> RolloutNode;
+    /// Why the saved set is not what was fingerprinted (None: intact).
+    fn tampered(&self) -> Option<String>;
+    /// The command that continues a rollout of the set saved in `file`.
+    fn resume_command(file: &Path) -> String;
+}
+
+impl Set for PlanSet {
+    type Node = NodePlan;
+
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    fn nodes(&self) -> &[NodePlan] {
+        &self.nodes
+    }
+
+    fn journaled(n: &NodePlan) -> RolloutNode {
+        RolloutNode {
+            node: n.node.clone(),
+            dest: n.dest.clone(),
+            plan: n.plan.fingerprint.clone(),
+        }
+    }
+
+    fn tampered(&self) -> Option<String> {
+        if self.nodes.is_empty() {
+            return Some("the set names no node".into());
+        }
+        if let Some(n) = self.nodes.iter().find(|n| !n.plan.content_intact()) {
+            return Some(format!(
+                "the plan for {} was changed after it was made",
+                n.node
+            ));
+        }
+        (self.computed() != self.fingerprint).then(|| {
+            format!(
+                "the set's nodes or plans changed since it was made, their order included (fingerprint {} now {})",
+                self.fingerprint,
+                self.computed()
+            )
+        })
+    }
+
+    fn resume_command(file: &Path) -> String {
+        format!("partop fleet apply {} --resume", file.display())
+    }
+}
+
+impl Set for ClusterPlanSet {
+    type Node = ClusterNodePlan;
+
+    fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    fn nodes(&self) -> &[ClusterNodePlan] {
+        &self.nodes
+    }
+
+    fn journaled(n: &ClusterNodePlan) -> RolloutNode {
+        RolloutNode {
+            node: n.node.clone(),
+            dest: format!("kubernetes: {}", n.engine.words()),
+            plan: n.fingerprint.clone(),
+        }
+    }
+
+    fn tampered(&self) -> Option<String> {
+        ClusterPlanSet::tampered(self)
+    }
+
+    fn resume_command(file: &Path) -> String {
+        format!(
+            "partop fleet --kubernetes apply {} --resume",
+            file.display()
+        )
+    }
+}
+
+/// What does one node's part of a rollout.
+pub trait Engine<S: Set>: Sync {
+    /// How an attempted node begins again (asked of the node or of the journal, not guessed).
+    fn node_start(&self, n: &S::Node, start: &Start) -> NodeStart;
+    /// Does the node's part: the lines it says, or where and why it failed.
+    ///
+    /// # Errors
+    /// The node's failure, in words (its step and the reason).
+    fn run(&self, n: &S::Node, how: &NodeStart, log: &StepLog) -> Result<Vec<String>, String>;
+}
+
+/// A node's steps as its engine journals and tells them: each step in the fleet journal before
+/// it acts and when it is done (what a resume continues from), and to the operator as it goes.
+pub struct StepLog {
+    fj: PathBuf,
+    rollout: String,
+    node: String,
+    plan: String,
+    tx: std::sync::mpsc::Sender<Progress>,
+    /// The step keys of this node journaled done by the rollout before (a resume's).
+    pub done_before: Vec<String>,
+}
+
+impl StepLog {
+    fn line(&self, step: &str, done: bool, text: Option<String>) -> Result<(), String> {
+        super::runlog::rollout(
+            &self.fj,
+            &self.rollout,
+            &RolloutEvent::NodeStep {
+                node: self.node.clone(),
+                plan: self.plan.clone(),
+                step: step.to_string(),
+                done,
+                text,
+            },
+        )
+        .map_err(|e| format!("{e}: nothing more is done"))
+    }
+
+    /// Journals that `step` begins (before it acts).
+    ///
+    /// # Errors
+    /// The fleet journal cannot be written: the step must not act.
+    pub fn begin(&self, step: &str) -> Result<(), String> {
+        self.line(step, false, None)
+    }
+
+    /// Journals that `step` is done, with what it did, and tells the operator.
+    ///
+    /// # Errors
+    /// The fleet journal cannot be written.
+    pub fn done(&self, step: &str, text: &str) -> Result<(), String> {
+        self.line(step, true, Some(text.to_string()))?;
+        self.note(format!("{step}: {text}"));
+        Ok(())
+    }
+
+    /// Tells the operator something while a step runs (a budget's refusal being retried).
+    pub fn note(&self, text: String) {
+        let _ = self.tx.send(Progress::Step {
+            node: self.node.clone(),
+            text,
+        });
+    }
+}
+
 /// The saved set is what was fingerprinted: it names a node, every plan is intact and the
-/// set's fingerprint is over exactly them (never trusted: a changed file is refused).
+/// set's fingerprint is over exactly them, in their order (never trusted: a changed file is
+/// refused).
 ///
 /// # Errors
 /// Why nothing is rolled out.
-pub fn verify(set: &PlanSet, file: &Path) -> Result<(), Refused> {
-    if set.nodes.is_empty() {
-        return Err(Refused(format!(
-            "{}: the set names no node; nothing is rolled out",
+pub fn verify<S: Set>(set: &S, file: &Path) -> Result<(), Refused> {
+    match set.tampered() {
+        None => Ok(()),
+        Some(why) => Err(Refused(format!(
+            "{}: {why}; nothing is rolled out",
             file.display()
-        )));
+        ))),
     }
-    if let Some(n) = set.nodes.iter().find(|n| !n.plan.content_intact()) {
-        return Err(Refused(format!(
-            "{}: the plan for {} was changed after it was made; nothing is rolled out",
-            file.display(),
-            n.node
-        )));
-    }
-    if set.computed() != set.fingerprint {
-        return Err(Refused(format!(
-            "{}: the set's nodes or plans changed since it was made (fingerprint {} now {}); nothing is rolled out",
-            file.display(),
-            set.fingerprint,
-            set.computed()
-        )));
-    }
-    Ok(())
 }
 
 /// Where a rollout starts: its id, the nodes an interrupted rollout of the set finished, and
@@ -91,6 +236,8 @@ pub struct Start {
     pub done: Vec<String>,
     /// Nodes that failed, or were started and never reported (the rollout was killed under them).
     pub attempted: Vec<String>,
+    /// The steps journaled done before: (node, step key).
+    pub steps: Vec<(String, String)>,
     /// It continues a journaled rollout.
     pub resumed: bool,
 }
@@ -100,14 +247,14 @@ pub struct Start {
 ///
 /// # Errors
 /// Nothing to resume, or an unfinished rollout to continue first.
-pub fn start(fj: &Path, set: &PlanSet, file: &Path, resume: bool) -> Result<Start, Refused> {
+pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<Start, Refused> {
     let (entries, _) = journal::read(fj).unwrap_or_default();
-    let latest = Rollouts::of(&entries).latest(&set.fingerprint).cloned();
+    let latest = Rollouts::of(&entries).latest(set.fingerprint()).cloned();
     if resume {
         let Some(r) = latest else {
             return Err(Refused(format!(
                 "no rollout of set {} to resume in {}",
-                set.fingerprint,
+                set.fingerprint(),
                 fj.display()
             )));
         };
@@ -116,22 +263,24 @@ pub fn start(fj: &Path, set: &PlanSet, file: &Path, resume: bool) -> Result<Star
             id: r.id,
             done: r.done,
             attempted,
+            steps: r.steps,
             resumed: true,
         });
     }
     if let Some(r) = latest.filter(|r| !r.finished) {
         return Err(Refused(format!(
-            "rollout {} of set {} is unfinished in {}: its done nodes no longer match their plans. Continue it: partop fleet apply {} --resume",
+            "rollout {} of set {} is unfinished in {}: its done nodes no longer match their plans. Continue it: {}",
             r.id,
-            set.fingerprint,
+            set.fingerprint(),
             fj.display(),
-            file.display()
+            S::resume_command(file)
         )));
     }
     Ok(Start {
-        id: format!("{}-{}", set.fingerprint, crate::collect::clock::now_ms()),
+        id: format!("{}-{}", set.fingerprint(), crate::collect::clock::now_ms()),
         done: Vec::new(),
         attempted: Vec::new(),
+        steps: Vec::new(),
         resumed: false,
     })
 }
@@ -161,6 +310,13 @@ pub enum Progress {
         /// Its plan's fingerprint.
         plan: String,
     },
+    /// A step of a node's engine said something (a step done, a budget's refusal retried).
+    Step {
+        /// Its name.
+        node: String,
+        /// What.
+        text: String,
+    },
     /// A node applied its plan and reads back what it says.
     Applied {
         /// Its name.
@@ -179,13 +335,12 @@ pub enum Progress {
 
 /// How the operator takes part in a rollout: shown what will run, asked once for the set,
 /// told each node's progress.
-pub trait Operator {
+pub trait Operator<S: Set = PlanSet> {
     /// The operator confirms rolling out `todo` (the nodes not done before) under `start`.
     ///
     /// # Errors
     /// The answer could not be read.
-    fn confirm(&mut self, set: &PlanSet, todo: &[&NodePlan], start: &Start)
-    -> anyhow::Result<bool>;
+    fn confirm(&mut self, set: &S, todo: &[&S::Node], start: &Start) -> anyhow::Result<bool>;
     /// A node's progress.
     ///
     /// # Errors
@@ -207,8 +362,8 @@ pub enum Outcome {
     },
 }
 
-/// A rollout of a verified `set`, `parallel` nodes at a time over transport `t`, journaled in
-/// the fleet journal `fj`.
+/// A rollout of a verified `set` of ssh nodes, `parallel` nodes at a time over transport `t`,
+/// journaled in the fleet journal `fj`: each node's own `partop apply`.
 ///
 /// # Errors
 /// A refusal before anything ran, or the fleet journal unwritable (nothing more is rolled out).
@@ -221,12 +376,29 @@ pub fn execute(
     fj: &Path,
     op: &mut impl Operator,
 ) -> anyhow::Result<Outcome> {
+    run(&SshApply { t }, set, file, parallel, resume, fj, op)
+}
+
+/// The rollout protocol over any engine: verified, resume decided, confirmed once, journaled,
+/// then chunk by chunk until the first failure.
+///
+/// # Errors
+/// A refusal before anything ran, or the fleet journal unwritable (nothing more is rolled out).
+pub fn run<S: Set, E: Engine<S>>(
+    engine: &E,
+    set: &S,
+    file: &Path,
+    parallel: usize,
+    resume: bool,
+    fj: &Path,
+    op: &mut impl Operator<S>,
+) -> anyhow::Result<Outcome> {
     verify(set, file)?;
     let start = start(fj, set, file, resume)?;
-    let todo: Vec<&NodePlan> = set
-        .nodes
+    let todo: Vec<&S::Node> = set
+        .nodes()
         .iter()
-        .filter(|n| !start.done.contains(&n.node))
+        .filter(|n| !start.done.contains(&S::journaled(n).node))
         .collect();
     if !op.confirm(set, &todo, &start)? {
         return Ok(Outcome::NotConfirmed);
@@ -234,18 +406,19 @@ pub fn execute(
     let log = |event: &RolloutEvent| journal_or_stop(fj, &start.id, event);
     if !start.resumed {
         log(&RolloutEvent::Started {
-            set: set.fingerprint.clone(),
+            set: set.fingerprint().to_string(),
             file: file.display().to_string(),
-            nodes: set.nodes.iter().map(rollout_node).collect(),
+            nodes: set.nodes().iter().map(S::journaled).collect(),
             parallel,
         })?;
     }
     for chunk in todo.chunks(parallel.max(1)) {
         let mut how = Vec::new();
         for n in chunk {
-            let h = node_start(t, n, &start);
+            let j = S::journaled(n);
+            let h = engine.node_start(n, &start);
             log(&RolloutEvent::NodeStarted {
-                node: rollout_node(n),
+                node: j.clone(),
                 resume: match &h {
                     NodeStart::Resume => Some(true),
                     NodeStart::Apply | NodeStart::ApplyAgain => Some(false),
@@ -257,41 +430,35 @@ pub fn execute(
                 },
             })?;
             op.progress(Progress::Node {
-                node: n.node.clone(),
+                node: j.node,
                 how: h.clone(),
-                plan: n.plan.fingerprint.clone(),
+                plan: j.plan,
             })?;
             how.push(h);
         }
-        let results: Vec<(&NodePlan, Result<String, String>)> = std::thread::scope(|s| {
-            let hs: Vec<_> = chunk
-                .iter()
-                .zip(how)
-                .map(|(n, how)| s.spawn(move || (*n, apply_node(t, n, &how))))
-                .collect();
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
+        let results = run_chunk(engine, chunk, how, fj, &start, op)?;
         let mut stop = false;
         for (n, r) in results {
+            let j = S::journaled(n);
             match r {
-                Ok(o) => {
+                Ok(lines) => {
                     op.progress(Progress::Applied {
-                        node: n.node.clone(),
-                        steps: step_lines(&o),
+                        node: j.node.clone(),
+                        steps: lines,
                     })?;
                     log(&RolloutEvent::NodeDone {
-                        node: n.node.clone(),
-                        plan: n.plan.fingerprint.clone(),
+                        node: j.node,
+                        plan: j.plan,
                     })?;
                 }
                 Err(e) => {
                     op.progress(Progress::Failed {
-                        node: n.node.clone(),
+                        node: j.node.clone(),
                         error: e.clone(),
                     })?;
                     log(&RolloutEvent::NodeFailed {
-                        node: n.node.clone(),
-                        plan: n.plan.fingerprint.clone(),
+                        node: j.node,
+                        plan: j.plan,
                         error: e,
                     })?;
                     stop = true;
@@ -300,24 +467,91 @@ pub fn execute(
         }
         if stop {
             // The first failure stops the rollout: the nodes after this chunk stay untouched.
+            let names: Vec<String> = chunk.iter().map(|c| S::journaled(c).node).collect();
             let untouched: Vec<String> = set
-                .nodes
+                .nodes()
                 .iter()
-                .skip_while(|x| !chunk.iter().any(|c| c.node == x.node))
+                .map(|x| S::journaled(x).node)
+                .skip_while(|x| !names.contains(x))
                 .skip(chunk.len())
-                .map(|x| x.node.clone())
                 .collect();
             log(&RolloutEvent::Stopped {
-                set: set.fingerprint.clone(),
+                set: set.fingerprint().to_string(),
                 untouched: untouched.clone(),
             })?;
             return Ok(Outcome::Stopped { untouched });
         }
     }
     log(&RolloutEvent::Done {
-        set: set.fingerprint.clone(),
+        set: set.fingerprint().to_string(),
     })?;
     Ok(Outcome::Done)
+}
+
+/// A node and what its engine came to: its lines, or where and why it failed.
+type NodeResult<'a, S> = (&'a <S as Set>::Node, Result<Vec<String>, String>);
+
+/// One chunk's nodes at once, each on its own thread; what their steps say reaches the
+/// operator as it happens.
+fn run_chunk<'a, S: Set, E: Engine<S>>(
+    engine: &E,
+    chunk: &[&'a S::Node],
+    how: Vec<NodeStart>,
+    fj: &Path,
+    start: &Start,
+    op: &mut impl Operator<S>,
+) -> anyhow::Result<Vec<NodeResult<'a, S>>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Progress>();
+    let mut said = Ok(());
+    let results = std::thread::scope(|s| {
+        let hs: Vec<_> = chunk
+            .iter()
+            .zip(how)
+            .map(|(n, how)| {
+                let j = S::journaled(n);
+                let log = StepLog {
+                    fj: fj.to_path_buf(),
+                    rollout: start.id.clone(),
+                    done_before: start
+                        .steps
+                        .iter()
+                        .filter(|(x, _)| *x == j.node)
+                        .map(|(_, k)| k.clone())
+                        .collect(),
+                    node: j.node,
+                    plan: j.plan,
+                    tx: tx.clone(),
+                };
+                s.spawn(move || (*n, engine.run(n, &how, &log)))
+            })
+            .collect();
+        drop(tx);
+        // Ends when every node's thread is done (its log, the last sender, dropped).
+        for p in rx {
+            if said.is_ok() {
+                said = op.progress(p);
+            }
+        }
+        hs.into_iter()
+            .filter_map(|h| h.join().ok())
+            .collect::<Vec<_>>()
+    });
+    said.map(|()| results)
+}
+
+/// The ssh engine: each node's own `partop apply` through `collect::fleet::run_on`, read back.
+struct SshApply<'a> {
+    t: &'a Transport,
+}
+
+impl Engine<PlanSet> for SshApply<'_> {
+    fn node_start(&self, n: &NodePlan, start: &Start) -> NodeStart {
+        node_start(self.t, n, start)
+    }
+
+    fn run(&self, n: &NodePlan, how: &NodeStart, _log: &StepLog) -> Result<Vec<String>, String> {
+        apply_node(self.t, n, how).map(|o| step_lines(&o))
+    }
 }
 
 /// A node attempted before continues its own run when the node has one; an attempt that never
@@ -444,15 +678,6 @@ fn verify_once(t: &Transport, n: &NodePlan) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A node as its rollout journals it.
-fn rollout_node(n: &NodePlan) -> RolloutNode {
-    RolloutNode {
-        node: n.node.clone(),
-        dest: n.dest.clone(),
-        plan: n.plan.fingerprint.clone(),
-    }
 }
 
 /// Journals a rollout's line; a journal that cannot be written stops the rollout.

@@ -2,18 +2,18 @@
 //! plane, or `scripts/cluster-up.sh` for rehearsal). It creates N Node objects with GPU
 //! capacity, allocatable and partition labels (what the AMD node labeller and the device
 //! plugin would write), keeps their status as a kubelet would, backs K of them with simulated
-//! GPU nodes (`sim start`), and plays DCM and the MIG manager (`sim::cluster_managers`: their
+//! GPU nodes (`sim start`), and plays DCM and the MIG manager (`domain::partition_managers`: their
 //! documented contracts) on every node: a profile or config asked by label is validated,
 //! applied (on a simulated node only through its amd-smi), and reported in the state label and,
 //! on failure, an event. Runs until SIGTERM or SIGINT.
 
-use super::cluster_managers::{
+use crate::collect::cluster::Target;
+use crate::domain::cluster::{AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
+use crate::domain::partition_managers::{
     DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, DCM_TAINT, DEFAULT_MIG_CONFIG, MIG_CONFIGMAP, MIG_KEY,
     MIG_NAMESPACE, MIG_PRODUCT, MigLayout, Refusal, dcm_profile, default_dcm_config, mig_layout,
     mig_resources,
 };
-use crate::collect::cluster::Target;
-use crate::domain::cluster::{AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
 use crate::domain::{ComputeMode, MemoryMode};
 use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
@@ -26,6 +26,9 @@ use std::sync::{Arc, Mutex};
 /// Every node the simulator made carries this label (what it watches, and what `--delete`
 /// would select).
 pub const SIM_LABEL: &str = "partop.sim/cluster";
+/// A node annotated `partop.sim/fail=true` fails its next partition change, as `--fail` does
+/// (the failure mode a rehearsal or a test can clear: take the annotation off).
+pub const FAIL_ANNOTATION: &str = "partop.sim/fail";
 /// GPUs per simulated node (an MI300X or H100 HGX board).
 pub const GPUS: u32 = 8;
 
@@ -182,9 +185,64 @@ pub async fn run(
             });
         }
     };
+    let names: std::collections::HashSet<String> = (0..o.nodes)
+        .map(|i| node_name(i, i >= o.nodes.saturating_sub(o.mig_nodes)))
+        .collect();
     tokio::select! {
         () = play => Err("the watch of the simulated nodes ended".into()),
+        () = kubelets(client.clone(), names) => Err("the watch of the simulated nodes' pods ended".into()),
         () = stop => Ok(()),
+    }
+}
+
+/// The kubelets of the simulated nodes, for the pods bound to them: a pod is marked running and
+/// ready (what a PodDisruptionBudget counts), and a pod being deleted is finished once its
+/// (simulated) containers stopped, so an eviction really drains the node.
+async fn kubelets(client: kube::Client, names: std::collections::HashSet<String>) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::all(client);
+    let events = watcher(pods.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let mut events = std::pin::pin!(events);
+    while let Some(ev) = events.next().await {
+        let Ok(p) = ev else { continue };
+        let on_ours = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| names.contains(n));
+        if !on_ours {
+            continue;
+        }
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(pods.clone().into_client(), &ns);
+        if p.metadata.deletion_timestamp.is_some() {
+            let dp = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: p.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let _ = api.delete(&name, &dp).await;
+            continue;
+        }
+        let running = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|ph| ph == "Running");
+        if !running {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let st = serde_json::json!({"status": {"phase": "Running", "startTime": now,
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}});
+            let _ = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&st))
+                .await;
+        }
     }
 }
 
@@ -205,18 +263,25 @@ impl Job {
 }
 
 /// The job a node's labels ask for that was not handled yet (a relabel to the same value is
-/// not a new request, as with the real managers, which act on a change).
+/// not a new request, as with the real managers, which act on a change; a label taken off and
+/// set again is).
 fn wanted(node: &Node, model: &Mutex<Model>) -> Option<Job> {
     let name = node.metadata.name.clone()?;
-    let labels = node.metadata.labels.as_ref()?;
-    let job = labels
-        .get(DCM_PROFILE)
-        .map(|p| Job::Dcm(p.clone()))
-        .or_else(|| labels.get(MIG_CONFIG).map(|c| Job::Mig(c.clone())))?;
-    let key = format!("{job:?}");
+    let labels = node.metadata.labels.clone().unwrap_or_default();
     let mut m = model
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(job) = labels
+        .get(DCM_PROFILE)
+        .map(|p| Job::Dcm(p.clone()))
+        .or_else(|| labels.get(MIG_CONFIG).map(|c| Job::Mig(c.clone())))
+    else {
+        // The label taken off: setting it again is a new request (how an operator asks a
+        // manager again after a failure).
+        m.handled.remove(&name);
+        return None;
+    };
+    let key = format!("{job:?}");
     if m.handled.get(&name) == Some(&key) {
         return None;
     }
@@ -464,6 +529,24 @@ fn apply_mig_on_sim(state: &std::path::Path, layout: &MigLayout) -> Result<(), S
     }
 }
 
+/// Whether the node's next partition change fails (`--fail`, or the annotation), and the words
+/// its failure adds: the annotation's value when it is not just `true` (what a test uses to
+/// put outside text, control characters included, into the manager's event).
+fn failure_words(node: &Node, fail: &[String]) -> Option<String> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let said = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FAIL_ANNOTATION))
+        .filter(|v| !v.is_empty() && *v != "false");
+    match said {
+        Some(v) if v == "true" => Some(String::new()),
+        Some(v) => Some(format!(": {v}")),
+        None => fail.contains(&name).then(String::new),
+    }
+}
+
 async fn act(
     client: &kube::Client,
     node: &Node,
@@ -473,7 +556,7 @@ async fn act(
 ) -> Result<(), String> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let nodes: Api<Node> = Api::all(client.clone());
-    let failing = fail.contains(&name);
+    let failing = failure_words(node, fail);
     match job {
         Job::Dcm(profile) => {
             let cms: Api<ConfigMap> = Api::namespaced(client.clone(), DCM_NAMESPACE);
@@ -511,10 +594,10 @@ async fn act(
             }
             let r: Result<(ComputeMode, MemoryMode), Refusal> =
                 dcm_profile(&text, profile, GPUS).and_then(|(c, m)| {
-                    if failing {
+                    if let Some(why) = &failing {
                         return Err(Refusal {
                             reason: "PartitionFailure",
-                            message: format!("{name}: partitioning to {c}/{m} failed (the simulated failure mode)"),
+                            message: format!("{name}: partitioning to {c}/{m} failed (the simulated failure mode){why}"),
                         });
                     }
                     let backed = model
@@ -575,9 +658,9 @@ async fn act(
                 .get(&name)
                 .cloned();
             let r = mig_layout(&text, config, GPUS).and_then(|layout| {
-                if failing {
+                if let Some(why) = &failing {
                     return Err(format!(
-                        "{name}: applying {config:?} failed (the simulated failure mode)"
+                        "{name}: applying {config:?} failed (the simulated failure mode){why}"
                     ));
                 }
                 if let Some(st) = backed {

@@ -1,13 +1,15 @@
-//! The partition managers of a simulated cluster, their contracts as documented and nothing
+//! The partition managers of a Kubernetes cluster, their contracts as documented and nothing
 //! more: AMD's Device Config Manager (a profile in the `gpu-config-profiles` ConfigMap,
 //! validated, chosen by the node label `dcm.amd.com/gpu-config-profile`, reported in
 //! `…-state` and in events) and NVIDIA's MIG manager (a mig-parted config chosen by
 //! `nvidia.com/mig.config`, reported in `nvidia.com/mig.config.state`). Pure: what a profile or
-//! a config asks of a node, or why it is refused; `sim::cluster` applies it (through the
-//! simulated node's amd-smi where there is one) and writes the labels and events.
+//! a config asks of a node, or why it is refused. Read by both sides of the contract: the
+//! simulated cluster's stand-ins (`sim::cluster` applies a profile, through the simulated
+//! node's amd-smi where there is one, and writes the labels and events) and a cluster rollout's
+//! planner (`domain::cluster_rollout`: the profile it writes, the capacity a config gives).
 
-use crate::domain::mig_profiles::{MEMORY_SLICES, table_profiles};
-use crate::domain::{ComputeMode, MemoryMode};
+use super::mig_profiles::{MEMORY_SLICES, table_profiles};
+use super::{ComputeMode, MemoryMode};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

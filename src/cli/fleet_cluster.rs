@@ -1,0 +1,315 @@
+//! `partop fleet --kubernetes plan|apply`: a rollout through the cluster's own partition
+//! managers. The plan (`exec::cluster_rollout::plan`) printed node by node (the engine, the pods
+//! evicted and the budgets that allow it now, the capacity after, the DCM profile's diff) and
+//! saved; the apply checks every verb it needs and every node against its plan before anything
+//! changes, asks the one typed confirmation, and runs `exec::rollout` with the cluster engine.
+//! Printing and wiring only.
+
+use crate::cli::args::{FleetArgs, FleetCmd};
+use crate::cli::exit;
+use crate::cli::out::{confirm, out};
+use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan, Target, parse_layout};
+use crate::domain::text::escape_controls as esc;
+use crate::exec::cluster_rollout::{ClusterEngine, Planned};
+use crate::exec::k8s::Limits;
+use crate::exec::rollout::{self, NodeStart, Outcome, Progress, Start};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// An error from the cluster as said on the terminal: node, pod and label names and the API
+/// server's words are outside strings, escaped like every other output path.
+fn said(e: String) -> anyhow::Error {
+    anyhow::Error::msg(esc(&e).into_owned())
+}
+
+/// `partop fleet --kubernetes plan|apply`.
+pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settings) -> Result<u8> {
+    if let Some(l) = &a.selector {
+        crate::domain::label_selector::check(l)
+            .map_err(|e| exit::Usage(format!("-l {}: {}", esc(l), esc(&e))))?;
+    }
+    let t = crate::collect::cluster::Target {
+        kubeconfig: a.kubeconfig.clone(),
+        context: a.context.clone(),
+        selector: a.selector.clone(),
+    };
+    match action {
+        FleetCmd::Plan {
+            compute,
+            memory,
+            layout,
+            mig_config,
+            out: file,
+        } => {
+            if compute.is_some() || memory.is_some() {
+                return Err(exit::Usage(
+                    "with --kubernetes the layout is one word: --layout cpx_nps4 (or --mig-config NAME)".into(),
+                )
+                .into());
+            }
+            let target = match (layout, mig_config) {
+                (Some(l), None) => {
+                    let (compute, memory) = parse_layout(l)
+                        .map_err(|e| exit::Usage(format!("--layout {}", esc(&e))))?;
+                    Target::Layout { compute, memory }
+                }
+                (None, Some(m)) => Target::MigConfig { name: m.clone() },
+                _ => {
+                    return Err(exit::Usage(
+                        "with --kubernetes, say what the nodes take: --layout <compute>_<memory> (through DCM) or --mig-config NAME (through the MIG manager)".into(),
+                    )
+                    .into());
+                }
+            };
+            plan(&t, &target, file)
+        }
+        FleetCmd::Apply {
+            set,
+            parallel,
+            yes,
+            resume,
+        } => {
+            if settings.read_only {
+                out(&crate::cli::out::read_only_refusal("rolled out"))?;
+                return Ok(exit::USAGE);
+            }
+            apply(
+                &t,
+                set,
+                usize::from(*parallel),
+                *yes,
+                *resume,
+                &crate::cli::fleet_apply::fleet_journal(settings),
+            )
+        }
+    }
+}
+
+fn plan(t: &crate::collect::cluster::Target, target: &Target, file: &Path) -> Result<u8> {
+    let rt = crate::cli::out::runtime()?;
+    let planned = rt
+        .block_on(crate::exec::cluster_rollout::plan(
+            t,
+            target,
+            Limits::default(),
+        ))
+        .map_err(said);
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    let planned = planned?;
+    out(&plan_text(&planned))?;
+    if !planned.refused.is_empty() {
+        out(&format!(
+            "\n{} node(s) cannot be rolled out through the cluster: nothing saved (a set covers every node the selector names; narrow it with -l)\n",
+            planned.refused.len()
+        ))?;
+        return Ok(exit::FAILED);
+    }
+    if planned.set.nodes.is_empty() && !planned.already.is_empty() {
+        out("\nevery node is already at the target: nothing to roll out, nothing saved\n")?;
+        return Ok(exit::OK);
+    }
+    if planned.set.nodes.is_empty() {
+        out("\nno GPU node matched: nothing saved\n")?;
+        return Ok(exit::FAILED);
+    }
+    crate::exec::safe_file::write_atomic(
+        file,
+        (serde_json::to_string_pretty(&planned.set)? + "\n").as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", file.display()))?;
+    out(&format!(
+        "\ncluster plan set {} saved to {}: partop fleet --kubernetes apply {} (one confirmation covers exactly these nodes, in this order, and this profile)\n",
+        planned.set.fingerprint,
+        file.display(),
+        file.display()
+    ))?;
+    Ok(exit::OK)
+}
+
+/// The plan for reading: each node, its evictions and their budgets, the capacity after; the
+/// DCM profile's diff; the nodes refused.
+pub fn plan_text(p: &Planned) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "cluster rollout to {}: {} node(s) in this order",
+        esc(&p.set.target.words()),
+        p.set.nodes.len()
+    );
+    for n in &p.set.nodes {
+        node_text(&mut o, n);
+        for (node, d) in p.daemons.iter().filter(|(x, _)| *x == n.node) {
+            let _ = writeln!(
+                o,
+                "    stays: {} (a DaemonSet pod on {}'s GPUs: the manager's own flow clears it)",
+                esc(d),
+                esc(node)
+            );
+        }
+    }
+    if let Some(pr) = &p.set.profile {
+        let _ = writeln!(o, "\nDCM's ConfigMap, written before the first label:");
+        for l in pr.diff() {
+            let _ = writeln!(o, "  {}", esc(&l));
+        }
+    }
+    for a in &p.already {
+        let _ = writeln!(
+            o,
+            "already at the target: {} (its manager answered success and it advertises the capacity): not in the set",
+            esc(a)
+        );
+    }
+    for r in &p.refused {
+        let _ = writeln!(o, "refused: {}", esc(r));
+    }
+    o
+}
+
+fn node_text(o: &mut String, n: &NodePlan) {
+    let after: Vec<String> = n
+        .expected
+        .iter()
+        .map(|(r, c)| format!("{}={c}", esc(r)))
+        .collect();
+    let _ = writeln!(
+        o,
+        "{}: {} · {} pod(s) evicted · allocatable after: {} · plan {}",
+        esc(&n.node),
+        esc(&n.engine.words()),
+        n.pods.len(),
+        after.join(" "),
+        n.fingerprint
+    );
+    for e in &n.pods {
+        let asks: Vec<String> = e
+            .requests
+            .iter()
+            .map(|(r, c)| format!("{}={c}", esc(r)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "    evict {} ({}) · {}",
+            esc(&e.label()),
+            asks.join(" "),
+            esc(&e.budget_words())
+        );
+    }
+}
+
+/// `partop fleet --kubernetes apply`: the set verified, every verb asked of the API server and
+/// every node not attempted before compared with its plan, all before the confirmation.
+fn apply(
+    t: &crate::collect::cluster::Target,
+    file: &Path,
+    parallel: usize,
+    yes: bool,
+    resume: bool,
+    fj: &Path,
+) -> Result<u8> {
+    let set: ClusterPlanSet = crate::cli::out::read_document(
+        file,
+        false,
+        "a plan set from `partop fleet --kubernetes plan`",
+    )?;
+    rollout::verify(&set, file)?;
+    let engine = ClusterEngine::connect(t, &set, Limits::default()).map_err(said)?;
+    engine.preflight(&set).map_err(said)?;
+    let start = rollout::start(fj, &set, file, resume).map_err(|e| {
+        // An unfinished rollout refused: what it left cordoned is said with the undo.
+        let left = crate::exec::cluster_rollout::left_cordoned(fj, &set);
+        if left.is_empty() {
+            anyhow::Error::from(e)
+        } else {
+            anyhow::anyhow!("{e}; it left cordoned: {}", esc(&left.join(", ")))
+        }
+    })?;
+    let mut skip = start.done.clone();
+    skip.extend(start.attempted.iter().cloned());
+    engine.check_nodes(&set, &skip).map_err(said)?;
+    let mut op = Operator { yes, parallel };
+    match rollout::run(&engine, &set, file, parallel, resume, fj, &mut op)? {
+        Outcome::NotConfirmed => {
+            out("cancelled: nothing was changed\n")?;
+            Ok(exit::FAILED)
+        }
+        Outcome::Stopped { untouched } => {
+            out(&format!(
+                "\nrollout stopped at the first failure; untouched: {}. Fix the cause named above, then: partop fleet --kubernetes apply {} --resume\n",
+                if untouched.is_empty() {
+                    "none".to_string()
+                } else {
+                    untouched
+                        .iter()
+                        .map(|u| esc(u).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+                file.display()
+            ))?;
+            Ok(exit::FAILED)
+        }
+        Outcome::Done => {
+            out(&format!(
+                "\nrollout done: {} node(s) changed, advertising their new capacity, uncordoned\n",
+                set.nodes.len()
+            ))?;
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// The operator of a cluster rollout: the nodes printed, the set's fingerprint typed (none with
+/// --yes), each step printed as it is done.
+struct Operator {
+    yes: bool,
+    parallel: usize,
+}
+
+impl rollout::Operator<ClusterPlanSet> for Operator {
+    fn confirm(&mut self, set: &ClusterPlanSet, todo: &[&NodePlan], start: &Start) -> Result<bool> {
+        let mut o = format!(
+            "cluster plan set {} ({}): {} node(s){}, {} at a time:\n",
+            set.fingerprint,
+            esc(&set.target.words()),
+            set.nodes.len(),
+            if start.done.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} done before: skipped)", start.done.len())
+            },
+            self.parallel
+        );
+        for n in todo {
+            node_text(&mut o, n);
+        }
+        out(&o)?;
+        Ok(self.yes
+            || confirm(
+                &format!(
+                    "\nType the plan set's fingerprint ({}) to roll it out on these {} node(s): ",
+                    set.fingerprint,
+                    todo.len()
+                ),
+                &set.fingerprint,
+            )?)
+    }
+
+    fn progress(&mut self, p: Progress) -> Result<()> {
+        match p {
+            Progress::Node { node, how, plan } => out(&format!(
+                "\n== {}: {} plan {plan}\n",
+                esc(&node),
+                match how {
+                    NodeStart::Resume => "resuming at the step where it stopped:",
+                    _ => "rolling out",
+                }
+            )),
+            Progress::Step { node, text } | Progress::Failed { node, error: text } => {
+                out(&format!("   {}: {}\n", esc(&node), esc(&text)))
+            }
+            Progress::Applied { node, .. } => out(&format!("   {}: done\n", esc(&node))),
+        }
+    }
+}

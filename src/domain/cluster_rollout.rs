@@ -1,0 +1,820 @@
+//! A rollout through a Kubernetes cluster, pure (issue 26, item 2): what one node's plan is
+//! (the pods evicted and the PodDisruptionBudgets that allow it now, the engine that changes
+//! the partitions: a DCM profile or a MIG-manager config, the capacity expected afterwards, the
+//! partition labels it was planned against), the set's fingerprint, the DCM profile written
+//! into its ConfigMap, the steps each node goes through and where a resumed node continues.
+//! Planned by `exec::cluster_rollout` from what the API server says; rolled out by
+//! `exec::rollout` with that module as its node engine.
+
+use super::cluster::{AMD_PARTITION, ClusterNode, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
+use super::k8s_ops::Access;
+use super::modes::{ComputeMode, MemoryMode};
+use super::partition_managers::{
+    DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, MIG_CONFIGMAP, MIG_KEY, MIG_NAMESPACE, mig_layout,
+    mig_resources,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// XCDs per GPU the node labels cannot tell (an MI300X's 8; the fleet view assumes the same).
+pub const XCDS: u32 = 8;
+
+/// What the set asks of every node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// An AMD layout (`cpx_nps4`), through DCM.
+    Layout {
+        /// Compute mode.
+        compute: ComputeMode,
+        /// Memory mode.
+        memory: MemoryMode,
+    },
+    /// A config of the MIG manager's mig-parted file.
+    MigConfig {
+        /// Its name.
+        name: String,
+    },
+}
+
+impl Target {
+    /// `cpx_nps4` or `mig config all-1g.10gb`.
+    pub fn words(&self) -> String {
+        match self {
+            Self::Layout { compute, memory } => layout_label(*compute, *memory),
+            Self::MigConfig { name } => format!("MIG config {name}"),
+        }
+    }
+}
+
+/// `<compute>_<memory>` as the AMD node labeller writes it.
+pub fn layout_label(c: ComputeMode, m: MemoryMode) -> String {
+    format!("{}_{}", c.name().to_lowercase(), m.name().to_lowercase())
+}
+
+/// Parses `cpx_nps4`.
+///
+/// # Errors
+/// Not `<compute>_<memory>` of known modes.
+pub fn parse_layout(s: &str) -> Result<(ComputeMode, MemoryMode), String> {
+    let (c, m) = s
+        .split_once('_')
+        .ok_or_else(|| format!("{s:?}: a layout is <compute>_<memory>, as cpx_nps4"))?;
+    let c = c
+        .parse()
+        .map_err(|_| format!("{s:?}: {c:?} is not a compute mode (spx dpx tpx qpx cpx)"))?;
+    let m = m
+        .parse()
+        .map_err(|_| format!("{s:?}: {m:?} is not a memory mode (nps1 nps2 nps4 nps8)"))?;
+    Ok((c, m))
+}
+
+/// The engine that changes a node's partitions: the cluster's own manager, asked by label.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Engine {
+    /// AMD's Device Config Manager: the node labelled with a profile of its ConfigMap.
+    Dcm {
+        /// The profile.
+        profile: String,
+    },
+    /// NVIDIA's MIG manager: the node labelled with a mig-parted config.
+    MigManager {
+        /// The config.
+        config: String,
+    },
+}
+
+impl Engine {
+    /// The node label that asks the manager, and its value.
+    pub fn label(&self) -> (&'static str, &str) {
+        match self {
+            Self::Dcm { profile } => (DCM_PROFILE, profile),
+            Self::MigManager { config } => (MIG_CONFIG, config),
+        }
+    }
+
+    /// The label the manager answers in.
+    pub const fn state_label(&self) -> &'static str {
+        match self {
+            Self::Dcm { .. } => DCM_STATE,
+            Self::MigManager { .. } => MIG_STATE,
+        }
+    }
+
+    /// The component whose events give its reason.
+    pub const fn component(&self) -> &'static str {
+        match self {
+            Self::Dcm { .. } => "device-config-manager",
+            Self::MigManager { .. } => "nvidia-mig-manager",
+        }
+    }
+
+    /// `DCM profile partop-cpx-nps4`.
+    pub fn words(&self) -> String {
+        match self {
+            Self::Dcm { profile } => format!("DCM profile {profile}"),
+            Self::MigManager { config } => format!("MIG-manager config {config}"),
+        }
+    }
+}
+
+/// What the manager's state label says now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// No answer yet (absent, `pending`, `rebooting`).
+    Waiting,
+    /// `success`.
+    Success,
+    /// `failure` (DCM) or `failed` (MIG manager): the state's word.
+    Failed(String),
+}
+
+/// The manager's answer in `labels`.
+pub fn answer(engine: &Engine, labels: &BTreeMap<String, String>) -> Answer {
+    match labels.get(engine.state_label()).map(String::as_str) {
+        Some("success") => Answer::Success,
+        Some(s @ ("failure" | "failed")) => Answer::Failed(s.to_string()),
+        _ => Answer::Waiting,
+    }
+}
+
+/// A PodDisruptionBudget that selects a pod, as it stood at planning.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Its name (in the pod's namespace).
+    pub name: String,
+    /// Disruptions it allowed then (`status.disruptionsAllowed`).
+    pub allowed: i32,
+}
+
+/// A pod the rollout evicts from a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Eviction {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its UID at planning (a new pod of that name is another pod, never evicted by this plan).
+    pub uid: String,
+    /// The GPU resources it asks for.
+    pub requests: BTreeMap<String, i64>,
+    /// The budgets that select it.
+    pub budgets: Vec<Budget>,
+}
+
+impl Eviction {
+    /// `namespace/name`.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// What the budgets allow now, in words.
+    pub fn budget_words(&self) -> String {
+        if self.budgets.is_empty() {
+            return "no PodDisruptionBudget".into();
+        }
+        self.budgets
+            .iter()
+            .map(|b| format!("PDB {} allows {} now", b.name, b.allowed))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// One node's part of a cluster rollout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePlan {
+    /// The Node's name.
+    pub node: String,
+    /// What changes its partitions.
+    pub engine: Engine,
+    /// The pods on its GPUs, evicted through the Eviction API.
+    pub pods: Vec<Eviction>,
+    /// What it must advertise allocatable afterwards, per GPU resource (0: no longer).
+    pub expected: BTreeMap<String, i64>,
+    /// Its partition labels at planning (verified before it is touched).
+    pub labels: BTreeMap<String, String>,
+    /// Over all of the above (`fingerprint::fnv` of its JSON without this field).
+    pub fingerprint: String,
+}
+
+impl NodePlan {
+    /// The fingerprint of its content now.
+    pub fn computed(&self) -> String {
+        let mut c = self.clone();
+        c.fingerprint = String::new();
+        super::fingerprint::fnv(&serde_json::to_string(&c).unwrap_or_default())
+    }
+}
+
+/// The DCM profile a rollout writes into DCM's ConfigMap (shown in the plan as a diff).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileChange {
+    /// The profile's name.
+    pub profile: String,
+    /// It as it was at planning (None: absent, or no ConfigMap).
+    pub before: Option<Value>,
+    /// It as the rollout writes it.
+    pub after: Value,
+}
+
+impl ProfileChange {
+    /// Whether the ConfigMap must be written.
+    pub fn writes(&self) -> bool {
+        self.before.as_ref() != Some(&self.after)
+    }
+
+    /// The diff in lines (`- old`, `+ new`), or that it is already there.
+    pub fn diff(&self) -> Vec<String> {
+        let at = format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} gpu-config-profiles");
+        if !self.writes() {
+            return vec![format!(
+                "{at}.{} is already as planned: not written",
+                self.profile
+            )];
+        }
+        let mut v = vec![format!(
+            "{at}.{} {}:",
+            self.profile,
+            if self.before.is_some() {
+                "changes"
+            } else {
+                "is created"
+            }
+        )];
+        if let Some(b) = &self.before {
+            v.push(format!("- {b}"));
+        }
+        v.push(format!("+ {}", self.after));
+        v
+    }
+}
+
+/// What `partop fleet --kubernetes plan` saves and `… apply` rolls out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterPlanSet {
+    /// Over the node order, every node's plan and the profile written.
+    pub fingerprint: String,
+    /// When it was made.
+    pub created_at: String,
+    /// What it asks.
+    pub target: Target,
+    /// The DCM profile written first (None: a MIG config, which the MIG manager's own file
+    /// must already have).
+    pub profile: Option<ProfileChange>,
+    /// The nodes in rollout order.
+    pub nodes: Vec<NodePlan>,
+}
+
+impl ClusterPlanSet {
+    /// The fingerprint of its content now: the nodes in order with their plans, the target and
+    /// the profile.
+    pub fn computed(&self) -> String {
+        let mut pairs: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.node.clone(), n.computed()))
+            .collect();
+        pairs.push((
+            "target".into(),
+            super::fingerprint::fnv(&serde_json::to_string(&self.target).unwrap_or_default()),
+        ));
+        pairs.push((
+            "profile".into(),
+            super::fingerprint::fnv(&serde_json::to_string(&self.profile).unwrap_or_default()),
+        ));
+        super::fleet::set_fingerprint(&pairs)
+    }
+
+    /// Why the saved set is not what was fingerprinted (None: intact).
+    pub fn tampered(&self) -> Option<String> {
+        if self.nodes.is_empty() {
+            return Some("the set names no node".into());
+        }
+        if let Some(n) = self.nodes.iter().find(|n| n.computed() != n.fingerprint) {
+            return Some(format!(
+                "the plan for {} was changed after it was made",
+                n.node
+            ));
+        }
+        let now = self.computed();
+        (now != self.fingerprint).then(|| {
+            format!(
+                "the set's nodes, their order or the profile changed since it was made (fingerprint {} now {now})",
+                self.fingerprint
+            )
+        })
+    }
+}
+
+/// The steps of one node, in order. Each is journaled before and after it acts, so a resumed
+/// rollout continues at the step where it stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// Marked unschedulable, as partop's own cordon.
+    Cordon,
+    /// The planned pods evicted through the Eviction API (budgets honoured) and gone.
+    Evict,
+    /// The manager asked: the DCM profile written (if the plan says so), the node labelled.
+    Label,
+    /// The manager's state label says `success` (a failure stops with its reason).
+    WaitState,
+    /// The kubelet advertises the expected allocatable.
+    WaitAllocatable,
+    /// Schedulable again (only a cordon of partop's is lifted).
+    Uncordon,
+}
+
+impl Step {
+    /// Every step in order.
+    pub const ALL: [Self; 6] = [
+        Self::Cordon,
+        Self::Evict,
+        Self::Label,
+        Self::WaitState,
+        Self::WaitAllocatable,
+        Self::Uncordon,
+    ];
+
+    /// Its journal key.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Cordon => "cordon",
+            Self::Evict => "evict",
+            Self::Label => "label",
+            Self::WaitState => "wait_state",
+            Self::WaitAllocatable => "wait_allocatable",
+            Self::Uncordon => "uncordon",
+        }
+    }
+
+    /// The step of a journal key.
+    pub fn of_key(k: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.key() == k)
+    }
+
+    /// Where a node whose steps `done` were journaled done continues: the first step not done;
+    /// a manager's answer that did not come (or was a failure) asks the manager again, since
+    /// only a new label makes it act.
+    pub fn resume_at(done: &[Self]) -> Option<Self> {
+        let next = Self::ALL.into_iter().find(|s| !done.contains(s))?;
+        Some(if next == Self::WaitState {
+            Self::Label
+        } else {
+            next
+        })
+    }
+}
+
+/// The nodes a journaled rollout left cordoned: their cordon journaled done and their uncordon
+/// not (the fold's steps, whatever stopped the rollout: a failure, a kill, a lost terminal).
+pub fn left_cordoned(steps: &[(String, String)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (node, step) in steps {
+        if step == Step::Cordon.key() && !out.contains(node) {
+            out.push(node.clone());
+        } else if step == Step::Uncordon.key() {
+            out.retain(|n| n != node);
+        }
+    }
+    out
+}
+
+/// The GPU resources a node advertises (capacity), by vendor.
+fn has_amd(node: &ClusterNode) -> bool {
+    node.capacity.keys().any(|k| k.starts_with("amd.com/"))
+}
+
+fn has_nvidia(node: &ClusterNode) -> bool {
+    node.capacity.keys().any(|k| k.starts_with("nvidia.com/"))
+}
+
+/// The physical GPUs of an AMD node: its advertised partitions over the partitions per GPU of
+/// its labelled layout (`XCDS` XCDs a GPU assumed, as the fleet view does).
+///
+/// # Errors
+/// No partition label, or a count it cannot give.
+pub fn amd_physical(node: &ClusterNode) -> Result<u32, String> {
+    let (c, _) = super::cluster::amd_partition(node).ok_or_else(|| {
+        format!(
+            "{} has no {AMD_PARTITION} label: its physical GPUs cannot be told from its resources",
+            node.name
+        )
+    })?;
+    let per = i64::from(c.partitions(XCDS));
+    let total: i64 = node
+        .capacity
+        .iter()
+        .filter(|(k, _)| k.starts_with("amd.com/"))
+        .map(|(_, v)| *v)
+        .sum();
+    if total <= 0 || total % per != 0 {
+        return Err(format!(
+            "{} advertises {total} AMD partitions, not a multiple of {per} ({c} on {XCDS} XCDs): fix its device plugin first",
+            node.name
+        ));
+    }
+    u32::try_from(total / per).map_err(|_| format!("{}: {total} partitions", node.name))
+}
+
+/// What an AMD node advertises after `c`/`m`: the device plugin's `single` naming
+/// (`amd.com/gpu`, every partition one) or its `mixed` naming (`amd.com/<c>_<m>`, and the old
+/// layout's resource no longer).
+///
+/// # Errors
+/// As [`amd_physical`].
+pub fn amd_expected(
+    node: &ClusterNode,
+    c: ComputeMode,
+    m: MemoryMode,
+) -> Result<BTreeMap<String, i64>, String> {
+    let n = i64::from(amd_physical(node)?) * i64::from(c.partitions(XCDS));
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    if node.capacity.contains_key("amd.com/gpu") {
+        out.insert("amd.com/gpu".into(), n);
+        return Ok(out);
+    }
+    for k in node.capacity.keys().filter(|k| k.starts_with("amd.com/")) {
+        out.insert(k.clone(), 0);
+    }
+    out.insert(format!("amd.com/{}", layout_label(c, m)), n);
+    Ok(out)
+}
+
+/// What an NVIDIA node advertises after the MIG config (the `mixed` strategy), every resource
+/// of its old config at 0.
+///
+/// # Errors
+/// The config is absent from the file or asks what the GPUs cannot give.
+pub fn mig_expected(
+    node: &ClusterNode,
+    mig_file: &str,
+    config: &str,
+) -> Result<BTreeMap<String, i64>, String> {
+    let gpus: i64 = node
+        .capacity
+        .iter()
+        .filter(|(k, _)| *k == "nvidia.com/gpu" || k.starts_with("nvidia.com/mig-"))
+        .map(|(k, v)| if *k == "nvidia.com/gpu" { *v } else { 0 })
+        .sum::<i64>()
+        .max(0);
+    // A node already in MIG mode advertises instances, not GPUs: its GPU product label's
+    // count is not on the node, so the MIG manager's default board of 8 is said, not guessed.
+    let gpus = if gpus == 0 { 8 } else { gpus };
+    let layout = mig_layout(mig_file, config, u32::try_from(gpus).unwrap_or(8))?;
+    let mut out: BTreeMap<String, i64> = node
+        .capacity
+        .keys()
+        .filter(|k| k.starts_with("nvidia.com/"))
+        .map(|k| (k.clone(), 0))
+        .collect();
+    out.extend(mig_resources(&layout));
+    Ok(out)
+}
+
+/// The profile DCM is given for `c`/`m` on nodes of `gpus` GPUs (every GPU alike, none
+/// skipped), and its name.
+pub fn dcm_profile(c: ComputeMode, m: MemoryMode, gpus: u32) -> (String, Value) {
+    (
+        format!(
+            "partop-{}-{}",
+            c.name().to_lowercase(),
+            m.name().to_lowercase()
+        ),
+        json!({"skippedGPUs": {"ids": []},
+               "profiles": [{"computePartition": c.name(), "memoryPartition": m.name(),
+                             "numGPUsAssigned": gpus}]}),
+    )
+}
+
+/// A profile as DCM's ConfigMap document has it now (None: absent).
+///
+/// # Errors
+/// The document is not a JSON object.
+pub fn profile_in(config: Option<&str>, name: &str) -> Result<Option<Value>, String> {
+    let Some(text) = config else { return Ok(None) };
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not DCM's JSON: {e}"))?;
+    Ok(v.get("gpu-config-profiles")
+        .and_then(|p| p.get(name))
+        .cloned())
+}
+
+/// DCM's ConfigMap document with `profile` set to `doc`, everything else kept as it was.
+///
+/// # Errors
+/// The document is not a JSON object.
+pub fn with_profile(config: Option<&str>, profile: &str, doc: &Value) -> Result<String, String> {
+    let mut v: Value = match config {
+        Some(t) => serde_json::from_str(t).map_err(|e| {
+            format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not DCM's JSON: {e}")
+        })?,
+        None => json!({}),
+    };
+    let o = v
+        .as_object_mut()
+        .ok_or_else(|| format!("{DCM_NAMESPACE}/{DCM_CONFIGMAP} {DCM_KEY} is not a JSON object"))?;
+    let profiles = o
+        .entry("gpu-config-profiles")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| "gpu-config-profiles is not a JSON object".to_string())?;
+    profiles.insert(profile.to_string(), doc.clone());
+    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
+}
+
+/// The engine for `node` under `target`, or why it cannot be rolled out through the cluster.
+/// `dcm` and `mig` say whether each manager's ConfigMap is there (where it is, it is managed).
+///
+/// # Errors
+/// Not a node of that vendor, or not managed.
+pub fn engine_for(
+    node: &ClusterNode,
+    target: &Target,
+    dcm: bool,
+    mig: bool,
+) -> Result<Engine, String> {
+    match target {
+        Target::Layout { compute, memory } => {
+            if !has_amd(node) {
+                return Err(format!(
+                    "{} advertises no AMD GPU resource: a layout is for AMD nodes",
+                    node.name
+                ));
+            }
+            if !dcm {
+                return Err(format!(
+                    "{} is not managed by AMD's Device Config Manager (no {DCM_NAMESPACE}/{DCM_CONFIGMAP} ConfigMap): roll it out over ssh instead (partop fleet NODE plan)",
+                    node.name
+                ));
+            }
+            Ok(Engine::Dcm {
+                profile: dcm_profile(*compute, *memory, 0).0,
+            })
+        }
+        Target::MigConfig { name } => {
+            if !has_nvidia(node) {
+                return Err(format!(
+                    "{} advertises no NVIDIA GPU resource: a MIG config is for NVIDIA nodes",
+                    node.name
+                ));
+            }
+            if !mig
+                || node
+                    .labels
+                    .get("nvidia.com/mig.capable")
+                    .map(String::as_str)
+                    != Some("true")
+            {
+                return Err(format!(
+                    "{} is not managed by the MIG manager (no {MIG_NAMESPACE}/{MIG_CONFIGMAP} ConfigMap, or not labelled nvidia.com/mig.capable=true): change it on the node instead (partop mig)",
+                    node.name
+                ));
+            }
+            Ok(Engine::MigManager {
+                config: name.clone(),
+            })
+        }
+    }
+}
+
+/// Whether the node already is where its plan takes it: its manager's label asks for it, the
+/// manager answered `success`, and the node advertises the expected capacity. A rollout has
+/// nothing to do there (draining it to relabel it the same would only disrupt its pods).
+pub fn at_target(plan: &NodePlan, node: &ClusterNode) -> bool {
+    let (k, v) = plan.engine.label();
+    node.labels.get(k).map(String::as_str) == Some(v)
+        && answer(&plan.engine, &node.labels) == Answer::Success
+        && plan
+            .expected
+            .iter()
+            .all(|(r, n)| node.allocatable.get(r).copied().unwrap_or(0) == *n)
+}
+
+/// The partition labels of a node that a plan is made against (a change to any is a node
+/// changed since the plan).
+pub fn partition_labels(node: &ClusterNode) -> BTreeMap<String, String> {
+    [AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE]
+        .iter()
+        .filter_map(|k| node.labels.get(*k).map(|v| ((*k).to_string(), v.clone())))
+        .collect()
+}
+
+/// Why a node is not as it was planned (None: it is): its partition labels, or the pods on its
+/// GPUs (`namespace/name` and UID), differ.
+pub fn changed_since(
+    plan: &NodePlan,
+    labels: &BTreeMap<String, String>,
+    pods: &[(String, String)],
+) -> Option<String> {
+    if *labels != plan.labels {
+        return Some(format!(
+            "its partition labels changed since the plan: {} then, {} now",
+            words_of(&plan.labels),
+            words_of(labels)
+        ));
+    }
+    let mut then: Vec<(String, String)> = plan
+        .pods
+        .iter()
+        .map(|p| (p.label(), p.uid.clone()))
+        .collect();
+    let mut now = pods.to_vec();
+    then.sort();
+    now.sort();
+    (then != now).then(|| {
+        let new: Vec<&str> = now
+            .iter()
+            .filter(|p| !then.contains(p))
+            .map(|p| p.0.as_str())
+            .collect();
+        let gone: Vec<&str> = then
+            .iter()
+            .filter(|p| !now.contains(p))
+            .map(|p| p.0.as_str())
+            .collect();
+        format!(
+            "the pods on its GPUs changed since the plan (new: {}; gone: {})",
+            list_or_none(&new),
+            list_or_none(&gone)
+        )
+    })
+}
+
+fn words_of(m: &BTreeMap<String, String>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn list_or_none(v: &[&str]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Every RBAC permission a cluster rollout needs, asked before anything changes.
+pub fn rollout_access(dcm: bool) -> Vec<Access> {
+    let mut v = super::k8s_ops::drain_access();
+    // The device plugin is the manager's to restart here, and the taint is DCM's own flow's.
+    v.retain(|a| !(a.verb == "delete" && a.resource == "pods") && a.verb != "update");
+    v.push(Access {
+        verb: "list",
+        group: "",
+        resource: "events",
+        subresource: "",
+        namespace: None,
+    });
+    if dcm {
+        for verb in ["get", "patch"] {
+            v.push(Access {
+                verb,
+                group: "",
+                resource: "configmaps",
+                subresource: "",
+                namespace: Some(DCM_NAMESPACE.into()),
+            });
+        }
+    }
+    v
+}
+
+/// The manager's reason for a failure: the newest of its events on the node (reason: message),
+/// else the state label's word.
+pub fn failure_reason(engine: &Engine, state: &str, events: &[(String, String, String)]) -> String {
+    let own: Vec<&(String, String, String)> = events
+        .iter()
+        .filter(|(_, _, component)| component == engine.component())
+        .collect();
+    match own.last() {
+        Some((reason, message, _)) => format!(
+            "{} says {}={state}: {reason}: {message}",
+            engine.words(),
+            engine.state_label()
+        ),
+        None => format!(
+            "{} says {}={state} (no event of {} on the node says why)",
+            engine.words(),
+            engine.state_label(),
+            engine.component()
+        ),
+    }
+}
+
+/// The config name the MIG manager's file must have; where its file is.
+pub const MIG_FILE: (&str, &str, &str) = (MIG_NAMESPACE, MIG_CONFIGMAP, MIG_KEY);
+/// DCM's ConfigMap.
+pub const DCM_FILE: (&str, &str, &str) = (DCM_NAMESPACE, DCM_CONFIGMAP, DCM_KEY);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every prefix of steps done (7 cases): a resumed node continues at the first step not
+    /// done, a manager not answered is asked again, and a node done needs nothing.
+    #[test]
+    fn a_resumed_node_continues_where_it_stopped() {
+        let want = [
+            Some(Step::Cordon),
+            Some(Step::Evict),
+            Some(Step::Label),
+            Some(Step::Label),
+            Some(Step::WaitAllocatable),
+            Some(Step::Uncordon),
+            None,
+        ];
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(Step::resume_at(&Step::ALL[..i]), *w, "{i} of 7 steps done");
+        }
+    }
+
+    /// Cordoned and not uncordoned, in any interleaving of two nodes' steps (each node's own
+    /// order kept): every split of node a's six steps at k and node b's at m (49 cases).
+    #[test]
+    fn a_cordon_is_left_until_its_uncordon_is_journaled() {
+        let mut cases = 0;
+        for k in 0..=6 {
+            for m in 0..=6 {
+                let mut steps: Vec<(String, String)> = Vec::new();
+                for i in 0..6 {
+                    if i < k {
+                        steps.push(("a".into(), Step::ALL[i].key().into()));
+                    }
+                    if i < m {
+                        steps.push(("b".into(), Step::ALL[i].key().into()));
+                    }
+                }
+                let want: Vec<String> = [("a", k), ("b", m)]
+                    .iter()
+                    .filter(|(_, n)| (1..6).contains(n))
+                    .map(|(x, _)| (*x).to_string())
+                    .collect();
+                assert_eq!(left_cordoned(&steps), want, "a at {k}, b at {m}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 49);
+    }
+
+    #[test]
+    fn layouts_parse_as_the_labeller_writes_them() {
+        assert_eq!(
+            parse_layout("cpx_nps4"),
+            Ok((ComputeMode::Cpx, MemoryMode::Nps4))
+        );
+        for bad in ["cpx", "hpx_nps4", "cpx_nps3", ""] {
+            assert!(parse_layout(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn node(cap: &[(&str, i64)], layout: &str) -> ClusterNode {
+        ClusterNode {
+            name: "n".into(),
+            labels: [(AMD_PARTITION.to_string(), layout.to_string())].into(),
+            capacity: cap.iter().map(|(k, v)| ((*k).to_string(), *v)).collect(),
+            ..ClusterNode::default()
+        }
+    }
+
+    #[test]
+    fn the_expected_capacity_follows_the_plugin_s_naming() {
+        let single = node(&[("amd.com/gpu", 8)], "spx_nps1");
+        assert_eq!(
+            amd_expected(&single, ComputeMode::Cpx, MemoryMode::Nps4).unwrap(),
+            [("amd.com/gpu".to_string(), 64)].into()
+        );
+        let mixed = node(&[("amd.com/cpx_nps4", 64)], "cpx_nps4");
+        assert_eq!(
+            amd_expected(&mixed, ComputeMode::Dpx, MemoryMode::Nps2).unwrap(),
+            [
+                ("amd.com/cpx_nps4".to_string(), 0),
+                ("amd.com/dpx_nps2".to_string(), 16)
+            ]
+            .into()
+        );
+        assert!(amd_physical(&node(&[("amd.com/gpu", 7)], "cpx_nps4")).is_err());
+    }
+
+    #[test]
+    fn a_profile_is_merged_into_dcm_s_document_keeping_the_rest() {
+        let (name, doc) = dcm_profile(ComputeMode::Cpx, MemoryMode::Nps4, 8);
+        let before = r#"{"gpu-config-profiles": {"a": {"profiles": []}}, "gpuClientSystemdServices": {"names": ["x"]}}"#;
+        let after = with_profile(Some(before), &name, &doc).unwrap();
+        assert_eq!(profile_in(Some(&after), &name).unwrap(), Some(doc.clone()));
+        assert!(profile_in(Some(&after), "a").unwrap().is_some());
+        assert!(after.contains("gpuClientSystemdServices"));
+        assert!(with_profile(Some("[1]"), &name, &doc).is_err());
+        assert!(
+            super::super::partition_managers::dcm_profile(&after, &name, 8).is_ok(),
+            "DCM's own rules accept the profile partop writes"
+        );
+    }
+}

@@ -1,0 +1,686 @@
+//! A rollout through a Kubernetes cluster (issue 26, item 2): the node engine of
+//! `exec::rollout` that changes a node through the cluster's own partition manager, and the
+//! planner that reads what such a plan needs from the API server. Per node, each step
+//! journaled before and after it acts (`rollout::StepLog`): cordon (partop's own, `NodeOps`),
+//! the planned pods evicted through the Eviction API (PodDisruptionBudgets honoured, retried
+//! within a bound and named) and gone, the manager asked by label (the DCM profile written
+//! into its ConfigMap first when the plan says so), its state label waited for (a failure
+//! stops with its own reason: its newest event on the node), the kubelet's allocatable waited
+//! for, uncordon. The pure part is `domain::cluster_rollout`.
+
+use super::k8s::{K8sError, Limits, NodeOps, said, selects};
+use super::rollout::{Engine, NodeStart, Start, StepLog};
+use crate::collect::cluster::{node_of, pod_of};
+use crate::domain::cluster_rollout::{
+    Answer, Budget, ClusterPlanSet, DCM_FILE, Engine as Manager, Eviction, MIG_FILE, NodePlan,
+    ProfileChange, Step, Target, amd_expected, amd_physical, answer, changed_since, dcm_profile,
+    engine_for, failure_reason, partition_labels, profile_in, with_profile,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long a manager may take to answer in its state label, and the kubelet to advertise the
+/// expected allocatable after it.
+pub const MANAGER_WAIT: Duration = Duration::from_secs(600);
+
+/// The cluster engine: one client, its own runtime (the rollout's node threads block on it).
+pub struct ClusterEngine {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    /// Bounds of each verb and wait.
+    pub limits: Limits,
+    /// How long the manager and the kubelet may take.
+    pub manager_wait: Duration,
+    profile: Option<ProfileChange>,
+    /// Held while the profile is written: nodes labelled at once (`--parallel`) write it once,
+    /// the others find it as planned (two writers would race on the ConfigMap's version).
+    profile_lock: tokio::sync::Mutex<()>,
+}
+
+impl ClusterEngine {
+    /// An engine on the cluster `t` for `set` (its DCM profile written once, before the first
+    /// label). kube-rs's own retry of 429 is off, as for every drain: a budget's refusal is
+    /// retried here, bounded and named.
+    ///
+    /// # Errors
+    /// The kubeconfig or the runtime.
+    pub fn connect(
+        t: &crate::collect::cluster::Target,
+        set: &ClusterPlanSet,
+        limits: Limits,
+    ) -> Result<Self, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        let ops = rt
+            .block_on(NodeOps::connect(t, "", limits))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            client: ops.client(),
+            rt,
+            limits,
+            manager_wait: MANAGER_WAIT,
+            profile: set.profile.clone(),
+            profile_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn ops(&self, node: &str) -> NodeOps {
+        NodeOps::new(self.client.clone(), node, self.limits)
+    }
+
+    /// Asks the API server whether every verb the rollout needs is granted, before anything
+    /// changes; Err names each refused verb and resource.
+    ///
+    /// # Errors
+    /// The verbs not granted.
+    pub fn preflight(&self, set: &ClusterPlanSet) -> Result<(), String> {
+        let dcm = set.profile.is_some();
+        self.rt
+            .block_on(
+                self.ops("")
+                    .preflight(&crate::domain::cluster_rollout::rollout_access(dcm)),
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every node of `set` not in `skip` is as it was planned (labels, pods on its GPUs), read
+    /// now: a node changed since the plan is refused, not trusted.
+    ///
+    /// # Errors
+    /// The first node changed or gone, said.
+    pub fn check_nodes(&self, set: &ClusterPlanSet, skip: &[String]) -> Result<(), String> {
+        for n in set.nodes.iter().filter(|n| !skip.contains(&n.node)) {
+            self.rt.block_on(self.unchanged(n))?;
+        }
+        Ok(())
+    }
+
+    async fn unchanged(&self, n: &NodePlan) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = match nodes.get_opt(&n.node).await {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                return Err(format!(
+                    "the node {} is gone from the cluster (deleted since the plan): nothing was done to it",
+                    n.node
+                ));
+            }
+            Err(e) => return Err(said(&e, "get", "nodes", None).to_string()),
+        };
+        let labels = partition_labels(&node_of(&node));
+        let pods = gpu_pods(&self.ops(&n.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        let ids: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| (format!("{}/{}", p.0, p.1), p.2.clone()))
+            .collect();
+        match changed_since(n, &labels, &ids) {
+            None => Ok(()),
+            Some(why) => Err(format!(
+                "the node {} is refused: {why}; nothing was done to it. Plan again: partop fleet --kubernetes plan",
+                n.node
+            )),
+        }
+    }
+
+    /// The steps from `first` on, each journaled before and after it acts.
+    fn steps_from(&self, n: &NodePlan, first: Step, log: &StepLog) -> Result<Vec<String>, String> {
+        let mut said = Vec::new();
+        for step in Step::ALL.into_iter().filter(|s| *s >= first) {
+            log.begin(step.key())?;
+            match self.rt.block_on(self.step(n, step, log)) {
+                Ok(text) => {
+                    log.done(step.key(), &text)?;
+                    said.push(format!("{}: {text}", step.key()));
+                }
+                Err(e) => return Err(self.failed_at(n, step, &e)),
+            }
+        }
+        Ok(said)
+    }
+
+    /// A failed step in words: the step, the reason, and what is left on the node with its undo.
+    fn failed_at(&self, n: &NodePlan, step: Step, e: &str) -> String {
+        let mut s = format!("failed at {}: {e}", step.key());
+        if step > Step::Cordon
+            && let Some(left) = self.rt.block_on(cordon_undo(&self.ops(&n.node)))
+        {
+            s.push_str(&format!(
+                "; the node {} is left cordoned by partop: resume to finish (partop fleet --kubernetes apply FILE --resume), or undo: {left}",
+                n.node
+            ));
+        }
+        s
+    }
+
+    async fn step(&self, n: &NodePlan, step: Step, log: &StepLog) -> Result<String, String> {
+        let ops = self.ops(&n.node);
+        let e = |e: K8sError| e.to_string();
+        match step {
+            Step::Cordon => ops.cordon_owned().await.map_err(e),
+            Step::Evict => evict(&ops, &n.pods, log).await.map_err(e),
+            Step::Label => self.label(&ops, &n.engine).await,
+            Step::WaitState => self.wait_state(&ops, &n.engine).await,
+            Step::WaitAllocatable => self.wait_allocatable(&ops, &n.expected).await,
+            Step::Uncordon => ops.uncordon_owned().await.map_err(e),
+        }
+    }
+
+    /// Writes the DCM profile if the plan says so (only over what the plan saw), then labels
+    /// the node for its manager; a manager that answered a failure to the same label is asked
+    /// again by taking the label off first (only a change makes it act). The old answer is
+    /// cleared so the next one is to this request.
+    async fn label(&self, ops: &NodeOps, engine: &Manager) -> Result<String, String> {
+        let mut said = Vec::new();
+        if let (Manager::Dcm { .. }, Some(p)) = (engine, &self.profile) {
+            let _one = self.profile_lock.lock().await;
+            said.push(self.write_profile(p).await?);
+        }
+        let node = ops.get_node().await.map_err(|e| gone_or(&ops.node, &e))?;
+        let labels = node_of(&node).labels;
+        let (key, value) = engine.label();
+        if labels.get(key).map(String::as_str) == Some(value) {
+            patch_labels(ops, &[(key, None), (engine.state_label(), None)]).await?;
+            said.push(format!("{key} taken off to ask again"));
+        }
+        patch_labels(ops, &[(key, Some(value)), (engine.state_label(), None)]).await?;
+        said.push(format!("labelled {key}={value}"));
+        Ok(said.join("; "))
+    }
+
+    async fn write_profile(&self, p: &ProfileChange) -> Result<String, String> {
+        let (ns, name, key) = DCM_FILE;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let cm = api
+            .get_opt(name)
+            .await
+            .map_err(|e| said(&e, "get", "configmaps", Some(ns)).to_string())?;
+        let text = cm
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key).cloned());
+        let now = profile_in(text.as_deref(), &p.profile)?;
+        if now.as_ref() == Some(&p.after) {
+            return Ok(format!("DCM profile {} already as planned", p.profile));
+        }
+        if now != p.before {
+            return Err(format!(
+                "{ns}/{name} profile {} changed since the plan (it is not what the plan showed): nothing written; plan again",
+                p.profile
+            ));
+        }
+        let doc = with_profile(text.as_deref(), &p.profile, &p.after)?;
+        let Some(cm) = cm else {
+            return Err(format!(
+                "{ns}/{name} is gone since the plan: DCM reads its profiles there; nothing written"
+            ));
+        };
+        // The read's resourceVersion goes with the patch: an edit in between is a conflict
+        // (409), never overwritten.
+        let patch = json!({"metadata": {"resourceVersion": cm.metadata.resource_version},
+                           "data": {key: doc}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| said(&e, "patch", "configmaps", Some(ns)).to_string())?;
+        Ok(format!("DCM profile {} written to {ns}/{name}", p.profile))
+    }
+
+    async fn wait_state(&self, ops: &NodeOps, engine: &Manager) -> Result<String, String> {
+        let end = Instant::now() + self.manager_wait;
+        loop {
+            let node = ops.get_node().await.map_err(|e| gone_or(&ops.node, &e))?;
+            match answer(engine, &node_of(&node).labels) {
+                Answer::Success => {
+                    return Ok(format!("{}=success", engine.state_label()));
+                }
+                Answer::Failed(state) => {
+                    let events = manager_events(&self.client, &ops.node).await;
+                    return Err(failure_reason(engine, &state, &events));
+                }
+                Answer::Waiting if Instant::now() >= end => {
+                    return Err(format!(
+                        "{} did not answer in {} within {} s",
+                        engine.words(),
+                        engine.state_label(),
+                        self.manager_wait.as_secs()
+                    ));
+                }
+                Answer::Waiting => tokio::time::sleep(self.limits.poll).await,
+            }
+        }
+    }
+
+    async fn wait_allocatable(
+        &self,
+        ops: &NodeOps,
+        expected: &BTreeMap<String, i64>,
+    ) -> Result<String, String> {
+        let end = Instant::now() + self.manager_wait;
+        loop {
+            let now = ops
+                .allocatable()
+                .await
+                .map_err(|e| gone_or(&ops.node, &e))?;
+            let differ = crate::domain::k8s_ops::allocatable_differs(expected, &now);
+            if differ.is_empty() {
+                return Ok(format!(
+                    "the kubelet advertises {}",
+                    expected
+                        .iter()
+                        .map(|(r, n)| format!("{r}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if Instant::now() >= end {
+                return Err(format!(
+                    "the node {} still advertises {} after {} s: its device plugin did not re-register (restart its pod)",
+                    ops.node,
+                    differ.join(", "),
+                    self.manager_wait.as_secs()
+                ));
+            }
+            tokio::time::sleep(self.limits.poll).await;
+        }
+    }
+}
+
+impl Engine<ClusterPlanSet> for ClusterEngine {
+    fn node_start(&self, n: &NodePlan, start: &Start) -> NodeStart {
+        if start.attempted.contains(&n.node) {
+            NodeStart::Resume
+        } else {
+            NodeStart::Apply
+        }
+    }
+
+    fn run(&self, n: &NodePlan, how: &NodeStart, log: &StepLog) -> Result<Vec<String>, String> {
+        let done: Vec<Step> = log
+            .done_before
+            .iter()
+            .filter_map(|k| Step::of_key(k))
+            .collect();
+        let first = match how {
+            NodeStart::Resume => Step::resume_at(&done),
+            _ => Some(Step::Cordon),
+        };
+        let Some(first) = first else {
+            return Ok(vec!["every step was done before".into()]);
+        };
+        if first == Step::Cordon {
+            // Not touched yet: it must be as planned.
+            self.rt.block_on(self.unchanged(n))?;
+        }
+        self.steps_from(n, first, log)
+    }
+}
+
+/// What the newest rollout of `set` in the fleet journal `fj` left cordoned, with the undo of
+/// each (empty: none, or no rollout of the set).
+pub fn left_cordoned(fj: &std::path::Path, set: &ClusterPlanSet) -> Vec<String> {
+    let (entries, _) = super::journal::read(fj).unwrap_or_default();
+    crate::domain::journal::Rollouts::of(&entries)
+        .latest(&set.fingerprint)
+        .filter(|r| !r.finished)
+        .map(|r| crate::domain::cluster_rollout::left_cordoned(&r.steps))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{n} (undo: {})",
+                crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
+            )
+        })
+        .collect()
+}
+
+/// A node error as said: a node gone is said as such.
+fn gone_or(node: &str, e: &K8sError) -> String {
+    if e.to_string().contains("(404") || e.to_string().contains("not found") {
+        format!("the node {node} is gone from the cluster (deleted during the rollout)")
+    } else {
+        e.to_string()
+    }
+}
+
+/// The undo of a cordon partop left (None: the node is not cordoned by partop, or gone).
+async fn cordon_undo(ops: &NodeOps) -> Option<String> {
+    let n = ops.get_node().await.ok()?;
+    let ours = n
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(super::k8s::CORDONED_BY_PARTOP));
+    let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    (ours && cordoned)
+        .then(|| crate::domain::k8s_ops::undo_commands(&ops.node, true, false).join("; "))
+}
+
+async fn patch_labels(ops: &NodeOps, labels: &[(&str, Option<&str>)]) -> Result<(), String> {
+    let l: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| {
+            (
+                (*k).to_string(),
+                v.map_or(serde_json::Value::Null, |v| json!(v)),
+            )
+        })
+        .collect();
+    ops.patch_node(&json!({"metadata": {"labels": l}}))
+        .await
+        .map_err(|e| gone_or(&ops.node, &e))
+}
+
+/// The planned pods evicted (each by its planned UID; one gone or replaced is not evicted), a
+/// budget's refusal told while it is retried, then waited until gone.
+async fn evict(ops: &NodeOps, pods: &[Eviction], log: &StepLog) -> Result<String, K8sError> {
+    let mut evicted = Vec::new();
+    for p in pods {
+        let id = crate::domain::k8s_ops::PodId {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        };
+        let done = ops
+            .evict(&id, None, false, |budget, words| {
+                log.note(format!(
+                    "evict {}: refused by {budget}: {words}; retrying",
+                    p.label()
+                ));
+            })
+            .await?;
+        if done {
+            evicted.push(id);
+        }
+    }
+    ops.wait_gone(&evicted).await?;
+    Ok(if evicted.is_empty() {
+        "no pod to evict".into()
+    } else {
+        format!(
+            "{} pod(s) evicted and gone: {}",
+            evicted.len(),
+            evicted
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// The manager's Warning events on the node, oldest first: (reason, message, component).
+async fn manager_events(client: &kube::Client, node: &str) -> Vec<(String, String, String)> {
+    let api: Api<Event> = Api::all(client.clone());
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=Node,involvedObject.name={node}"
+    ));
+    let Ok(list) = api.list(&lp).await else {
+        return Vec::new();
+    };
+    let mut v: Vec<(u64, Event)> = list
+        .items
+        .into_iter()
+        .map(|e| {
+            let rv = e
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            (rv, e)
+        })
+        .collect();
+    // The API server's resourceVersions grow with each write: the newest event last.
+    v.sort_by_key(|(rv, _)| *rv);
+    v.into_iter()
+        .map(|(_, e)| {
+            (
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The pods on the node's GPUs that the rollout evicts: (namespace, name, UID, requests, pod).
+/// DaemonSet pods are not among them (an evicted one would come back at once; the plan names
+/// them), nor pods already finished.
+async fn gpu_pods(
+    ops: &NodeOps,
+) -> Result<Vec<(String, String, String, BTreeMap<String, i64>, Pod)>, K8sError> {
+    Ok(ops
+        .pods_on_node(None)
+        .await?
+        .into_iter()
+        .filter(|p| {
+            !p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "DaemonSet")
+                && p.metadata.deletion_timestamp.is_none()
+                && !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+        })
+        .filter_map(|p| {
+            let g = pod_of(&p)?;
+            Some((
+                g.namespace,
+                g.name,
+                p.metadata.uid.clone().unwrap_or_default(),
+                g.requests,
+                p,
+            ))
+        })
+        .collect())
+}
+
+/// What a plan is made of, read from the cluster, and the nodes it could not plan (why).
+pub struct Planned {
+    /// The set (its fingerprint computed).
+    pub set: ClusterPlanSet,
+    /// Nodes refused, each with its reason.
+    pub refused: Vec<String>,
+    /// DaemonSet pods on the nodes' GPUs, left where they are: (node, pod).
+    pub daemons: Vec<(String, String)>,
+    /// Nodes already at the target (labelled, answered, advertising it): not in the set.
+    pub already: Vec<String>,
+}
+
+/// Plans `target` on every GPU node of `t` (its selector), in name order.
+///
+/// # Errors
+/// The API server refused or could not be reached.
+pub async fn plan(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    limits: Limits,
+) -> Result<Planned, String> {
+    let ops = NodeOps::connect(t, "", limits)
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = ops.client();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut lp = ListParams::default();
+    if let Some(s) = &t.selector {
+        lp = lp.labels(s);
+    }
+    let mut list: Vec<Node> = nodes
+        .list(&lp)
+        .await
+        .map_err(|e| said(&e, "list", "nodes", None).to_string())?
+        .items;
+    list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let dcm = configmap_text(&client, DCM_FILE).await?;
+    let mig = configmap_text(&client, MIG_FILE).await?;
+    let budgets: Api<PodDisruptionBudget> = Api::all(client.clone());
+    let budgets = budgets
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| said(&e, "list", "poddisruptionbudgets", None).to_string())?
+        .items;
+    let mut out = Planned {
+        set: ClusterPlanSet {
+            fingerprint: String::new(),
+            created_at: crate::collect::clock::rfc3339(crate::collect::clock::now_ms()),
+            target: target.clone(),
+            profile: None,
+            nodes: Vec::new(),
+        },
+        refused: Vec::new(),
+        daemons: Vec::new(),
+        already: Vec::new(),
+    };
+    let mut gpus_of_profile: Option<u32> = None;
+    for node in list.iter().map(node_of).filter(|n| !n.capacity.is_empty()) {
+        let planned = plan_node(&ops, &node, target, dcm.as_deref(), mig.as_deref(), &budgets)
+            .await
+            .and_then(|(p, d, gpus)| {
+                match (gpus, gpus_of_profile) {
+                    (Some(g), Some(h)) if g != h => {
+                        return Err(format!(
+                            "{} has {g} GPUs where the set's other nodes have {h}: one DCM profile gives a count of GPUs; plan it in its own set (-l)",
+                            node.name
+                        ));
+                    }
+                    (Some(g), _) => gpus_of_profile = Some(g),
+                    _ => {}
+                }
+                Ok((p, d))
+            });
+        match planned {
+            Ok((p, _)) if crate::domain::cluster_rollout::at_target(&p, &node) => {
+                out.already.push(p.node);
+            }
+            Ok((p, d)) => {
+                out.daemons
+                    .extend(d.into_iter().map(|x| (p.node.clone(), x)));
+                out.set.nodes.push(p);
+            }
+            Err(why) => out.refused.push(why),
+        }
+    }
+    if let (Target::Layout { compute, memory }, Some(g)) = (target, gpus_of_profile) {
+        let (name, after) = dcm_profile(*compute, *memory, g);
+        out.set.profile = Some(ProfileChange {
+            before: profile_in(dcm.as_deref(), &name)?,
+            profile: name,
+            after,
+        });
+    }
+    out.set.fingerprint = out.set.computed();
+    Ok(out)
+}
+
+type NodePlanned = (NodePlan, Vec<String>, Option<u32>);
+
+/// One node's plan: its engine, the pods on its GPUs with the budgets that select them, the
+/// capacity expected after; the DaemonSet pods left; its GPUs (for DCM's profile).
+async fn plan_node(
+    ops: &NodeOps,
+    node: &crate::domain::cluster::ClusterNode,
+    target: &Target,
+    dcm: Option<&str>,
+    mig: Option<&str>,
+    budgets: &[PodDisruptionBudget],
+) -> Result<NodePlanned, String> {
+    let engine = engine_for(node, target, dcm.is_some(), mig.is_some())?;
+    let (expected, gpus) = match target {
+        Target::Layout { compute, memory } => (
+            amd_expected(node, *compute, *memory)?,
+            Some(amd_physical(node)?),
+        ),
+        Target::MigConfig { name } => (
+            crate::domain::cluster_rollout::mig_expected(node, mig.unwrap_or_default(), name)?,
+            None,
+        ),
+    };
+    let on = NodeOps::new(ops.client(), &node.name, ops.limits);
+    let all = on.pods_on_node(None).await.map_err(|e| e.to_string())?;
+    let daemons: Vec<String> = all
+        .iter()
+        .filter(|p| {
+            pod_of(p).is_some()
+                && p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "DaemonSet")
+        })
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    let pods = gpu_pods(&on)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(namespace, name, uid, requests, pod)| {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            let budgets = budgets
+                .iter()
+                .filter(|b| b.metadata.namespace.as_deref() == Some(namespace.as_str()))
+                .filter(|b| {
+                    b.spec
+                        .as_ref()
+                        .and_then(|s| s.selector.as_ref())
+                        .is_some_and(|sel| selects(sel, &labels))
+                })
+                .map(|b| Budget {
+                    name: b.metadata.name.clone().unwrap_or_default(),
+                    allowed: b
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.disruptions_allowed)
+                        .unwrap_or(0),
+                })
+                .collect();
+            Eviction {
+                namespace,
+                name,
+                uid,
+                requests,
+                budgets,
+            }
+        })
+        .collect();
+    let mut p = NodePlan {
+        node: node.name.clone(),
+        engine,
+        pods,
+        expected,
+        labels: partition_labels(node),
+        fingerprint: String::new(),
+    };
+    p.fingerprint = p.computed();
+    Ok((p, daemons, gpus))
+}
+
+/// A manager's ConfigMap document (None: no such ConfigMap, so no such manager).
+async fn configmap_text(
+    client: &kube::Client,
+    (ns, name, key): (&str, &str, &str),
+) -> Result<Option<String>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = api
+        .get_opt(name)
+        .await
+        .map_err(|e| said(&e, "get", "configmaps", Some(ns)).to_string())?;
+    Ok(cm.map(|c| c.data.and_then(|d| d.get(key).cloned()).unwrap_or_default()))
+}
