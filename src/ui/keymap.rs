@@ -387,18 +387,26 @@ impl Keymap {
         }
         km.preset = preset;
         if read_only {
-            for (section, m) in &mut km.map {
-                let gone: BTreeMap<Vec<Key>, Command> = m
-                    .iter()
-                    .filter(|(_, c)| c.danger() == Danger::Mutating)
-                    .map(|(k, c)| (k.clone(), *c))
-                    .collect();
-                m.retain(|_, c| c.danger() == Danger::Safe);
-                km.removed.insert(*section, gone);
-            }
+            km = km.read_only();
         }
         errors.extend(km.validate());
         (km, errors)
+    }
+
+    /// This keymap with every mutating binding removed (each remembered, so its key says it
+    /// is not available): `--read-only`, and a node opened from the fleet.
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        for (section, m) in &mut self.map {
+            let gone: BTreeMap<Vec<Key>, Command> = m
+                .iter()
+                .filter(|(_, c)| c.danger() == Danger::Mutating)
+                .map(|(k, c)| (k.clone(), *c))
+                .collect();
+            m.retain(|_, c| c.danger() == Danger::Safe);
+            self.removed.entry(*section).or_default().extend(gone);
+        }
+        self
     }
 
     fn validate(&self) -> Vec<ConfigError> {

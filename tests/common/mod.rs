@@ -5,6 +5,7 @@
 pub mod control_plane;
 pub mod env;
 pub mod nodes;
+pub mod screen;
 pub mod tmux;
 
 use std::io::Write;

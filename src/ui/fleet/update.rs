@@ -40,6 +40,12 @@ pub fn update(s: &mut FleetState, m: FleetMsg) -> Vec<FleetEffect> {
                 st.phase = Phase::Done(r);
             }
         }
+        FleetMsg::Monitor(_) => {}
+        FleetMsg::StreamEnded(name) => {
+            s.notice = Some(format!(
+                "{name}: its stream ended (the log says why); back to the fleet"
+            ));
+        }
     }
     Vec::new()
 }
