@@ -732,7 +732,7 @@ fn a_node_opened_from_the_fleet_is_its_read_only_monitor_in_the_same_loop() {
             if monitor.contains("Nodes:") {
                 return Err(format!("the fleet is still drawn:\n{monitor}"));
             }
-                // No mutating command is offered, in the footer or in the help (every one checked).
+            // No mutating command is offered, in the footer or in the help (every one checked).
             tx.blocking_send(key(KeyCode::Char('?'))).unwrap();
             let help = screen.wait("the whole help", |t| {
                 t.contains("Show or hide this help")
@@ -763,8 +763,8 @@ fn a_node_opened_from_the_fleet_is_its_read_only_monitor_in_the_same_loop() {
             tx.blocking_send(key(KeyCode::Char('p'))).unwrap();
             screen.wait_for(&["read-only: stage_change is not available"])?;
             // A kill, in the view where its key is (Processes).
-        tx.blocking_send(key(KeyCode::Char('3'))).unwrap();
-        tx.blocking_send(key(KeyCode::Char('K'))).unwrap();
+            tx.blocking_send(key(KeyCode::Char('3'))).unwrap();
+            tx.blocking_send(key(KeyCode::Char('K'))).unwrap();
             let refused = screen.wait_for(&["read-only: kill_process is not available"])?;
             for overlay in ["Type the", "Cancel"] {
                 if refused.contains(overlay) {

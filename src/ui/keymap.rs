@@ -475,6 +475,30 @@ impl Keymap {
         errors
     }
 
+    /// A key pressed in a list view of its own section stack (the fleet, the cluster): added
+    /// to `pending`; the command once they make one (pending cleared), None while they are a
+    /// prefix or when they are bound to nothing (pending cleared).
+    pub fn press(
+        &self,
+        stack: &[Section],
+        pending: &mut Vec<Key>,
+        k: &ratatui::crossterm::event::KeyEvent,
+    ) -> Option<Command> {
+        let key = Key::from_event(k)?;
+        pending.push(key);
+        match self.resolve(stack, pending) {
+            Resolve::Command(c) => {
+                pending.clear();
+                Some(c)
+            }
+            Resolve::Pending => None,
+            Resolve::Unbound => {
+                pending.clear();
+                None
+            }
+        }
+    }
+
     /// Resolves pending keys against the section stack (most specific first).
     pub fn resolve(&self, stack: &[Section], keys: &[Key]) -> Resolve {
         let mut pending = false;
