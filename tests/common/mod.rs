@@ -6,6 +6,7 @@ pub mod control_plane;
 pub mod env;
 pub mod nodes;
 pub mod screen;
+pub mod serve;
 pub mod tmux;
 
 use std::io::Write;
