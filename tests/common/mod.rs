@@ -7,6 +7,7 @@ pub mod env;
 pub mod nodes;
 pub mod screen;
 pub mod serve;
+pub mod sim_cluster;
 pub mod tmux;
 
 use std::io::Write;
