@@ -315,20 +315,6 @@ impl Node {
             m.proc_root.clone_from(&roots.proc_root);
         }
         m.log_dir = self.model_log_dir();
-        // Throughput is recorded while partop runs (monitor and serve), kept beside what
-        // `partop models measure` keeps.
-        let (secs, why) = crate::domain::throughput::Recorder::window_from(
-            std::env::var("PARTOP_THROUGHPUT_WINDOW_SECS")
-                .ok()
-                .as_deref(),
-        );
-        if let Some(w) = why {
-            log::warn!("{w}");
-        }
-        m.recorder = Some((
-            crate::domain::throughput::Recorder::new(secs),
-            crate::exec::throughput::path(),
-        ));
         m
     }
 

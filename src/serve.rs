@@ -64,6 +64,8 @@ pub fn publish(
     let (snap_tx, mut snap_rx) = watch::channel(Arc::new(crate::domain::Snapshot::default()));
     let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
     let sampler = crate::collect::task::spawn(collector, settings.refresh, snap_tx, req_rx);
+    // The throughput recorder follows the samples; it ends with the sampler.
+    crate::exec::throughput::spawn(snap_rx.clone());
     let (pub_tx, pub_rx) = watch::channel(Arc::new(Published::default()));
     let journal = settings.journal.clone();
     let node = settings.node_id.clone();

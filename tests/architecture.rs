@@ -110,6 +110,15 @@ fn nothing_below_the_command_layer_imports_it() {
 }
 
 #[test]
+fn the_collectors_only_read() {
+    forbid(
+        "collect",
+        &["crate::exec", "super::exec", "exec::throughput"],
+        "the collectors only read: what partop writes (the throughput store, the journal) is the app side's effect or task (the monitor, partop serve), through exec",
+    );
+}
+
+#[test]
 fn executors_do_not_know_the_simulator() {
     forbid(
         "exec",

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::control_plane::ControlPlane;
+use common::control_plane::{ControlPlane, kube};
 use partop::collect::cluster::{self, Target, Watch};
 use partop::domain::cluster::ClusterNode;
 use partop::ui::cluster::app::{LiveFuture, LiveSource};
@@ -21,12 +21,6 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-fn kube(cp: &ControlPlane, args: &[&str]) -> String {
-    let (ok, out) = cp.kubectl(&cp.admin(), args);
-    assert!(ok, "kubectl {args:?}: {out}");
-    out
-}
 
 /// A GPU node as a kubelet and device plugin would leave it: labels, then capacity,
 /// allocatable and Ready through the status subresource.

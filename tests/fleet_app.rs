@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
+use common::screen::{Screen, Watched};
 use common::{partop, quick, run};
 use partop::collect::fleet::{NodeSpec, Remote, Transport};
 use partop::domain::fleet::{ApplyInfo, NodeSummary};
@@ -337,6 +338,49 @@ fn modes(state: &Path) -> String {
     )
 }
 
+/// The fleet's nodes for these simulated nodes' states: rehearsal nodes.
+fn rehearsal_specs(states: &[PathBuf]) -> Vec<NodeSpec> {
+    states
+        .iter()
+        .map(|p| {
+            partop::collect::fleet::spec(&format!("rehearse:{}", p.display()), "partop").unwrap()
+        })
+        .collect()
+}
+
+/// The transport the command line would build, its ssh control files under `dir`.
+fn transport(dir: &Path) -> Transport {
+    Transport {
+        ssh: "ssh".into(),
+        ssh_config: None,
+        control_dir: dir.join("ssh"),
+        connect_timeout: Duration::from_secs(5),
+        refresh: 1,
+        concurrency: 8,
+        local: env!("CARGO_BIN_EXE_partop").into(),
+    }
+}
+
+/// The nodes' rows read through the real transport, sent to the fleet as it gets them.
+fn feed_rows(
+    rt: &tokio::runtime::Runtime,
+    nodes: &[NodeSpec],
+    t: &Transport,
+    tx: &mpsc::Sender<FleetMsg>,
+) -> tokio::task::JoinHandle<()> {
+    let (nodes, t, tx) = (nodes.to_vec(), t.clone(), tx.clone());
+    rt.spawn(async move {
+        let (etx, mut erx) = mpsc::channel(256);
+        let tasks = partop::collect::fleet::spawn(&nodes, &t, &etx);
+        while let Some(e) = erx.recv().await {
+            if tx.send(FleetMsg::Node(e)).await.is_err() {
+                break;
+            }
+        }
+        drop(tasks);
+    })
+}
+
 /// Runs the fleet's loop until it quits, after `keys`: a quit is asked every 200 ms (the view
 /// refuses it while the nodes plan or the rollout runs), so the loop returns once the job the
 /// keys started has ended. Returns the state and the last screen.
@@ -405,21 +449,8 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
         ),
     );
     sim_node(&states[2], &quick("n3", "7.0.2", "SPX", "NPS1", ONE));
-    let nodes: Vec<NodeSpec> = states
-        .iter()
-        .map(|p| {
-            partop::collect::fleet::spec(&format!("rehearse:{}", p.display()), "partop").unwrap()
-        })
-        .collect();
-    let t = Transport {
-        ssh: "ssh".into(),
-        ssh_config: None,
-        control_dir: dir.path().join("ssh"),
-        connect_timeout: Duration::from_secs(5),
-        refresh: 1,
-        concurrency: 8,
-        local: env!("CARGO_BIN_EXE_partop").into(),
-    };
+    let nodes = rehearsal_specs(&states);
+    let t = transport(dir.path());
     let journal = dir.path().join("operator/journal.jsonl");
     let rollouts = partop::cli::fleet_rollouts::CommandRollouts::with(
         env!("CARGO_BIN_EXE_partop").into(),
@@ -430,19 +461,7 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (tx, mut rx) = mpsc::channel(4096);
-    let feed = {
-        let (nodes, t, tx) = (nodes.clone(), t.clone(), tx.clone());
-        rt.spawn(async move {
-            let (etx, mut erx) = mpsc::channel(256);
-            let tasks = partop::collect::fleet::spawn(&nodes, &t, &etx);
-            while let Some(e) = erx.recv().await {
-                if tx.send(FleetMsg::Node(e)).await.is_err() {
-                    break;
-                }
-            }
-            drop(tasks);
-        })
-    };
+    let feed = feed_rows(&rt, &nodes, &t, &tx);
     let runner = FleetRunner {
         nodes: nodes.clone(),
         transport: Some(t.clone()),
@@ -578,6 +597,213 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
         entries.iter().any(|e| e.action == "repartition.start"),
         "the node's own journal: {:?}",
         entries.iter().map(|e| &e.action).collect::<Vec<_>>()
+    );
+    feed.abort();
+}
+
+/// Runs the fleet's loop on a watched `w` x `h` screen while `script`, on its own thread, reads
+/// the screen and sends keys as an operator would. When the script ends a quit is sent until
+/// the loop has ended (after a failure, Esc too: out of a node left open). Returns the final state and what the script said.
+fn scripted(
+    rt: &tokio::runtime::Runtime,
+    state: FleetState,
+    runner: &FleetRunner,
+    rx: &mut mpsc::Receiver<FleetMsg>,
+    (w, h): (u16, u16),
+    script: impl FnOnce(&Screen, &mpsc::Sender<FleetMsg>) -> Result<(), String> + Send + 'static,
+) -> (FleetState, Result<(), String>) {
+    let (backend, screen) = Watched::new(w, h);
+    let ended = Arc::new(AtomicBool::new(false));
+    let operator = {
+        let (tx, ended) = (runner.tx.clone(), Arc::clone(&ended));
+        std::thread::spawn(move || {
+            let r = script(&screen, &tx);
+            while !ended.load(Ordering::Relaxed) {
+                if r.is_err() {
+                    let _ = tx.blocking_send(key(KeyCode::Esc));
+                }
+                let _ = tx.blocking_send(FleetMsg::Command(Command::Quit));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r
+        })
+    };
+    let s = rt.block_on(async {
+        let mut term = Terminal::new(backend).unwrap();
+        let theme = theme();
+        let run = partop::ui::fleet::app::run_with(&mut term, state, &theme, runner, rx);
+        tokio::time::timeout(Duration::from_secs(180), run)
+            .await
+            .expect("the script ends within 3 minutes")
+            .unwrap()
+    });
+    ended.store(true, Ordering::Relaxed);
+    let r = operator.join().unwrap();
+    while rx.try_recv().is_ok() {}
+    (s, r)
+}
+
+/// A node opened from the fleet is that node's monitor as the active app of the same loop
+/// (the same terminal, input and clock: the fleet's loop function never returns meanwhile),
+/// on its own samples, read only although the keymap it was given binds every mutating key
+/// (staging and a kill are refused and said); Esc brings the fleet back with the sort, the
+/// filter, the selection (the same node) and the rows it had.
+#[test]
+fn a_node_opened_from_the_fleet_is_its_read_only_monitor_in_the_same_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let layouts = [("n1", "SPX"), ("n2", "CPX"), ("n3", "SPX")];
+    let states: Vec<PathBuf> = layouts
+        .iter()
+        .map(|(n, _)| dir.path().join(n).join("node.json"))
+        .collect();
+    for ((n, compute), state) in layouts.iter().zip(&states) {
+        sim_node(state, &quick(n, "7.0.2", compute, "NPS1", ONE));
+    }
+    let nodes = rehearsal_specs(&states);
+    let t = transport(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, mut rx) = mpsc::channel(4096);
+    let feed = feed_rows(&rt, &nodes, &t, &tx);
+    let runner = FleetRunner {
+        nodes: nodes.clone(),
+        transport: Some(t),
+        rollouts: None,
+        // Every mutating key bound: what makes the opened node read only is the opening.
+        monitor_keymap: keymap(),
+        tx,
+    };
+    let rows = nodes
+        .iter()
+        .map(|n| NodeRow::connecting(&n.name, true))
+        .collect();
+    let state = FleetState::new(rows, keymap(), "rehearsal".into(), 1);
+
+    // The operator's fleet: every node reporting, sorted by the next column, `/SPX`, the
+    // second node kept selected.
+    let (before, r) = scripted(&rt, state, &runner, &mut rx, (120, 40), |screen, tx| {
+        screen.wait("three nodes reporting", |t| {
+            t.matches("SPX").count() >= 2 && t.contains("CPX")
+        })?;
+        let mut keys = vec![
+            FleetMsg::Command(Command::CycleSort),
+            key(KeyCode::Char('/')),
+        ];
+        keys.extend("SPX".chars().map(|c| key(KeyCode::Char(c))));
+        keys.extend([key(KeyCode::Enter), FleetMsg::Command(Command::SelectNext)]);
+        for k in keys {
+            tx.blocking_send(k).unwrap();
+        }
+        Ok(())
+    });
+    r.unwrap();
+    assert_eq!(before.filter, "SPX");
+    assert_eq!(before.order.len(), 2, "{:?}", before.rows);
+    assert_eq!(before.sel, 1);
+    assert_ne!(before.sort, partop::ui::fleet::FleetSort::Worst);
+    let picked = before.selected().unwrap().to_string();
+    let dir_of = |name: &str| {
+        layouts
+            .iter()
+            .map(|(n, _)| *n)
+            .find(|n| name.contains(&format!("/{n}/")))
+            .unwrap()
+    };
+    let picked_dir = format!("{}/node.json", dir_of(&picked));
+    let kept = (
+        before.sort,
+        before.desc,
+        before.filter.clone(),
+        before.sel,
+        before.order.clone(),
+    );
+
+    // Enter: the node's monitor, on its own samples (its host, its workload), read only.
+    let (after, r) = scripted(
+        &rt,
+        before,
+        &runner,
+        &mut rx,
+        // Tall enough for the whole help.
+        (140, 200),
+        move |screen, tx| {
+            let picked_dir = picked_dir.as_str();
+            tx.blocking_send(key(KeyCode::Enter)).unwrap();
+            let monitor = screen.wait_for(&["read only, via rehearsal", picked_dir, "python3"])?;
+            if monitor.contains("Nodes:") {
+                return Err(format!("the fleet is still drawn:\n{monitor}"));
+            }
+            // No mutating command is offered, in the footer or in the help (every one checked).
+            tx.blocking_send(key(KeyCode::Char('?'))).unwrap();
+            let help = screen.wait("the whole help", |t| {
+                t.contains("Show or hide this help")
+                    && t.contains("legend")
+                    && !t.contains("more (Down")
+            })?;
+            let mutating: Vec<Command> = Command::ALL
+                .iter()
+                .copied()
+                .filter(|c| c.danger() == partop::ui::command::Danger::Mutating)
+                .collect();
+            // The footer says a command by its name, the help by its line (its first words,
+            // before the help wraps it).
+            for c in &mutating {
+                let line: String = c.doc().chars().take(40).collect();
+                if monitor.contains(&c.name().replace('_', " ")) || help.contains(&line) {
+                    return Err(format!("{} is offered:\n{monitor}\n{help}", c.name()));
+                }
+            }
+            println!(
+                "{} mutating commands offered neither in the footer nor the help",
+                mutating.len()
+            );
+            tx.blocking_send(key(KeyCode::Esc)).unwrap();
+            screen.wait("the help closed", |t| {
+                !t.contains("Show or hide this help") && t.contains("python3")
+            })?;
+            tx.blocking_send(key(KeyCode::Char('p'))).unwrap();
+            screen.wait_for(&["read-only: stage_change is not available"])?;
+            // A kill, in the view where its key is (Processes).
+            tx.blocking_send(key(KeyCode::Char('3'))).unwrap();
+            tx.blocking_send(key(KeyCode::Char('K'))).unwrap();
+            let refused = screen.wait_for(&["read-only: kill_process is not available"])?;
+            for overlay in ["Type the", "Cancel"] {
+                if refused.contains(overlay) {
+                    return Err(format!("a mutation was offered ({overlay}):\n{refused}"));
+                }
+            }
+            // Esc leaves the monitor: the fleet is drawn again, as it was left.
+            tx.blocking_send(key(KeyCode::Esc)).unwrap();
+            let fleet = screen.wait("the fleet back", |t| {
+                t.contains("Nodes:") && !t.contains("Esc: back to the fleet")
+            })?;
+            if !fleet.contains("SPX") || fleet.contains("CPX") {
+                return Err(format!("the filter is not the one left:\n{fleet}"));
+            }
+            Ok(())
+        },
+    );
+    r.unwrap();
+    assert_eq!(
+        (
+            after.sort,
+            after.desc,
+            after.filter.clone(),
+            after.sel,
+            after.order.clone()
+        ),
+        kept,
+        "sort, order, filter, selection kept"
+    );
+    assert!(!after.editing);
+    assert_eq!(
+        after.selected(),
+        Some(picked.as_str()),
+        "the same node selected"
+    );
+    assert!(
+        after.stage.is_none() && after.notice.is_none(),
+        "{:?}",
+        after.notice
     );
     feed.abort();
 }

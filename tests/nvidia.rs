@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
+use common::serve::{dcgm_names, replay_served, replayed_snapshot, scrape_once};
 use common::{Out, partop, run};
 use partop::collect::nvidia::{NvNode, assemble, smi};
 use std::path::{Path, PathBuf};
@@ -59,15 +60,7 @@ fn a_recorded_node_replays_without_a_gpu() {
     let f = dir.path().join("rec.json");
     let n: NvNode = smi::parse(&capture()).unwrap();
     std::fs::write(&f, serde_json::to_string(&n).unwrap()).unwrap();
-    let o = run(
-        partop()
-            .arg("--nvidia-replay")
-            .arg(&f)
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let s = replayed_snapshot(&f);
     assert_eq!(s.gpus[0].product, "NVIDIA H200");
     assert_eq!(s.processes[0].pid, 402);
     assert_eq!(s.sources[0].name, "nvidia");
@@ -284,15 +277,7 @@ fn the_recorded_nvml_read_of_the_h200() {
     // list, named as nvidia-smi names them, and a real PyTorch process's memory.
     let f = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
-    let o = run(
-        partop()
-            .arg("--nvidia-replay")
-            .arg(&f)
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let s = replayed_snapshot(&f);
     let mig = s.gpus[0].mig.as_ref().unwrap();
     assert!(
         mig.profiles_source.starts_with("NVML (driver 580.159.04)"),
@@ -605,28 +590,6 @@ fn an_nvidia_replay_banner_names_the_recordings_host_and_time() {
     );
 }
 
-/// `GET path` on 127.0.0.1:port: (status, body); (0, "") when nothing answers yet.
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    );
-    let mut r = String::new();
-    let _ = s.read_to_string(&mut r);
-    let code = r
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = r.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
-    (code, body)
-}
-
 #[test]
 fn serve_on_a_mig_node_gives_dcgm_exporters_series_with_the_parent_uuid() {
     let f = Fake::new();
@@ -634,25 +597,9 @@ fn serve_on_a_mig_node_gives_dcgm_exporters_series_with_the_parent_uuid() {
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let o = f.apply(&p, "--yes");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = f
-        .partop()
-        .args(["--refresh", "0.5", "serve", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_until("partop serve to be ready", || {
-        http_get(port, "/-/ready").0 == 200
-    });
-    let body = http_get(port, "/metrics").1;
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut serve = f.partop();
+    serve.args(["--refresh", "0.5", "serve"]);
+    let body = scrape_once(serve);
     let lines = |name: &str| -> Vec<&str> {
         body.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -721,15 +668,7 @@ fn gpm_activity_xid_and_per_process_sm_share_from_the_h200_under_load() {
     // samples gave the PyTorch process 86 % of the SMs.
     let f = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/nvidia-smi/h200-nvml-gpm-xid-record.json");
-    let o = run(
-        partop()
-            .arg("--nvidia-replay")
-            .arg(&f)
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let s = replayed_snapshot(&f);
     let g = &s.gpus[0];
     let gr = g.partitions[0].gr_engine_active_percent.unwrap();
     assert!((99.0..=100.0).contains(&gr), "{gr}");
@@ -740,26 +679,7 @@ fn gpm_activity_xid_and_per_process_sm_share_from_the_h200_under_load() {
     let p = &s.processes[0];
     assert_eq!(p.engine_busy_percent(), Some(86.0));
     // Served as dcgm-exporter names them: the profiling field as a 0-1 ratio.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = partop()
-        .arg("--nvidia-replay")
-        .arg(&f)
-        .args(["serve", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_until("partop serve to be ready", || {
-        http_get(port, "/-/ready").0 == 200
-    });
-    let body = http_get(port, "/metrics").1;
-    let _ = child.kill();
-    let _ = child.wait();
+    let body = replay_served(&f);
     let value = |name: &str| -> Vec<f64> {
         body.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")))
@@ -789,15 +709,7 @@ fn gpm_activity_xid_and_per_process_sm_share_from_the_h200_under_load() {
 fn partops_own_h200_capture_replays_to_what_it_served_live() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi");
     let f = dir.join("h200-partop-record-busy.json");
-    let o = run(
-        partop()
-            .arg("--nvidia-replay")
-            .arg(&f)
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let s = replayed_snapshot(&f);
     let g = &s.gpus[0];
     assert_eq!(g.partitions[0].gr_engine_active_percent, Some(100.0));
     assert_eq!(
@@ -811,34 +723,10 @@ fn partops_own_h200_capture_replays_to_what_it_served_live() {
         .unwrap();
     assert_eq!(p.engine_busy_percent(), Some(100.0));
     assert_eq!(p.gpus[0].vram_bytes, Some(966 << 20));
-    let names = |body: &str| -> std::collections::BTreeSet<String> {
-        body.lines()
-            .filter(|l| l.starts_with("DCGM_FI_"))
-            .filter_map(|l| l.split('{').next().map(str::to_string))
-            .collect()
-    };
+    let names = dcgm_names;
     let live = names(&std::fs::read_to_string(dir.join("h200-partop-metrics.txt")).unwrap());
     assert_eq!(live.len(), 14, "{live:?}");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = partop()
-        .arg("--nvidia-replay")
-        .arg(&f)
-        .args(["serve", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_until("partop serve to be ready", || {
-        http_get(port, "/-/ready").0 == 200
-    });
-    let body = http_get(port, "/metrics").1;
-    let _ = child.kill();
-    let _ = child.wait();
+    let body = replay_served(&f);
     assert_eq!(names(&body), live, "{body}");
 }
 
@@ -850,24 +738,11 @@ fn partops_own_h200_capture_replays_to_what_it_served_live() {
 fn nvml_field_values_from_the_h200_replay_to_what_was_served_live() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-smi");
     let f = dir.join("h200-partop-record-fields.json");
-    let o = run(
-        partop()
-            .arg("--nvidia-replay")
-            .arg(&f)
-            .args(["snapshot", "--json"]),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let s: partop::domain::Snapshot = serde_json::from_str(&o.stdout).unwrap();
+    let s = replayed_snapshot(&f);
     let g = &s.gpus[0];
     assert_eq!(g.mem_celsius, Some(36.0));
     assert_eq!(g.counters.row_remap_failure, Some(false));
-    let names = |body: &str| -> std::collections::BTreeSet<String> {
-        body.lines()
-            .filter(|l| l.starts_with("DCGM_FI_"))
-            .filter_map(|l| l.split('{').next().map(str::to_string))
-            .collect()
-    };
+    let names = dcgm_names;
     let live = names(&std::fs::read_to_string(dir.join("h200-partop-metrics-fields.txt")).unwrap());
     assert_eq!(live.len(), 18, "{live:?}");
     for n in [
@@ -878,25 +753,6 @@ fn nvml_field_values_from_the_h200_replay_to_what_was_served_live() {
     ] {
         assert!(live.contains(n), "{n}");
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = partop()
-        .arg("--nvidia-replay")
-        .arg(&f)
-        .args(["serve", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_until("partop serve to be ready", || {
-        http_get(port, "/-/ready").0 == 200
-    });
-    let body = http_get(port, "/metrics").1;
-    let _ = child.kill();
-    let _ = child.wait();
+    let body = replay_served(&f);
     assert_eq!(names(&body), live, "{body}");
 }

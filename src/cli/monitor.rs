@@ -108,6 +108,8 @@ pub fn monitor(cli: &Cli, settings: &crate::config::Settings) -> anyhow::Result<
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(crate::domain::Snapshot::default()));
         let (req_tx, req_rx) = tokio::sync::mpsc::channel(4);
         let handle = task::spawn(collector, refresh, tx, req_rx);
+        // The throughput recorder follows the samples; it ends with the collector task.
+        crate::exec::throughput::spawn(rx.clone());
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
         let r = crate::ui::app::run(&mut terminal, state, &loaded.theme, rx, req_tx, exec)
             .await

@@ -190,6 +190,7 @@ impl Enrich {
         };
         if self.probe_models {
             snap.models = prober.observe(snap).await;
+            snap.throughput = prober.take_readings();
         }
         if let Some(e) = &prober.registry_error {
             snap.sources

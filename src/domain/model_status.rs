@@ -101,3 +101,23 @@ impl ServedModel {
         self.spec.as_ref().map(|s| s.memory_gb)
     }
 }
+
+/// One server's counters at one scrape, for the throughput recorder (`domain::throughput`),
+/// which the app side (the monitor, `partop serve`) runs over the samples.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reading {
+    /// The model set (or model) it serves.
+    pub set: String,
+    /// The server's process (a new one is a restart: its counters start again).
+    pub pid: u32,
+    /// Generation tokens so far.
+    pub tokens: f64,
+    /// Requests running now.
+    pub running: f64,
+    /// Requests waiting now.
+    pub waiting: f64,
+    /// Cumulative end-to-end latency buckets.
+    pub e2e: Vec<(f64, f64)>,
+    /// Cumulative time-to-first-token buckets.
+    pub ttft: Vec<(f64, f64)>,
+}

@@ -125,7 +125,11 @@ fn range(v: &mut Option<f64>, lo: f64, hi: f64, prov: &mut Provenance, field: &s
 /// Applies the checks to `snap` in place.
 pub fn check(snap: &mut Snapshot) {
     numbers(snap);
-    if escape_all(snap).is_err() {
+    // The recorder's counters are not part of the document the escape round-trips.
+    let readings = std::mem::take(&mut snap.throughput);
+    let escaped = escape_all(snap);
+    snap.throughput = readings;
+    if escaped.is_err() {
         // Only a value JSON cannot carry stops the whole pass: escape the outside texts by name.
         escape_named(snap);
     }

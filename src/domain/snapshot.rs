@@ -550,6 +550,11 @@ pub struct Snapshot {
     /// What the kubelet's PodResources API said (absent off Kubernetes: no socket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<Kubelet>,
+    /// This sample's model-server counters for the throughput recorder, filled by the model
+    /// prober and read by the app side's recorder (`exec::throughput::spawn`); never part of
+    /// the document (the node's own partop records).
+    #[serde(skip)]
+    pub throughput: Vec<super::model_status::Reading>,
 }
 
 /// One container of a pod that holds a device, in cluster terms.

@@ -276,24 +276,9 @@ pub fn advice_lines(
 /// or `partop serve` records it (the default; `PARTOP_THROUGHPUT_WINDOW_SECS` changes it).
 pub const RECORD_WINDOW_SECS: u64 = 300;
 
-/// One server's counters at one scrape, for the recorder.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Reading {
-    /// The model set (or model) it serves.
-    pub set: String,
-    /// The server's process (a new one is a restart: its counters start again).
-    pub pid: u32,
-    /// Generation tokens so far.
-    pub tokens: f64,
-    /// Requests running now.
-    pub running: f64,
-    /// Requests waiting now.
-    pub waiting: f64,
-    /// Cumulative end-to-end latency buckets.
-    pub e2e: Vec<(f64, f64)>,
-    /// Cumulative time-to-first-token buckets.
-    pub ttft: Vec<(f64, f64)>,
-}
+/// One server's counters at one scrape, for the recorder (it travels in the sample:
+/// `Snapshot::throughput`).
+pub use super::model_status::Reading;
 
 /// A set's window in progress: the layout and servers it holds for, its first and latest
 /// readings, its queue sums.

@@ -9,8 +9,9 @@ use crate::collect::served::{http, prober::log_path};
 use crate::domain::models::{Launch, ModelSpec};
 use serde_json::json;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Where and how model starts and stops are done and recorded.
@@ -311,17 +312,37 @@ fn answered_by_ours(spec: &ModelSpec, group: Option<u32>) -> Result<(), String> 
 /// launch.
 fn containerised(proc_root: &Path, pid: u32) -> bool {
     const PROXIES: [&str; 4] = ["docker-proxy", "rootlessport", "conmon", "slirp4netns"];
-    let container = |dir: &Path| {
-        crate::collect::small_file::proc_text(&dir.join("cgroup"))
-            .ok()
-            .and_then(|t| crate::domain::cgroup::parse(&t).container_full)
-    };
     let dir = proc_root.join(pid.to_string());
-    let theirs = container(&dir);
-    let in_other_container = theirs.is_some() && theirs != container(&proc_root.join("self"));
+    let theirs = container_of(&dir);
+    let in_other_container = theirs.is_some() && theirs != own_container(proc_root);
     in_other_container
         || crate::collect::small_file::proc_text(&dir.join("comm"))
             .is_ok_and(|c| PROXIES.contains(&c.trim()))
+}
+
+/// The container a /proc process directory's cgroup names, if any.
+fn container_of(dir: &Path) -> Option<String> {
+    crate::collect::small_file::proc_text(&dir.join("cgroup"))
+        .ok()
+        .and_then(|t| crate::domain::cgroup::parse(&t).container_full)
+}
+
+/// partop's own container (`self/cgroup` under the proc root), read once per process: a
+/// process does not change container, and a health check runs every second while a model
+/// starts. Another proc root than the one first asked (a test's) is read each time.
+fn own_container(proc_root: &Path) -> Option<String> {
+    static OWN: OnceLock<(PathBuf, Option<String>)> = OnceLock::new();
+    let (root, own) = OWN.get_or_init(|| {
+        (
+            proc_root.to_path_buf(),
+            container_of(&proc_root.join("self")),
+        )
+    });
+    if root == proc_root {
+        own.clone()
+    } else {
+        container_of(&proc_root.join("self"))
+    }
 }
 
 /// Waits until `spec`'s `/health` answers 200, at most its `health_timeout_secs` (or `limit`,
@@ -555,4 +576,42 @@ pub fn stop_served(
         &m.bdfs,
         m.pid.map(|p| (p, m.start_ticks)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// partop's own container is read from the proc root once: the file rewritten after the
+    /// first question changes nothing (a health check does not read it again); a process in
+    /// another container is still told apart, one in partop's own is not.
+    #[test]
+    fn own_container_is_read_once_per_process() {
+        let root = tempfile::tempdir().unwrap();
+        let id = |c: char| c.to_string().repeat(64);
+        let cgroup = |c: char| format!("0::/system.slice/docker-{}.scope\n", id(c));
+        let write = |pid: &str, c: char| {
+            let d = root.path().join(pid);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cgroup"), cgroup(c)).unwrap();
+            std::fs::write(d.join("comm"), "python3\n").unwrap();
+        };
+        write("self", 'a');
+        write("10", 'a');
+        write("11", 'b');
+        let own = super::own_container(root.path());
+        assert!(
+            own.as_deref().is_some_and(|o| o.contains(&id('a'))),
+            "{own:?}"
+        );
+        assert!(
+            !super::containerised(root.path(), 10),
+            "partop's own container"
+        );
+        assert!(super::containerised(root.path(), 11), "another container");
+        write("self", 'b');
+        assert_eq!(super::own_container(root.path()), own, "read once");
+        assert!(
+            super::containerised(root.path(), 11),
+            "still the first answer"
+        );
+    }
 }

@@ -62,30 +62,9 @@ pub(crate) mod latency {
     }
 }
 
-/// The monitor's message for a terminal event: keys, resizes, presses and the wheel (motion,
-/// reported while the mouse is captured, would only wake the loop).
-fn monitor_input(e: Event) -> Option<Msg> {
-    match e {
-        Event::Key(k) => Some(Msg::Key(k)),
-        Event::Resize(w, h) => Some(Msg::Resize(w, h)),
-        Event::Mouse(m)
-            if matches!(
-                m.kind,
-                event::MouseEventKind::Down(_)
-                    | event::MouseEventKind::ScrollDown
-                    | event::MouseEventKind::ScrollUp
-            ) =>
-        {
-            Some(Msg::Mouse(m))
-        }
-        _ => None,
-    }
-}
-
-/// Spawns the input thread of an app (the monitor, the fleet): each terminal event becomes the
-/// app's message through `map` (None drops it); it stops when `stop` is set or the channel
-/// closes.
-pub fn input_thread<M: Send + 'static>(
+/// Spawns the input thread of an app: each terminal event becomes the app's message through
+/// `map` (None drops it); it stops when `stop` is set or the channel closes.
+fn input_thread<M: Send + 'static>(
     tx: mpsc::Sender<M>,
     stop: Arc<AtomicBool>,
     map: fn(Event) -> Option<M>,
@@ -112,8 +91,52 @@ pub fn input_thread<M: Send + 'static>(
     });
 }
 
-/// Runs the monitor in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT): keys
-/// from the input thread, SIGTSTP suspends like a shell job.
+/// Sets the input thread's stop flag when the loop is left, however it is left.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs `app` in the real terminal until it quits (a key, SIGTERM, SIGHUP or SIGINT): the one
+/// input thread turns terminal events into its messages on `tx` (stopped when the loop ends),
+/// the loop reads them from `rx` with what its effects send back; SIGTSTP suspends like a
+/// shell job. Every app's terminal entry (the monitor, the fleet, the cluster) is this.
+///
+/// # Errors
+/// The terminal fails.
+pub(crate) async fn run_in_terminal<A: App>(
+    terminal: &mut DefaultTerminal,
+    app: &mut A,
+    tx: mpsc::Sender<A::Msg>,
+    rx: &mut mpsc::Receiver<A::Msg>,
+) -> anyhow::Result<()> {
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    input_thread(tx, Arc::clone(&stop.0), A::input);
+    run_app(terminal, app, rx, super::terminal::suspend).await
+}
+
+/// Runs `app` over any backend and any source of messages (the headless tests: a
+/// `TestBackend`, scripted messages on `rx`) until it quits; nothing suspends it.
+///
+/// # Errors
+/// The backend fails.
+pub(crate) async fn run_headless<A, B>(
+    terminal: &mut Terminal<B>,
+    app: &mut A,
+    rx: &mut mpsc::Receiver<A::Msg>,
+) -> anyhow::Result<()>
+where
+    A: App,
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    run_app(terminal, app, rx, |_| Ok(())).await
+}
+
+/// Runs the monitor in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT).
 pub async fn run(
     terminal: &mut DefaultTerminal,
     state: State,
@@ -122,16 +145,15 @@ pub async fn run(
     requests: mpsc::Sender<Request>,
     exec: ExecSettings,
 ) -> anyhow::Result<State> {
-    let (tx, rx) = mpsc::channel(64);
-    let stop = Arc::new(AtomicBool::new(false));
-    input_thread(tx.clone(), Arc::clone(&stop), monitor_input);
-    let runner = EffectRunner { exec, requests, tx };
-    let r = run_with(terminal, state, theme, snapshots, runner, rx, |t| {
-        super::terminal::suspend(t)
-    })
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    r
+    let (tx, mut rx) = mpsc::channel(64);
+    let runner = EffectRunner {
+        exec,
+        requests,
+        tx: tx.clone(),
+    };
+    let mut app = Monitor::new(state, theme, snapshots, runner);
+    run_in_terminal(terminal, &mut app, tx, &mut rx).await?;
+    Ok(app.state)
 }
 
 /// What the loop does after a message.
@@ -147,10 +169,12 @@ pub(crate) enum Flow {
     Wait,
 }
 
-/// An app the one loop runs (the monitor, the fleet): its own state, messages, reducer, view
-/// and effect runner. The loop owns the terminal and the order of what arrives; the app
-/// reduces, runs its effects and draws.
-pub(crate) trait App<B: Backend> {
+/// An app the one loop runs (the monitor, the fleet, the cluster): its own state, messages,
+/// reducer, view and effect runner. The loop owns the terminal, the input and the clock, and
+/// the order of what arrives; the app reduces, runs its effects and draws. An app may hold
+/// another as its active one (the fleet, a node's monitor): it routes messages, feed and
+/// drawing to it, in the same loop.
+pub(crate) trait App {
     /// What its reducer receives.
     type Msg: Send + 'static;
     /// How often its clock ticks.
@@ -158,18 +182,14 @@ pub(crate) trait App<B: Backend> {
     /// Its feed besides its channel (the monitor's samples), taken before anything else that
     /// is ready; never ready for an app without one. None: the feed is gone, the loop ends.
     async fn feed(&mut self) -> Option<Self::Msg>;
+    /// Its message for a terminal event (None: it has no use for it).
+    fn input(e: Event) -> Option<Self::Msg>;
     /// The message for a new terminal size.
     fn resize(w: u16, h: u16) -> Self::Msg;
     /// The message for the clock.
     fn tick(now_ms: u64) -> Self::Msg;
-    /// Reduces one message and runs its effects; an effect may run another app in the
-    /// terminal, reading the same channel (the fleet opening a node).
-    async fn step(
-        &mut self,
-        m: Self::Msg,
-        terminal: &mut Terminal<B>,
-        rx: &mut mpsc::Receiver<Self::Msg>,
-    ) -> anyhow::Result<Flow>;
+    /// Reduces one message and runs its effects.
+    fn step(&mut self, m: Self::Msg) -> Flow;
     /// Just before a frame: what arrived outside the messages (the monitor's log records).
     fn before_draw(&mut self) -> Flow {
         Flow::Wait
@@ -182,20 +202,20 @@ pub(crate) trait App<B: Backend> {
 /// what effects send back): the real terminal, a `TestBackend` and scripted input in the
 /// headless tests. A feed ready is taken before a message, a message before the clock, and a
 /// quit signal (SIGTERM, SIGINT, SIGHUP) ends it; SIGTSTP suspends like a shell job.
-pub(crate) async fn run_app<A, B>(
+async fn run_app<A, B>(
     terminal: &mut Terminal<B>,
     app: &mut A,
     rx: &mut mpsc::Receiver<A::Msg>,
     mut suspend: impl FnMut(&mut Terminal<B>) -> std::io::Result<()>,
 ) -> anyhow::Result<()>
 where
-    A: App<B>,
+    A: App,
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let size = terminal.size()?;
     for m in [A::resize(size.width, size.height), A::tick(clock::now_ms())] {
-        if app.step(m, terminal, rx).await? == Flow::Quit {
+        if app.step(m) == Flow::Quit {
             return Ok(());
         }
     }
@@ -232,7 +252,7 @@ where
                 continue;
             }
         };
-        redraw = match app.step(m, terminal, rx).await? {
+        redraw = match app.step(m) {
             Flow::Quit => break,
             Flow::Draw => true,
             // Ages on screen move once a second: a tick redraws only if nothing else has.
@@ -244,15 +264,32 @@ where
 }
 
 /// The monitor as an app of the loop: its state and reducer, its samples as its feed, its
-/// effects through the runner (which never touches the state).
-struct Monitor<'a> {
-    state: State,
+/// effects through the runner (which never touches the state). The fleet holds one as its
+/// active app while a node is open.
+pub(crate) struct Monitor<'a> {
+    /// Its state (returned when the loop ends).
+    pub(crate) state: State,
     theme: &'a Theme,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     runner: EffectRunner,
 }
 
-impl Monitor<'_> {
+impl<'a> Monitor<'a> {
+    /// The monitor over these samples, its effects run by `runner`.
+    pub(crate) fn new(
+        state: State,
+        theme: &'a Theme,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        runner: EffectRunner,
+    ) -> Self {
+        Monitor {
+            state,
+            theme,
+            snapshots,
+            runner,
+        }
+    }
+
     /// Runs every effect, whatever caused it; true when one is Quit. What the effects may read
     /// is copied only when there are effects (most messages have none).
     fn run(&self, effects: Vec<Effect>) -> bool {
@@ -272,7 +309,7 @@ impl Monitor<'_> {
     }
 }
 
-impl<B: Backend> App<B> for Monitor<'_> {
+impl App for Monitor<'_> {
     type Msg = Msg;
     const TICK: Duration = Duration::from_secs(1);
 
@@ -283,6 +320,26 @@ impl<B: Backend> App<B> for Monitor<'_> {
         )))
     }
 
+    /// Keys, resizes, presses and the wheel (motion, reported while the mouse is captured,
+    /// would only wake the loop).
+    fn input(e: Event) -> Option<Msg> {
+        match e {
+            Event::Key(k) => Some(Msg::Key(k)),
+            Event::Resize(w, h) => Some(Msg::Resize(w, h)),
+            Event::Mouse(m)
+                if matches!(
+                    m.kind,
+                    event::MouseEventKind::Down(_)
+                        | event::MouseEventKind::ScrollDown
+                        | event::MouseEventKind::ScrollUp
+                ) =>
+            {
+                Some(Msg::Mouse(m))
+            }
+            _ => None,
+        }
+    }
+
     fn resize(w: u16, h: u16) -> Msg {
         Msg::Resize(w, h)
     }
@@ -291,21 +348,16 @@ impl<B: Backend> App<B> for Monitor<'_> {
         Msg::Tick(now_ms)
     }
 
-    async fn step(
-        &mut self,
-        m: Msg,
-        _terminal: &mut Terminal<B>,
-        _rx: &mut mpsc::Receiver<Msg>,
-    ) -> anyhow::Result<Flow> {
+    fn step(&mut self, m: Msg) -> Flow {
         let tick = matches!(m, Msg::Tick(_));
         let effects = update(&mut self.state, m);
-        Ok(if self.run(effects) {
+        if self.run(effects) {
             Flow::Quit
         } else if tick {
             Flow::DrawIfStale
         } else {
             Flow::Draw
-        })
+        }
     }
 
     fn before_draw(&mut self) -> Flow {
@@ -325,8 +377,8 @@ impl<B: Backend> App<B> for Monitor<'_> {
 }
 
 /// The monitor in the one app loop, over any ratatui backend and any source of messages: the
-/// real terminal above, a `TestBackend` and scripted input in the headless tests (and the node
-/// the fleet opens). Returns the final state.
+/// real terminal above, a `TestBackend` and scripted input in the headless tests. Returns the
+/// final state.
 pub async fn run_with<B>(
     terminal: &mut Terminal<B>,
     state: State,
@@ -340,12 +392,7 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut app = Monitor {
-        state,
-        theme,
-        snapshots,
-        runner,
-    };
+    let mut app = Monitor::new(state, theme, snapshots, runner);
     run_app(terminal, &mut app, &mut rx, suspend).await?;
     Ok(app.state)
 }

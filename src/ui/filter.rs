@@ -1,4 +1,4 @@
-//! `/`: one filter for every list view. It keeps the rows that show the text typed: matched
+//! `/`: one filter for every list view, and one way of typing it (`typed`). It keeps the rows that show the text typed: matched
 //! case-insensitively against the words the row shows on screen (so `/DOWN` finds the word
 //! DOWN, `/warn` a WARN finding), Enter keeps it, Esc clears it. It belongs to the view it was
 //! typed in. Computed in the reducer when the list or the filter changes (`State::derive_shown`),
@@ -7,6 +7,29 @@
 
 use super::state::{State, View};
 use crate::report::journal::{who, words};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// A key typed while the filter is being edited, in any view that has one (the monitor's
+/// lists, the fleet, the cluster): Enter keeps it, Esc clears it, Backspace deletes, a
+/// printable character (not Ctrl-held, not a control character) is text. True when it was
+/// one of these (the caller re-derives what the filter keeps).
+pub fn typed(filter: &mut String, editing: &mut bool, k: &KeyEvent) -> bool {
+    match k.code {
+        KeyCode::Enter => *editing = false,
+        KeyCode::Esc => {
+            *editing = false;
+            filter.clear();
+        }
+        KeyCode::Backspace => {
+            filter.pop();
+        }
+        KeyCode::Char(c) if !c.is_control() && !k.modifiers.contains(KeyModifiers::CONTROL) => {
+            filter.push(c);
+        }
+        _ => return false,
+    }
+    true
+}
 
 /// Whether a row showing these words stays: the filter found in them, ignoring case, as they
 /// read on screen (joined by spaces). An empty filter keeps every row.
@@ -117,5 +140,51 @@ impl State {
                 ]
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::typed;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    /// Every character of the first 0x3000 code points (ASCII and its control characters,
+    /// C1 controls, Latin, CJK punctuation) under each modifier: a printable one without Ctrl
+    /// is text, nothing else enters the filter; Enter, Esc and Backspace edit it; other keys
+    /// are not the filter's.
+    #[test]
+    fn typing_a_filter_takes_printable_text_only() {
+        let mods = [
+            KeyModifiers::NONE,
+            KeyModifiers::SHIFT,
+            KeyModifiers::ALT,
+            KeyModifiers::CONTROL,
+            KeyModifiers::CONTROL | KeyModifiers::SHIFT,
+        ];
+        let mut cases = 0;
+        for c in (0u32..0x3000).filter_map(char::from_u32) {
+            for m in mods {
+                let (mut f, mut editing) = ("ab".to_string(), true);
+                let took = typed(&mut f, &mut editing, &KeyEvent::new(KeyCode::Char(c), m));
+                let text = !c.is_control() && !m.contains(KeyModifiers::CONTROL);
+                assert_eq!(took, text, "{c:?} {m:?}");
+                assert_eq!(f, if text { format!("ab{c}") } else { "ab".into() });
+                assert!(editing);
+                cases += 1;
+            }
+        }
+        let key = |code| KeyEvent::new(code, KeyModifiers::NONE);
+        let (mut f, mut editing) = ("ab".to_string(), true);
+        assert!(typed(&mut f, &mut editing, &key(KeyCode::Backspace)));
+        assert_eq!((f.as_str(), editing), ("a", true));
+        assert!(typed(&mut f, &mut editing, &key(KeyCode::Enter)));
+        assert_eq!((f.as_str(), editing), ("a", false), "Enter keeps it");
+        editing = true;
+        assert!(typed(&mut f, &mut editing, &key(KeyCode::Esc)));
+        assert_eq!((f.as_str(), editing), ("", false), "Esc clears it");
+        for code in [KeyCode::Up, KeyCode::Tab, KeyCode::F(1), KeyCode::Delete] {
+            assert!(!typed(&mut f, &mut editing, &key(code)), "{code:?}");
+        }
+        assert!(cases > 50_000, "{cases} characters typed");
     }
 }

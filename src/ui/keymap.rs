@@ -387,18 +387,26 @@ impl Keymap {
         }
         km.preset = preset;
         if read_only {
-            for (section, m) in &mut km.map {
-                let gone: BTreeMap<Vec<Key>, Command> = m
-                    .iter()
-                    .filter(|(_, c)| c.danger() == Danger::Mutating)
-                    .map(|(k, c)| (k.clone(), *c))
-                    .collect();
-                m.retain(|_, c| c.danger() == Danger::Safe);
-                km.removed.insert(*section, gone);
-            }
+            km = km.read_only();
         }
         errors.extend(km.validate());
         (km, errors)
+    }
+
+    /// This keymap with every mutating binding removed (each remembered, so its key says it
+    /// is not available): `--read-only`, and a node opened from the fleet.
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        for (section, m) in &mut self.map {
+            let gone: BTreeMap<Vec<Key>, Command> = m
+                .iter()
+                .filter(|(_, c)| c.danger() == Danger::Mutating)
+                .map(|(k, c)| (k.clone(), *c))
+                .collect();
+            m.retain(|_, c| c.danger() == Danger::Safe);
+            self.removed.entry(*section).or_default().extend(gone);
+        }
+        self
     }
 
     fn validate(&self) -> Vec<ConfigError> {
@@ -465,6 +473,30 @@ impl Keymap {
             ));
         }
         errors
+    }
+
+    /// A key pressed in a list view of its own section stack (the fleet, the cluster): added
+    /// to `pending`; the command once they make one (pending cleared), None while they are a
+    /// prefix or when they are bound to nothing (pending cleared).
+    pub fn press(
+        &self,
+        stack: &[Section],
+        pending: &mut Vec<Key>,
+        k: &ratatui::crossterm::event::KeyEvent,
+    ) -> Option<Command> {
+        let key = Key::from_event(k)?;
+        pending.push(key);
+        match self.resolve(stack, pending) {
+            Resolve::Command(c) => {
+                pending.clear();
+                Some(c)
+            }
+            Resolve::Pending => None,
+            Resolve::Unbound => {
+                pending.clear();
+                None
+            }
+        }
     }
 
     /// Resolves pending keys against the section stack (most specific first).

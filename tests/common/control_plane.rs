@@ -261,3 +261,47 @@ impl Drop for ControlPlane {
         }
     }
 }
+
+/// kubectl as the admin: its output (a failure fails the test, naming the command).
+pub fn kube(cp: &ControlPlane, args: &[&str]) -> String {
+    let (ok, out) = cp.kubectl(&cp.admin(), args);
+    assert!(ok, "kubectl {args:?}: {out}");
+    out
+}
+
+/// A Node object, as JSON.
+pub fn node(cp: &ControlPlane, name: &str) -> serde_json::Value {
+    serde_json::from_str(&kube(cp, &["get", "node", name, "-o", "json"])).unwrap()
+}
+
+/// A label of an object (empty when it has none).
+pub fn label(n: &serde_json::Value, k: &str) -> String {
+    n["metadata"]["labels"][k]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The reasons of the events about object `name` in `default`.
+pub fn reasons(cp: &ControlPlane, name: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(&kube(
+        cp,
+        &[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "json",
+        ],
+    ))
+    .unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+        .collect()
+}

@@ -5,6 +5,9 @@
 pub mod control_plane;
 pub mod env;
 pub mod nodes;
+pub mod screen;
+pub mod serve;
+pub mod sim_cluster;
 pub mod tmux;
 
 use std::io::Write;

@@ -100,10 +100,8 @@ pub struct ModelProber {
     /// The registry file followed (re-read when it changes: `a` in the Models view adds to it),
     /// whether it must exist, and its (modified, length) when last read.
     watch: Option<(PathBuf, bool, Option<FileStamp>)>,
-    /// Throughput recorded while partop runs, and the store it is kept in (None: not
-    /// recorded, e.g. a one-shot command).
-    pub recorder: Option<(crate::domain::throughput::Recorder, PathBuf)>,
-    /// This sample's readings for the recorder.
+    /// This sample's readings for the throughput recorder (taken into the sample: the
+    /// recorder and its store are the app side's).
     readings: Vec<crate::domain::throughput::Reading>,
 }
 
@@ -148,7 +146,6 @@ impl ModelProber {
             timeout: Duration::from_millis(800),
             seen: HashMap::new(),
             watch: None,
-            recorder: None,
             readings: Vec::new(),
         }
     }
@@ -231,37 +228,13 @@ impl ModelProber {
             let probe = job.await.ok().flatten();
             self.settle(m, probe, snap, now);
         }
-        self.record(snap, now).await;
         models
     }
 
-    /// Feeds this sample's readings to the recorder and keeps what closed in the store (read
-    /// again first: `partop models measure` or another partop may have added to it). A store
-    /// that cannot be read or written is said in the log; the monitor goes on.
-    async fn record(&mut self, snap: &Snapshot, now: u64) {
-        let Some((rec, path)) = self.recorder.as_mut() else {
-            return;
-        };
-        let layout = crate::domain::throughput::layout_of(snap);
-        let done = rec.observe(&snap.host, layout.as_deref(), now, &self.readings);
-        if done.is_empty() {
-            return;
-        }
-        let path = path.clone();
-        let kept = tokio::task::spawn_blocking(move || {
-            let mut store = crate::exec::throughput::load(&path)?;
-            for m in done {
-                log::info!("throughput recorded: {} {m}", m.model);
-                store.record(m);
-            }
-            crate::exec::throughput::save(&path, &store)
-        })
-        .await;
-        match kept {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => log::warn!("throughput store: {e}"),
-            Err(e) => log::warn!("throughput store: {e}"),
-        }
+    /// This sample's counters for the throughput recorder (registered, healthy servers with a
+    /// token counter), taken.
+    pub fn take_readings(&mut self) -> Vec<crate::domain::throughput::Reading> {
+        std::mem::take(&mut self.readings)
     }
 
     /// Registered models first (in file order), then discovered servers not in the registry.

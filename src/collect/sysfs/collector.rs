@@ -424,6 +424,7 @@ impl SysfsCollector {
             host_usage: None,
             hidden,
             kubelet: None,
+            throughput: Vec::new(),
         }
     }
 

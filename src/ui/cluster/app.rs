@@ -1,4 +1,4 @@
-//! The cluster view as an app of the one app loop (`ui::app::run_app`): its feed is the API
+//! The cluster view as an app of the one app loop (`ui::app`): its feed is the API
 //! server's watch (`collect::cluster::Watch::changes` wakes it on every event; the stores are
 //! reread at most once a frame, so a burst of a thousand node updates costs one reread); keys
 //! and a node's live detail arrive on its channel.
@@ -16,7 +16,6 @@ use ratatui::crossterm::event::Event;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -39,7 +38,26 @@ struct Cluster<'a> {
     dirty: bool,
 }
 
-impl Cluster<'_> {
+impl<'a> Cluster<'a> {
+    /// The view over `watch`, what it has read taken at its first frame.
+    fn new(
+        state: ClusterState,
+        theme: &'a Theme,
+        watch: &'a Watch,
+        live: Option<LiveSource>,
+        tx: mpsc::Sender<ClusterMsg>,
+    ) -> Self {
+        Cluster {
+            state,
+            theme,
+            watch,
+            changes: watch.changes(),
+            live,
+            tx,
+            dirty: true,
+        }
+    }
+
     /// The watch's view, as a message.
     fn reread(&self) -> ClusterMsg {
         let (nodes, pods) = self.watch.view();
@@ -51,11 +69,7 @@ impl Cluster<'_> {
     }
 }
 
-impl<B> App<B> for Cluster<'_>
-where
-    B: Backend,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
+impl App for Cluster<'_> {
     type Msg = ClusterMsg;
     // Watch events are coalesced to five frames a second.
     const TICK: Duration = Duration::from_millis(200);
@@ -68,6 +82,15 @@ where
         Some(ClusterMsg::Changed)
     }
 
+    /// Keys and resizes.
+    fn input(e: Event) -> Option<ClusterMsg> {
+        match e {
+            Event::Key(k) => Some(ClusterMsg::Key(k)),
+            Event::Resize(w, h) => Some(ClusterMsg::Resize(w, h)),
+            _ => None,
+        }
+    }
+
     fn resize(w: u16, h: u16) -> ClusterMsg {
         ClusterMsg::Resize(w, h)
     }
@@ -76,15 +99,10 @@ where
         ClusterMsg::Tick(now_ms)
     }
 
-    async fn step(
-        &mut self,
-        m: ClusterMsg,
-        _terminal: &mut Terminal<B>,
-        _rx: &mut mpsc::Receiver<ClusterMsg>,
-    ) -> anyhow::Result<Flow> {
+    fn step(&mut self, m: ClusterMsg) -> Flow {
         if matches!(m, ClusterMsg::Changed) {
             self.dirty = true;
-            return Ok(Flow::Wait);
+            return Flow::Wait;
         }
         // What the watch saw is taken at the next frame, or before a key: what the operator
         // acts on is the newest view of the cluster.
@@ -100,11 +118,11 @@ where
         }
         for e in update(&mut self.state, m) {
             match e {
-                ClusterEffect::Quit => return Ok(Flow::Quit),
+                ClusterEffect::Quit => return Flow::Quit,
                 ClusterEffect::Live(node) => self.ask_live(node),
             }
         }
-        Ok(flow)
+        flow
     }
 
     fn view(&mut self, frame: &mut ratatui::Frame<'_>) {
@@ -130,15 +148,6 @@ impl Cluster<'_> {
     }
 }
 
-/// The cluster's message for a terminal event: keys and resizes.
-fn cluster_input(e: Event) -> Option<ClusterMsg> {
-    match e {
-        Event::Key(k) => Some(ClusterMsg::Key(k)),
-        Event::Resize(w, h) => Some(ClusterMsg::Resize(w, h)),
-        _ => None,
-    }
-}
-
 /// Runs the cluster view in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT).
 ///
 /// # Errors
@@ -151,23 +160,9 @@ pub async fn run(
     live: Option<LiveSource>,
 ) -> anyhow::Result<ClusterState> {
     let (tx, mut rx) = mpsc::channel(256);
-    let stop = Arc::new(AtomicBool::new(false));
-    crate::ui::app::input_thread(tx.clone(), Arc::clone(&stop), cluster_input);
-    let mut app = Cluster {
-        state,
-        theme,
-        watch,
-        changes: watch.changes(),
-        live,
-        tx,
-        dirty: true,
-    };
-    let r = crate::ui::app::run_app(terminal, &mut app, &mut rx, |t| {
-        crate::ui::terminal::suspend(t)
-    })
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    r.map(|()| app.state)
+    let mut app = Cluster::new(state, theme, watch, live, tx.clone());
+    crate::ui::app::run_in_terminal(terminal, &mut app, tx, &mut rx).await?;
+    Ok(app.state)
 }
 
 /// The cluster view in the one app loop over any backend and any source of messages (the
@@ -188,15 +183,7 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut app = Cluster {
-        state,
-        theme,
-        watch,
-        changes: watch.changes(),
-        live,
-        tx,
-        dirty: true,
-    };
-    crate::ui::app::run_app(terminal, &mut app, rx, |_| Ok(())).await?;
+    let mut app = Cluster::new(state, theme, watch, live, tx);
+    crate::ui::app::run_headless(terminal, &mut app, rx).await?;
     Ok(app.state)
 }

@@ -5,8 +5,8 @@
 use super::msg::{ClusterEffect, ClusterMsg};
 use super::state::{ClusterState, Detail};
 use crate::ui::command::Command;
-use crate::ui::keymap::{Key, Resolve, Section};
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
+use crate::ui::keymap::Section;
+use ratatui::crossterm::event::{KeyEvent, KeyEventKind};
 
 /// The reducer.
 pub fn update(s: &mut ClusterState, m: ClusterMsg) -> Vec<ClusterEffect> {
@@ -40,35 +40,14 @@ pub fn key(s: &mut ClusterState, k: &KeyEvent) -> Vec<ClusterEffect> {
     }
     s.notice = None;
     if s.editing {
-        match k.code {
-            KeyCode::Enter => s.editing = false,
-            KeyCode::Esc => {
-                s.editing = false;
-                s.filter.clear();
-            }
-            KeyCode::Backspace => {
-                s.filter.pop();
-            }
-            KeyCode::Char(c) if !c.is_control() => s.filter.push(c),
-            _ => {}
-        }
+        crate::ui::filter::typed(&mut s.filter, &mut s.editing, k);
         s.sel = 0;
         s.derive();
         return Vec::new();
     }
-    let Some(key) = Key::from_event(k) else {
+    let Some(c) = s.keymap.press(&[Section::Fleet], &mut s.pending, k) else {
         return Vec::new();
     };
-    s.pending.push(key);
-    let c = match s.keymap.resolve(&[Section::Fleet], &s.pending) {
-        Resolve::Command(c) => c,
-        Resolve::Pending => return Vec::new(),
-        Resolve::Unbound => {
-            s.pending.clear();
-            return Vec::new();
-        }
-    };
-    s.pending.clear();
     command(s, c)
 }
 

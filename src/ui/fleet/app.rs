@@ -1,8 +1,9 @@
-//! The fleet as an app of the one app loop (`ui::app::run_app`, which runs the monitor too):
-//! keys, node rows and what its effects report arrive as [`FleetMsg`]s; it reduces them, runs
-//! its effects and draws (node rows coalesced to five frames a second; a key drawn at once).
-//! Enter runs the monitor on the node in the same loop function and terminal, read only, on
-//! that node's live stream read through the node's own transport; Esc returns. Planning and
+//! The fleet as an app of the one app loop (`ui::app`, which runs the monitor too): keys,
+//! node rows and what its effects report arrive as [`FleetMsg`]s; it reduces them, runs its
+//! effects and draws (node rows coalesced to five frames a second; a key drawn at once).
+//! Enter makes the node's monitor the active app of the same loop (one terminal, one input
+//! thread, one clock), read only, on that node's live stream read through the node's own
+//! transport; Esc returns to the fleet as it was left. Planning and
 //! the rollout run off the loop, through [`Rollouts`], which the command layer supplies.
 
 use super::msg::{FleetEffect, FleetMsg, Staged};
@@ -10,15 +11,17 @@ use super::state::FleetState;
 use super::update::update;
 use super::view::render;
 use crate::collect::fleet::{NodeSpec, Remote, Transport};
+use crate::collect::task::Request;
 use crate::domain::{ComputeMode, MemoryMode};
-use crate::ui::app::{App, Flow};
+use crate::ui::app::{App, Flow, Monitor};
+use crate::ui::effect::{EffectRunner, ExecSettings};
 use crate::ui::keymap::Keymap;
+use crate::ui::state::{Msg, State};
 use crate::ui::theme::Theme;
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::Event;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -60,15 +63,6 @@ pub struct FleetRunner {
     pub tx: mpsc::Sender<FleetMsg>,
 }
 
-/// The fleet's message for a terminal event: keys and resizes.
-fn fleet_input(e: Event) -> Option<FleetMsg> {
-    match e {
-        Event::Key(k) => Some(FleetMsg::Key(k)),
-        Event::Resize(w, h) => Some(FleetMsg::Resize(w, h)),
-        _ => None,
-    }
-}
-
 /// Runs the fleet view in the real terminal until quit (a key, SIGTERM, SIGHUP or SIGINT);
 /// SIGTSTP suspends it like a shell job.
 ///
@@ -81,25 +75,14 @@ pub async fn run(
     runner: FleetRunner,
     mut rx: mpsc::Receiver<FleetMsg>,
 ) -> anyhow::Result<FleetState> {
-    let stop = Arc::new(AtomicBool::new(false));
-    crate::ui::app::input_thread(runner.tx.clone(), Arc::clone(&stop), fleet_input);
-    let mut app = Fleet {
-        state,
-        theme,
-        runner: &runner,
-        dirty: false,
-    };
-    let r = crate::ui::app::run_app(terminal, &mut app, &mut rx, |t| {
-        crate::ui::terminal::suspend(t)
-    })
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    r.map(|()| app.state)
+    let mut app = Fleet::new(state, theme, &runner);
+    crate::ui::app::run_in_terminal(terminal, &mut app, runner.tx.clone(), &mut rx).await?;
+    Ok(app.state)
 }
 
-/// The fleet in the one app loop (`ui::app::run_app`) over any backend and any source of
-/// messages: the real terminal above, a `TestBackend` and scripted keys in the headless tests.
-/// Returns the final state (the channel stays the caller's: a test runs the loop again on it).
+/// The fleet in the one app loop over any backend and any source of messages: the real
+/// terminal above, a `TestBackend` and scripted keys in the headless tests. Returns the final
+/// state (the channel stays the caller's: a test runs the loop again on it).
 ///
 /// # Errors
 /// The terminal fails.
@@ -114,37 +97,203 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut app = Fleet {
-        state,
-        theme,
-        runner,
-        dirty: false,
-    };
-    crate::ui::app::run_app(terminal, &mut app, rx, |_| Ok(())).await?;
+    let mut app = Fleet::new(state, theme, runner);
+    crate::ui::app::run_headless(terminal, &mut app, rx).await?;
     Ok(app.state)
 }
 
 /// The fleet as an app of the one loop: its state and reducer, no feed besides its channel
-/// (node rows come as messages), its effects run here.
+/// (node rows come as messages) unless a node is open, its effects run here. A node opened is
+/// its active app: keys, the screen and the open node's samples go to that node's monitor
+/// until it quits; the fleet's rows keep arriving meanwhile.
 struct Fleet<'a> {
     state: FleetState,
     theme: &'a Theme,
     runner: &'a FleetRunner,
     /// Rows came since the last frame.
     dirty: bool,
+    /// The node open in the monitor, if one is.
+    open: Option<OpenNode<'a>>,
 }
 
-impl<B> App<B> for Fleet<'_>
-where
-    B: Backend,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
+/// A node open from the fleet: the monitor's views on it, read only, fed by its full stream
+/// through the node's own transport, its effects through that transport
+/// ([`crate::ui::effect::ExecSettings::remote`]).
+struct OpenNode<'a> {
+    name: String,
+    monitor: Monitor<'a>,
+    /// What the monitor's effects send back.
+    said: mpsc::Receiver<Msg>,
+    /// The monitor's collector requests (refresh, rescans): they mean nothing for a remote
+    /// stream, and are dropped as they come.
+    requests: mpsc::Receiver<Request>,
+    /// The task reading the node's stream.
+    stream: tokio::task::JoinHandle<()>,
+    /// When the monitor's clock last ticked (it ticks once a second, the fleet's five times).
+    ticked_ms: u64,
+}
+
+impl Drop for OpenNode<'_> {
+    fn drop(&mut self) {
+        self.stream.abort();
+    }
+}
+
+impl<'a> Fleet<'a> {
+    fn new(state: FleetState, theme: &'a Theme, runner: &'a FleetRunner) -> Self {
+        Fleet {
+            state,
+            theme,
+            runner,
+            dirty: false,
+            open: None,
+        }
+    }
+
+    /// Opens node `name`'s monitor as the active app; the fleet says why not where it cannot.
+    fn open(&mut self, name: &str) {
+        let runner = self.runner;
+        let (Some(n), Some(t)) = (
+            runner.nodes.iter().find(|n| n.name == name),
+            runner.transport.as_ref(),
+        ) else {
+            self.state.notice = Some(format!(
+                "{name}: its rows come from Prometheus; there is no stream of it to open"
+            ));
+            return;
+        };
+        let remote = Remote {
+            name: n.name.clone(),
+            target: n.target.clone(),
+            transport: t.clone(),
+        };
+        let (stx, srx) = watch::channel(Arc::new(crate::domain::Snapshot::default()));
+        let stream = {
+            let (t, target) = (t.clone(), n.target.clone());
+            tokio::spawn(async move {
+                let why = crate::collect::fleet::full_stream(&t, &target, &stx).await;
+                log::warn!("{why}");
+            })
+        };
+        // Read only whatever keymap it was given: the node is not this machine.
+        let mut state = State::new(
+            runner.monitor_keymap.clone().read_only(),
+            crate::domain::findings::Thresholds::default(),
+            1000,
+        );
+        state.read_only = true;
+        state.embedded = true;
+        state.theme_notice = Some(format!(
+            "{} · read only, via {} · Esc: back to the fleet",
+            n.name,
+            remote.via()
+        ));
+        let (mtx, said) = mpsc::channel(64);
+        let (rtx, requests) = mpsc::channel(4);
+        let runner = EffectRunner {
+            exec: ExecSettings::remote(remote),
+            requests: rtx,
+            tx: mtx,
+        };
+        let mut monitor = Monitor::new(state, self.theme, srx, runner);
+        // As the loop starts an app: its size, then its clock.
+        let (w, h) = self.state.size;
+        let now = self.state.now_ms;
+        let mut quit = monitor.step(Msg::Resize(w, h)) == Flow::Quit;
+        quit |= monitor.step(Msg::Tick(now)) == Flow::Quit;
+        if !quit {
+            self.open = Some(OpenNode {
+                name: name.to_string(),
+                monitor,
+                said,
+                requests,
+                stream,
+                ticked_ms: now,
+            });
+        }
+    }
+
+    /// A message while a node is open: keys, the screen and its samples go to its monitor,
+    /// rows to the fleet (whose effects wait until the node is closed); the monitor quitting
+    /// (Esc, q) brings the fleet back as it was.
+    fn step_open(&mut self, m: FleetMsg) -> Flow {
+        let Some(open) = self.open.as_mut() else {
+            return Flow::Draw;
+        };
+        let to_monitor = match m {
+            FleetMsg::Key(k) => Msg::Key(k),
+            FleetMsg::Monitor(m) => *m,
+            FleetMsg::Resize(w, h) => {
+                update(&mut self.state, FleetMsg::Resize(w, h));
+                Msg::Resize(w, h)
+            }
+            FleetMsg::Tick(now) => {
+                update(&mut self.state, FleetMsg::Tick(now));
+                if now.saturating_sub(open.ticked_ms) < 1000 {
+                    return Flow::Wait;
+                }
+                open.ticked_ms = now;
+                Msg::Tick(now)
+            }
+            FleetMsg::StreamEnded(name) => {
+                self.close();
+                update(&mut self.state, FleetMsg::StreamEnded(name));
+                return Flow::Draw;
+            }
+            m => {
+                update(&mut self.state, m);
+                return Flow::Wait;
+            }
+        };
+        match open.monitor.step(to_monitor) {
+            Flow::Quit => {
+                self.close();
+                Flow::Draw
+            }
+            f => f,
+        }
+    }
+
+    /// The open node's monitor quits: the fleet is the active app again, as it was left.
+    fn close(&mut self) {
+        self.open = None;
+        self.dirty = true;
+    }
+}
+
+impl App for Fleet<'_> {
     type Msg = FleetMsg;
     // Rows are coalesced to five frames a second.
     const TICK: Duration = Duration::from_millis(200);
 
+    /// Nothing of its own; while a node is open, that node's samples and what its monitor's
+    /// effects send back.
     async fn feed(&mut self) -> Option<FleetMsg> {
-        std::future::pending().await
+        let Some(open) = self.open.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::select! {
+                biased;
+                m = open.monitor.feed() => {
+                    return Some(match m {
+                        Some(m) => FleetMsg::Monitor(Box::new(m)),
+                        None => FleetMsg::StreamEnded(open.name.clone()),
+                    });
+                }
+                Some(m) = open.said.recv() => return Some(FleetMsg::Monitor(Box::new(m))),
+                Some(_) = open.requests.recv() => {}
+            }
+        }
+    }
+
+    /// Keys and resizes.
+    fn input(e: Event) -> Option<FleetMsg> {
+        match e {
+            Event::Key(k) => Some(FleetMsg::Key(k)),
+            Event::Resize(w, h) => Some(FleetMsg::Resize(w, h)),
+            _ => None,
+        }
     }
 
     fn resize(w: u16, h: u16) -> FleetMsg {
@@ -155,12 +304,10 @@ where
         FleetMsg::Tick(now_ms)
     }
 
-    async fn step(
-        &mut self,
-        m: FleetMsg,
-        terminal: &mut Terminal<B>,
-        rx: &mut mpsc::Receiver<FleetMsg>,
-    ) -> anyhow::Result<Flow> {
+    fn step(&mut self, m: FleetMsg) -> Flow {
+        if self.open.is_some() {
+            return self.step_open(m);
+        }
         // A node's row waits for the next tick (a fleet sends dozens a second); the clock
         // draws what came; what the operator did is drawn at once.
         let flow = match m {
@@ -173,19 +320,10 @@ where
         };
         for e in update(&mut self.state, m) {
             match e {
-                FleetEffect::Quit => return Ok(Flow::Quit),
+                FleetEffect::Quit => return Flow::Quit,
                 FleetEffect::Open(name) => {
-                    open_node(
-                        terminal,
-                        &mut self.state,
-                        self.theme,
-                        self.runner,
-                        &name,
-                        rx,
-                    )
-                    .await?;
-                    terminal.clear()?;
-                    return Ok(Flow::Draw);
+                    self.open(&name);
+                    return Flow::Draw;
                 }
                 FleetEffect::Plan {
                     nodes,
@@ -199,10 +337,23 @@ where
                 }),
             }
         }
-        Ok(flow)
+        flow
+    }
+
+    fn before_draw(&mut self) -> Flow {
+        if let Some(open) = self.open.as_mut()
+            && open.monitor.before_draw() == Flow::Quit
+        {
+            self.close();
+        }
+        Flow::Wait
     }
 
     fn view(&mut self, frame: &mut ratatui::Frame<'_>) {
+        if let Some(open) = self.open.as_mut() {
+            open.monitor.view(frame);
+            return;
+        }
         self.dirty = false;
         render(frame, &self.state, self.theme);
     }
@@ -228,89 +379,4 @@ fn off_loop(
         let end = job(r.as_ref(), &say);
         let _ = tx.blocking_send(end);
     });
-}
-
-/// The monitor's views on one node, read only, in the monitor's own loop, until it quits (Esc
-/// or q): its samples from the node's full stream, its journal and every effect through the
-/// node's transport ([`crate::ui::effect::ExecSettings::remote`]). Keys go to it; the fleet's
-/// rows keep arriving meanwhile.
-async fn open_node<B>(
-    terminal: &mut Terminal<B>,
-    fleet: &mut FleetState,
-    theme: &Theme,
-    runner: &FleetRunner,
-    name: &str,
-    rx: &mut mpsc::Receiver<FleetMsg>,
-) -> anyhow::Result<()>
-where
-    B: Backend,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    use crate::ui::state::Msg;
-    let (Some(n), Some(t)) = (
-        runner.nodes.iter().find(|n| n.name == name),
-        runner.transport.as_ref(),
-    ) else {
-        fleet.notice = Some(format!(
-            "{name}: its rows come from Prometheus; there is no stream of it to open"
-        ));
-        return Ok(());
-    };
-    let remote = Remote {
-        name: n.name.clone(),
-        target: n.target.clone(),
-        transport: t.clone(),
-    };
-    let (stx, srx) = watch::channel(Arc::new(crate::domain::Snapshot::default()));
-    let feed = {
-        let (t, target) = (t.clone(), n.target.clone());
-        tokio::spawn(async move {
-            let why = crate::collect::fleet::full_stream(&t, &target, &stx).await;
-            log::warn!("{why}");
-        })
-    };
-    let mut state = crate::ui::state::State::new(
-        runner.monitor_keymap.clone(),
-        crate::domain::findings::Thresholds::default(),
-        1000,
-    );
-    state.read_only = true;
-    state.embedded = true;
-    state.theme_notice = Some(format!(
-        "{} · read only, via {} · Esc: back to the fleet",
-        n.name,
-        remote.via()
-    ));
-    let (mtx, mrx) = mpsc::channel(64);
-    // The monitor's collector requests (refresh, rescans) mean nothing for a remote stream.
-    let (rtx, mut rrx) = mpsc::channel(4);
-    let drain = tokio::spawn(async move { while rrx.recv().await.is_some() {} });
-    let monitor = crate::ui::effect::EffectRunner {
-        exec: crate::ui::effect::ExecSettings::remote(remote),
-        requests: rtx,
-        tx: mtx.clone(),
-    };
-    let app = crate::ui::app::run_with(terminal, state, theme, srx, monitor, mrx, |_| Ok(()));
-    tokio::pin!(app);
-    let r = loop {
-        tokio::select! {
-            r = &mut app => break r.map(|_| ()),
-            m = rx.recv() => match m {
-                Some(FleetMsg::Key(k)) => {
-                    let _ = mtx.send(Msg::Key(k)).await;
-                }
-                Some(FleetMsg::Resize(w, h)) => {
-                    update(fleet, FleetMsg::Resize(w, h));
-                    let _ = mtx.send(Msg::Resize(w, h)).await;
-                }
-                Some(m) => {
-                    update(fleet, m);
-                }
-                None => break Ok(()),
-            }
-        }
-    };
-    feed.abort();
-    drain.abort();
-    r
 }

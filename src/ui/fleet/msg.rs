@@ -26,6 +26,11 @@ pub enum FleetMsg {
     Planned(Result<Staged, String>),
     /// The rollout ended: done on every node, or where and why it stopped.
     RolledOut(Result<(), String>),
+    /// For the monitor of the node open from the fleet (its samples, what its effects send
+    /// back): the app routes it there; the fleet's reducer does nothing with it.
+    Monitor(Box<crate::ui::state::Msg>),
+    /// The open node's stream ended (why is logged): the fleet is back, and says so.
+    StreamEnded(String),
 }
 
 /// A planned set, saved, waiting for its fingerprint typed.

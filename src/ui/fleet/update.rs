@@ -9,7 +9,7 @@ use crate::collect::fleet::{FleetEvent, Reach};
 use crate::domain::{ComputeMode, MemoryMode};
 use crate::ui::command::Command;
 use crate::ui::confirm::{Confirming, Typed};
-use crate::ui::keymap::{Key, Resolve, Section};
+use crate::ui::keymap::Section;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
 
 /// The reducer.
@@ -39,6 +39,12 @@ pub fn update(s: &mut FleetState, m: FleetMsg) -> Vec<FleetEffect> {
             if let Some(st) = s.stage.as_mut() {
                 st.phase = Phase::Done(r);
             }
+        }
+        FleetMsg::Monitor(_) => {}
+        FleetMsg::StreamEnded(name) => {
+            s.notice = Some(format!(
+                "{name}: its stream ended (the log says why); back to the fleet"
+            ));
         }
     }
     Vec::new()
@@ -83,35 +89,14 @@ pub fn key(s: &mut FleetState, k: &KeyEvent) -> Vec<FleetEffect> {
         return stage_key(s, k);
     }
     if s.editing {
-        match k.code {
-            KeyCode::Enter => s.editing = false,
-            KeyCode::Esc => {
-                s.editing = false;
-                s.filter.clear();
-            }
-            KeyCode::Backspace => {
-                s.filter.pop();
-            }
-            KeyCode::Char(c) => s.filter.push(c),
-            _ => {}
-        }
+        crate::ui::filter::typed(&mut s.filter, &mut s.editing, k);
         s.sel = 0;
         s.derive();
         return Vec::new();
     }
-    let Some(key) = Key::from_event(k) else {
+    let Some(c) = s.keymap.press(&[Section::Fleet], &mut s.pending, k) else {
         return Vec::new();
     };
-    s.pending.push(key);
-    let c = match s.keymap.resolve(&[Section::Fleet], &s.pending) {
-        Resolve::Command(c) => c,
-        Resolve::Pending => return Vec::new(),
-        Resolve::Unbound => {
-            s.pending.clear();
-            return Vec::new();
-        }
-    };
-    s.pending.clear();
     command(s, c)
 }
 

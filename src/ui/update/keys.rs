@@ -120,17 +120,8 @@ fn confirm_key(state: &mut State, k: &KeyEvent) -> Vec<Effect> {
 
 /// Typing the filter: Enter keeps it, Esc clears it, printable keys are text.
 fn filter_key(state: &mut State, k: &KeyEvent) {
-    match k.code {
-        KeyCode::Enter => state.editing_filter = false,
-        KeyCode::Esc => {
-            state.editing_filter = false;
-            state.filter.clear();
-        }
-        KeyCode::Backspace => {
-            state.filter.pop();
-        }
-        KeyCode::Char(c) if !k.modifiers.contains(KeyModifiers::CONTROL) => state.filter.push(c),
-        _ => return,
+    if !super::super::filter::typed(&mut state.filter, &mut state.editing_filter, k) {
+        return;
     }
     if state.filter_view == View::Processes {
         state.proc_sel = 0;
