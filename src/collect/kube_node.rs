@@ -22,7 +22,8 @@ pub const READ_EVERY: Duration = Duration::from_secs(10);
 pub const CALL_LIMIT: Duration = Duration::from_secs(5);
 /// How long the first sample waits for the first answer (once per process).
 pub const FIRST_WAIT: Duration = Duration::from_secs(3);
-/// The most serving pods taken from one list (a larger answer is cut, and said).
+/// The most pods taken from one list: the first page of a larger answer is what is counted
+/// (a cluster of more than 5000 KServe pods shows at most these), so a list stays bounded.
 const MAX_PODS: usize = 5000;
 
 /// The environment variable a DaemonSet sets to the node's name (downward API
