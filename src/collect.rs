@@ -12,6 +12,7 @@ pub mod holders;
 pub mod host;
 pub mod kernel;
 pub mod kfd;
+pub mod kube_node;
 pub mod kubelet;
 pub mod merge;
 pub mod nvidia;

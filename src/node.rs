@@ -286,6 +286,16 @@ impl Node {
             if let Some(sim) = &self.sim {
                 *k =
                     crate::collect::kubelet::Kubelet::new(session::kubelet_socket(&sim.state), "/");
+                // Its Node is the one its agent registered, in the API server it joined.
+                if let Some(kube) = crate::sim::state::SimState::load(&sim.state)
+                    .ok()
+                    .and_then(|s| s.kubernetes)
+                {
+                    k.node_name = Some(kube.node_name());
+                    if let Some(api) = &kube.api {
+                        k.cluster = api.target();
+                    }
+                }
             }
             if let Some(r) = &self.roots {
                 k.sys_root.clone_from(&r.sys_root);

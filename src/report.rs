@@ -236,6 +236,9 @@ fn plan_layouts(o: &mut String, p: &crate::domain::plan::Plan) {
 fn plan_holders(o: &mut String, p: &crate::domain::plan::Plan) {
     if let Some(k) = &p.kubernetes {
         let esc = crate::domain::text::escape_controls;
+        if let Some(w) = &k.dcm {
+            let _ = writeln!(o, "\nWARNING: {}", esc(w));
+        }
         let _ = writeln!(
             o,
             "\npods to move off the node {} ({}), by eviction:",

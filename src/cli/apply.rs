@@ -155,6 +155,14 @@ impl protocol::Operator<Plan> for Operator {
     }
 
     fn confirm(&mut self, plan: &Plan, _start: &Start<Plan>) -> Result<bool> {
+        // A node a DCM profile manages (the live re-plan read its labels): said before the
+        // change is confirmed, not only when the cordon runs.
+        if let Some(w) = plan.kubernetes.as_ref().and_then(|k| k.dcm.as_ref()) {
+            out(&format!(
+                "\nWARNING: {}\n",
+                crate::domain::text::escape_controls(w)
+            ))?;
+        }
         if self.yes {
             return Ok(true);
         }

@@ -415,6 +415,14 @@ pub enum SimCmd {
         /// workloads as pods on STATE.kubelet.sock (a scenario's `[kubernetes]` table says how).
         #[arg(long)]
         kubernetes: bool,
+        /// With --kubernetes: the node joins the API server of this kubeconfig (its Node
+        /// registered with the GPU resources its device plugin advertises, its status kept,
+        /// the pods bound to it run as workloads), for rehearsals with the cluster's tools.
+        #[arg(long, value_name = "FILE", requires = "kubernetes")]
+        kubeconfig: Option<PathBuf>,
+        /// Its context (default: its current one).
+        #[arg(long, value_name = "NAME", requires = "kubeconfig")]
+        context: Option<String>,
     },
     /// Stop the workloads; the node stays (idle) and the state file usable.
     Stop {

@@ -100,6 +100,15 @@ pub fn plan(
                 let profile = crate::domain::plan_k8s::dcm_profile(name, &after);
                 out(&(serde_json::to_string_pretty(&profile)? + "\n"))?;
             } else if json {
+                // The JSON plan does not carry the DCM warning (advice of the moment): said on
+                // stderr beside it.
+                if let Some(w) = p.kubernetes.as_ref().and_then(|k| k.dcm.as_ref()) {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "partop: WARNING: {}",
+                        crate::domain::text::escape_controls(w)
+                    );
+                }
                 out(&(serde_json::to_string_pretty(&p)? + "\n"))?;
             } else {
                 out(&crate::report::plan_text(&p))?;

@@ -62,13 +62,35 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             state,
             seed,
             kubernetes,
+            kubeconfig,
+            context,
         } => {
             let mut sc = Scenario::load(&scenario)?;
             if kubernetes && sc.kubernetes.is_none() {
                 sc.kubernetes = Some(crate::sim::kubelet::KubeSpec::default());
             }
-            let st = session::start(&sc, &state, seed)?;
+            let api = match kubeconfig {
+                Some(k) => Some(
+                    crate::sim::kubelet::SimApi::new(&k, context).map_err(anyhow::Error::msg)?,
+                ),
+                None => None,
+            };
+            let st = session::start_with(&sc, &state, seed, api)?;
             out(&session::status(&st))?;
+            if let Some(k) = &st.kubernetes
+                && let Some(api) = &k.api
+            {
+                out(&format!(
+                    "  Kubernetes node {} joins the API server of {}{}; its agent logs to {}\n",
+                    crate::domain::text::escape_controls(&k.node_name()),
+                    api.kubeconfig.display(),
+                    api.context
+                        .as_deref()
+                        .map(|c| format!(" (context {})", crate::domain::text::escape_controls(c)))
+                        .unwrap_or_default(),
+                    st.log_dir.join("kernel-twin.log").display()
+                ))?;
+            }
             Ok(exit::OK)
         }
         SimCmd::Stop { state } => {

@@ -33,6 +33,11 @@ pub struct Kubelet {
     said: Option<String>,
     retry_at: Option<Instant>,
     names: (Vec<String>, DeviceNames),
+    /// Where the node's API server is (default: as kubectl finds it).
+    pub cluster: crate::collect::cluster::Target,
+    /// The node's name where it is not `$NODE_NAME` or the host name (the simulated node's).
+    pub node_name: Option<String>,
+    api: Option<crate::collect::kube_node::ApiNode>,
 }
 
 impl Kubelet {
@@ -45,6 +50,9 @@ impl Kubelet {
             said: None,
             retry_at: None,
             names: (Vec::new(), DeviceNames::new()),
+            cluster: crate::collect::cluster::Target::default(),
+            node_name: None,
+            api: None,
         }
     }
 
@@ -58,8 +66,38 @@ impl Kubelet {
         &self.client.socket
     }
 
-    /// Reads the kubelet and joins its answer into `snap`.
+    /// Reads the kubelet and joins its answer into `snap`; on a Kubernetes node (the kubelet
+    /// answered), adds what the API server says of the node and its serving pods.
     pub async fn enrich(&mut self, snap: &mut Snapshot) {
+        self.enrich_kubelet(snap).await;
+        if snap.kubelet.is_some() {
+            self.enrich_cluster(snap).await;
+        }
+    }
+
+    /// The node's object (its DCM profile) and the models its pods serve, from the API server
+    /// (`collect::kube_node`): the last answer, never waited for after the first.
+    async fn enrich_cluster(&mut self, snap: &mut Snapshot) {
+        let api = self.api.get_or_insert_with(|| {
+            crate::collect::kube_node::ApiNode::new(
+                self.cluster.clone(),
+                crate::collect::kube_node::node_name(self.node_name.as_deref()),
+            )
+        });
+        let a = api.latest().await;
+        let models = crate::domain::k8s::serving_models(&a.pods, &api.name, snap);
+        if let Some(k) = snap.kubelet.as_mut() {
+            // The node's name is known whether or not the API server answered, so a plan
+            // names the same node either way; its DCM labels only where it answered.
+            k.node = Some(a.node.unwrap_or_else(|| crate::domain::snapshot::KubeNode {
+                name: api.name.clone(),
+                ..Default::default()
+            }));
+            k.models = models;
+        }
+    }
+
+    async fn enrich_kubelet(&mut self, snap: &mut Snapshot) {
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             self.join_last(snap, None);
             return;

@@ -5,7 +5,7 @@
 //! `amdgpu_xcp.N` for the others), the DRA device `gpu-<card>-<render>` of `gpu.amd.com`, or
 //! NVIDIA's GPU and MIG UUIDs. Runs after the enrichers, before the sanity check.
 
-use super::snapshot::{Kubelet, LogicalGpu, PhysicalGpu, PodRef, Snapshot};
+use super::snapshot::{ClusterModel, Kubelet, LogicalGpu, PhysicalGpu, PodRef, Snapshot};
 use std::collections::BTreeMap;
 
 /// The AMD DRA driver's name (its DeviceClass too).
@@ -204,7 +204,71 @@ pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) 
         pods_with_devices,
         unmatched,
         source: pr.source.clone(),
+        ..Default::default()
     });
+}
+
+/// The KServe label that names a pod's InferenceService.
+pub const KSERVE_LABEL: &str = "serving.kserve.io/inferenceservice";
+
+/// A model-serving pod as the API server says of it (`collect::kube_node` recognises it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingPod {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    /// `kserve` or `vllm`.
+    pub kind: String,
+    /// The service it serves for (the InferenceService, or the pods' owner).
+    pub service: String,
+    /// Its Ready condition is True.
+    pub ready: bool,
+}
+
+/// The models served by pods with at least one pod on `node`: per (namespace, service), the
+/// replicas healthy over every pod of it, its pods here and the logical GPUs they hold (from
+/// the kubelet's allocations already joined into `snap`).
+pub fn serving_models(pods: &[ServingPod], node: &str, snap: &Snapshot) -> Vec<ClusterModel> {
+    let mut by: BTreeMap<(String, String), ClusterModel> = BTreeMap::new();
+    for p in pods {
+        let m = by
+            .entry((p.namespace.clone(), p.service.clone()))
+            .or_insert_with(|| ClusterModel {
+                name: p.service.clone(),
+                namespace: p.namespace.clone(),
+                kind: p.kind.clone(),
+                ..Default::default()
+            });
+        m.pods = m.pods.saturating_add(1);
+        m.ready = m.ready.saturating_add(u32::from(p.ready));
+        if p.node.as_deref() == Some(node) {
+            m.pods_here.push(p.name.clone());
+        }
+    }
+    let mut out: Vec<ClusterModel> = by
+        .into_values()
+        .filter(|m| !m.pods_here.is_empty())
+        .collect();
+    for m in &mut out {
+        m.pods_here.sort();
+        m.gpus = snap
+            .gpus
+            .iter()
+            .flat_map(|g| &g.partitions)
+            .filter(|l| {
+                l.pods
+                    .iter()
+                    .any(|r| r.namespace == m.namespace && m.pods_here.contains(&r.pod))
+            })
+            .map(|l| l.gpu_id)
+            .collect();
+        m.gpus.sort_unstable();
+        m.gpus.dedup();
+    }
+    out
 }
 
 /// Each holder process gets the pod container whose allocated GPU it holds, where that is one

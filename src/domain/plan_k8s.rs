@@ -56,7 +56,7 @@ impl PodMove {
 }
 
 /// What the cluster sees of the change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Eq, Serialize, Deserialize)]
 pub struct KubeChange {
     /// The Node's name (the kubelet's default: the host name).
     pub node: String,
@@ -65,6 +65,21 @@ pub struct KubeChange {
     /// What the node must advertise after, per AMD resource (empty: the kubelet advertised no
     /// AMD resource, so there is nothing to wait for).
     pub allocatable: BTreeMap<String, i64>,
+    /// The warning a node managed by a DCM profile carries (DCM may revert the change), as
+    /// the API server said when the plan was made. Advice of the moment, not part of the
+    /// plan: not saved (a plan file's fingerprint does not cover it), said again from the
+    /// live re-plan when a saved plan is applied.
+    #[serde(skip)]
+    pub dcm: Option<String>,
+}
+
+/// Two changes are the same change whatever the DCM warning says: it is advice read from the
+/// API server (reachable when planning, perhaps not when applying, or labelled between), not
+/// something the plan does, so the re-plan at apply time does not refuse over it.
+impl PartialEq for KubeChange {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node && self.pods == other.pods && self.allocatable == other.allocatable
+    }
 }
 
 /// The pods allocated the logical GPUs of `changed` (every logical GPU when the memory mode
@@ -165,11 +180,15 @@ pub fn change(
     memory_change: bool,
     after: &[LayoutRow],
 ) -> Option<KubeChange> {
-    snap.kubelet.as_ref()?;
+    let kubelet = snap.kubelet.as_ref()?;
+    let node = kubelet.node.as_ref();
     Some(KubeChange {
-        node: snap.host.clone(),
+        // The node's name as the collector knows it (`$NODE_NAME`, the simulated node's, else
+        // the host name: the kubelet's default).
+        node: node.map_or_else(|| snap.host.clone(), |n| n.name.clone()),
         pods: pods_on(snap, changes, memory_change),
         allocatable: allocatable_after(snap, changes, after),
+        dcm: node.and_then(crate::domain::snapshot::KubeNode::dcm_warning),
     })
 }
 

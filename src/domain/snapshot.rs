@@ -592,6 +592,90 @@ pub struct Kubelet {
     pub unmatched: Vec<String>,
     /// Where the answer came from (the socket path).
     pub source: String,
+    /// The node: its name as the collector knows it, and its DCM labels where the API
+    /// server answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<KubeNode>,
+    /// Model-serving pods on this node, per service (KServe InferenceServices, vLLM
+    /// deployments), read from the API server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ClusterModel>,
+}
+
+/// The node's object in the API server, as far as partop needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeNode {
+    /// The Node's name.
+    pub name: String,
+    /// The DCM profile that manages the node (label `dcm.amd.com/gpu-config-profile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcm_profile: Option<String>,
+    /// DCM's state of it (label `dcm.amd.com/gpu-config-profile-state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcm_state: Option<String>,
+}
+
+impl KubeNode {
+    /// The header's words for a DCM-managed node (`DCM:cpx-nps4 success`), escaped and
+    /// bounded; None when no DCM profile manages it.
+    pub fn dcm_label(&self) -> Option<String> {
+        let p = self.dcm_profile.as_deref()?;
+        let mut s = format!("DCM:{}", super::text::escape_controls(bounded(p)));
+        if let Some(st) = &self.dcm_state {
+            s.push(' ');
+            s.push_str(&super::text::escape_controls(bounded(st)));
+        }
+        Some(s)
+    }
+
+    /// The warning a local change on a DCM-managed node carries (None: not managed).
+    pub fn dcm_warning(&self) -> Option<String> {
+        let p = self.dcm_profile.as_deref()?;
+        Some(format!(
+            "the node {} is managed by the DCM profile {}: DCM may revert a local change; change it the cluster's way: `partop plan --compute … --memory … --dcm NAME` prints the layout as a DCM profile",
+            super::text::escape_controls(bounded(&self.name)),
+            super::text::escape_controls(bounded(p)),
+        ))
+    }
+}
+
+/// A label value is at most 63 characters; a node name 253. Longer is cut (it is not the API
+/// server's, or not sane), so a hostile value cannot fill the header.
+fn bounded(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// A model served by pods of the cluster (a KServe InferenceService, a vLLM deployment),
+/// as the API server says of its pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterModel {
+    /// The service's name (the InferenceService, or the pods' owner).
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// How it was recognised: `kserve` (the label `serving.kserve.io/inferenceservice`) or
+    /// `vllm` (a container running `vllm serve` / vLLM's OpenAI API server).
+    pub kind: String,
+    /// Its pods that are Ready.
+    pub ready: u32,
+    /// Its pods (not being deleted).
+    pub pods: u32,
+    /// Its pods on this node (`namespace/pod` is `namespace` and these names).
+    #[serde(default)]
+    pub pods_here: Vec<String>,
+    /// The logical GPUs its pods on this node hold (from the kubelet's allocations).
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+}
+
+impl ClusterModel {
+    /// `ready/pods`, the replicas healthy.
+    pub fn replicas(&self) -> String {
+        format!("{}/{}", self.ready, self.pods)
+    }
 }
 
 /// What this user could not see: processes whose open files (`/proc/PID/fd`, `fdinfo`,

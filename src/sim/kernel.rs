@@ -712,6 +712,15 @@ pub fn run(state_path: &Path) {
                     eprintln!("kubelet twin: {e}");
                 }
             }
+            // A node that joins an API server runs its node agent beside PodResources.
+            if state.kubernetes.as_ref().is_some_and(|k| k.api.is_some())
+                && let Err(e) = super::kubelet::join(state_path)
+            {
+                #[expect(clippy::print_stderr, reason = "the twin's log")]
+                {
+                    eprintln!("kubelet twin: cannot join the API server: {e}");
+                }
+            }
         }
         let now = clock::now_ms();
         if state.reloading.is_some_and(|r| now >= r.until_ms) {

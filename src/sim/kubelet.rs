@@ -54,6 +54,65 @@ pub struct KubeSpec {
     /// after a repartition), so the kubelet's allocatable count goes stale.
     #[serde(default)]
     pub plugin_stale: bool,
+    /// The Node's name in the API server (default: the host name, the kubelet's default).
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// The API server the simulated node joins (`partop sim start --kubernetes --kubeconfig F`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimApi {
+    /// The kubeconfig (absolute: the kernel twin's process reads it).
+    pub kubeconfig: PathBuf,
+    /// Its context (default: its current one).
+    #[serde(default)]
+    pub context: Option<String>,
+}
+
+impl SimApi {
+    /// The API server of `kubeconfig` (made absolute) and `context`, checked as partop reads
+    /// it (the bounded reader, the context present), so a mistake is said at `sim start`.
+    ///
+    /// # Errors
+    /// The kubeconfig is unreadable, not one, or lacks the context.
+    pub fn new(kubeconfig: &Path, context: Option<String>) -> Result<Self, String> {
+        let kubeconfig = std::path::absolute(kubeconfig)
+            .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
+        let api = Self {
+            kubeconfig,
+            context,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(crate::collect::cluster::config(&api.target()))?;
+        Ok(api)
+    }
+
+    /// As partop's cluster reads take it.
+    pub fn target(&self) -> crate::collect::cluster::Target {
+        crate::collect::cluster::Target {
+            kubeconfig: Some(self.kubeconfig.clone()),
+            context: self.context.clone(),
+            selector: None,
+        }
+    }
+}
+
+/// A pod of the API server that a workload of the simulated node runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimPod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its UID (a pod of the same name made again is another pod).
+    pub uid: String,
+    /// The container that asked for the GPU.
+    pub container: String,
+    /// The resource it asked for.
+    pub resource: String,
 }
 
 /// The kubelet twin's state in the node's state file.
@@ -64,6 +123,19 @@ pub struct SimKube {
     /// The devices the plugin registered (per resource), where it does not re-register.
     #[serde(default)]
     pub registered: Vec<(String, Vec<String>)>,
+    /// The API server it joins, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<SimApi>,
+}
+
+impl SimKube {
+    /// The Node's name: the scenario's, else the host name (the kubelet's default).
+    pub fn node_name(&self) -> String {
+        self.spec
+            .node
+            .clone()
+            .unwrap_or_else(crate::collect::host::hostname)
+    }
 }
 
 impl SimKube {
@@ -74,7 +146,11 @@ impl SimKube {
         } else {
             Vec::new()
         };
-        Self { spec, registered }
+        Self {
+            spec,
+            registered,
+            api: None,
+        }
     }
 }
 
@@ -94,6 +170,19 @@ fn container(kind: Kind) -> &'static str {
         Kind::ModelServer => "server",
         Kind::Batch => "trainer",
         Kind::Agent => "exporter",
+    }
+}
+
+/// The pod a workload is: (namespace, name, container): the API server's pod it runs, else
+/// its own under the twin's names.
+fn pod_of(w: &super::state::SimWorkload) -> (String, String, String) {
+    match &w.pod {
+        Some(p) => (p.namespace.clone(), p.name.clone(), p.container.clone()),
+        None => (
+            namespace(w.spec.kind).to_string(),
+            w.spec.name.clone(),
+            container(w.spec.kind).to_string(),
+        ),
     }
 }
 
@@ -138,8 +227,9 @@ pub fn pods(state: &SimState, spec: &KubeSpec) -> Vec<PodResources> {
         if w.pid.is_none() || !state.alive(i) {
             continue;
         }
+        let (pod_ns, pod_name, pod_container) = pod_of(w);
         let mut c = ContainerResources {
-            name: container(w.spec.kind).to_string(),
+            name: pod_container,
             ..Default::default()
         };
         if let Some((resource, id, dra)) = state
@@ -166,8 +256,8 @@ pub fn pods(state: &SimState, spec: &KubeSpec) -> Vec<PodResources> {
             }
         }
         out.push(PodResources {
-            name: w.spec.name.clone(),
-            namespace: namespace(w.spec.kind).to_string(),
+            name: pod_name,
+            namespace: pod_ns,
             containers: vec![c],
         });
     }
@@ -288,7 +378,39 @@ pub struct NodeAgent {
     /// Called with (namespace, name) when a pod's deletion is finished: the simulated node
     /// stops the workload that is that pod, as a kubelet stops its containers.
     pub on_gone: Option<OnGone>,
+    /// Called for each pod bound to the node that does not run yet: the simulated node admits
+    /// it (allocates its GPUs and starts its workload) or says why not. None: every pod is
+    /// marked running as it comes.
+    pub on_pod: Option<OnPod>,
 }
+
+/// What a node agent asks the node of a pod bound to it that does not run yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodAsk {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Its containers' GPU requests: (container, resource, count), limits first as the kubelet
+    /// takes a device resource's.
+    pub gpus: Vec<(String, String, i64)>,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The node's answer to a pod: it runs, or it stays Pending with the kubelet's reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Started (or already running).
+    Running,
+    /// Not started: `reason` (`OutOfamd.com/gpu`, `UnexpectedAdmissionError`) and message.
+    Rejected(String, String),
+}
+
+/// What a node agent calls for a pod that does not run yet.
+pub type OnPod = std::sync::Arc<dyn Fn(&PodAsk) -> Admission + Send + Sync>;
 
 /// What a node agent calls when a pod's deletion is finished: (namespace, name).
 pub type OnGone = std::sync::Arc<dyn Fn(&str, &str) + Send + Sync>;
@@ -315,8 +437,9 @@ pub fn stop_pod(state_path: &Path, ns: &str, name: &str) {
         return;
     };
     for (i, w) in s.workloads.iter().enumerate() {
-        if w.spec.name == name
-            && namespace(w.spec.kind) == ns
+        let (pns, pname, _) = pod_of(w);
+        if pname == name
+            && pns == ns
             && s.alive(i)
             && let Some(pid) = w.pid.and_then(|p| i32::try_from(p).ok())
         {
@@ -326,6 +449,235 @@ pub fn stop_pod(state_path: &Path, ns: &str, name: &str) {
             );
         }
     }
+}
+
+/// What a pod asks of the node: its containers' GPU requests and its labels.
+fn ask_of(p: &k8s_openapi::api::core::v1::Pod) -> PodAsk {
+    let mut gpus = Vec::new();
+    for c in p.spec.iter().flat_map(|s| &s.containers) {
+        let r = c.resources.as_ref();
+        let asked = r
+            .and_then(|r| r.limits.as_ref())
+            .or_else(|| r.and_then(|r| r.requests.as_ref()));
+        for (k, v) in asked.into_iter().flatten() {
+            if crate::domain::cluster::is_gpu_resource(k) {
+                let n = v.0.trim().parse::<i64>().unwrap_or(-1);
+                gpus.push((c.name.clone(), k.clone(), n));
+            }
+        }
+    }
+    PodAsk {
+        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+        gpus,
+        labels: p.metadata.labels.clone().unwrap_or_default(),
+    }
+}
+
+/// A free logical GPU of `resource` for one pod, as the kubelet's admission and the device
+/// plugin's Allocate decide: Err with the kubelet's reason when there is none.
+fn allocate(s: &SimState, k: &SimKube, resource: &str) -> Result<super::rules::Logical, Admission> {
+    let reject = |reason: &str, message: String| Admission::Rejected(reason.into(), message);
+    let capacity = if k.spec.plugin_stale {
+        k.registered.clone()
+    } else {
+        devices(s, &k.spec)
+    }
+    .into_iter()
+    .find(|(r, _)| r == resource)
+    .map_or(0, |(_, ids)| ids.len());
+    let taken: Vec<u32> = (0..s.workloads.len())
+        .filter(|i| s.alive(*i))
+        .filter_map(|i| s.placement_index(i))
+        .collect();
+    let of_resource = |i: u32| device_of(s, &k.spec, i).is_some_and(|(r, _, _)| r == resource);
+    let used = taken.iter().filter(|i| of_resource(**i)).count();
+    // The kubelet's admission: what the plugin advertised against what its pods use.
+    if used + 1 > capacity {
+        return Err(reject(
+            &format!("OutOf{resource}"),
+            format!(
+                "Pod was rejected: Node didn't have enough resource: {resource}, requested: 1, used: {used}, capacity: {capacity}"
+            ),
+        ));
+    }
+    // The plugin's Allocate: a device that exists now (a stale plugin advertises gone ones).
+    s.logical()
+        .into_iter()
+        .find(|l| !taken.contains(&l.index) && of_resource(l.index))
+        .ok_or_else(|| {
+            reject(
+                "UnexpectedAdmissionError",
+                format!(
+                    "Allocate failed due to requested number of devices unavailable for {resource}. Requested: 1, Available: 0, which is unexpected"
+                ),
+            )
+        })
+}
+
+/// The workload that runs pod `ask` on logical GPU `l`: a model server (`vllm serve`) for a
+/// KServe InferenceService's pod, else a batch job.
+fn pod_workload(
+    ask: &PodAsk,
+    l: &super::rules::Logical,
+    container: &str,
+    resource: &str,
+) -> super::state::SimWorkload {
+    let model = ask
+        .labels
+        .get(crate::domain::k8s::KSERVE_LABEL)
+        .filter(|m| !m.is_empty())
+        .cloned();
+    let short: String = ask.uid.chars().take(8).collect();
+    let spec = super::scenario::WorkloadSpec {
+        name: format!("{}-{}-{short}", ask.namespace, ask.name),
+        kind: if model.is_some() {
+            Kind::ModelServer
+        } else {
+            Kind::Batch
+        },
+        gpu: u32::try_from(l.phys).unwrap_or(0),
+        partition: l.shape.partition_id,
+        vram_gb: 1.0,
+        busy: 40.0,
+        swing: 10.0,
+        comm: Some(if model.is_some() { "vllm" } else { "python3" }.into()),
+        model,
+        port: 0,
+        ignore_sigterm: false,
+        metrics: None,
+    };
+    super::state::SimWorkload {
+        spec,
+        pid: None,
+        start_ticks: None,
+        port: 0,
+        started_ms: 0,
+        pod: Some(SimPod {
+            namespace: ask.namespace.clone(),
+            name: ask.name.clone(),
+            uid: ask.uid.clone(),
+            container: container.to_string(),
+            resource: resource.to_string(),
+        }),
+    }
+}
+
+/// The simulated node admits `ask` as a kubelet with AMD's device plugin does: a pod that
+/// asks for no GPU runs (there is no process for it); one that asks for one GPU of a resource
+/// the node advertises gets a free logical GPU of it (the device the plugin would hand out)
+/// and a REAL process, the node's workload, started on it; a pod of a KServe
+/// InferenceService runs as a model server (`vllm serve`). Already started: Running again.
+/// No free GPU: `OutOf<resource>` with the kubelet's message (or `UnexpectedAdmissionError`
+/// where the plugin advertises devices that are gone).
+pub fn admit(state_path: &Path, ask: &PodAsk) -> Admission {
+    let reject = |reason: &str, message: String| Admission::Rejected(reason.into(), message);
+    let Ok(now) = SimState::load(state_path) else {
+        return reject(
+            "UnexpectedAdmissionError",
+            "the simulated node's state is unreadable".into(),
+        );
+    };
+    let started = |s: &SimState| {
+        s.workloads.iter().enumerate().any(|(i, w)| {
+            s.alive(i) && w.pod.as_ref().is_some_and(|p| p.uid == ask.uid)
+                || (w.pod.is_none()
+                    && s.alive(i)
+                    && pod_of(w).0 == ask.namespace
+                    && pod_of(w).1 == ask.name)
+        })
+    };
+    if started(&now) || ask.gpus.is_empty() {
+        return Admission::Running;
+    }
+    let [(container_name, resource, count)] = ask.gpus.as_slice() else {
+        return reject(
+            "UnexpectedAdmissionError",
+            format!(
+                "the simulated node runs a pod on one logical GPU of one container; this one asks for {} GPU resources",
+                ask.gpus.len()
+            ),
+        );
+    };
+    if *count != 1 {
+        return reject(
+            "UnexpectedAdmissionError",
+            format!(
+                "the simulated node runs a pod on one logical GPU; this one asks for {count} of {resource}"
+            ),
+        );
+    }
+    let r = SimState::update(state_path, |s| {
+        if started(s) {
+            return Ok(Admission::Running);
+        }
+        let Some(k) = s.kubernetes.clone() else {
+            return Ok(reject(
+                "UnexpectedAdmissionError",
+                "not a Kubernetes node".into(),
+            ));
+        };
+        let l = match allocate(s, &k, resource) {
+            Ok(l) => l,
+            Err(a) => return Ok(a),
+        };
+        // The pods of this node that ended leave the state (their GPUs were freed at their end).
+        let dead: Vec<usize> = (0..s.workloads.len())
+            .filter(|i| s.workloads[*i].pod.is_some() && !s.alive(*i))
+            .collect();
+        for i in dead.into_iter().rev() {
+            s.workloads.remove(i);
+        }
+        s.workloads
+            .push(pod_workload(ask, &l, container_name, resource));
+        // Saved before the process starts: it finds itself in the state by name.
+        s.save(state_path)?;
+        let i = s.workloads.len() - 1;
+        Ok(match super::session::launch(s, i, state_path) {
+            Ok(()) => Admission::Running,
+            Err(e) => reject("UnexpectedAdmissionError", e.to_string()),
+        })
+    });
+    r.unwrap_or_else(|e| reject("UnexpectedAdmissionError", e.to_string()))
+}
+
+/// Runs the simulated node's agent in the API server its state names (`sim start
+/// --kubernetes --kubeconfig F`), on a thread of the kernel twin's process until it ends: the
+/// Node registered with what the plugin advertises, pods bound to it admitted as workloads,
+/// deletions finished by stopping them.
+///
+/// # Errors
+/// No API server named, or the client cannot be made (said in the twin's log).
+pub fn join(state_path: &Path) -> Result<(), String> {
+    let s = SimState::load(state_path).map_err(|e| e.to_string())?;
+    let Some(k) = s.kubernetes else {
+        return Err("not a Kubernetes node".into());
+    };
+    let Some(api) = k.api.clone() else {
+        return Err("no API server to join".into());
+    };
+    let node = k.node_name();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let client = rt.block_on(crate::collect::cluster::client(&api.target()))?;
+    let st = state_path.to_path_buf();
+    let mut agent = NodeAgent::new(
+        client,
+        &node,
+        std::sync::Arc::new(move || advertised(&st)),
+        k.spec.plugin_stale,
+    );
+    let st = state_path.to_path_buf();
+    agent.on_gone = Some(std::sync::Arc::new(move |ns: &str, name: &str| {
+        stop_pod(&st, ns, name);
+    }));
+    let st = state_path.to_path_buf();
+    agent.on_pod = Some(std::sync::Arc::new(move |ask: &PodAsk| admit(&st, ask)));
+    std::thread::spawn(move || rt.block_on(agent.run()));
+    Ok(())
 }
 
 /// The taint of a node that is not ready.
@@ -375,6 +727,7 @@ impl NodeAgent {
             plugin_stale,
             plugin_labels: crate::domain::k8s_ops::PLUGIN_LABELS.to_string(),
             on_gone: None,
+            on_pod: None,
         }
     }
 
@@ -492,13 +845,35 @@ impl NodeAgent {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             if !ready {
-                let st = serde_json::json!({"status": {
-                    "phase": "Running",
-                    "conditions": [
-                        {"type": "Ready", "status": "True"},
-                        {"type": "ContainersReady", "status": "True"},
-                    ],
-                }});
+                let admission = self
+                    .on_pod
+                    .as_ref()
+                    .map_or(Admission::Running, |f| f(&ask_of(p)));
+                let st = match &admission {
+                    Admission::Running => serde_json::json!({"status": {
+                        "phase": "Running",
+                        "reason": null, "message": null,
+                        "conditions": [
+                            {"type": "Ready", "status": "True"},
+                            {"type": "ContainersReady", "status": "True"},
+                        ],
+                    }}),
+                    Admission::Rejected(reason, message) => {
+                        let said = p.status.as_ref().and_then(|s| s.reason.as_deref());
+                        if said == Some(reason.as_str()) {
+                            continue;
+                        }
+                        // The kubelet's words; the pod stays Pending, so it starts once a GPU
+                        // is free (a real kubelet fails it: see docs/kubernetes.md).
+                        serde_json::json!({"status": {
+                            "phase": "Pending",
+                            "reason": reason, "message": message,
+                            "conditions": [
+                                {"type": "Ready", "status": "False", "reason": reason},
+                            ],
+                        }})
+                    }
+                };
                 api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&st))
                     .await
                     .map_err(|e| format!("{ns}/{name}: {e}"))?;

@@ -138,6 +138,17 @@ pub fn start(
     state_path: &Path,
     seed: Option<u64>,
 ) -> Result<SimState, SessionError> {
+    start_with(scenario, state_path, seed, None)
+}
+
+/// [`start`], the Kubernetes node joining the API server `api` (its kernel twin's process
+/// runs the node agent: `sim::kubelet::NodeAgent`).
+pub fn start_with(
+    scenario: &Scenario,
+    state_path: &Path,
+    seed: Option<u64>,
+    api: Option<super::kubelet::SimApi>,
+) -> Result<SimState, SessionError> {
     if let Ok(old) = SimState::load(state_path)
         && old.any_held()
     {
@@ -158,6 +169,9 @@ pub fn start(
         clock::now_ms(),
     );
     set_ports(&mut state);
+    if let Some(k) = state.kubernetes.as_mut() {
+        k.api = api;
+    }
     state.save(state_path)?;
     for i in 0..state.workloads.len() {
         launch(&mut state, i, state_path)?;
@@ -321,6 +335,7 @@ pub fn serve(state_path: &Path, name: &str, port: u16) -> SessionError {
                 start_ticks: None,
                 port,
                 started_ms: 0,
+                pod: None,
             });
             Some(state.workloads.len() - 1)
         });
@@ -422,7 +437,10 @@ pub fn launch(state: &mut SimState, i: usize, state_path: &Path) -> Result<(), S
     let shown = shown(&w.spec, w.port);
     let mut cmd = Command::new(exe);
     cmd.arg0(&shown[0]).args(&shown[1..]);
-    cmd.env(super::workload::ENV_NAME, &w.spec.name)
+    // Launched from the kernel twin's process too (a pod its node agent admitted): the
+    // twin's own marker is not passed on, or the workload would start as a second twin.
+    cmd.env_remove(super::kernel::ENV_STATE)
+        .env(super::workload::ENV_NAME, &w.spec.name)
         .env(super::workload::ENV_STATE, state_path)
         .env(
             super::workload::ENV_DEVICES,

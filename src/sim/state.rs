@@ -53,6 +53,10 @@ pub struct SimWorkload {
     /// When it was started (ms since epoch).
     #[serde(default)]
     pub started_ms: u64,
+    /// The pod of the API server it runs (a pod bound to the node and started by the kubelet
+    /// twin); None for the scenario's own workloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<super::kubelet::SimPod>,
 }
 
 /// A reload in progress.
@@ -190,6 +194,7 @@ impl SimState {
                 start_ticks: None,
                 port: w.port,
                 started_ms: 0,
+                pod: None,
             })
             .collect();
         Self {

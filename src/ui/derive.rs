@@ -111,6 +111,13 @@ fn gpu_uses(snap: &Snapshot) -> HashMap<u32, GpuUse> {
             uses.entry(*g).or_default().label.clone_from(&m.name);
         }
     }
+    // A model the cluster serves (a KServe InferenceService) names its pods' GPUs with its
+    // replicas healthy: the service is what the operator deployed.
+    for m in snap.kubelet.iter().flat_map(|k| &k.models) {
+        for g in &m.gpus {
+            uses.entry(*g).or_default().label = format!("{} {}", m.name, m.replicas());
+        }
+    }
     uses
 }
 

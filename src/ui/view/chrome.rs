@@ -205,6 +205,17 @@ pub fn header(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         second.push(Span::styled(m, theme.get("ui.title")));
         second.push(Span::raw("  "));
     }
+    // A node a DCM profile manages: a local change may be reverted by DCM (from the API
+    // server; escaped and bounded by `KubeNode::dcm_label`).
+    if let Some(d) = state
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.kubelet.as_ref())
+        .and_then(|k| k.node.as_ref())
+        .and_then(crate::domain::snapshot::KubeNode::dcm_label)
+    {
+        second.push(Span::styled(format!("{d}  "), theme.get("status.warn")));
+    }
     // What the operator must know first (a theme not used, the node a fleet view opened).
     if let Some(t) = &state.theme_notice {
         second.push(Span::styled(format!("{t}  "), theme.get("status.warn")));

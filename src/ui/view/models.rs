@@ -35,6 +35,29 @@ pub fn words(m: &ServedModel) -> Vec<String> {
 }
 
 /// Draws the view.
+/// A cluster-served model's line: `kserve llm/llama-chat  replicas 2/3 ready  GPU 0,1  pods …`
+/// (every word from the API server escaped).
+fn cluster_line(m: &crate::domain::snapshot::ClusterModel) -> String {
+    let esc = crate::domain::text::escape_controls;
+    let gpus = if m.gpus.is_empty() {
+        "-".to_string()
+    } else {
+        m.gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        " {} {}/{}  replicas {} ready  GPU {gpus}  pods here {}",
+        esc(&m.kind),
+        esc(&m.namespace),
+        esc(&m.name),
+        m.replicas(),
+        esc(&m.pods_here.join(","))
+    )
+}
+
 pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     let models = state
         .snapshot
@@ -51,7 +74,15 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
             " Models (R restart · x stop · a add to registry · A advise a layout) "
         })
         .border_style(theme.get("ui.border"));
-    if models.is_empty() {
+    // Models the cluster serves from pods on this node (KServe, vLLM deployments), from the
+    // API server: name, namespace, replicas healthy, their GPUs here.
+    let cluster = state
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.kubelet.as_ref())
+        .map(|k| k.models.as_slice())
+        .unwrap_or_default();
+    if models.is_empty() && cluster.is_empty() {
         frame.render_widget(
             Paragraph::new("No model server found: none runs (vLLM, SGLang, llama.cpp, TGI) and models.toml lists none (see docs/models.md).")
                 .wrap(Wrap { trim: true })
@@ -65,9 +96,12 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
     // Each replica set heads the table: healthy / total and its members' tokens/s summed
     // (each member's own is on its row).
     let sets = crate::domain::replicas::summaries(models);
-    let heads = sets
+    let mut heads_text: Vec<String> = sets.iter().map(|set| format!(" set {set}")).collect();
+    heads_text.extend(cluster.iter().map(cluster_line));
+    let heads = heads_text
         .len()
-        .min(usize::from(top.height.saturating_sub(4)) / 2);
+        .min(usize::from(top.height.saturating_sub(4)) / 2)
+        .max(usize::from(models.is_empty()) * heads_text.len());
     let visible = usize::from(top.height.saturating_sub(3)).saturating_sub(heads);
     let order = state.order(View::Models);
     let at = order
@@ -102,11 +136,8 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         ),
         theme.get("table.header"),
     )];
-    for set in sets.iter().take(heads) {
-        lines.push(Line::styled(
-            cut(&format!(" set {set}"), w),
-            theme.get("ui.title"),
-        ));
+    for h in heads_text.iter().take(heads) {
+        lines.push(Line::styled(cut(h, w), theme.get("ui.title")));
     }
     for (i, m) in order
         .iter()

@@ -267,6 +267,19 @@ fn head_lines(st: &Staging, snap: &Snapshot, theme: &Theme, w: usize) -> Vec<Lin
         w,
         2,
     );
+    // A node a DCM profile manages: the local change may be reverted (the API server said).
+    if let Some(warn) = snap
+        .kubelet
+        .as_ref()
+        .and_then(|k| k.node.as_ref())
+        .and_then(crate::domain::snapshot::KubeNode::dcm_warning)
+    {
+        head.extend(super::fmt::hang(
+            Line::styled(format!("WARNING: {warn}"), theme.get("status.warn")),
+            w,
+            9,
+        ));
+    }
     if let Some(a) = &st.advice {
         head.extend(super::fmt::hang(
             Line::styled(format!("advice: {a}"), theme.get("ui.hint")),
