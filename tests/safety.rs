@@ -37,7 +37,15 @@ fn output_of(c: Child) -> Out {
 
 /// Makes the next fork on this machine get `pid` (root: /proc/sys/kernel/ns_last_pid), then
 /// spawns `sleep`; returns it if it got that pid.
+/// Serialises writes to `ns_last_pid`: two tests setting it at once take each other's pid.
+static PID_REUSE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A new process with `pid`, or `None` where the pid was taken by another process meanwhile
+/// (the suite spawns in parallel): the caller tries its whole case again with a new pid.
 fn spawn_with_pid(pid: u32) -> Option<Child> {
+    let _one = PID_REUSE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..50 {
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
         let c = Command::new("sleep").arg("60").spawn().unwrap();
@@ -61,13 +69,17 @@ fn reap(mut c: Child) {
 
 #[test]
 fn a_reused_pid_is_never_signalled_even_inside_one_clock_tick() {
-    let mut a = sleeper();
-    let pid = a.id();
-    let ta = target_from_proc(Path::new("/proc"), pid).unwrap();
-    let pinned = pin(Path::new("/proc"), &ta).unwrap();
-    a.kill().unwrap();
-    a.wait().unwrap();
-    let b = spawn_with_pid(pid).expect("pid reuse through ns_last_pid (tests run as root)");
+    let (pid, pinned, b) = (0..10)
+        .find_map(|_| {
+            let mut a = sleeper();
+            let pid = a.id();
+            let ta = target_from_proc(Path::new("/proc"), pid).unwrap();
+            let pinned = pin(Path::new("/proc"), &ta).unwrap();
+            a.kill().unwrap();
+            a.wait().unwrap();
+            spawn_with_pid(pid).map(|b| (pid, pinned, b))
+        })
+        .expect("pid reuse through ns_last_pid (tests run as root), 10 tries");
     // Same pid; even if the start time were identical (same 10 ms tick), the pin holds the
     // first process only.
     assert_eq!(pinned.send(Sig::Term), Outcome::Gone);
@@ -82,23 +94,36 @@ fn a_reused_pid_is_never_signalled_even_inside_one_clock_tick() {
 #[test]
 fn partop_kill_signals_the_process_it_showed_or_none() {
     let dir = tempfile::tempdir().unwrap();
-    let mut a = sleeper();
-    let pid = a.id();
-    let mut k = partop()
-        .env("XDG_STATE_HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path())
-        .args(["kill", &pid.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // It has described (and pinned) the target once the journal dir is untouched and the
-    // prompt is waiting; give it time to print.
-    std::thread::sleep(Duration::from_millis(400));
-    a.kill().unwrap();
-    a.wait().unwrap();
-    let b = spawn_with_pid(pid).expect("pid reuse");
+    let (pid, mut k, b) = (0..10)
+        .find_map(|_| {
+            let mut a = sleeper();
+            let pid = a.id();
+            let mut k = partop()
+                .env("XDG_STATE_HOME", dir.path())
+                .env("XDG_CONFIG_HOME", dir.path())
+                .args(["kill", &pid.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // It has described (and pinned) the target once the journal dir is untouched and
+            // the prompt is waiting; give it time to print.
+            std::thread::sleep(Duration::from_millis(400));
+            a.kill().unwrap();
+            a.wait().unwrap();
+            match spawn_with_pid(pid) {
+                Some(b) => Some((pid, k, b)),
+                None => {
+                    // Another process took the pid: this kill is answered no, and the case
+                    // starts again with a new one.
+                    k.stdin.take().unwrap().write_all(b"no\n").unwrap();
+                    let _ = k.wait();
+                    None
+                }
+            }
+        })
+        .expect("pid reuse through ns_last_pid (tests run as root), 10 tries");
     k.stdin.take().unwrap().write_all(b"yes\n").unwrap();
     let o = output_of(k);
     assert!(
