@@ -9,7 +9,9 @@
 mod common;
 
 use common::{Node, partop, run, wait_until};
-use partop::domain::k8s::{Allocation, Device, DeviceNames, PodResources, join};
+use partop::domain::k8s::{
+    Allocation, Device, DeviceNames, NOT_ALLOCATED, NodePod, PodResources, join, name_unallocated,
+};
 use partop::domain::snapshot::{GpuUse, LogicalGpu, PhysicalGpu, Process, Snapshot};
 use serde_json::Value;
 
@@ -349,6 +351,94 @@ fn holders_get_their_pod_by_device_and_by_pod_uid() {
     assert_eq!(k.unmatched, vec!["amd.com/gpu amdgpu_xcp_7"]);
     assert_eq!(k.allocatable["amd.com/gpu"], 2);
     assert_eq!(k.pods_with_devices, 3);
+}
+
+/// The third source of a holder's pod: a process whose cgroup names a pod UID that no
+/// PodResources allocation names (a DaemonSet holding `/dev/kfd`, gpu-operator#421) is named
+/// from the API server's pods on the node, its container by the cgroup's container id; every
+/// combination of (allocated or not) x (UID known to the API or not) x (container id matched,
+/// unmatched, absent) x (UID case) is run.
+#[test]
+fn holders_no_allocation_names_are_named_by_the_api_servers_pods_on_the_node() {
+    let allocated = "11111111-2222-3333-4444-555555555555";
+    let exporter = "66666666-7777-8888-9999-000000000000";
+    let stranger = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+    let ctr = "3f4e0c5a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f";
+    let node_pods = vec![
+        NodePod {
+            uid: exporter.into(),
+            namespace: "kube-amd-gpu".into(),
+            name: "metrics-exporter-x7k2p".into(),
+            containers: vec![(ctr.into(), "exporter".into())],
+        },
+        NodePod {
+            uid: allocated.into(),
+            namespace: "sim".into(),
+            name: "api-name-of-a".into(),
+            containers: vec![],
+        },
+    ];
+    let mut cases = 0;
+    for with_alloc in [false, true] {
+        for uid in [allocated, exporter, stranger] {
+            for upper in [false, true] {
+                for cid in [Some(ctr), Some("0123"), None] {
+                    let mut p = holder(20, &[0], Some(uid));
+                    if upper {
+                        p.k8s_pod_uid = Some(uid.to_ascii_uppercase());
+                    }
+                    p.container_id = cid.map(Into::into);
+                    let mut snap = Snapshot {
+                        gpus: vec![gpu(
+                            "0000:05:00.0",
+                            None,
+                            vec![part(0, 0, "0000:05:00.0", "renderD128")],
+                        )],
+                        processes: vec![p],
+                        ..Default::default()
+                    };
+                    let pr = PodResources {
+                        allocations: if with_alloc {
+                            vec![alloc("a", plugin("amd.com/gpu", "0000:05:00.0"))]
+                        } else {
+                            vec![]
+                        },
+                        source: "test".into(),
+                        ..Default::default()
+                    };
+                    join(&mut snap, &pr, &DeviceNames::default());
+                    name_unallocated(&mut snap, &node_pods);
+                    let got = snap.processes[0].pod.clone();
+                    let what = format!("alloc {with_alloc} uid {uid} upper {upper} cid {cid:?}");
+                    cases += 1;
+                    if with_alloc {
+                        // The kubelet's allocation names the GPU's holder: it is kept.
+                        let got = got.unwrap_or_else(|| panic!("{what}: no pod"));
+                        assert_eq!(got.pod, "a", "{what}");
+                        assert_eq!(got.resource, "amd.com/gpu", "{what}");
+                        continue;
+                    }
+                    match uid {
+                        u if u == stranger => assert_eq!(got, None, "{what}: no pod has it"),
+                        u if u == exporter => {
+                            let got = got.unwrap_or_else(|| panic!("{what}: not named"));
+                            assert_eq!(got.label(), "kube-amd-gpu/metrics-exporter-x7k2p");
+                            assert_eq!(got.resource, NOT_ALLOCATED, "{what}");
+                            let want = if cid == Some(ctr) { "exporter" } else { "" };
+                            assert_eq!(got.container, want, "{what}");
+                        }
+                        _ => {
+                            let got = got.unwrap_or_else(|| panic!("{what}: not named"));
+                            assert_eq!(got.label(), "sim/api-name-of-a", "{what}");
+                            assert_eq!(got.container, "", "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 36, "2 x 3 x 2 x 3 cases");
+    eprintln!("{cases} holder cases named");
 }
 
 #[test]

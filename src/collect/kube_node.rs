@@ -9,7 +9,7 @@
 //! naming the verb and resource to grant.
 
 use crate::collect::cluster::Target;
-use crate::domain::k8s::{KSERVE_LABEL, ServingPod};
+use crate::domain::k8s::{KSERVE_LABEL, NodePod, ServingPod};
 use crate::domain::snapshot::KubeNode;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -37,6 +37,8 @@ pub struct Answer {
     pub node: Option<KubeNode>,
     /// The model-serving pods of the cluster.
     pub pods: Vec<ServingPod>,
+    /// Every pod bound to this node (names the holders PodResources does not).
+    pub node_pods: Vec<NodePod>,
     /// The refusal last said (a verb partop's identity lacks), until a round succeeds.
     pub refused: Option<String>,
 }
@@ -223,7 +225,9 @@ async fn round(
     let here = ListParams::default()
         .fields(&format!("spec.nodeName={name}"))
         .limit(MAX_PODS as u32);
-    all.extend(bounded("list", "pods", pods.list(&here)).await?.items);
+    let on_node = bounded("list", "pods", pods.list(&here)).await?.items;
+    let node_pods = on_node.iter().filter_map(node_pod).collect();
+    all.extend(on_node);
     let mut seen = std::collections::BTreeSet::new();
     let pods = all
         .iter()
@@ -233,6 +237,7 @@ async fn round(
     Ok(Answer {
         node,
         pods,
+        node_pods,
         refused: None,
     })
 }
@@ -296,6 +301,30 @@ fn owner_of(p: &Pod) -> String {
     }
 }
 
+/// A pod on this node by UID, its containers by runtime id (None: it has no UID).
+pub fn node_pod(p: &Pod) -> Option<NodePod> {
+    let statuses = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    let containers = statuses
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let id = c.container_id.as_deref()?;
+            // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`: the cgroup has the id alone.
+            let id = id.split_once("://").map_or(id, |(_, id)| id);
+            Some((id.to_string(), c.name.clone()))
+        })
+        .collect();
+    Some(NodePod {
+        uid: p.metadata.uid.clone()?,
+        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+        name: p.metadata.name.clone().unwrap_or_default(),
+        containers,
+    })
+}
+
 /// A pod that serves a model (None: it does not, or it is being deleted).
 pub fn serving_pod(p: &Pod) -> Option<ServingPod> {
     if p.metadata.deletion_timestamp.is_some() {
@@ -331,4 +360,38 @@ pub fn serving_pod(p: &Pod) -> Option<ServingPod> {
         service,
         ready,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_pod;
+    use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn a_pods_containers_are_keyed_by_the_id_the_cgroup_carries() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "exporter-1", "namespace": "kube-amd-gpu", "uid": "u-1"},
+            "status": {"containerStatuses": [
+                {"name": "exporter", "containerID": "containerd://abc123", "image": "i",
+                 "imageID": "", "ready": true, "restartCount": 0},
+                {"name": "sidecar", "containerID": "cri-o://def456", "image": "i",
+                 "imageID": "", "ready": true, "restartCount": 0},
+                {"name": "waiting", "image": "i", "imageID": "", "ready": false,
+                 "restartCount": 0}
+            ]}
+        }))
+        .unwrap();
+        let p = node_pod(&pod).unwrap();
+        assert_eq!((p.uid.as_str(), p.name.as_str()), ("u-1", "exporter-1"));
+        assert_eq!(
+            p.containers,
+            vec![
+                ("abc123".to_string(), "exporter".to_string()),
+                ("def456".to_string(), "sidecar".to_string())
+            ]
+        );
+        let mut no_uid = pod;
+        no_uid.metadata.uid = None;
+        assert_eq!(node_pod(&no_uid), None);
+    }
 }

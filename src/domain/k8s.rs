@@ -208,6 +208,59 @@ pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) 
     });
 }
 
+/// A pod bound to this node as the API server says of it: what names a process whose cgroup
+/// carries a pod UID the kubelet's PodResources does not (a pod that holds `/dev/kfd` or a
+/// render node without asking the device plugin, such as the metrics exporter's DaemonSet:
+/// the holder a busy repartition meets, gpu-operator#421).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    /// Its UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Its containers' runtime ids (without the `containerd://` scheme) and names.
+    pub containers: Vec<(String, String)>,
+}
+
+/// What [`PodRef::resource`] says of a pod named by the API server: it holds the GPU without
+/// an allocation from the kubelet.
+pub const NOT_ALLOCATED: &str = "not allocated by the kubelet";
+
+/// Names, from the API server's pods on this node, each holder process whose cgroup names a
+/// pod UID that PodResources did not name (its container by the cgroup's container id). A
+/// process already given its pod keeps it: the kubelet's allocation is the better source.
+pub fn name_unallocated(snap: &mut Snapshot, pods: &[NodePod]) {
+    if pods.is_empty() {
+        return;
+    }
+    for p in snap.processes.iter_mut().filter(|p| p.pod.is_none()) {
+        let Some(uid) = p.k8s_pod_uid.as_deref() else {
+            continue;
+        };
+        let Some(pod) = pods.iter().find(|x| x.uid.eq_ignore_ascii_case(uid)) else {
+            continue;
+        };
+        let container = p
+            .container_id
+            .as_deref()
+            .and_then(|id| {
+                pod.containers
+                    .iter()
+                    .find(|(cid, _)| cid.eq_ignore_ascii_case(id))
+            })
+            .map(|(_, name)| name.clone())
+            .unwrap_or_default();
+        p.pod = Some(PodRef {
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            container,
+            resource: NOT_ALLOCATED.to_string(),
+        });
+    }
+}
+
 /// The KServe label that names a pod's InferenceService.
 pub const KSERVE_LABEL: &str = "serving.kserve.io/inferenceservice";
 
