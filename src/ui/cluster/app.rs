@@ -4,6 +4,7 @@
 //! and a node's live detail arrive on its channel.
 
 use super::msg::{ClusterEffect, ClusterMsg};
+use super::rollout::{ClusterRollouts, off_loop};
 use super::state::ClusterState;
 use super::update::update;
 use super::view::render;
@@ -34,6 +35,8 @@ struct Cluster<'a> {
     watch: &'a Watch,
     changes: tokio::sync::watch::Receiver<u64>,
     live: Option<LiveSource>,
+    /// How a staged rollout reaches the cluster (None: read only).
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
     tx: mpsc::Sender<ClusterMsg>,
     /// The watch saw something since the last reread.
     dirty: bool,
@@ -102,6 +105,7 @@ where
             match e {
                 ClusterEffect::Quit => return Ok(Flow::Quit),
                 ClusterEffect::Live(node) => self.ask_live(node),
+                e => off_loop(self.rollouts.clone(), &self.tx, e),
             }
         }
         Ok(flow)
@@ -149,6 +153,7 @@ pub async fn run(
     theme: &Theme,
     watch: &Watch,
     live: Option<LiveSource>,
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
 ) -> anyhow::Result<ClusterState> {
     let (tx, mut rx) = mpsc::channel(256);
     let stop = Arc::new(AtomicBool::new(false));
@@ -159,6 +164,7 @@ pub async fn run(
         watch,
         changes: watch.changes(),
         live,
+        rollouts,
         tx,
         dirty: true,
     };
@@ -188,12 +194,36 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    run_staging(terminal, state, theme, watch, live, None, tx, rx).await
+}
+
+/// [`run_with`] with a way to change the cluster: a rollout staged in the view plans and runs
+/// through `rollouts` (the headless tests hand it the command layer's, as `run` does).
+///
+/// # Errors
+/// The terminal fails.
+#[expect(clippy::too_many_arguments, reason = "run_with's, and the rollouts")]
+pub async fn run_staging<B>(
+    terminal: &mut Terminal<B>,
+    state: ClusterState,
+    theme: &Theme,
+    watch: &Watch,
+    live: Option<LiveSource>,
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
+    tx: mpsc::Sender<ClusterMsg>,
+    rx: &mut mpsc::Receiver<ClusterMsg>,
+) -> anyhow::Result<ClusterState>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let mut app = Cluster {
         state,
         theme,
         watch,
         changes: watch.changes(),
         live,
+        rollouts,
         tx,
         dirty: true,
     };

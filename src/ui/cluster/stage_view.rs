@@ -1,0 +1,192 @@
+//! The staged rollout's overlay over the cluster view, drawn from `&ClusterStage`: the nodes
+//! and the layout typed (and which manager it goes through), the plan as `fleet --kubernetes
+//! plan` prints it, the set's fingerprint typed (`ui::view::stage::typed_prompt`, the prompt of
+//! the fleet and of one node), then each node's progress and how it ended. Everything from
+//! outside is escaped here, on its way to the screen.
+
+use super::stage::{ClusterStage, NodeState};
+use crate::domain::cluster_rollout::Target;
+use crate::domain::text::escape_controls as esc;
+use crate::ui::fleet::Phase;
+use crate::ui::theme::Theme;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+
+/// What the typed word goes through, in words.
+fn target_words(st: &ClusterStage) -> String {
+    match st.target() {
+        None => "nothing typed yet".into(),
+        Some(t @ Target::Layout { .. }) => format!("{} through AMD's DCM", t.words()),
+        Some(t @ Target::MigConfig { .. }) => format!("{} through NVIDIA's MIG manager", t.words()),
+    }
+}
+
+/// Each node of the set and where it is.
+fn progress_lines(st: &ClusterStage, theme: &Theme) -> Vec<Line<'static>> {
+    st.progress
+        .iter()
+        .map(|(n, p)| {
+            let (word, style) = match p {
+                NodeState::Waiting => ("waiting".to_string(), "ui.muted"),
+                NodeState::Running(t) => (format!("… {t}"), "status.warn"),
+                NodeState::Done => ("done".to_string(), "status.ok"),
+                NodeState::Failed(e) => (format!("FAILED {e}"), "status.crit"),
+            };
+            Line::styled(format!("{}: {}", esc(n), esc(&word)), theme.get(style))
+        })
+        .collect()
+}
+
+/// Draws the overlay over `area`.
+pub fn render(frame: &mut Frame<'_>, area: Rect, st: &ClusterStage, theme: &Theme) {
+    let rect = crate::ui::view::fmt::centered(
+        area,
+        area.width.min(120),
+        area.height.saturating_sub(2).max(3),
+    );
+    frame.render_widget(Clear, rect);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(format!(
+            " Roll out through the cluster on {} node(s) ",
+            st.nodes.len()
+        ))
+        .border_style(theme.get("danger"));
+    let inner = block.inner(rect);
+    frame.render_widget(block, rect);
+    let w = usize::from(inner.width);
+    let hang = |l: Line<'static>| crate::ui::view::fmt::hang(l, w, 4);
+    let mut head = hang(Line::styled(
+        format!(
+            "nodes: {}",
+            st.nodes
+                .iter()
+                .map(|n| esc(n).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        theme.get("ui"),
+    ));
+    head.push(Line::styled(
+        if st.phase == Phase::Choose {
+            format!("layout: {}▏ ({})", esc(&st.word), esc(&target_words(st)))
+        } else {
+            format!("layout: {}", esc(&target_words(st)))
+        },
+        theme.get("ui.title"),
+    ));
+    let mut body: Vec<Line<'static>> = Vec::new();
+    let mut bottom: Vec<Line<'static>> = Vec::new();
+    if let Some(n) = &st.notice {
+        bottom.extend(hang(Line::styled(n.clone(), theme.get("status.warn"))));
+    }
+    let planned = st.planned.as_ref();
+    match (&st.phase, &st.confirming) {
+        (Phase::Choose, _) => {
+            body.extend(hang(Line::styled(
+                "Type the layout: <compute>_<memory> (cpx_nps4) goes through AMD's Device Config Manager, any other word is a MIG config of NVIDIA's MIG manager. The planner of `partop fleet --kubernetes plan` reads the cluster; you review the plan, then type the set's fingerprint to roll it out node by node (cordon, evict with PodDisruptionBudgets honoured, label, wait for the manager and the kubelet, uncordon).",
+                theme.get("ui.muted"),
+            )));
+            bottom.push(Line::styled(
+                "type the layout · enter plan · esc cancel",
+                theme.get("ui.hint"),
+            ));
+        }
+        (Phase::Planning, _) => bottom.push(Line::styled(
+            format!("planning on {} node(s)…", st.nodes.len()),
+            theme.get("status.warn"),
+        )),
+        (Phase::Review, c) => {
+            for l in planned.map(|p| p.lines.as_slice()).unwrap_or_default() {
+                let style = if l.starts_with("refused: ") {
+                    "status.crit"
+                } else {
+                    "ui"
+                };
+                body.extend(hang(Line::styled(esc(l).into_owned(), theme.get(style))));
+            }
+            match (planned.and_then(|p| p.staged.as_ref()), c) {
+                (None, _) => bottom.extend(hang(Line::styled(
+                    "nothing to roll out (every node refused or already at the target) · enter or esc: back",
+                    theme.get("status.warn"),
+                ))),
+                (Some(set), Some(c)) => bottom.extend(crate::ui::view::stage::typed_prompt(
+                    c,
+                    format!(
+                        "Type the set's fingerprint ({}) to roll it out on these {} node(s): ",
+                        set.fingerprint,
+                        planned.map_or(0, |p| p.nodes.len())
+                    ),
+                    "enter rolls out · esc goes back",
+                    theme,
+                    w,
+                )),
+                (Some(_), None) => {
+                    let refused = planned.map_or(0, |p| p.refused.len());
+                    if refused > 0 {
+                        bottom.extend(hang(Line::styled(
+                            format!("{refused} node(s) refused (above): left out of the set"),
+                            theme.get("status.warn"),
+                        )));
+                    }
+                    bottom.push(Line::styled(
+                        "enter: confirm (you will type the set's fingerprint) · esc cancel",
+                        theme.get("danger"),
+                    ));
+                }
+            }
+        }
+        (Phase::Rolling | Phase::Done(_), _) => {
+            body.extend(progress_lines(st, theme));
+            body.push(Line::raw(""));
+            body.extend(
+                st.log
+                    .iter()
+                    .flat_map(|l| hang(Line::styled(esc(l).into_owned(), theme.get("ui.muted")))),
+            );
+            match &st.phase {
+                Phase::Done(Ok(())) => bottom.push(Line::styled(
+                    "rolled out: every node labelled, answered, advertising its capacity, uncordoned",
+                    theme.get("status.ok"),
+                )),
+                Phase::Done(Err(e)) => {
+                    bottom.extend(hang(Line::styled(esc(e).into_owned(), theme.get("status.crit"))));
+                }
+                _ => bottom.push(Line::styled(
+                    "rolling out node by node… (the first failure stops it)",
+                    theme.get("status.warn"),
+                )),
+            }
+            if matches!(st.phase, Phase::Done(_)) {
+                bottom.push(Line::styled(
+                    "enter or esc: back to the cluster",
+                    theme.get("ui.hint"),
+                ));
+            }
+        }
+    }
+    let hh = u16::try_from(head.len()).unwrap_or(0).min(inner.height);
+    let bh = u16::try_from(bottom.len())
+        .unwrap_or(0)
+        .min(inner.height.saturating_sub(hh));
+    let [head_r, body_r, tail_r] = Layout::vertical([
+        Constraint::Length(hh),
+        Constraint::Min(0),
+        Constraint::Length(bh),
+    ])
+    .areas(inner);
+    frame.render_widget(Paragraph::new(head), head_r);
+    // While rolling, the newest lines: what the rollout says last is what the operator acts on.
+    let skip = if st.busy() || matches!(st.phase, Phase::Done(_)) {
+        body.len().saturating_sub(usize::from(body_r.height))
+    } else {
+        0
+    };
+    frame.render_widget(
+        Paragraph::new(body.into_iter().skip(skip).collect::<Vec<_>>()),
+        body_r,
+    );
+    frame.render_widget(Paragraph::new(bottom), tail_r);
+}
