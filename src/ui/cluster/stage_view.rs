@@ -77,95 +77,22 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &ClusterStage, theme: &Them
         },
         theme.get("ui.title"),
     ));
-    let mut body: Vec<Line<'static>> = Vec::new();
-    let mut bottom: Vec<Line<'static>> = Vec::new();
+    let (body, mut bottom) = match st.phase {
+        Phase::Choose => choose(theme, w),
+        Phase::Planning => (
+            Vec::new(),
+            vec![Line::styled(
+                format!("planning on {} node(s)…", st.nodes.len()),
+                theme.get("status.warn"),
+            )],
+        ),
+        Phase::Review => review(st, theme, w),
+        Phase::Rolling | Phase::Done(_) => rolling(st, theme, w),
+    };
     if let Some(n) = &st.notice {
-        bottom.extend(hang(Line::styled(n.clone(), theme.get("status.warn"))));
-    }
-    let planned = st.planned.as_ref();
-    match (&st.phase, &st.confirming) {
-        (Phase::Choose, _) => {
-            body.extend(hang(Line::styled(
-                "Type the layout: <compute>_<memory> (cpx_nps4) goes through AMD's Device Config Manager, any other word is a MIG config of NVIDIA's MIG manager. The planner of `partop fleet --kubernetes plan` reads the cluster; you review the plan, then type the set's fingerprint to roll it out node by node (cordon, evict with PodDisruptionBudgets honoured, label, wait for the manager and the kubelet, uncordon).",
-                theme.get("ui.muted"),
-            )));
-            bottom.push(Line::styled(
-                "type the layout · enter plan · esc cancel",
-                theme.get("ui.hint"),
-            ));
-        }
-        (Phase::Planning, _) => bottom.push(Line::styled(
-            format!("planning on {} node(s)…", st.nodes.len()),
-            theme.get("status.warn"),
-        )),
-        (Phase::Review, c) => {
-            for l in planned.map(|p| p.lines.as_slice()).unwrap_or_default() {
-                let style = if l.starts_with("refused: ") {
-                    "status.crit"
-                } else {
-                    "ui"
-                };
-                body.extend(hang(Line::styled(esc(l).into_owned(), theme.get(style))));
-            }
-            match (planned.and_then(|p| p.staged.as_ref()), c) {
-                (None, _) => bottom.extend(hang(Line::styled(
-                    "nothing to roll out (every node refused or already at the target) · enter or esc: back",
-                    theme.get("status.warn"),
-                ))),
-                (Some(set), Some(c)) => bottom.extend(crate::ui::view::stage::typed_prompt(
-                    c,
-                    format!(
-                        "Type the set's fingerprint ({}) to roll it out on these {} node(s): ",
-                        set.fingerprint,
-                        planned.map_or(0, |p| p.nodes.len())
-                    ),
-                    "enter rolls out · esc goes back",
-                    theme,
-                    w,
-                )),
-                (Some(_), None) => {
-                    let refused = planned.map_or(0, |p| p.refused.len());
-                    if refused > 0 {
-                        bottom.extend(hang(Line::styled(
-                            format!("{refused} node(s) refused (above): left out of the set"),
-                            theme.get("status.warn"),
-                        )));
-                    }
-                    bottom.push(Line::styled(
-                        "enter: confirm (you will type the set's fingerprint) · esc cancel",
-                        theme.get("danger"),
-                    ));
-                }
-            }
-        }
-        (Phase::Rolling | Phase::Done(_), _) => {
-            body.extend(progress_lines(st, theme));
-            body.push(Line::raw(""));
-            body.extend(
-                st.log
-                    .iter()
-                    .flat_map(|l| hang(Line::styled(esc(l).into_owned(), theme.get("ui.muted")))),
-            );
-            match &st.phase {
-                Phase::Done(Ok(())) => bottom.push(Line::styled(
-                    "rolled out: every node labelled, answered, advertising its capacity, uncordoned",
-                    theme.get("status.ok"),
-                )),
-                Phase::Done(Err(e)) => {
-                    bottom.extend(hang(Line::styled(esc(e).into_owned(), theme.get("status.crit"))));
-                }
-                _ => bottom.push(Line::styled(
-                    "rolling out node by node… (the first failure stops it)",
-                    theme.get("status.warn"),
-                )),
-            }
-            if matches!(st.phase, Phase::Done(_)) {
-                bottom.push(Line::styled(
-                    "enter or esc: back to the cluster",
-                    theme.get("ui.hint"),
-                ));
-            }
-        }
+        let mut v = hang(Line::styled(n.clone(), theme.get("status.warn")));
+        v.append(&mut bottom);
+        bottom = v;
     }
     let hh = u16::try_from(head.len()).unwrap_or(0).min(inner.height);
     let bh = u16::try_from(bottom.len())
@@ -189,4 +116,117 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &ClusterStage, theme: &Them
         body_r,
     );
     frame.render_widget(Paragraph::new(bottom), tail_r);
+}
+
+type Parts = (Vec<Line<'static>>, Vec<Line<'static>>);
+
+fn hang_in(l: Line<'static>, w: usize) -> Vec<Line<'static>> {
+    crate::ui::view::fmt::hang(l, w, 4)
+}
+
+/// The layout being typed: what it does, and the keys.
+fn choose(theme: &Theme, w: usize) -> Parts {
+    (
+        hang_in(
+            Line::styled(
+                "Type the layout: <compute>_<memory> (cpx_nps4) goes through AMD's Device Config Manager, any other word is a MIG config of NVIDIA's MIG manager. The planner of `partop fleet --kubernetes plan` reads the cluster; you review the plan, then type the set's fingerprint to roll it out node by node (cordon, evict with PodDisruptionBudgets honoured, label, wait for the manager and the kubelet, uncordon).",
+                theme.get("ui.muted"),
+            ),
+            w,
+        ),
+        vec![Line::styled(
+            "type the layout · enter plan · esc cancel",
+            theme.get("ui.hint"),
+        )],
+    )
+}
+
+/// The plan as the CLI prints it (refused nodes in red), then the confirmation.
+fn review(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
+    let planned = st.planned.as_ref();
+    let mut body = Vec::new();
+    for l in planned.map(|p| p.lines.as_slice()).unwrap_or_default() {
+        let style = if l.starts_with("refused: ") {
+            "status.crit"
+        } else {
+            "ui"
+        };
+        body.extend(hang_in(
+            Line::styled(esc(l).into_owned(), theme.get(style)),
+            w,
+        ));
+    }
+    let mut bottom = Vec::new();
+    match (planned.and_then(|p| p.staged.as_ref()), &st.confirming) {
+        (None, _) => bottom.extend(hang_in(
+            Line::styled(
+                "nothing to roll out (every node refused or already at the target) · enter or esc: back",
+                theme.get("status.warn"),
+            ),
+            w,
+        )),
+        (Some(set), Some(c)) => bottom.extend(crate::ui::view::stage::typed_prompt(
+            c,
+            format!(
+                "Type the set's fingerprint ({}) to roll it out on these {} node(s): ",
+                set.fingerprint,
+                planned.map_or(0, |p| p.nodes.len())
+            ),
+            "enter rolls out · esc goes back",
+            theme,
+            w,
+        )),
+        (Some(_), None) => {
+            let refused = planned.map_or(0, |p| p.refused.len());
+            if refused > 0 {
+                bottom.extend(hang_in(
+                    Line::styled(
+                        format!("{refused} node(s) refused (above): left out of the set"),
+                        theme.get("status.warn"),
+                    ),
+                    w,
+                ));
+            }
+            bottom.push(Line::styled(
+                "enter: confirm (you will type the set's fingerprint) · esc cancel",
+                theme.get("danger"),
+            ));
+        }
+    }
+    (body, bottom)
+}
+
+/// Each node's progress and what the rollout said; how it ended.
+fn rolling(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
+    let mut body = progress_lines(st, theme);
+    body.push(Line::raw(""));
+    body.extend(
+        st.log
+            .iter()
+            .flat_map(|l| hang_in(Line::styled(esc(l).into_owned(), theme.get("ui.muted")), w)),
+    );
+    let mut bottom = Vec::new();
+    match &st.phase {
+        Phase::Done(Ok(())) => bottom.push(Line::styled(
+            "rolled out: every node labelled, answered, advertising its capacity, uncordoned",
+            theme.get("status.ok"),
+        )),
+        Phase::Done(Err(e)) => {
+            bottom.extend(hang_in(
+                Line::styled(esc(e).into_owned(), theme.get("status.crit")),
+                w,
+            ));
+        }
+        _ => bottom.push(Line::styled(
+            "rolling out node by node… (the first failure stops it)",
+            theme.get("status.warn"),
+        )),
+    }
+    if matches!(st.phase, Phase::Done(_)) {
+        bottom.push(Line::styled(
+            "enter or esc: back to the cluster",
+            theme.get("ui.hint"),
+        ));
+    }
+    (body, bottom)
 }
