@@ -175,3 +175,70 @@ fn stage(s: &mut ClusterState) {
     s.help = false;
     s.stage = Some(ClusterStage::new(nodes));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::cluster::ClusterNode;
+    use crate::ui::keymap::Keymap;
+    use ratatui::crossterm::event::KeyModifiers;
+
+    fn key(c: char) -> ClusterMsg {
+        ClusterMsg::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+    }
+
+    fn state(read_only: bool) -> ClusterState {
+        let (km, e) = Keymap::load("default", None, read_only);
+        assert!(e.is_empty(), "{e:?}");
+        let mut s = ClusterState::new(km, "test".into());
+        let nodes = ["a", "b", "c"]
+            .iter()
+            .map(|n| ClusterNode {
+                name: (*n).to_string(),
+                capacity: [("amd.com/gpu".to_string(), 8)].into(),
+                ready: Some(true),
+                ..ClusterNode::default()
+            })
+            .collect();
+        s.set_view(nodes, Vec::new());
+        s
+    }
+
+    #[test]
+    fn tags_one_all_shown_and_stage_on_them() {
+        let mut s = state(false);
+        update(&mut s, key(' '));
+        assert_eq!(s.tagged.iter().collect::<Vec<_>>(), ["a"]);
+        // `a` under a filter tags what is shown; again, untags it.
+        s.filter = "b".into();
+        s.derive();
+        update(&mut s, key('a'));
+        assert_eq!(s.tagged.iter().collect::<Vec<_>>(), ["a", "b"]);
+        update(&mut s, key('a'));
+        assert_eq!(s.tagged.iter().collect::<Vec<_>>(), ["a"]);
+        s.filter.clear();
+        s.derive();
+        update(&mut s, key('a'));
+        assert_eq!(s.tagged.len(), 3);
+        update(&mut s, key('p'));
+        assert_eq!(
+            s.stage.as_ref().map(|st| st.nodes.clone()),
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        // Keys go to the stage while it is open: `q` is a letter of the layout.
+        update(&mut s, key('q'));
+        assert_eq!(s.stage.as_ref().map(|st| st.word.as_str()), Some("q"));
+    }
+
+    #[test]
+    fn read_only_offers_no_staging() {
+        let mut s = state(true);
+        update(&mut s, key(' '));
+        assert_eq!(update(&mut s, key('p')), []);
+        assert!(s.stage.is_none());
+        // Nor through a command sent otherwise.
+        update(&mut s, ClusterMsg::Command(Command::StageChange));
+        assert!(s.stage.is_none());
+        assert!(s.notice.as_deref().is_some_and(|n| n.contains("read only")));
+    }
+}
