@@ -88,6 +88,8 @@ pub struct ClusterStage {
     pub log: Vec<String>,
     /// Why the last key did nothing.
     pub notice: Option<String>,
+    /// The plan's first line shown (a plan of many nodes is longer than the screen).
+    pub scroll: usize,
 }
 
 impl ClusterStage {
@@ -105,6 +107,7 @@ impl ClusterStage {
             progress: Vec::new(),
             log: Vec::new(),
             notice: None,
+            scroll: 0,
         }
     }
 
@@ -233,6 +236,7 @@ pub fn key(st: &mut ClusterStage, k: &KeyEvent) -> StageKey {
                 "the rollout runs node by node; it stops only at a failure (the fleet journal records every step)".into()
             });
         }
+        Phase::Review if st.confirming.is_none() && scrolled(st, k.code) => {}
         Phase::Review => {
             let Some(set) = st.planned.as_ref().and_then(|p| p.staged.clone()) else {
                 // Nothing to roll out: the plan said why.
@@ -268,6 +272,22 @@ pub fn key(st: &mut ClusterStage, k: &KeyEvent) -> StageKey {
         }
     }
     out
+}
+
+/// The plan scrolled by a key (Up, Down, PgUp, PgDn, Home); false for any other key.
+fn scrolled(st: &mut ClusterStage, k: KeyCode) -> bool {
+    st.scroll = match k {
+        KeyCode::Down => st.scroll.saturating_add(1),
+        KeyCode::Up => st.scroll.saturating_sub(1),
+        KeyCode::PageDown => st.scroll.saturating_add(10),
+        KeyCode::PageUp => st.scroll.saturating_sub(10),
+        KeyCode::Home => 0,
+        _ => return false,
+    };
+    // Never past the plan's last line: Up moves from what is shown.
+    let lines = st.planned.as_ref().map_or(0, |p| p.lines.len());
+    st.scroll = st.scroll.min(lines.saturating_sub(1));
+    true
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &ClusterStage, theme: &Them
         },
         theme.get("ui.title"),
     ));
-    let (body, mut bottom) = match st.phase {
+    let (mut body, mut bottom) = match st.phase {
         Phase::Choose => choose(theme, w),
         Phase::Planning => (
             Vec::new(),
@@ -106,11 +106,21 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, st: &ClusterStage, theme: &Them
     .areas(inner);
     frame.render_widget(Paragraph::new(head), head_r);
     // While rolling, the newest lines: what the rollout says last is what the operator acts on.
-    let skip = if st.busy() || matches!(st.phase, Phase::Done(_)) {
-        body.len().saturating_sub(usize::from(body_r.height))
-    } else {
-        0
+    // The plan from where it is scrolled to (its end at most), said when more is below.
+    let room = usize::from(body_r.height);
+    let last = body.len().saturating_sub(room);
+    let skip = match st.phase {
+        Phase::Review => st.scroll.min(last),
+        Phase::Choose | Phase::Planning => 0,
+        Phase::Rolling | Phase::Done(_) => last,
     };
+    if st.phase == Phase::Review && skip < last && room > 0 {
+        body.truncate(skip + room - 1);
+        body.push(Line::styled(
+            "↓ more below (Down, PgDn; Up, PgUp back)",
+            theme.get("status.warn"),
+        ));
+    }
     frame.render_widget(
         Paragraph::new(body.into_iter().skip(skip).collect::<Vec<_>>()),
         body_r,
@@ -229,4 +239,46 @@ fn rolling(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
         ));
     }
     (body, bottom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ui::cluster::stage::ClusterPlanned;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    /// A plan longer than the overlay: its start shown with the hint; scrolled to its end, the
+    /// refused node (the last line) is on screen, never cut off unsaid.
+    #[test]
+    fn a_long_plan_scrolls_to_its_refused_nodes() {
+        let theme = Theme::load("default", std::path::Path::new("/nonexistent")).0;
+        let mut st = ClusterStage::new(vec!["n".into()]);
+        st.word = "cpx_nps4".into();
+        let mut lines: Vec<String> = (0..60).map(|i| format!("node-{i:02}: plan")).collect();
+        lines.push("refused: gone-1 is no GPU node".into());
+        st.planned(Ok(ClusterPlanned {
+            staged: None,
+            lines,
+            nodes: Vec::new(),
+            refused: vec!["gone-1 is no GPU node".into()],
+        }));
+        let draw = |st: &ClusterStage| {
+            let mut t = Terminal::new(TestBackend::new(100, 30)).unwrap();
+            t.draw(|f| render(f, f.area(), st, &theme)).unwrap();
+            format!("{}", t.backend())
+        };
+        let top = draw(&st);
+        assert!(
+            top.contains("node-00") && top.contains("↓ more below"),
+            "{top}"
+        );
+        assert!(!top.contains("gone-1"), "{top}");
+        st.scroll = usize::MAX;
+        let end = draw(&st);
+        assert!(
+            end.contains("refused: gone-1") && !end.contains("↓ more below"),
+            "{end}"
+        );
+    }
 }
