@@ -453,7 +453,7 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
             "annotate",
             "node",
             "sim-amd-0002",
-            "partop.sim/fail=firmware said no",
+            "partop.sim/fail=firmware \u{1b}[2J said no",
         ],
     );
     let mut s = s;
@@ -503,13 +503,17 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
     );
     for want in [
         "sim-amd-0002: FAILED failed at wait_state",
-        "firmware said no",
+        "firmware \\x1b[2J said no",
         "kubectl uncordon sim-amd-0002",
         "sim-amd-0003: waiting",
         "untouched: sim-amd-0003",
     ] {
         assert!(screen.contains(want), "the view shows {want:?}:\n{screen}");
     }
+    assert!(
+        !screen.contains('\u{1b}'),
+        "DCM's words reach the screen escaped:\n{screen}"
+    );
     assert!(
         cordoned(&node(&cp, "sim-amd-0002")),
         "left cordoned, said with its undo"

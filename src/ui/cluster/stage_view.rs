@@ -23,18 +23,21 @@ fn target_words(st: &ClusterStage) -> String {
     }
 }
 
-/// Each node of the set and where it is.
-fn progress_lines(st: &ClusterStage, theme: &Theme) -> Vec<Line<'static>> {
+/// Each node of the set and where it is (wrapped: a failure's reason and undo whole).
+fn progress_lines(st: &ClusterStage, theme: &Theme, w: usize) -> Vec<Line<'static>> {
     st.progress
         .iter()
-        .map(|(n, p)| {
+        .flat_map(|(n, p)| {
             let (word, style) = match p {
                 NodeState::Waiting => ("waiting".to_string(), "ui.muted"),
                 NodeState::Running(t) => (format!("… {t}"), "status.warn"),
                 NodeState::Done => ("done".to_string(), "status.ok"),
                 NodeState::Failed(e) => (format!("FAILED {e}"), "status.crit"),
             };
-            Line::styled(format!("{}: {}", esc(n), esc(&word)), theme.get(style))
+            hang_in(
+                Line::styled(format!("{}: {}", esc(n), esc(&word)), theme.get(style)),
+                w,
+            )
         })
         .collect()
 }
@@ -208,7 +211,7 @@ fn review(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
 
 /// Each node's progress and what the rollout said; how it ended.
 fn rolling(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
-    let mut body = progress_lines(st, theme);
+    let mut body = progress_lines(st, theme, w);
     body.push(Line::raw(""));
     body.extend(
         st.log
