@@ -208,6 +208,59 @@ fn apply(
     resume: bool,
     fj: &Path,
 ) -> Result<u8> {
+    let mut op = Operator { yes, parallel };
+    let (set, outcome) = roll_out(t, file, parallel, resume, fj, &mut op)?;
+    match outcome {
+        Outcome::NotConfirmed => {
+            out("cancelled: nothing was changed\n")?;
+            Ok(exit::FAILED)
+        }
+        Outcome::Stopped { untouched } => {
+            out(&format!(
+                "\nrollout stopped at the first failure; untouched: {}. Fix the cause named above, then: partop fleet --kubernetes apply {} --resume\n",
+                untouched_words(&untouched),
+                file.display()
+            ))?;
+            Ok(exit::FAILED)
+        }
+        Outcome::Done => {
+            out(&format!(
+                "\nrollout done: {} node(s) changed, advertising their new capacity, uncordoned\n",
+                set.nodes.len()
+            ))?;
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// The nodes a stopped rollout did not touch, escaped (`none` when none).
+pub fn untouched_words(untouched: &[String]) -> String {
+    if untouched.is_empty() {
+        "none".to_string()
+    } else {
+        untouched
+            .iter()
+            .map(|u| esc(u).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The one way a saved cluster set is rolled out, for `fleet --kubernetes apply` and the live
+/// cluster view: the set read and verified, every verb asked of the API server, every node not
+/// attempted before compared with its plan, then `exec::rollout` with the cluster engine,
+/// journaled in the fleet journal `fj`, `op` confirming and told each step.
+///
+/// # Errors
+/// A refusal before anything changed, or the fleet journal unwritable.
+pub fn roll_out(
+    t: &crate::collect::cluster::Target,
+    file: &Path,
+    parallel: usize,
+    resume: bool,
+    fj: &Path,
+    op: &mut impl rollout::Operator<ClusterPlanSet>,
+) -> Result<(ClusterPlanSet, Outcome)> {
     let set: ClusterPlanSet = crate::cli::out::read_document(
         file,
         false,
@@ -228,36 +281,8 @@ fn apply(
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
     engine.check_nodes(&set, &skip).map_err(said)?;
-    let mut op = Operator { yes, parallel };
-    match rollout::run(&engine, &set, file, parallel, resume, fj, &mut op)? {
-        Outcome::NotConfirmed => {
-            out("cancelled: nothing was changed\n")?;
-            Ok(exit::FAILED)
-        }
-        Outcome::Stopped { untouched } => {
-            out(&format!(
-                "\nrollout stopped at the first failure; untouched: {}. Fix the cause named above, then: partop fleet --kubernetes apply {} --resume\n",
-                if untouched.is_empty() {
-                    "none".to_string()
-                } else {
-                    untouched
-                        .iter()
-                        .map(|u| esc(u).into_owned())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                },
-                file.display()
-            ))?;
-            Ok(exit::FAILED)
-        }
-        Outcome::Done => {
-            out(&format!(
-                "\nrollout done: {} node(s) changed, advertising their new capacity, uncordoned\n",
-                set.nodes.len()
-            ))?;
-            Ok(exit::OK)
-        }
-    }
+    let outcome = rollout::run(&engine, &set, file, parallel, resume, fj, op)?;
+    Ok((set, outcome))
 }
 
 /// The operator of a cluster rollout: the nodes printed, the set's fingerprint typed (none with

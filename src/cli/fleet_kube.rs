@@ -73,14 +73,21 @@ fn live(
     prometheus: Option<String>,
     settings: &crate::config::Settings,
 ) -> Result<u8> {
-    // The cluster view changes nothing: loaded read-only whatever the settings say.
+    // Read only, the keys that stage a rollout are gone and nothing can change the cluster.
     let loaded = crate::ui::config::load(
         &crate::config::paths::config_dir(),
         &settings.config,
         None,
         None,
-        true,
+        settings.read_only,
     );
+    let rollouts: Option<std::sync::Arc<dyn crate::ui::cluster::rollout::ClusterRollouts>> =
+        (!settings.read_only).then(|| {
+            std::sync::Arc::new(crate::cli::cluster_rollouts::KubeRollouts::new(
+                t.clone(),
+                settings,
+            )) as _
+        });
     let rt = crate::cli::out::runtime()?;
     let r = rt.block_on(async {
         let client = cluster::client(t).await.map_err(anyhow::Error::msg)?;
@@ -92,8 +99,15 @@ fn live(
         };
         let state = crate::ui::cluster::ClusterState::new(loaded.keymap.clone(), via(t));
         let (guard, mut terminal) = crate::ui::terminal::Guard::enter()?;
-        let r =
-            crate::ui::cluster::app::run(&mut terminal, state, &loaded.theme, &w, Some(live)).await;
+        let r = crate::ui::cluster::app::run(
+            &mut terminal,
+            state,
+            &loaded.theme,
+            &w,
+            Some(live),
+            rollouts,
+        )
+        .await;
         drop(guard);
         r.map(|_| ())
     });

@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod args;
 pub mod check_config;
+pub mod cluster_rollouts;
 pub mod commands;
 pub mod fleet;
 pub mod fleet_apply;

@@ -508,6 +508,21 @@ pub async fn plan(
     target: &Target,
     limits: Limits,
 ) -> Result<Planned, String> {
+    plan_nodes(t, target, limits, None).await
+}
+
+/// Plans `target` on the GPU nodes of `t` named in `only` (None: every one), in name order:
+/// the nodes tagged in the live cluster view. A name that is no GPU node under the selector is
+/// refused with that reason, never dropped.
+///
+/// # Errors
+/// The API server refused or could not be reached.
+pub async fn plan_nodes(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    limits: Limits,
+    only: Option<&[String]>,
+) -> Result<Planned, String> {
     let ops = NodeOps::connect(t, "", limits)
         .await
         .map_err(|e| e.to_string())?;
@@ -544,7 +559,20 @@ pub async fn plan(
         already: Vec::new(),
     };
     let mut gpus_of_profile: Option<u32> = None;
-    for node in list.iter().map(node_of).filter(|n| !n.capacity.is_empty()) {
+    let gpu_nodes: Vec<_> = list
+        .iter()
+        .map(node_of)
+        .filter(|n| !n.capacity.is_empty())
+        .filter(|n| only.is_none_or(|o| o.contains(&n.name)))
+        .collect();
+    for name in only.unwrap_or_default() {
+        if !gpu_nodes.iter().any(|n| &n.name == name) {
+            out.refused.push(format!(
+                "{name} is no GPU node under this selector (deleted, or it advertises no GPU resource)"
+            ));
+        }
+    }
+    for node in gpu_nodes {
         let planned = plan_node(&ops, &node, target, dcm.as_deref(), mig.as_deref(), &budgets)
             .await
             .and_then(|(p, d, gpus)| {

@@ -6,6 +6,9 @@
 
 pub mod app;
 pub mod msg;
+pub mod rollout;
+pub mod stage;
+pub mod stage_view;
 pub mod state;
 pub mod update;
 pub mod view;

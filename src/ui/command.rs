@@ -80,6 +80,7 @@ commands! {
     FindingAct = "finding_act", "Act on the selected reclaimable partition: evict its pod (Eviction API), stop its model, or kill its process; opens a confirmation", Mutating;
     ModelAdvise = "model_advise", "Stage the partition layout that serves the registry's models best", Mutating;
     TagNode = "tag_node", "Fleet: tag or untag the selected node (fleet plan and apply act on tagged ones)", Safe;
+    TagAllShown = "tag_all_shown", "Fleet: tag every node shown (under the filter); untag them when all are tagged", Safe;
     TagGpu = "tag_gpu", "Tag or untag the selected logical GPU's physical GPU (staging acts on tagged ones)", Safe;
     StageChange = "stage_change", "Stage a partition change for the selected GPU (plan, then confirm)", Mutating;
     StageCycleCompute = "stage_cycle_compute", "Staging: next compute mode (or keep); on an NVIDIA GPU, the next MIG layout", Safe;

@@ -114,7 +114,7 @@ fn command(state: &mut State, c: Command) -> Vec<Effect> {
         | Command::StageConfirm
         | Command::ToggleProgress => staging::command(state, c),
         // The fleet view's own; nothing in the monitor.
-        Command::TagNode => Vec::new(),
+        Command::TagNode | Command::TagAllShown => Vec::new(),
         Command::DialogFocusNext => dialog::focus_next(state),
         Command::DialogActivate => dialog::activate(state),
     }

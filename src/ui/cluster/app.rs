@@ -4,6 +4,7 @@
 //! and a node's live detail arrive on its channel.
 
 use super::msg::{ClusterEffect, ClusterMsg};
+use super::rollout::{ClusterRollouts, off_loop};
 use super::state::ClusterState;
 use super::update::update;
 use super::view::render;
@@ -33,6 +34,8 @@ struct Cluster<'a> {
     watch: &'a Watch,
     changes: tokio::sync::watch::Receiver<u64>,
     live: Option<LiveSource>,
+    /// How a staged rollout reaches the cluster (None: read only).
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
     tx: mpsc::Sender<ClusterMsg>,
     /// The watch saw something since the last reread.
     dirty: bool,
@@ -45,6 +48,7 @@ impl<'a> Cluster<'a> {
         theme: &'a Theme,
         watch: &'a Watch,
         live: Option<LiveSource>,
+        rollouts: Option<Arc<dyn ClusterRollouts>>,
         tx: mpsc::Sender<ClusterMsg>,
     ) -> Self {
         Cluster {
@@ -53,6 +57,7 @@ impl<'a> Cluster<'a> {
             watch,
             changes: watch.changes(),
             live,
+            rollouts,
             tx,
             dirty: true,
         }
@@ -120,6 +125,7 @@ impl App for Cluster<'_> {
             match e {
                 ClusterEffect::Quit => return Flow::Quit,
                 ClusterEffect::Live(node) => self.ask_live(node),
+                e => off_loop(self.rollouts.clone(), &self.tx, e),
             }
         }
         flow
@@ -158,9 +164,10 @@ pub async fn run(
     theme: &Theme,
     watch: &Watch,
     live: Option<LiveSource>,
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
 ) -> anyhow::Result<ClusterState> {
     let (tx, mut rx) = mpsc::channel(256);
-    let mut app = Cluster::new(state, theme, watch, live, tx.clone());
+    let mut app = Cluster::new(state, theme, watch, live, rollouts, tx.clone());
     crate::ui::app::run_in_terminal(terminal, &mut app, tx, &mut rx).await?;
     Ok(app.state)
 }
@@ -183,7 +190,30 @@ where
     B: Backend,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut app = Cluster::new(state, theme, watch, live, tx);
+    run_staging(terminal, state, theme, watch, live, None, tx, rx).await
+}
+
+/// [`run_with`] with a way to change the cluster: a rollout staged in the view plans and runs
+/// through `rollouts` (the headless tests hand it the command layer's, as `run` does).
+///
+/// # Errors
+/// The terminal fails.
+#[expect(clippy::too_many_arguments, reason = "run_with's, and the rollouts")]
+pub async fn run_staging<B>(
+    terminal: &mut Terminal<B>,
+    state: ClusterState,
+    theme: &Theme,
+    watch: &Watch,
+    live: Option<LiveSource>,
+    rollouts: Option<Arc<dyn ClusterRollouts>>,
+    tx: mpsc::Sender<ClusterMsg>,
+    rx: &mut mpsc::Receiver<ClusterMsg>,
+) -> anyhow::Result<ClusterState>
+where
+    B: Backend,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut app = Cluster::new(state, theme, watch, live, rollouts, tx);
     crate::ui::app::run_headless(terminal, &mut app, rx).await?;
     Ok(app.state)
 }

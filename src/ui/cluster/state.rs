@@ -1,6 +1,7 @@
 //! The cluster view's state: the watch's last view of the cluster (GPU nodes, GPU pods), its
 //! rows worst first and signals worst first (both `domain::cluster`'s), the shown subset under
-//! the `/` filter, the selection (kept on its node as rows move), and an open node's detail.
+//! the `/` filter, the selection (kept on its node as rows move), an open node's detail, the
+//! tagged nodes and a rollout staged on them (`stage`).
 
 use crate::domain::cluster::{ClusterNode, GpuPod, NodeRow, Signal, rows, signals_worst_first};
 use crate::ui::keymap::{Key, Keymap};
@@ -55,6 +56,10 @@ pub struct ClusterState {
     pub notice: Option<String>,
     /// Keys (section `fleet`).
     pub keymap: Keymap,
+    /// Tagged nodes (by name): a rollout is staged on them.
+    pub tagged: std::collections::BTreeSet<String>,
+    /// A rollout staged on the tagged nodes.
+    pub stage: Option<super::stage::ClusterStage>,
     pub(super) pending: Vec<Key>,
 }
 
@@ -81,6 +86,8 @@ impl ClusterState {
             views: 0,
             notice: None,
             keymap,
+            tagged: std::collections::BTreeSet::new(),
+            stage: None,
             pending: Vec::new(),
         }
     }

@@ -47,6 +47,9 @@ pub fn render(frame: &mut Frame<'_>, s: &ClusterState, theme: &Theme) {
         signals(frame, sig_area, s, theme);
     }
     footer(frame, foot, s, theme);
+    if let Some(st) = &s.stage {
+        super::stage_view::render(frame, area, st, theme);
+    }
 }
 
 fn header(frame: &mut Frame<'_>, area: Rect, s: &ClusterState, theme: &Theme) {
@@ -115,18 +118,33 @@ fn table(frame: &mut Frame<'_>, area: Rect, s: &ClusterState, theme: &Theme) {
             } else {
                 theme.get("ui")
             };
-            Row::new(cells(r).map(|c| Cell::from(esc(&c).into_owned()))).style(style)
+            let mut c = cells(r);
+            // The tag mark, as in the fleet view.
+            c[0] = format!(
+                "{}{}",
+                if s.tagged.contains(&r.name) {
+                    "* "
+                } else {
+                    "  "
+                },
+                c[0]
+            );
+            Row::new(c.map(|c| Cell::from(esc(&c).into_owned()))).style(style)
         })
         .collect();
-    let title = if s.filter.is_empty() {
-        format!(" nodes ({}) ", s.order.len())
+    let mut title = if s.filter.is_empty() {
+        format!(" nodes ({}", s.order.len())
     } else {
-        format!(" nodes ({} of {}) ", s.order.len(), s.rows.len())
+        format!(" nodes ({} of {}", s.order.len(), s.rows.len())
     };
+    if !s.tagged.is_empty() {
+        title.push_str(&format!(" · {} tagged", s.tagged.len()));
+    }
+    title.push_str(") ");
     let t = Table::new(
         rows,
         [
-            Constraint::Min(16),
+            Constraint::Min(18),
             Constraint::Length(12),
             Constraint::Min(24),
             Constraint::Length(4),
@@ -277,6 +295,8 @@ fn help(frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
         "↑↓ PgUp PgDn Home End: select a node",
         "Enter: the node's detail (labels, resources, pods, signals, live from its partop serve)",
         "/: filter nodes and signals by any word shown (Enter keeps it, Esc clears it)",
+        "space: tag or untag the node · a: tag every node shown (again: untag them)",
+        "p: roll out a layout on the tagged nodes (or the selected one) through the cluster: type cpx_nps4 (DCM) or a MIG config name, review the plan, type its fingerprint (not offered read only)",
         "Esc: close · q: quit",
         "Rows: not ready first, then nodes with signals, then cordoned, then by name.",
     ];
@@ -302,8 +322,22 @@ fn footer(frame: &mut Frame<'_>, area: Rect, s: &ClusterState, theme: &Theme) {
         } else {
             format!(" filter: {} ·", esc(&s.filter))
         };
+        let stage = if s
+            .keymap
+            .keys_for(
+                crate::ui::keymap::Section::Fleet,
+                crate::ui::command::Command::StageChange,
+            )
+            .is_empty()
+        {
+            ""
+        } else {
+            "p roll out on the tagged · "
+        };
         Line::styled(
-            format!("{f} ↑↓ select · enter node detail · / filter · ? help · q quit"),
+            format!(
+                "{f} ↑↓ select · enter node detail · space tag · a tag shown · {stage}/ filter · ? help · q quit"
+            ),
             theme.get("ui.hint"),
         )
     };

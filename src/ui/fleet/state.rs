@@ -454,3 +454,15 @@ pub fn cells(r: &NodeRow, now: u64, spark_w: usize) -> [String; 9] {
         reach,
     ]
 }
+
+/// `a` in the fleet and the cluster view: every node shown tagged; when every one of them
+/// already is, all of them untagged.
+pub fn tag_all_shown(tagged: &mut std::collections::BTreeSet<String>, shown: Vec<String>) {
+    if shown.iter().all(|n| tagged.contains(n)) {
+        for n in &shown {
+            tagged.remove(n);
+        }
+    } else {
+        tagged.extend(shown);
+    }
+}

@@ -238,6 +238,10 @@ pub fn command(s: &mut FleetState, c: Command) -> Vec<FleetEffect> {
             }
             s.sel = (s.sel + 1).min(last);
         }
+        Command::TagAllShown => {
+            let shown: Vec<String> = s.order.iter().map(|i| s.rows[*i].name.clone()).collect();
+            super::state::tag_all_shown(&mut s.tagged, shown);
+        }
         Command::StageChange => stage(s),
         Command::OpenDetail => {
             if let Some(n) = s.selected()
