@@ -134,6 +134,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             mig_nodes,
             mig_gpu_nodes,
             dir,
+            unmanaged,
             fail,
         } => sim_cluster(crate::sim::cluster::Options {
             target: crate::collect::cluster::Target {
@@ -154,6 +155,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
                     )
                     .join("cluster")
             }),
+            unmanaged,
             fail,
         }),
         SimCmd::Status { state } => {

@@ -84,22 +84,35 @@ pub enum Engine {
         /// The config.
         config: String,
     },
+    /// No manager owns the node: partop's own plan made on the node (`partop plan` over the
+    /// fleet's transport, fingerprinted, embedded here) and applied there by `partop apply`.
+    PartopApply {
+        /// Where it is reached: an ssh destination, or `rehearse:STATE` for a simulated node.
+        dest: String,
+        /// The partop on the node.
+        partop: String,
+        /// The node's own plan, as it made it.
+        plan: Box<super::plan::Plan>,
+    },
 }
 
 impl Engine {
-    /// The node label that asks the manager, and its value.
-    pub fn label(&self) -> (&'static str, &str) {
+    /// The node label that asks the manager, and its value (None: `partop apply`, asked by no
+    /// label).
+    pub fn label(&self) -> Option<(&'static str, &str)> {
         match self {
-            Self::Dcm { profile } => (DCM_PROFILE, profile),
-            Self::MigManager { config } => (MIG_CONFIG, config),
+            Self::Dcm { profile } => Some((DCM_PROFILE, profile)),
+            Self::MigManager { config } => Some((MIG_CONFIG, config)),
+            Self::PartopApply { .. } => None,
         }
     }
 
-    /// The label the manager answers in.
+    /// The label the manager answers in (`partop apply` answers itself: none).
     pub const fn state_label(&self) -> &'static str {
         match self {
             Self::Dcm { .. } => DCM_STATE,
             Self::MigManager { .. } => MIG_STATE,
+            Self::PartopApply { .. } => "",
         }
     }
 
@@ -108,16 +121,61 @@ impl Engine {
         match self {
             Self::Dcm { .. } => "device-config-manager",
             Self::MigManager { .. } => "nvidia-mig-manager",
+            Self::PartopApply { .. } => "partop",
         }
     }
 
-    /// `DCM profile partop-cpx-nps4`.
+    /// `DCM profile partop-cpx-nps4`, `partop apply over ssh node07 (plan 1a2b…)`.
     pub fn words(&self) -> String {
         match self {
             Self::Dcm { profile } => format!("DCM profile {profile}"),
             Self::MigManager { config } => format!("MIG-manager config {config}"),
+            Self::PartopApply { dest, plan, .. } => format!(
+                "partop apply {} (its own plan {}: {} GPU(s) changed{})",
+                reach_words(dest),
+                plan.fingerprint,
+                plan.changes.len(),
+                if plan.kubernetes.is_some() {
+                    "; it cordons and evicts itself"
+                } else {
+                    ""
+                }
+            ),
         }
     }
+
+    /// Who cordons and evicts a node of this engine: the rollout (`true`), or, for a
+    /// `partop apply` whose own plan is a Kubernetes plan (its partop sees its kubelet), that
+    /// apply, which cordons, evicts, journals and resumes its drain on the node itself.
+    /// Never both: a second cordon would be one the node's apply did not make, so it would
+    /// leave it (partop lifts only its own), and the pods would be evicted twice over.
+    pub fn rollout_drains(&self) -> bool {
+        match self {
+            Self::PartopApply { plan, .. } => plan.kubernetes.is_none(),
+            _ => true,
+        }
+    }
+}
+
+/// `over ssh DEST`, or `on the rehearsal node STATE`.
+fn reach_words(dest: &str) -> String {
+    match dest.strip_prefix("rehearse:") {
+        Some(state) => format!("on the rehearsal node {state}"),
+        None => format!("over ssh {dest}"),
+    }
+}
+
+/// The label DCM's DaemonSet selects its nodes by (the AMD GPU operator's default selector of
+/// a DeviceConfig): a node without it has no DCM running on it, whatever the ConfigMap says.
+pub const DCM_SELECTOR: (&str, &str) = ("feature.node.kubernetes.io/amd-gpu", "true");
+
+/// Whether DCM manages `node`: its ConfigMap exists (`dcm`) and the node is one its DaemonSet
+/// runs on (selected by [`DCM_SELECTOR`]) or one it already answered or was asked on (a DCM
+/// label in use).
+pub fn dcm_manages(node: &ClusterNode, dcm: bool) -> bool {
+    dcm && (node.labels.get(DCM_SELECTOR.0).map(String::as_str) == Some(DCM_SELECTOR.1)
+        || node.labels.contains_key(DCM_PROFILE)
+        || node.labels.contains_key(DCM_STATE))
 }
 
 /// What the manager's state label says now.
@@ -293,7 +351,10 @@ impl ClusterPlanSet {
         if self.nodes.is_empty() {
             return Some("the set names no node".into());
         }
-        if let Some(n) = self.nodes.iter().find(|n| n.computed() != n.fingerprint) {
+        if let Some(n) = self.nodes.iter().find(|n| {
+            n.computed() != n.fingerprint
+                || matches!(&n.engine, Engine::PartopApply { plan, .. } if !plan.content_intact())
+        }) {
             return Some(format!(
                 "the plan for {} was changed after it was made",
                 n.node
@@ -525,6 +586,12 @@ pub fn with_profile(config: Option<&str>, profile: &str, doc: &Value) -> Result<
     serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
 }
 
+/// Whether `node` is an AMD node no manager owns under `target`: its engine is `partop apply`
+/// on the node, where the node can be reached (else [`engine_for`] refuses it, saying how).
+pub fn own_apply(node: &ClusterNode, target: &Target, dcm: bool) -> bool {
+    matches!(target, Target::Layout { .. }) && has_amd(node) && !dcm_manages(node, dcm)
+}
+
 /// The engine for `node` under `target`, or why it cannot be rolled out through the cluster.
 /// `dcm` and `mig` say whether each manager's ConfigMap is there (where it is, it is managed).
 ///
@@ -544,10 +611,10 @@ pub fn engine_for(
                     node.name
                 ));
             }
-            if !dcm {
+            if !dcm_manages(node, dcm) {
                 return Err(format!(
-                    "{} is not managed by AMD's Device Config Manager (no {DCM_NAMESPACE}/{DCM_CONFIGMAP} ConfigMap): roll it out over ssh instead (partop fleet NODE plan)",
-                    node.name
+                    "{} is not managed by AMD's Device Config Manager (no {DCM_NAMESPACE}/{DCM_CONFIGMAP} ConfigMap, or the node is not labelled {}={} nor carries a DCM label) and no way to reach it is known: give its ssh destination (--ssh {}=DEST, or --ssh-user USER for its InternalIP) and partop applies its own plan there",
+                    node.name, DCM_SELECTOR.0, DCM_SELECTOR.1, node.name
                 ));
             }
             Ok(Engine::Dcm {
@@ -584,7 +651,10 @@ pub fn engine_for(
 /// manager answered `success`, and the node advertises the expected capacity. A rollout has
 /// nothing to do there (draining it to relabel it the same would only disrupt its pods).
 pub fn at_target(plan: &NodePlan, node: &ClusterNode) -> bool {
-    let (k, v) = plan.engine.label();
+    let Some((k, v)) = plan.engine.label() else {
+        // The node's own plan changes nothing: it is there already.
+        return matches!(&plan.engine, Engine::PartopApply { plan, .. } if plan.changes.is_empty());
+    };
     node.labels.get(k).map(String::as_str) == Some(v)
         && answer(&plan.engine, &node.labels) == Answer::Success
         && plan

@@ -6,15 +6,20 @@
 //! within a bound and named) and gone, the manager asked by label (the DCM profile written
 //! into its ConfigMap first when the plan says so), its state label waited for (a failure
 //! stops with its own reason: its newest event on the node), the kubelet's allocatable waited
-//! for, uncordon. The pure part is `domain::cluster_rollout`.
+//! for, uncordon. A node no manager owns has a third engine: partop's own plan, made on the
+//! node over `collect::fleet`'s transport when the set is planned, applied there by `partop
+//! apply` (`exec::rollout`'s ssh engine code) in place of the label and the manager's answer;
+//! the rollout drains it only when the node's own plan does not (`Engine::rollout_drains`).
+//! The pure part is `domain::cluster_rollout`.
 
 use super::k8s::{K8sError, Limits, NodeOps, said, selects};
 use super::rollout::{Engine, NodeStart, Start, StepLog};
 use crate::collect::cluster::{node_of, pod_of};
+use crate::collect::fleet::Transport;
 use crate::domain::cluster_rollout::{
     Answer, Budget, ClusterPlanSet, DCM_FILE, Engine as Manager, Eviction, MIG_FILE, NodePlan,
     ProfileChange, Step, Target, amd_expected, amd_physical, answer, changed_since, dcm_profile,
-    engine_for, failure_reason, partition_labels, profile_in, with_profile,
+    engine_for, failure_reason, own_apply, partition_labels, profile_in, with_profile,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -39,6 +44,42 @@ pub struct ClusterEngine {
     /// Held while the profile is written: nodes labelled at once (`--parallel`) write it once,
     /// the others find it as planned (two writers would race on the ConfigMap's version).
     profile_lock: tokio::sync::Mutex<()>,
+    /// How nodes applied by `partop apply` are reached (None: the set has none).
+    transport: Option<Transport>,
+}
+
+/// How the planner reaches an AMD node no manager owns, to make and later apply partop's own
+/// plan there.
+#[derive(Clone, Debug)]
+pub struct Reach {
+    /// The fleet's transport (ssh, or the rehearsal transport for `rehearse:STATE`).
+    pub transport: Transport,
+    /// Node -> destination, as the operator named them (`--ssh NODE=DEST`).
+    pub dests: BTreeMap<String, String>,
+    /// Else `USER@` the Node's InternalIP (`--ssh-user`).
+    pub user: Option<String>,
+    /// The partop on the nodes.
+    pub partop: String,
+}
+
+impl Reach {
+    /// Where `node` is reached: the operator's mapping first, else its InternalIP with the
+    /// user given (None: neither).
+    pub fn dest_of(&self, node: &Node) -> Option<String> {
+        let name = node.metadata.name.as_deref()?;
+        if let Some(d) = self.dests.get(name) {
+            return Some(d.clone());
+        }
+        let user = self.user.as_ref()?;
+        let ip = node
+            .status
+            .as_ref()?
+            .addresses
+            .as_ref()?
+            .iter()
+            .find(|a| a.type_ == "InternalIP")?;
+        Some(format!("{user}@{}", ip.address))
+    }
 }
 
 impl ClusterEngine {
@@ -68,7 +109,15 @@ impl ClusterEngine {
             manager_wait: MANAGER_WAIT,
             profile: set.profile.clone(),
             profile_lock: tokio::sync::Mutex::new(()),
+            transport: None,
         })
+    }
+
+    /// The engine reaching the set's `partop apply` nodes over `t`.
+    #[must_use]
+    pub fn over(mut self, t: Transport) -> Self {
+        self.transport = Some(t);
+        self
     }
 
     fn ops(&self, node: &str) -> NodeOps {
@@ -132,11 +181,29 @@ impl ClusterEngine {
     }
 
     /// The steps from `first` on, each journaled before and after it acts.
-    fn steps_from(&self, n: &NodePlan, first: Step, log: &StepLog) -> Result<Vec<String>, String> {
+    fn steps_from(
+        &self,
+        n: &NodePlan,
+        first: Step,
+        attempted: bool,
+        log: &StepLog,
+    ) -> Result<Vec<String>, String> {
         let mut said = Vec::new();
+        let drains = n.engine.rollout_drains();
         for step in Step::ALL.into_iter().filter(|s| *s >= first) {
+            if !drains && matches!(step, Step::Cordon | Step::Evict | Step::Uncordon) {
+                // The node's own apply cordons, evicts and uncordons (its plan says so).
+                continue;
+            }
             log.begin(step.key())?;
-            match self.rt.block_on(self.step(n, step, log)) {
+            let r = match (&n.engine, step) {
+                (Manager::PartopApply { .. }, Step::Label) => self.apply_own(n, attempted, log),
+                (Manager::PartopApply { .. }, Step::WaitState) => {
+                    Ok("the node's own apply read its layout back".into())
+                }
+                _ => self.rt.block_on(self.step(n, step, log)),
+            };
+            match r {
                 Ok(text) => {
                     log.done(step.key(), &text)?;
                     said.push(format!("{}: {text}", step.key()));
@@ -159,6 +226,49 @@ impl ClusterEngine {
             ));
         }
         s
+    }
+
+    /// A node no manager owns: its own plan applied there by `partop apply` (the ssh engine's
+    /// code: the plan on stdin, `--yes`, read back). A node attempted before continues its own
+    /// run when its journal has one, else applies afresh: the node's journal decides.
+    fn apply_own(&self, n: &NodePlan, attempted: bool, log: &StepLog) -> Result<String, String> {
+        let Manager::PartopApply { dest, partop, plan } = &n.engine else {
+            return Err("not a partop apply node".into());
+        };
+        let t = self.transport.as_ref().ok_or_else(|| {
+            "no transport to reach the node (the engine was not given one)".to_string()
+        })?;
+        let ssh = super::rollout::NodePlan {
+            node: n.node.clone(),
+            dest: dest.clone(),
+            partop: partop.clone(),
+            plan: (**plan).clone(),
+        };
+        let how = if attempted {
+            match super::rollout::node_has_run(t, &ssh) {
+                Ok(true) => NodeStart::Resume,
+                Ok(false) => NodeStart::ApplyAgain,
+                Err(e) => NodeStart::Unknown(e),
+            }
+        } else {
+            NodeStart::Apply
+        };
+        if how == NodeStart::Resume {
+            log.note(
+                "its own journal has a run of this plan: continued (partop apply --resume)".into(),
+            );
+        }
+        let o = super::rollout::apply_node(t, &ssh, &how)?;
+        let steps = super::rollout::step_lines(&o);
+        Ok(format!(
+            "partop apply {}: {} step(s) done, read back",
+            if dest.starts_with(crate::collect::fleet::REHEARSE) {
+                format!("on {dest}")
+            } else {
+                format!("over ssh {dest}")
+            },
+            steps.len()
+        ))
     }
 
     async fn step(&self, n: &NodePlan, step: Step, log: &StepLog) -> Result<String, String> {
@@ -186,7 +296,9 @@ impl ClusterEngine {
         }
         let node = ops.get_node().await.map_err(|e| gone_or(&ops.node, &e))?;
         let labels = node_of(&node).labels;
-        let (key, value) = engine.label();
+        let Some((key, value)) = engine.label() else {
+            return Err(format!("{} is asked by no label", engine.words()));
+        };
         if labels.get(key).map(String::as_str) == Some(value) {
             patch_labels(ops, &[(key, None), (engine.state_label(), None)]).await?;
             said.push(format!("{key} taken off to ask again"));
@@ -315,11 +427,13 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
         let Some(first) = first else {
             return Ok(vec!["every step was done before".into()]);
         };
-        if first == Step::Cordon {
-            // Not touched yet: it must be as planned.
+        let own_drain_begun = *how == NodeStart::Resume && !n.engine.rollout_drains();
+        if first == Step::Cordon && !own_drain_begun {
+            // Not touched yet: it must be as planned (a node whose own apply drains may have
+            // begun it: its journal decides, in `apply_own`).
             self.rt.block_on(self.unchanged(n))?;
         }
-        self.steps_from(n, first, log)
+        self.steps_from(n, first, *how == NodeStart::Resume, log)
     }
 }
 
@@ -508,6 +622,21 @@ pub async fn plan(
     target: &Target,
     limits: Limits,
 ) -> Result<Planned, String> {
+    plan_reaching(t, target, limits, None).await
+}
+
+/// Plans `target` as [`plan`] does; an AMD node no manager owns that `reach` can reach gets
+/// partop's own plan, made on the node (its engine `partop apply`), and one it cannot reach
+/// is refused saying how to give its destination.
+///
+/// # Errors
+/// The API server refused or could not be reached.
+pub async fn plan_reaching(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    limits: Limits,
+    reach: Option<&Reach>,
+) -> Result<Planned, String> {
     let ops = NodeOps::connect(t, "", limits)
         .await
         .map_err(|e| e.to_string())?;
@@ -544,8 +673,15 @@ pub async fn plan(
         already: Vec::new(),
     };
     let mut gpus_of_profile: Option<u32> = None;
-    for node in list.iter().map(node_of).filter(|n| !n.capacity.is_empty()) {
-        let planned = plan_node(&ops, &node, target, dcm.as_deref(), mig.as_deref(), &budgets)
+    for (raw, node) in list
+        .iter()
+        .map(|n| (n, node_of(n)))
+        .filter(|(_, n)| !n.capacity.is_empty())
+    {
+        let own = reach
+            .filter(|_| own_apply(&node, target, dcm.is_some()))
+            .and_then(|r| r.dest_of(raw).map(|d| (r, d)));
+        let planned = plan_node(&ops, &node, target, (dcm.as_deref(), mig.as_deref()), &budgets, own)
             .await
             .and_then(|(p, d, gpus)| {
                 match (gpus, gpus_of_profile) {
@@ -592,15 +728,23 @@ async fn plan_node(
     ops: &NodeOps,
     node: &crate::domain::cluster::ClusterNode,
     target: &Target,
-    dcm: Option<&str>,
-    mig: Option<&str>,
+    (dcm, mig): (Option<&str>, Option<&str>),
     budgets: &[PodDisruptionBudget],
+    own: Option<(&Reach, String)>,
 ) -> Result<NodePlanned, String> {
-    let engine = engine_for(node, target, dcm.is_some(), mig.is_some())?;
+    let engine = match (own, target) {
+        (Some((r, dest)), Target::Layout { compute, memory }) => {
+            own_plan(r, &node.name, dest, *compute, *memory).await?
+        }
+        _ => engine_for(node, target, dcm.is_some(), mig.is_some())?,
+    };
     let (expected, gpus) = match target {
         Target::Layout { compute, memory } => (
             amd_expected(node, *compute, *memory)?,
-            Some(amd_physical(node)?),
+            // Only a DCM node counts towards the profile's GPUs.
+            matches!(engine, Manager::Dcm { .. })
+                .then(|| amd_physical(node))
+                .transpose()?,
         ),
         Target::MigConfig { name } => (
             crate::domain::cluster_rollout::mig_expected(node, mig.unwrap_or_default(), name)?,
@@ -670,6 +814,38 @@ async fn plan_node(
     };
     p.fingerprint = p.computed();
     Ok((p, daemons, gpus))
+}
+
+/// The `partop apply` engine of `node` at `dest`: the node's own plan of the layout, made there
+/// (blocking, off the runtime's workers). Its reason, naming the node, when it could not.
+async fn own_plan(
+    r: &Reach,
+    node: &str,
+    dest: String,
+    compute: crate::domain::ComputeMode,
+    memory: crate::domain::MemoryMode,
+) -> Result<Manager, String> {
+    let (t, partop) = (r.transport.clone(), r.partop.clone());
+    let d = dest.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        super::rollout::plan_on(
+            &t,
+            &d,
+            &partop,
+            Some(compute.name()),
+            Some(memory.name()),
+        )
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| {
+        format!("{node} is not managed by a partition manager, and its own plan at {dest} could not be made: {e}")
+    })?;
+    Ok(Manager::PartopApply {
+        dest,
+        partop: r.partop.clone(),
+        plan: Box::new(plan),
+    })
 }
 
 /// A manager's ConfigMap document (None: no such ConfigMap, so no such manager).

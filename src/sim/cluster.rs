@@ -9,6 +9,7 @@
 
 use crate::collect::cluster::Target;
 use crate::domain::cluster::{AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
+use crate::domain::cluster_rollout::DCM_SELECTOR;
 use crate::domain::partition_managers::{
     DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, DCM_TAINT, DEFAULT_MIG_CONFIG, MIG_CONFIGMAP, MIG_KEY,
     MIG_NAMESPACE, MIG_PRODUCT, MigLayout, Refusal, dcm_profile, default_dcm_config, mig_layout,
@@ -47,6 +48,10 @@ pub struct Options {
     pub mig_gpu_nodes: usize,
     /// Where the simulated nodes' state lives.
     pub dir: PathBuf,
+    /// AMD nodes no manager owns: created without DCM's selector label, so the DCM stand-in
+    /// never acts on them; a simulated one's Node follows its partitions as its kubelet and
+    /// the node labeller would (changed there by partop itself).
+    pub unmanaged: Vec<String>,
     /// Nodes whose partition change fails (DCM's `PartitionFailure`, the MIG manager's
     /// `failed`): the failure mode.
     pub fail: Vec<String>,
@@ -104,7 +109,9 @@ pub async fn run(
         .map(|i| {
             let nodes = nodes.clone();
             let nvidia = i >= o.nodes.saturating_sub(o.mig_nodes);
-            async move { create_node(&nodes, &node_name(i, nvidia), nvidia).await }
+            let name = node_name(i, nvidia);
+            let managed = !o.unmanaged.contains(&name);
+            async move { create_node(&nodes, &name, nvidia, managed).await }
         })
         .buffer_unordered(16)
         .collect::<Vec<_>>()
@@ -157,6 +164,15 @@ pub async fn run(
         o.dir.display(),
     ));
     let say = Arc::new(say);
+    let unmanaged: Vec<(String, PathBuf)> = {
+        let m = model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        o.unmanaged
+            .iter()
+            .filter_map(|n| m.backed.get(n).map(|st| (n.clone(), st.clone())))
+            .collect()
+    };
     let fail = Arc::new(o.fail.clone());
     let cfg = watcher::Config::default().labels(&format!("{SIM_LABEL}=true"));
     let events = watcher(nodes.clone(), cfg)
@@ -191,6 +207,7 @@ pub async fn run(
     tokio::select! {
         () = play => Err("the watch of the simulated nodes ended".into()),
         () = kubelets(client.clone(), names) => Err("the watch of the simulated nodes' pods ended".into()),
+        () = follow_unmanaged(nodes.clone(), unmanaged) => Err("the unmanaged nodes' follower ended".into()),
         () = stop => Ok(()),
     }
 }
@@ -271,8 +288,11 @@ fn wanted(node: &Node, model: &Mutex<Model>) -> Option<Job> {
     let mut m = model
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // DCM's DaemonSet runs only on the nodes its selector names: elsewhere no DCM sees a label.
+    let dcm_here = labels.get(DCM_SELECTOR.0).map(String::as_str) == Some(DCM_SELECTOR.1);
     let Some(job) = labels
         .get(DCM_PROFILE)
+        .filter(|_| dcm_here)
         .map(|p| Job::Dcm(p.clone()))
         .or_else(|| labels.get(MIG_CONFIG).map(|c| Job::Mig(c.clone())))
     else {
@@ -344,8 +364,13 @@ async fn set_status(
         .map_err(sim_err)
 }
 
-async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), String> {
-    let labels = if nvidia {
+async fn create_node(
+    nodes: &Api<Node>,
+    name: &str,
+    nvidia: bool,
+    managed: bool,
+) -> Result<(), String> {
+    let mut labels = if nvidia {
         serde_json::json!({SIM_LABEL: "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                            "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed"})
     } else {
@@ -354,6 +379,9 @@ async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), 
                            "amd.com/compute-partitioning-supported": "true",
                            "amd.com/memory-partitioning-supported": "true"})
     };
+    if !managed && let Some(l) = labels.as_object_mut() {
+        l.remove(DCM_SELECTOR.0);
+    }
     let n: Node =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}}))
             .map_err(|e| e.to_string())?;
@@ -382,6 +410,45 @@ async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), 
         .await
         .map(|_| ())
         .map_err(sim_err)
+}
+
+/// The Nodes of unmanaged simulated GPU nodes follow what partop changed on them: every 0.5 s
+/// each state is read, and a new layout is written as the node labeller
+/// (`amd.com/compute-memory-partition`) and the device plugin (`amd.com/gpu`, one per
+/// partition) would. Never ends.
+async fn follow_unmanaged(nodes: Api<Node>, backed: Vec<(String, PathBuf)>) {
+    let mut last: HashMap<String, (String, i64)> = HashMap::new();
+    loop {
+        for (name, state) in &backed {
+            let Ok(st) = crate::sim::state::SimState::load(state) else {
+                continue;
+            };
+            let Some(g) = st.modes().first().cloned() else {
+                continue;
+            };
+            let now = (
+                format!(
+                    "{}_{}",
+                    g.compute.name().to_lowercase(),
+                    g.memory.name().to_lowercase()
+                ),
+                i64::try_from(st.logical().len()).unwrap_or(0),
+            );
+            if last.get(name) == Some(&now) {
+                continue;
+            }
+            let ok = set_status(&nodes, name, &[("amd.com/gpu".to_string(), now.1)].into())
+                .await
+                .is_ok()
+                && label_node(&nodes, name, &[(AMD_PARTITION, Some(&now.0))])
+                    .await
+                    .is_ok();
+            if ok {
+                last.insert(name.clone(), now);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// A simulated MI300X node of 8 GPUs in SPX/NPS1, no workloads.
