@@ -958,6 +958,31 @@ fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transp
         "the node's own plan changes its 8 GPUs: {own}"
     );
 
+    // The node's own plan edited in the saved set, every fingerprint around it made again: the
+    // plan's own fingerprint still refuses it before anything changes.
+    let mut forged: partop::domain::cluster_rollout::ClusterPlanSet =
+        serde_json::from_str(&std::fs::read_to_string(&set).unwrap()).unwrap();
+    if let partop::domain::cluster_rollout::Engine::PartopApply { plan, .. } =
+        &mut forged.nodes[1].engine
+    {
+        plan.downtime_secs += 1;
+    }
+    forged.nodes[1].fingerprint = forged.nodes[1].computed();
+    forged.fingerprint = forged.computed();
+    let forged_file = d.join("forged.json");
+    std::fs::write(&forged_file, serde_json::to_string(&forged).unwrap()).unwrap();
+    let f = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&forged_file),
+        "",
+    );
+    assert_ne!(f.code, 0, "{f:?}");
+    assert!(
+        f.stderr
+            .contains("the plan for sim-amd-0001 was changed after it was made"),
+        "{f:?}"
+    );
+    assert!(journal(d).is_empty() && pod_exists(&cp, "web-0"));
+
     // Another change holds the node's lock: its own apply refuses, and that stops the set.
     let lock = partop::exec::lock::acquire(
         &partop::exec::lock::sim_path(&state),
@@ -1060,4 +1085,68 @@ fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transp
 
 fn has_step(j: &[(String, String, String)], a: &str, n: &str, s: &str) -> bool {
     j.iter().any(|x| x.0 == a && x.1 == n && x.2 == s)
+}
+
+/// A destination given with `--ssh` is checked as the fleet checks a node word before anything
+/// is asked of the cluster (7 hostile words, each refused as a usage error naming it escaped):
+/// an ssh option smuggled as a host, blanks, a control sequence, an empty node or destination,
+/// no `=`, an empty rehearsal state; and a user name that is not one.
+#[test]
+fn a_hostile_ssh_destination_is_refused_before_the_cluster_is_asked() {
+    let words = [
+        "n1=-oProxyCommand=touch /tmp/x",
+        "n1=a b",
+        "n1=gpu\u{1b}[2J07",
+        "=gpu07",
+        "n1=",
+        "n1",
+        "n1=rehearse:",
+    ];
+    for w in words {
+        let r = run(
+            partop().args([
+                "fleet",
+                "--kubernetes",
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+                "--ssh",
+                w,
+                "plan",
+                "--layout",
+                "cpx_nps4",
+                "--out",
+                "/nonexistent/set.json",
+            ]),
+            "",
+        );
+        assert_eq!(r.code, 2, "{w:?}: {r:?}");
+        assert!(
+            r.stderr.contains("--ssh") && !r.stderr.contains('\u{1b}'),
+            "{w:?}: {}",
+            r.stderr
+        );
+    }
+    for u in ["-oProxyCommand=x", "a@b", ""] {
+        let r = run(
+            partop().args([
+                "fleet",
+                "--kubernetes",
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+                &format!("--ssh-user={u}"),
+                "plan",
+                "--layout",
+                "cpx_nps4",
+                "--out",
+                "/nonexistent/set.json",
+            ]),
+            "",
+        );
+        assert_eq!(r.code, 2, "{u:?}: {r:?}");
+        assert!(r.stderr.contains("--ssh-user"), "{u:?}: {}", r.stderr);
+    }
+    eprintln!(
+        "{} hostile --ssh words and 3 --ssh-user words refused",
+        words.len()
+    );
 }

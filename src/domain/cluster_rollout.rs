@@ -157,6 +157,19 @@ impl Engine {
     }
 }
 
+/// Why the node's own plan cannot be applied as `node`'s (None: it can): a Kubernetes plan
+/// drains the Node its partop names (its kubelet's, the host name), and draining another Node
+/// than the one planned would cordon and evict the wrong node.
+pub fn own_plan_refusal(node: &str, plan: &super::plan::Plan) -> Option<String> {
+    let k = plan.kubernetes.as_ref()?;
+    (k.node != node).then(|| {
+        format!(
+            "{node}'s own plan is for the Kubernetes node {:?} (its partop's host name): it would cordon and evict that node, not {node}; reach {node} at its own destination",
+            k.node
+        )
+    })
+}
+
 /// `over ssh DEST`, or `on the rehearsal node STATE`.
 fn reach_words(dest: &str) -> String {
     match dest.strip_prefix("rehearse:") {
@@ -414,6 +427,17 @@ impl Step {
     /// The step of a journal key.
     pub fn of_key(k: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.key() == k)
+    }
+
+    /// The steps the rollout takes on a node of `engine`: all of them, but for a `partop
+    /// apply` that drains the node itself, none of the cordon, the eviction and the uncordon
+    /// (its own apply does them; see [`Engine::rollout_drains`]).
+    pub fn of_engine(engine: &Engine) -> Vec<Self> {
+        let drains = engine.rollout_drains();
+        Self::ALL
+            .into_iter()
+            .filter(|s| drains || !matches!(s, Self::Cordon | Self::Evict | Self::Uncordon))
+            .collect()
     }
 
     /// Where a node whose steps `done` were journaled done continues: the first step not done;
@@ -832,6 +856,138 @@ mod tests {
             }
         }
         assert_eq!(cases, 49);
+    }
+
+    /// A node's own plan, empty but for its Kubernetes part (`kube`: the Node it drains).
+    fn own(kube: Option<&str>) -> Engine {
+        let plan = crate::domain::plan::Plan {
+            fingerprint: String::new(),
+            host: "h".into(),
+            draft: crate::domain::plan::Draft {
+                gpus: Vec::new(),
+                compute: Some(ComputeMode::Cpx),
+                memory: Some(MemoryMode::Nps4),
+            },
+            reload: crate::domain::modes::Reload::Modprobe,
+            changes: Vec::new(),
+            before: Vec::new(),
+            after: Vec::new(),
+            stops: Vec::new(),
+            steps: Vec::new(),
+            downtime_secs: 0,
+            warnings: Vec::new(),
+            reload_secs: 0,
+            grace_secs: 0,
+            models: Vec::new(),
+            sets: Vec::new(),
+            balancers: Vec::new(),
+            kubernetes: kube.map(|n| crate::domain::plan_k8s::KubeChange {
+                node: n.into(),
+                pods: Vec::new(),
+                allocatable: BTreeMap::new(),
+            }),
+        };
+        Engine::PartopApply {
+            dest: "rehearse:/s".into(),
+            partop: "partop".into(),
+            plan: Box::new(plan),
+        }
+    }
+
+    /// Who owns an AMD node, over the whole space the planner reads (96 cases): vendor (AMD,
+    /// NVIDIA, none) x DCM's ConfigMap x DCM's selector label x a DCM profile label x a DCM
+    /// state label x the target (a layout, a MIG config). DCM owns it where its ConfigMap is and
+    /// its DaemonSet selects the node or a DCM label is in use; an AMD node it does not own is
+    /// `partop apply`'s (where reachable), and refused saying how to reach it otherwise.
+    #[test]
+    fn an_amd_node_no_manager_owns_is_partop_apply_s_and_refused_saying_how_to_reach_it() {
+        let mut cases = 0;
+        for vendor in ["amd.com/gpu", "nvidia.com/gpu", "cpu-only/none"] {
+            for bits in 0..16u8 {
+                let (cm, sel, prof, state) =
+                    (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0, bits & 8 != 0);
+                let mut n = ClusterNode {
+                    name: "n1".into(),
+                    capacity: [(vendor.to_string(), 8)].into(),
+                    ..ClusterNode::default()
+                };
+                for (on, k, v) in [
+                    (sel, DCM_SELECTOR.0, DCM_SELECTOR.1),
+                    (prof, DCM_PROFILE, "p"),
+                    (state, DCM_STATE, "success"),
+                ] {
+                    if on {
+                        n.labels.insert(k.into(), v.into());
+                    }
+                }
+                let amd = vendor.starts_with("amd.com/");
+                let managed = cm && (sel || prof || state);
+                let layout = Target::Layout {
+                    compute: ComputeMode::Cpx,
+                    memory: MemoryMode::Nps4,
+                };
+                let what =
+                    format!("{vendor} configmap={cm} selector={sel} profile={prof} state={state}");
+                assert_eq!(own_apply(&n, &layout, cm), amd && !managed, "{what}");
+                assert_eq!(dcm_manages(&n, cm), managed, "{what}");
+                match engine_for(&n, &layout, cm, false) {
+                    Ok(e) => assert!(amd && managed && matches!(e, Engine::Dcm { .. }), "{what}"),
+                    Err(why) if amd => {
+                        assert!(!managed && why.contains("--ssh n1=DEST"), "{what}: {why}");
+                    }
+                    Err(why) => assert!(why.contains("advertises no AMD"), "{what}: {why}"),
+                }
+                cases += 1;
+                let mig = Target::MigConfig {
+                    name: "all-1g.10gb".into(),
+                };
+                assert!(
+                    !own_apply(&n, &mig, cm),
+                    "a MIG config is never partop apply's: {what}"
+                );
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 96);
+    }
+
+    /// The rollout drains a node unless the node's own apply does (never both), and a node's
+    /// own Kubernetes plan for another Node is refused (4 engines, 3 plans).
+    #[test]
+    fn the_cordon_has_one_owner() {
+        let all = Step::ALL.to_vec();
+        let dcm = Engine::Dcm {
+            profile: "p".into(),
+        };
+        let mig = Engine::MigManager { config: "c".into() };
+        assert_eq!(Step::of_engine(&dcm), all);
+        assert_eq!(Step::of_engine(&mig), all);
+        assert_eq!(
+            Step::of_engine(&own(None)),
+            all,
+            "its plan has no Kubernetes part"
+        );
+        assert_eq!(
+            Step::of_engine(&own(Some("n1"))),
+            vec![Step::Label, Step::WaitState, Step::WaitAllocatable],
+            "its own apply cordons, evicts and uncordons"
+        );
+        assert!(
+            own(Some("n1"))
+                .words()
+                .contains("it cordons and evicts itself")
+        );
+        let plan = |e: Engine| match e {
+            Engine::PartopApply { plan, .. } => plan,
+            _ => unreachable!(),
+        };
+        assert_eq!(own_plan_refusal("n1", &plan(own(None))), None);
+        assert_eq!(own_plan_refusal("n1", &plan(own(Some("n1")))), None);
+        let why = own_plan_refusal("n1", &plan(own(Some("gpu-host-7")))).unwrap();
+        assert!(
+            why.contains("\"gpu-host-7\"") && why.contains("not n1"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -189,12 +189,10 @@ impl ClusterEngine {
         log: &StepLog,
     ) -> Result<Vec<String>, String> {
         let mut said = Vec::new();
-        let drains = n.engine.rollout_drains();
-        for step in Step::ALL.into_iter().filter(|s| *s >= first) {
-            if !drains && matches!(step, Step::Cordon | Step::Evict | Step::Uncordon) {
-                // The node's own apply cordons, evicts and uncordons (its plan says so).
-                continue;
-            }
+        for step in Step::of_engine(&n.engine)
+            .into_iter()
+            .filter(|s| *s >= first)
+        {
             log.begin(step.key())?;
             let r = match (&n.engine, step) {
                 (Manager::PartopApply { .. }, Step::Label) => self.apply_own(n, attempted, log),
@@ -841,6 +839,9 @@ async fn own_plan(
     .map_err(|e| {
         format!("{node} is not managed by a partition manager, and its own plan at {dest} could not be made: {e}")
     })?;
+    if let Some(why) = crate::domain::cluster_rollout::own_plan_refusal(node, &plan) {
+        return Err(why);
+    }
     Ok(Manager::PartopApply {
         dest,
         partop: r.partop.clone(),
@@ -859,4 +860,69 @@ async fn configmap_text(
         .await
         .map_err(|e| said(&e, "get", "configmaps", Some(ns)).to_string())?;
     Ok(cm.map(|c| c.data.and_then(|d| d.get(key).cloned()).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(addresses: &[(&str, &str)]) -> Node {
+        let a: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|(t, a)| json!({"type": t, "address": a}))
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"addresses": a}}))
+            .unwrap_or_default()
+    }
+
+    fn reach(dests: &[(&str, &str)], user: Option<&str>) -> Reach {
+        Reach {
+            transport: Transport {
+                ssh: "ssh".into(),
+                ssh_config: None,
+                control_dir: "/nonexistent".into(),
+                connect_timeout: Duration::from_secs(1),
+                refresh: 1,
+                concurrency: 1,
+                local: "partop".into(),
+            },
+            dests: dests
+                .iter()
+                .map(|(n, d)| ((*n).to_string(), (*d).to_string()))
+                .collect(),
+            user: user.map(str::to_string),
+            partop: "partop".into(),
+        }
+    }
+
+    /// Where a node no manager owns is reached (6 cases): the operator's mapping first, else
+    /// USER@ its InternalIP, never an ExternalIP or a guess.
+    #[test]
+    fn a_node_s_destination_is_the_mapping_or_its_internal_ip_with_the_user() {
+        let internal = node(&[("ExternalIP", "203.0.113.9"), ("InternalIP", "10.0.0.7")]);
+        let external = node(&[("ExternalIP", "203.0.113.9"), ("Hostname", "n1")]);
+        let cases = [
+            (
+                reach(&[("n1", "gpu07")], Some("ops")),
+                &internal,
+                Some("gpu07"),
+            ),
+            (
+                reach(&[("n1", "rehearse:/s")], None),
+                &external,
+                Some("rehearse:/s"),
+            ),
+            (
+                reach(&[("n2", "gpu08")], Some("ops")),
+                &internal,
+                Some("ops@10.0.0.7"),
+            ),
+            (reach(&[], None), &internal, None),
+            (reach(&[], Some("ops")), &external, None),
+            (reach(&[("n2", "gpu08")], None), &internal, None),
+        ];
+        for (i, (r, n, want)) in cases.iter().enumerate() {
+            assert_eq!(r.dest_of(n).as_deref(), *want, "case {i} of 6");
+        }
+    }
 }
