@@ -1080,6 +1080,13 @@ fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transp
         1,
         "cordoned once, by the rollout (the node's plan has no Kubernetes part): {j:?}"
     );
+    assert_eq!(
+        j.iter()
+            .filter(|x| x.0 == "fleet.node.step" && x.1 == "sim-amd-0001" && x.2 == "evict")
+            .count(),
+        1,
+        "evicted once, never again on the resume: {j:?}"
+    );
     assert!(j.iter().any(|x| x.0 == "fleet.rollout.done"), "{j:?}");
 }
 

@@ -117,43 +117,7 @@ pub async fn run(
         .collect::<Vec<_>>()
         .await;
     made.into_iter().collect::<Result<Vec<()>, String>>()?;
-    for i in 0..o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)) {
-        let name = node_name(i, false);
-        let state = o.dir.join(&name).join("node.json");
-        let n = name.clone();
-        let st = state.clone();
-        tokio::task::spawn_blocking(move || start_sim_node(&n, &st))
-            .await
-            .map_err(|e| e.to_string())??;
-        model
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .backed
-            .insert(name, state);
-    }
-    for i in 0..o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)) {
-        let name = node_name(o.nodes - o.mig_nodes.min(o.nodes) + i, true);
-        let state = o.dir.join(&name).join("node.json");
-        if let Some(d) = state.parent() {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        }
-        let st = state.clone();
-        tokio::task::spawn_blocking(move || {
-            sim_tool(
-                "nvidia-init",
-                &st,
-                &["--product", MIG_PRODUCT, "--gpus", &GPUS.to_string()],
-                "",
-            )
-        })
-        .await
-        .map_err(|e| e.to_string())??;
-        model
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .backed
-            .insert(name, state);
-    }
+    back_nodes(&o, &model).await?;
     say(format!(
         "ready: {} nodes ({} AMD under DCM, {} of them simulated GPU nodes; {} NVIDIA under the MIG manager, {} of them simulated; state in {})",
         o.nodes,
@@ -173,6 +137,14 @@ pub async fn run(
             .filter_map(|n| m.backed.get(n).map(|st| (n.clone(), st.clone())))
             .collect()
     };
+    for (n, st) in &unmanaged {
+        // How the fleet reaches it: the rehearsal transport names a node by its state.
+        say(format!(
+            "unmanaged: {n} (no DCM): partop fleet --kubernetes --ssh {n}={}{} …",
+            crate::collect::fleet::REHEARSE,
+            st.display()
+        ));
+    }
     let fail = Arc::new(o.fail.clone());
     let cfg = watcher::Config::default().labels(&format!("{SIM_LABEL}=true"));
     let events = watcher(nodes.clone(), cfg)
@@ -210,6 +182,49 @@ pub async fn run(
         () = follow_unmanaged(nodes.clone(), unmanaged) => Err("the unmanaged nodes' follower ended".into()),
         () = stop => Ok(()),
     }
+}
+
+/// Starts the simulated GPU nodes behind the first K AMD nodes and the first J NVIDIA ones,
+/// each state under `--dir`, and keeps which backs which.
+async fn back_nodes(o: &Options, model: &Mutex<Model>) -> Result<(), String> {
+    for i in 0..o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)) {
+        let name = node_name(i, false);
+        let state = o.dir.join(&name).join("node.json");
+        let n = name.clone();
+        let st = state.clone();
+        tokio::task::spawn_blocking(move || start_sim_node(&n, &st))
+            .await
+            .map_err(|e| e.to_string())??;
+        model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .backed
+            .insert(name, state);
+    }
+    for i in 0..o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)) {
+        let name = node_name(o.nodes - o.mig_nodes.min(o.nodes) + i, true);
+        let state = o.dir.join(&name).join("node.json");
+        if let Some(d) = state.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let st = state.clone();
+        tokio::task::spawn_blocking(move || {
+            sim_tool(
+                "nvidia-init",
+                &st,
+                &["--product", MIG_PRODUCT, "--gpus", &GPUS.to_string()],
+                "",
+            )
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .backed
+            .insert(name, state);
+    }
+    Ok(())
 }
 
 /// The kubelets of the simulated nodes, for the pods bound to them: a pod is marked running and
