@@ -738,7 +738,16 @@ async fn plan_node(
     };
     let (expected, gpus) = match target {
         Target::Layout { compute, memory } => (
-            amd_expected(node, *compute, *memory)?,
+            match &engine {
+                // The node's own Kubernetes plan counts its partitions from its GPUs, not from
+                // labels a labeller may not have written.
+                Manager::PartopApply { plan, .. } if plan.kubernetes.is_some() => plan
+                    .kubernetes
+                    .as_ref()
+                    .map(|k| k.allocatable.clone())
+                    .unwrap_or_default(),
+                _ => amd_expected(node, *compute, *memory)?,
+            },
             // Only a DCM node counts towards the profile's GPUs.
             matches!(engine, Manager::Dcm { .. })
                 .then(|| amd_physical(node))
