@@ -6,7 +6,8 @@
 //! rehearsal transport; that plan is a Kubernetes plan, so its own `partop apply` owns the
 //! cordon and the eviction, and the rollout does neither (one owner): the fleet journal has no
 //! cordon, evict or uncordon step for it, the node's journal has them, the pod is evicted once
-//! through the API, the node ends in DPX, uncordoned. No mock server.
+//! through the API, the node ends in DPX, uncordoned. Its own apply killed mid-eviction stops
+//! the set, and `--resume` continues the node's own run (its journal decides). No mock server.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -188,8 +189,38 @@ fn a_node_whose_own_plan_drains_it_is_cordoned_and_evicted_by_its_own_apply_only
         "{}",
         p.stdout
     );
-    let r = common::run(fleet(&["apply", "--yes"]).arg(&set), "");
+    // The node's own apply killed after its eviction acted, before its result is journaled
+    // (the simulated node's crash injection, as a power cut would): the set stops with it.
+    let saved: partop::domain::cluster_rollout::ClusterPlanSet =
+        serde_json::from_str(&std::fs::read_to_string(&set).unwrap()).unwrap();
+    let partop::domain::cluster_rollout::Engine::PartopApply { plan, .. } = &saved.nodes[0].engine
+    else {
+        panic!("not a partop apply node: {:?}", saved.nodes[0].engine);
+    };
+    let evict = 1 + plan
+        .steps
+        .iter()
+        .position(|s| s.key.to_string() == "evict")
+        .expect("the node's own plan evicts");
+    let r = common::run(
+        fleet(&["apply", "--yes"])
+            .env(partop::exec::apply::CRASH_ENV, format!("acted:{evict}"))
+            .arg(&set),
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!("{host}: failed at label")) && r.stdout.contains("exit none"),
+        "the node's own failure: {r:?}"
+    );
+    // Resumed: the node's own journal has a run of the plan, so its apply continues it.
+    let r = common::run(fleet(&["apply", "--yes", "--resume"]).arg(&set), "");
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("its own journal has a run of this plan: continued (partop apply --resume)"),
+        "{r:?}"
+    );
     assert_eq!(e.modes().0, "DPX", "{r:?}");
     let j = fleet_steps(&d.join("fleet-journal.jsonl"));
     for step in ["cordon", "evict", "uncordon"] {
