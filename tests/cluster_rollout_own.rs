@@ -200,7 +200,7 @@ fn a_node_whose_own_plan_drains_it_is_cordoned_and_evicted_by_its_own_apply_only
     let evict = 1 + plan
         .steps
         .iter()
-        .position(|s| s.key.to_string() == "evict")
+        .position(|s| s.key == partop::domain::journal::StepKind::Evict)
         .expect("the node's own plan evicts");
     let r = common::run(
         fleet(&["apply", "--yes"])
