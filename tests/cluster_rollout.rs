@@ -1042,7 +1042,7 @@ fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transp
     assert_eq!(r.code, 0, "{r:?}\nsim: {}", sim.said.lock().unwrap());
     assert!(
         r.stdout
-            .contains("sim-amd-0001: label: partop apply on rehearse:")
+            .contains("sim-amd-0001: label: partop apply on the rehearsal node")
             && !r.stdout.contains("partop apply --resume"),
         "no run of the plan in the node's journal (its apply refused before its first step): applied afresh: {}",
         r.stdout

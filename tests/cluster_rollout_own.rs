@@ -262,4 +262,18 @@ fn a_node_whose_own_plan_drains_it_is_cordoned_and_evicted_by_its_own_apply_only
         Some(1),
         "the pod was evicted once, through the API"
     );
+    // Planned again, the node's own planner says its GPUs are there: not in a set.
+    let again = common::run(
+        fleet(&["plan", "--layout", "dpx_nps1", "--out"]).arg(d.join("again.json")),
+        "",
+    );
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(
+        again
+            .stdout
+            .contains(&format!("already at the target: {host}"))
+            && again.stdout.contains("every node is already at the target"),
+        "{}",
+        again.stdout
+    );
 }

@@ -193,7 +193,7 @@ pub fn plan_text(p: &Planned) -> String {
     for a in &p.already {
         let _ = writeln!(
             o,
-            "already at the target: {} (its manager answered success and it advertises the capacity): not in the set",
+            "already at the target: {} (its manager answered success and it advertises the capacity, or its own plan changes nothing): not in the set",
             esc(a)
         );
     }

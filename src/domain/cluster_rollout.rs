@@ -171,7 +171,7 @@ pub fn own_plan_refusal(node: &str, plan: &super::plan::Plan) -> Option<String> 
 }
 
 /// `over ssh DEST`, or `on the rehearsal node STATE`.
-fn reach_words(dest: &str) -> String {
+pub fn reach_words(dest: &str) -> String {
     match dest.strip_prefix("rehearse:") {
         Some(state) => format!("on the rehearsal node {state}"),
         None => format!("over ssh {dest}"),

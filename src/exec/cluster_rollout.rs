@@ -260,11 +260,7 @@ impl ClusterEngine {
         let steps = super::rollout::step_lines(&o);
         Ok(format!(
             "partop apply {}: {} step(s) done, read back",
-            if dest.starts_with(crate::collect::fleet::REHEARSE) {
-                format!("on {dest}")
-            } else {
-                format!("over ssh {dest}")
-            },
+            crate::domain::cluster_rollout::reach_words(dest),
             steps.len()
         ))
     }
@@ -607,7 +603,8 @@ pub struct Planned {
     pub refused: Vec<String>,
     /// DaemonSet pods on the nodes' GPUs, left where they are: (node, pod).
     pub daemons: Vec<(String, String)>,
-    /// Nodes already at the target (labelled, answered, advertising it): not in the set.
+    /// Nodes already at the target (labelled, answered, advertising it; or, for a node no
+    /// manager owns, its own plan changes nothing): not in the set.
     pub already: Vec<String>,
 }
 
@@ -684,10 +681,10 @@ pub async fn plan_reaching(
             .and_then(|(p, d, gpus)| {
                 match (gpus, gpus_of_profile) {
                     (Some(g), Some(h)) if g != h => {
-                        return Err(format!(
+                        return Err(NotPlanned::Refused(format!(
                             "{} has {g} GPUs where the set's other nodes have {h}: one DCM profile gives a count of GPUs; plan it in its own set (-l)",
                             node.name
-                        ));
+                        )));
                     }
                     (Some(g), _) => gpus_of_profile = Some(g),
                     _ => {}
@@ -703,7 +700,8 @@ pub async fn plan_reaching(
                     .extend(d.into_iter().map(|x| (p.node.clone(), x)));
                 out.set.nodes.push(p);
             }
-            Err(why) => out.refused.push(why),
+            Err(NotPlanned::AtTarget) => out.already.push(node.name.clone()),
+            Err(NotPlanned::Refused(why)) => out.refused.push(why),
         }
     }
     if let (Target::Layout { compute, memory }, Some(g)) = (target, gpus_of_profile) {
@@ -720,6 +718,20 @@ pub async fn plan_reaching(
 
 type NodePlanned = (NodePlan, Vec<String>, Option<u32>);
 
+/// Why a node is not in the set.
+enum NotPlanned {
+    /// It cannot be rolled out: the reason.
+    Refused(String),
+    /// Its own plan changes nothing: it is at the target already.
+    AtTarget,
+}
+
+impl From<String> for NotPlanned {
+    fn from(why: String) -> Self {
+        Self::Refused(why)
+    }
+}
+
 /// One node's plan: its engine, the pods on its GPUs with the budgets that select them, the
 /// capacity expected after; the DaemonSet pods left; its GPUs (for DCM's profile).
 async fn plan_node(
@@ -729,7 +741,7 @@ async fn plan_node(
     (dcm, mig): (Option<&str>, Option<&str>),
     budgets: &[PodDisruptionBudget],
     own: Option<(&Reach, String)>,
-) -> Result<NodePlanned, String> {
+) -> Result<NodePlanned, NotPlanned> {
     let engine = match (own, target) {
         (Some((r, dest)), Target::Layout { compute, memory }) => {
             own_plan(r, &node.name, dest, *compute, *memory).await?
@@ -831,7 +843,7 @@ async fn own_plan(
     dest: String,
     compute: crate::domain::ComputeMode,
     memory: crate::domain::MemoryMode,
-) -> Result<Manager, String> {
+) -> Result<Manager, NotPlanned> {
     let (t, partop) = (r.transport.clone(), r.partop.clone());
     let d = dest.clone();
     let plan = tokio::task::spawn_blocking(move || {
@@ -846,10 +858,17 @@ async fn own_plan(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| {
-        format!("{node} is not managed by a partition manager, and its own plan at {dest} could not be made: {e}")
+        // The node's planner says so when its GPUs are in the modes already (its own words).
+        if e.contains(&crate::domain::plan::PlanError::NoChange.to_string()) {
+            NotPlanned::AtTarget
+        } else {
+            NotPlanned::Refused(format!(
+                "{node} is not managed by a partition manager, and its own plan at {dest} could not be made: {e}"
+            ))
+        }
     })?;
     if let Some(why) = crate::domain::cluster_rollout::own_plan_refusal(node, &plan) {
-        return Err(why);
+        return Err(NotPlanned::Refused(why));
     }
     Ok(Manager::PartopApply {
         dest,
