@@ -408,7 +408,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     ("cli/models.rs", "models"),
     ("cli/sim.rs", "sim"),
     ("cli/mig.rs", "mig"),
-    ("cli/fleet_apply.rs", "plan"),
     // The apply's relaunch: placement, start, health per model, with the balancer's join.
     ("exec/apply.rs", "relaunch"),
     // Views drawn in one pass: the fleet table, the Models view (with its latency columns),

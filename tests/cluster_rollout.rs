@@ -861,3 +861,299 @@ fn read_only_refuses_a_cluster_rollout() {
         assert!(!d.join("fleet-journal.jsonl").exists());
     }
 }
+
+/// The third engine: a mixed set of DCM nodes and an AMD node no manager owns (`sim cluster
+/// --unmanaged`: DCM's DaemonSet does not select it), the latter reached by the fleet's
+/// rehearsal transport (`--ssh NODE=rehearse:STATE`) and changed by partop's own plan, made and
+/// applied on it. Covered: without a way to reach it the node is refused at plan time saying
+/// how; the plan names each node's engine; the node's own `partop apply` failing (another
+/// change holds its lock) stops the set with the node's own reason, the node after it
+/// untouched; `--resume` (the node's journal: no run there, so applied afresh) finishes, the
+/// unmanaged node in CPX/NPS4 on its simulated GPUs, its pod evicted through the API, and
+/// uncordoned.
+#[test]
+fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transport() {
+    let cp = ControlPlane::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sim = start_sim(
+        &cp,
+        d,
+        &[
+            "--nodes",
+            "3",
+            "--gpu-nodes",
+            "2",
+            "--unmanaged",
+            "sim-amd-0001",
+        ],
+    );
+    namespace_default(&cp);
+    let pods: String = (0..3)
+        .map(|i| gpu_pod(&format!("web-{i}"), &format!("sim-amd-000{i}"), "web"))
+        .collect();
+    apply_yaml(&cp, d, &pods);
+    until("the pods run", 30, || {
+        kube(&cp, &["get", "pods", "-n", "default", "-o", "json"])
+            .matches("\"Running\"")
+            .count()
+            == 3
+    });
+    let sel = "partop.sim/cluster=true";
+    let set = d.join("set.json");
+    let state = d.join("sim").join("sim-amd-0001").join("node.json");
+    let dest = format!("sim-amd-0001=rehearse:{}", state.display());
+
+    // No way to reach it: refused at plan time with the way out, nothing saved.
+    let no = run(
+        fleet(
+            &cp.admin(),
+            d,
+            sel,
+            &["plan", "--layout", "cpx_nps4", "--out"],
+        )
+        .arg(&set),
+        "",
+    );
+    assert_eq!(no.code, 1, "{no:?}");
+    assert!(
+        no.stdout
+            .contains("refused: sim-amd-0001 is not managed by AMD's Device Config Manager")
+            && no.stdout.contains("--ssh sim-amd-0001=DEST"),
+        "{}",
+        no.stdout
+    );
+    assert!(!set.exists());
+
+    let p = run(
+        fleet(
+            &cp.admin(),
+            d,
+            sel,
+            &["--ssh", &dest, "plan", "--layout", "cpx_nps4", "--out"],
+        )
+        .arg(&set),
+        "",
+    );
+    assert_eq!(p.code, 0, "{p:?}");
+    for want in [
+        "sim-amd-0000: DCM profile partop-cpx-nps4",
+        "sim-amd-0001: partop apply on the rehearsal node",
+        "sim-amd-0002: DCM profile partop-cpx-nps4",
+        "evict default/web-1 (amd.com/gpu=1)",
+    ] {
+        assert!(
+            p.stdout.contains(want),
+            "the plan says {want:?}: {}",
+            p.stdout
+        );
+    }
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&set).unwrap()).unwrap();
+    let own = &saved["nodes"][1]["engine"];
+    assert_eq!(own["kind"], "partop_apply", "{own}");
+    assert_eq!(
+        own["plan"]["changes"].as_array().map(Vec::len),
+        Some(8),
+        "the node's own plan changes its 8 GPUs: {own}"
+    );
+
+    // The node's own plan edited in the saved set, every fingerprint around it made again: the
+    // plan's own fingerprint still refuses it before anything changes.
+    let mut forged: partop::domain::cluster_rollout::ClusterPlanSet =
+        serde_json::from_str(&std::fs::read_to_string(&set).unwrap()).unwrap();
+    if let partop::domain::cluster_rollout::Engine::PartopApply { plan, .. } =
+        &mut forged.nodes[1].engine
+    {
+        plan.downtime_secs += 1;
+    }
+    forged.nodes[1].fingerprint = forged.nodes[1].computed();
+    forged.fingerprint = forged.computed();
+    let forged_file = d.join("forged.json");
+    std::fs::write(&forged_file, serde_json::to_string(&forged).unwrap()).unwrap();
+    let f = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&forged_file),
+        "",
+    );
+    assert_ne!(f.code, 0, "{f:?}");
+    assert!(
+        f.stderr
+            .contains("the plan for sim-amd-0001 was changed after it was made"),
+        "{f:?}"
+    );
+    assert!(journal(d).is_empty() && pod_exists(&cp, "web-0"));
+
+    // Another change holds the node's lock: its own apply refuses, and that stops the set.
+    let lock = partop::exec::lock::acquire(
+        &partop::exec::lock::sim_path(&state),
+        &partop::exec::lock::Holder {
+            what: "firmware update".into(),
+            id: "fw-1".into(),
+            pid: std::process::id(),
+            since: "now".into(),
+            journal: "-".into(),
+        },
+    )
+    .unwrap();
+    let r = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&set),
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}\nsim: {}", sim.said.lock().unwrap());
+    assert!(
+        r.stdout
+            .contains("another change is running on this node: firmware update fw-1"),
+        "the node's own reason: {r:?}"
+    );
+    assert!(r.stdout.contains("untouched: sim-amd-0002"), "{}", r.stdout);
+    let n0 = node(&cp, "sim-amd-0000");
+    assert_eq!(label(&n0, "amd.com/compute-memory-partition"), "cpx_nps4");
+    let n1 = node(&cp, "sim-amd-0001");
+    assert!(
+        cordoned(&n1),
+        "the rollout's cordon stays on the failed node (said)"
+    );
+    assert!(
+        label(&n1, "dcm.amd.com/gpu-config-profile").is_empty(),
+        "no DCM label: {n1}"
+    );
+    assert_eq!(label(&n1, "amd.com/compute-memory-partition"), "spx_nps1");
+    assert!(
+        !pod_exists(&cp, "web-1"),
+        "its pod was evicted through the API"
+    );
+    let n2 = node(&cp, "sim-amd-0002");
+    assert!(!cordoned(&n2) && label(&n2, "dcm.amd.com/gpu-config-profile").is_empty());
+    assert!(pod_exists(&cp, "web-2"));
+    let j = journal(d);
+    assert!(
+        has_step(&j, "fleet.node.failed", "sim-amd-0001", ""),
+        "{j:?}"
+    );
+    assert!(!j.iter().any(|x| x.1 == "sim-amd-0002"), "{j:?}");
+
+    // Released, the resume finishes: the node's own journal has no run of the plan, so it is
+    // applied afresh; then the kubelet's count, and the uncordon.
+    drop(lock);
+    let r = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes", "--resume"]).arg(&set),
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}\nsim: {}", sim.said.lock().unwrap());
+    assert!(
+        r.stdout
+            .contains("sim-amd-0001: label: partop apply on the rehearsal node")
+            && !r.stdout.contains("partop apply --resume"),
+        "no run of the plan in the node's journal (its apply refused before its first step): applied afresh: {}",
+        r.stdout
+    );
+    let st = partop::sim::state::SimState::load(&state).unwrap();
+    let modes = st.modes();
+    assert_eq!(modes.len(), 8);
+    assert!(
+        modes
+            .iter()
+            .all(|g| g.compute == partop::domain::ComputeMode::Cpx
+                && g.memory == partop::domain::MemoryMode::Nps4),
+        "the unmanaged node's GPUs are in CPX/NPS4 (changed by its own partop apply)"
+    );
+    for i in 0..3 {
+        let n = node(&cp, &format!("sim-amd-000{i}"));
+        assert_eq!(
+            label(&n, "amd.com/compute-memory-partition"),
+            "cpx_nps4",
+            "{n}"
+        );
+        assert_eq!(n["status"]["allocatable"]["amd.com/gpu"], "64");
+        assert!(!cordoned(&n), "node {i} uncordoned");
+    }
+    assert!(label(&node(&cp, "sim-amd-0001"), "dcm.amd.com/gpu-config-profile").is_empty());
+    let j = journal(d);
+    assert!(
+        has_step(&j, "fleet.node.step", "sim-amd-0001", "label:done"),
+        "{j:?}"
+    );
+    assert_eq!(
+        j.iter()
+            .filter(|x| x.0 == "fleet.node.step" && x.1 == "sim-amd-0001" && x.2 == "cordon")
+            .count(),
+        1,
+        "cordoned once, by the rollout (the node's plan has no Kubernetes part): {j:?}"
+    );
+    assert_eq!(
+        j.iter()
+            .filter(|x| x.0 == "fleet.node.step" && x.1 == "sim-amd-0001" && x.2 == "evict")
+            .count(),
+        1,
+        "evicted once, never again on the resume: {j:?}"
+    );
+    assert!(j.iter().any(|x| x.0 == "fleet.rollout.done"), "{j:?}");
+}
+
+fn has_step(j: &[(String, String, String)], a: &str, n: &str, s: &str) -> bool {
+    j.iter().any(|x| x.0 == a && x.1 == n && x.2 == s)
+}
+
+/// A destination given with `--ssh` is checked as the fleet checks a node word before anything
+/// is asked of the cluster (7 hostile words, each refused as a usage error naming it escaped):
+/// an ssh option smuggled as a host, blanks, a control sequence, an empty node or destination,
+/// no `=`, an empty rehearsal state; and a user name that is not one.
+#[test]
+fn a_hostile_ssh_destination_is_refused_before_the_cluster_is_asked() {
+    let words = [
+        "n1=-oProxyCommand=touch /tmp/x",
+        "n1=a b",
+        "n1=gpu\u{1b}[2J07",
+        "=gpu07",
+        "n1=",
+        "n1",
+        "n1=rehearse:",
+    ];
+    for w in words {
+        let r = run(
+            partop().args([
+                "fleet",
+                "--kubernetes",
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+                "--ssh",
+                w,
+                "plan",
+                "--layout",
+                "cpx_nps4",
+                "--out",
+                "/nonexistent/set.json",
+            ]),
+            "",
+        );
+        assert_eq!(r.code, 2, "{w:?}: {r:?}");
+        assert!(
+            r.stderr.contains("--ssh") && !r.stderr.contains('\u{1b}'),
+            "{w:?}: {}",
+            r.stderr
+        );
+    }
+    for u in ["-oProxyCommand=x", "a@b", ""] {
+        let r = run(
+            partop().args([
+                "fleet",
+                "--kubernetes",
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+                &format!("--ssh-user={u}"),
+                "plan",
+                "--layout",
+                "cpx_nps4",
+                "--out",
+                "/nonexistent/set.json",
+            ]),
+            "",
+        );
+        assert_eq!(r.code, 2, "{u:?}: {r:?}");
+        assert!(r.stderr.contains("--ssh-user"), "{u:?}: {}", r.stderr);
+    }
+    eprintln!(
+        "{} hostile --ssh words and 3 --ssh-user words refused",
+        words.len()
+    );
+}

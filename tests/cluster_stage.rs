@@ -295,6 +295,21 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
         fleet_journal: fj.clone(),
         dir: set_dir.clone(),
         parallel: 1,
+        // No node here is unmanaged: the view reaches none over ssh.
+        reach: partop::exec::cluster_rollout::Reach {
+            transport: partop::collect::fleet::Transport {
+                ssh: "ssh".into(),
+                ssh_config: None,
+                control_dir: d.join("ssh"),
+                connect_timeout: Duration::from_secs(5),
+                refresh: 1,
+                concurrency: 1,
+                local: env!("CARGO_BIN_EXE_partop").into(),
+            },
+            dests: Default::default(),
+            user: None,
+            partop: "partop".into(),
+        },
     });
     let state = ClusterState::new(
         Keymap::load("default", None, false).0,

@@ -139,6 +139,15 @@ pub struct FleetArgs {
     /// With --kubernetes: only nodes with these labels (`key=value,…`, as `kubectl -l`).
     #[arg(long, short = 'l', value_name = "SELECTOR", requires = "kubernetes")]
     pub selector: Option<String>,
+    /// With --kubernetes: how an AMD node no manager owns is reached (repeatable,
+    /// `NODE=DEST`: an ssh destination, or `rehearse:STATE` for a simulated node); partop plans
+    /// and applies there itself.
+    #[arg(long, value_name = "NODE=DEST", requires = "kubernetes")]
+    pub ssh: Vec<String>,
+    /// With --kubernetes: an AMD node no manager owns and not named by --ssh is reached as
+    /// USER@ its InternalIP.
+    #[arg(long, value_name = "USER", requires = "kubernetes")]
+    pub ssh_user: Option<String>,
     /// What to do (default: the fleet view).
     #[command(subcommand)]
     pub action: Option<Box<FleetCmd>>,
@@ -397,6 +406,11 @@ pub enum SimCmd {
         /// directory).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// An AMD node no manager owns (repeatable): not selected by DCM's DaemonSet, so DCM
+        /// never acts on it; a simulated GPU node's partitions are changed there by partop
+        /// itself (`rehearse:DIR/NODE/node.json`), and its Node follows them.
+        #[arg(long, value_name = "NODE")]
+        unmanaged: Vec<String>,
         /// A node whose partition change fails (DCM: PartitionFailure; MIG manager: failed).
         #[arg(long = "fail", value_name = "NODE")]
         fail: Vec<String>,

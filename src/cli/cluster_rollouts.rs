@@ -24,6 +24,9 @@ pub struct KubeRollouts {
     pub dir: PathBuf,
     /// Nodes at a time (`fleet --kubernetes apply`'s default: one).
     pub parallel: usize,
+    /// How nodes no manager owns are reached (`--ssh`, `--ssh-user`), as the CLI's planner
+    /// reaches them.
+    pub reach: crate::exec::cluster_rollout::Reach,
 }
 
 impl KubeRollouts {
@@ -31,12 +34,14 @@ impl KubeRollouts {
     pub fn new(
         target: crate::collect::cluster::Target,
         settings: &crate::config::Settings,
+        reach: crate::exec::cluster_rollout::Reach,
     ) -> Self {
         Self {
             target,
             fleet_journal: crate::cli::fleet_apply::fleet_journal(settings),
             dir: crate::config::paths::state_dir().join("fleet-sets"),
             parallel: 1,
+            reach,
         }
     }
 }
@@ -51,11 +56,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 impl ClusterRollouts for KubeRollouts {
     fn plan(&self, nodes: &[String], target: &Target) -> Result<ClusterPlanned, String> {
         let rt = runtime()?;
-        let planned = rt.block_on(crate::exec::cluster_rollout::plan_nodes(
+        let planned = rt.block_on(crate::exec::cluster_rollout::plan_for(
             &self.target,
             target,
             Limits::default(),
             Some(nodes),
+            Some(&self.reach),
         ))?;
         let staged = if planned.set.nodes.is_empty() {
             None
@@ -91,6 +97,7 @@ impl ClusterRollouts for KubeRollouts {
         };
         let (_, outcome) = roll_out(
             &self.target,
+            self.reach.transport.clone(),
             &set.file,
             self.parallel,
             false,

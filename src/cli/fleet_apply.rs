@@ -23,17 +23,6 @@ pub fn fleet_journal(settings: &crate::config::Settings) -> PathBuf {
     settings.journal.with_file_name("fleet-journal.jsonl")
 }
 
-/// Runs `remote` on the node with `stdin`, within `limit`: (exit code, stdout, stderr).
-fn ssh_run(
-    t: &Transport,
-    dest: &str,
-    remote: &[String],
-    stdin: &str,
-    limit: Duration,
-) -> (Option<i32>, String, String) {
-    crate::collect::fleet::run_on(t, dest, remote, stdin, limit)
-}
-
 fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
     if nodes.is_empty() {
         return Err(exit::Usage(
@@ -118,23 +107,12 @@ fn plan(
     memory: Option<&str>,
     file: &Path,
 ) -> Result<u8> {
-    let mut remote_args = vec!["plan".to_string(), "--gpu".into(), "all".into()];
-    if let Some(c) = compute {
-        remote_args.extend(["--compute".into(), c.to_string()]);
-    }
-    if let Some(m) = memory {
-        remote_args.extend(["--memory".into(), m.to_string()]);
-    }
-    remote_args.push("--json".into());
     // Every node plans at once, bounded by the concurrency.
     let results: Vec<(String, String, String, Result<Plan, String>)> = std::thread::scope(|s| {
         let sem = std::sync::Arc::new(std::sync::Mutex::new(0usize));
         let handles: Vec<_> = nodes
             .iter()
             .map(|(name, dest, partop)| {
-                let remote: Vec<String> = std::iter::once(partop.clone())
-                    .chain(remote_args.iter().cloned())
-                    .collect();
                 let sem = std::sync::Arc::clone(&sem);
                 s.spawn(move || {
                     loop {
@@ -148,19 +126,9 @@ fn plan(
                         drop(n);
                         std::thread::sleep(Duration::from_millis(20));
                     }
-                    let (code, o, e) = ssh_run(t, dest, &remote, "", Duration::from_secs(120));
+                    let r = crate::exec::rollout::plan_on(t, dest, partop, compute, memory);
                     *sem.lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) -= 1;
-                    let r = if code == Some(0) {
-                        serde_json::from_str::<Plan>(&o).map_err(|x| format!("not a plan: {x}"))
-                    } else {
-                        Err(crate::collect::fleet::ssh_reason(code, &e, false)
-                            .replace("before a sample", "")
-                            + &e.lines()
-                                .last()
-                                .map(|l| format!(" ({l})"))
-                                .unwrap_or_default())
-                    };
                     (name.clone(), dest.clone(), partop.clone(), r)
                 })
             })

@@ -10,7 +10,7 @@ use crate::cli::exit;
 use crate::cli::out::{confirm, out};
 use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan, Target, parse_layout};
 use crate::domain::text::escape_controls as esc;
-use crate::exec::cluster_rollout::{ClusterEngine, Planned};
+use crate::exec::cluster_rollout::{ClusterEngine, Planned, Reach};
 use crate::exec::k8s::Limits;
 use crate::exec::rollout::{self, NodeStart, Outcome, Progress, Start};
 use anyhow::{Context, Result};
@@ -62,7 +62,7 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
                     .into());
                 }
             };
-            plan(&t, &target, file)
+            plan(&t, &target, file, &reach(a)?)
         }
         FleetCmd::Apply {
             set,
@@ -76,6 +76,7 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
             }
             apply(
                 &t,
+                crate::cli::fleet_nodes::transport(a, 1),
                 set,
                 usize::from(*parallel),
                 *yes,
@@ -86,13 +87,48 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
     }
 }
 
-fn plan(t: &crate::collect::cluster::Target, target: &Target, file: &Path) -> Result<u8> {
+/// How nodes no manager owns are reached: `--ssh NODE=DEST` (each destination checked as the
+/// fleet checks a node word), `--ssh-user` for the others' InternalIP.
+pub fn reach(a: &FleetArgs) -> Result<Reach> {
+    let mut dests = std::collections::BTreeMap::new();
+    for w in &a.ssh {
+        let (node, dest) = w
+            .split_once('=')
+            .filter(|(n, d)| !n.is_empty() && !d.is_empty())
+            .ok_or_else(|| exit::Usage(format!("--ssh {}: give NODE=DEST", esc(w))))?;
+        crate::collect::fleet::spec(dest, &a.remote_partop)
+            .map_err(|e| exit::Usage(format!("--ssh {}: {}", esc(node), esc(&e))))?;
+        dests.insert(node.to_string(), dest.to_string());
+    }
+    if let Some(u) = &a.ssh_user
+        && (u.is_empty()
+            || u.contains(['@', ' '])
+            || u.starts_with('-')
+            || u.chars().any(char::is_control))
+    {
+        return Err(exit::Usage(format!("--ssh-user {}: not a user name", esc(u))).into());
+    }
+    Ok(Reach {
+        transport: crate::cli::fleet_nodes::transport(a, dests.len().max(1)),
+        dests,
+        user: a.ssh_user.clone(),
+        partop: a.remote_partop.clone(),
+    })
+}
+
+fn plan(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    file: &Path,
+    reach: &Reach,
+) -> Result<u8> {
     let rt = crate::cli::out::runtime()?;
     let planned = rt
-        .block_on(crate::exec::cluster_rollout::plan(
+        .block_on(crate::exec::cluster_rollout::plan_reaching(
             t,
             target,
             Limits::default(),
+            Some(reach),
         ))
         .map_err(said);
     rt.shutdown_timeout(std::time::Duration::from_millis(500));
@@ -157,7 +193,7 @@ pub fn plan_text(p: &Planned) -> String {
     for a in &p.already {
         let _ = writeln!(
             o,
-            "already at the target: {} (its manager answered success and it advertises the capacity): not in the set",
+            "already at the target: {} (its manager answered success and it advertises the capacity, or its own plan changes nothing): not in the set",
             esc(a)
         );
     }
@@ -202,6 +238,7 @@ fn node_text(o: &mut String, n: &NodePlan) {
 /// every node not attempted before compared with its plan, all before the confirmation.
 fn apply(
     t: &crate::collect::cluster::Target,
+    transport: crate::collect::fleet::Transport,
     file: &Path,
     parallel: usize,
     yes: bool,
@@ -209,7 +246,7 @@ fn apply(
     fj: &Path,
 ) -> Result<u8> {
     let mut op = Operator { yes, parallel };
-    let (set, outcome) = roll_out(t, file, parallel, resume, fj, &mut op)?;
+    let (set, outcome) = roll_out(t, transport, file, parallel, resume, fj, &mut op)?;
     match outcome {
         Outcome::NotConfirmed => {
             out("cancelled: nothing was changed\n")?;
@@ -249,12 +286,14 @@ pub fn untouched_words(untouched: &[String]) -> String {
 /// The one way a saved cluster set is rolled out, for `fleet --kubernetes apply` and the live
 /// cluster view: the set read and verified, every verb asked of the API server, every node not
 /// attempted before compared with its plan, then `exec::rollout` with the cluster engine,
-/// journaled in the fleet journal `fj`, `op` confirming and told each step.
+/// journaled in the fleet journal `fj`, `op` confirming and told each step; a node whose
+/// engine is its own `partop apply` is reached over `transport`.
 ///
 /// # Errors
 /// A refusal before anything changed, or the fleet journal unwritable.
 pub fn roll_out(
     t: &crate::collect::cluster::Target,
+    transport: crate::collect::fleet::Transport,
     file: &Path,
     parallel: usize,
     resume: bool,
@@ -267,7 +306,9 @@ pub fn roll_out(
         "a plan set from `partop fleet --kubernetes plan`",
     )?;
     rollout::verify(&set, file)?;
-    let engine = ClusterEngine::connect(t, &set, Limits::default()).map_err(said)?;
+    let engine = ClusterEngine::connect(t, &set, Limits::default())
+        .map_err(said)?
+        .over(transport);
     engine.preflight(&set).map_err(said)?;
     let start = rollout::start(fj, &set, file, resume).map_err(|e| {
         // An unfinished rollout refused: what it left cordoned is said with the undo.

@@ -24,7 +24,7 @@ pub fn fleet(a: &FleetArgs, settings: &crate::config::Settings) -> Result<u8> {
     };
     let limit = std::time::Duration::from_secs(u64::from(a.connect_timeout).max(1) + 20);
     if !a.once {
-        return live(&t, limit, a.prometheus.clone(), settings);
+        return live(&t, limit, a.prometheus.clone(), settings, a);
     }
     let rt = crate::cli::out::runtime()?;
     let (nodes, pods) = rt.block_on(async {
@@ -72,6 +72,7 @@ fn live(
     limit: std::time::Duration,
     prometheus: Option<String>,
     settings: &crate::config::Settings,
+    a: &crate::cli::args::FleetArgs,
 ) -> Result<u8> {
     // Read only, the keys that stage a rollout are gone and nothing can change the cluster.
     let loaded = crate::ui::config::load(
@@ -81,11 +82,13 @@ fn live(
         None,
         settings.read_only,
     );
+    let reach = crate::cli::fleet_cluster::reach(a)?;
     let rollouts: Option<std::sync::Arc<dyn crate::ui::cluster::rollout::ClusterRollouts>> =
         (!settings.read_only).then(|| {
             std::sync::Arc::new(crate::cli::cluster_rollouts::KubeRollouts::new(
                 t.clone(),
                 settings,
+                reach,
             )) as _
         });
     let rt = crate::cli::out::runtime()?;

@@ -156,6 +156,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             mig_nodes,
             mig_gpu_nodes,
             dir,
+            unmanaged,
             fail,
         } => sim_cluster(crate::sim::cluster::Options {
             target: crate::collect::cluster::Target {
@@ -176,6 +177,7 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
                     )
                     .join("cluster")
             }),
+            unmanaged,
             fail,
         }),
         SimCmd::Status { state } => {

@@ -84,22 +84,35 @@ pub enum Engine {
         /// The config.
         config: String,
     },
+    /// No manager owns the node: partop's own plan made on the node (`partop plan` over the
+    /// fleet's transport, fingerprinted, embedded here) and applied there by `partop apply`.
+    PartopApply {
+        /// Where it is reached: an ssh destination, or `rehearse:STATE` for a simulated node.
+        dest: String,
+        /// The partop on the node.
+        partop: String,
+        /// The node's own plan, as it made it.
+        plan: Box<super::plan::Plan>,
+    },
 }
 
 impl Engine {
-    /// The node label that asks the manager, and its value.
-    pub fn label(&self) -> (&'static str, &str) {
+    /// The node label that asks the manager, and its value (None: `partop apply`, asked by no
+    /// label).
+    pub fn label(&self) -> Option<(&'static str, &str)> {
         match self {
-            Self::Dcm { profile } => (DCM_PROFILE, profile),
-            Self::MigManager { config } => (MIG_CONFIG, config),
+            Self::Dcm { profile } => Some((DCM_PROFILE, profile)),
+            Self::MigManager { config } => Some((MIG_CONFIG, config)),
+            Self::PartopApply { .. } => None,
         }
     }
 
-    /// The label the manager answers in.
+    /// The label the manager answers in (`partop apply` answers itself: none).
     pub const fn state_label(&self) -> &'static str {
         match self {
             Self::Dcm { .. } => DCM_STATE,
             Self::MigManager { .. } => MIG_STATE,
+            Self::PartopApply { .. } => "",
         }
     }
 
@@ -108,16 +121,74 @@ impl Engine {
         match self {
             Self::Dcm { .. } => "device-config-manager",
             Self::MigManager { .. } => "nvidia-mig-manager",
+            Self::PartopApply { .. } => "partop",
         }
     }
 
-    /// `DCM profile partop-cpx-nps4`.
+    /// `DCM profile partop-cpx-nps4`, `partop apply over ssh node07 (plan 1a2b…)`.
     pub fn words(&self) -> String {
         match self {
             Self::Dcm { profile } => format!("DCM profile {profile}"),
             Self::MigManager { config } => format!("MIG-manager config {config}"),
+            Self::PartopApply { dest, plan, .. } => format!(
+                "partop apply {} (its own plan {}: {} GPU(s) changed{})",
+                reach_words(dest),
+                plan.fingerprint,
+                plan.changes.len(),
+                if plan.kubernetes.is_some() {
+                    "; it cordons and evicts itself"
+                } else {
+                    ""
+                }
+            ),
         }
     }
+
+    /// Who cordons and evicts a node of this engine: the rollout (`true`), or, for a
+    /// `partop apply` whose own plan is a Kubernetes plan (its partop sees its kubelet), that
+    /// apply, which cordons, evicts, journals and resumes its drain on the node itself.
+    /// Never both: a second cordon would be one the node's apply did not make, so it would
+    /// leave it (partop lifts only its own), and the pods would be evicted twice over.
+    pub fn rollout_drains(&self) -> bool {
+        match self {
+            Self::PartopApply { plan, .. } => plan.kubernetes.is_none(),
+            _ => true,
+        }
+    }
+}
+
+/// Why the node's own plan cannot be applied as `node`'s (None: it can): a Kubernetes plan
+/// drains the Node its partop names (its kubelet's, the host name), and draining another Node
+/// than the one planned would cordon and evict the wrong node.
+pub fn own_plan_refusal(node: &str, plan: &super::plan::Plan) -> Option<String> {
+    let k = plan.kubernetes.as_ref()?;
+    (k.node != node).then(|| {
+        format!(
+            "{node}'s own plan is for the Kubernetes node {:?} (its partop's host name): it would cordon and evict that node, not {node}; reach {node} at its own destination",
+            k.node
+        )
+    })
+}
+
+/// `over ssh DEST`, or `on the rehearsal node STATE`.
+pub fn reach_words(dest: &str) -> String {
+    match dest.strip_prefix("rehearse:") {
+        Some(state) => format!("on the rehearsal node {state}"),
+        None => format!("over ssh {dest}"),
+    }
+}
+
+/// The label DCM's DaemonSet selects its nodes by (the AMD GPU operator's default selector of
+/// a DeviceConfig): a node without it has no DCM running on it, whatever the ConfigMap says.
+pub const DCM_SELECTOR: (&str, &str) = ("feature.node.kubernetes.io/amd-gpu", "true");
+
+/// Whether DCM manages `node`: its ConfigMap exists (`dcm`) and the node is one its DaemonSet
+/// runs on (selected by [`DCM_SELECTOR`]) or one it already answered or was asked on (a DCM
+/// label in use).
+pub fn dcm_manages(node: &ClusterNode, dcm: bool) -> bool {
+    dcm && (node.labels.get(DCM_SELECTOR.0).map(String::as_str) == Some(DCM_SELECTOR.1)
+        || node.labels.contains_key(DCM_PROFILE)
+        || node.labels.contains_key(DCM_STATE))
 }
 
 /// What the manager's state label says now.
@@ -293,7 +364,10 @@ impl ClusterPlanSet {
         if self.nodes.is_empty() {
             return Some("the set names no node".into());
         }
-        if let Some(n) = self.nodes.iter().find(|n| n.computed() != n.fingerprint) {
+        if let Some(n) = self.nodes.iter().find(|n| {
+            n.computed() != n.fingerprint
+                || matches!(&n.engine, Engine::PartopApply { plan, .. } if !plan.content_intact())
+        }) {
             return Some(format!(
                 "the plan for {} was changed after it was made",
                 n.node
@@ -353,6 +427,17 @@ impl Step {
     /// The step of a journal key.
     pub fn of_key(k: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.key() == k)
+    }
+
+    /// The steps the rollout takes on a node of `engine`: all of them, but for a `partop
+    /// apply` that drains the node itself, none of the cordon, the eviction and the uncordon
+    /// (its own apply does them; see [`Engine::rollout_drains`]).
+    pub fn of_engine(engine: &Engine) -> Vec<Self> {
+        let drains = engine.rollout_drains();
+        Self::ALL
+            .into_iter()
+            .filter(|s| drains || !matches!(s, Self::Cordon | Self::Evict | Self::Uncordon))
+            .collect()
     }
 
     /// Where a node whose steps `done` were journaled done continues: the first step not done;
@@ -525,6 +610,12 @@ pub fn with_profile(config: Option<&str>, profile: &str, doc: &Value) -> Result<
     serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
 }
 
+/// Whether `node` is an AMD node no manager owns under `target`: its engine is `partop apply`
+/// on the node, where the node can be reached (else [`engine_for`] refuses it, saying how).
+pub fn own_apply(node: &ClusterNode, target: &Target, dcm: bool) -> bool {
+    matches!(target, Target::Layout { .. }) && has_amd(node) && !dcm_manages(node, dcm)
+}
+
 /// The engine for `node` under `target`, or why it cannot be rolled out through the cluster.
 /// `dcm` and `mig` say whether each manager's ConfigMap is there (where it is, it is managed).
 ///
@@ -544,10 +635,10 @@ pub fn engine_for(
                     node.name
                 ));
             }
-            if !dcm {
+            if !dcm_manages(node, dcm) {
                 return Err(format!(
-                    "{} is not managed by AMD's Device Config Manager (no {DCM_NAMESPACE}/{DCM_CONFIGMAP} ConfigMap): roll it out over ssh instead (partop fleet NODE plan)",
-                    node.name
+                    "{} is not managed by AMD's Device Config Manager (no {DCM_NAMESPACE}/{DCM_CONFIGMAP} ConfigMap, or the node is not labelled {}={} nor carries a DCM label) and no way to reach it is known: give its ssh destination (--ssh {}=DEST, or --ssh-user USER for its InternalIP) and partop applies its own plan there",
+                    node.name, DCM_SELECTOR.0, DCM_SELECTOR.1, node.name
                 ));
             }
             Ok(Engine::Dcm {
@@ -584,7 +675,10 @@ pub fn engine_for(
 /// manager answered `success`, and the node advertises the expected capacity. A rollout has
 /// nothing to do there (draining it to relabel it the same would only disrupt its pods).
 pub fn at_target(plan: &NodePlan, node: &ClusterNode) -> bool {
-    let (k, v) = plan.engine.label();
+    let Some((k, v)) = plan.engine.label() else {
+        // The node's own plan changes nothing: it is there already.
+        return matches!(&plan.engine, Engine::PartopApply { plan, .. } if plan.changes.is_empty());
+    };
     node.labels.get(k).map(String::as_str) == Some(v)
         && answer(&plan.engine, &node.labels) == Answer::Success
         && plan
@@ -762,6 +856,139 @@ mod tests {
             }
         }
         assert_eq!(cases, 49);
+    }
+
+    /// A node's own plan, empty but for its Kubernetes part (`kube`: the Node it drains).
+    fn own(kube: Option<&str>) -> Engine {
+        let plan = crate::domain::plan::Plan {
+            fingerprint: String::new(),
+            host: "h".into(),
+            draft: crate::domain::plan::Draft {
+                gpus: Vec::new(),
+                compute: Some(ComputeMode::Cpx),
+                memory: Some(MemoryMode::Nps4),
+            },
+            reload: crate::domain::modes::Reload::Modprobe,
+            changes: Vec::new(),
+            before: Vec::new(),
+            after: Vec::new(),
+            stops: Vec::new(),
+            steps: Vec::new(),
+            downtime_secs: 0,
+            warnings: Vec::new(),
+            reload_secs: 0,
+            grace_secs: 0,
+            models: Vec::new(),
+            sets: Vec::new(),
+            balancers: Vec::new(),
+            kubernetes: kube.map(|n| crate::domain::plan_k8s::KubeChange {
+                node: n.into(),
+                pods: Vec::new(),
+                allocatable: BTreeMap::new(),
+                dcm: None,
+            }),
+        };
+        Engine::PartopApply {
+            dest: "rehearse:/s".into(),
+            partop: "partop".into(),
+            plan: Box::new(plan),
+        }
+    }
+
+    /// Who owns an AMD node, over the whole space the planner reads (96 cases): vendor (AMD,
+    /// NVIDIA, none) x DCM's ConfigMap x DCM's selector label x a DCM profile label x a DCM
+    /// state label x the target (a layout, a MIG config). DCM owns it where its ConfigMap is and
+    /// its DaemonSet selects the node or a DCM label is in use; an AMD node it does not own is
+    /// `partop apply`'s (where reachable), and refused saying how to reach it otherwise.
+    #[test]
+    fn an_amd_node_no_manager_owns_is_partop_apply_s_and_refused_saying_how_to_reach_it() {
+        let mut cases = 0;
+        for vendor in ["amd.com/gpu", "nvidia.com/gpu", "cpu-only/none"] {
+            for bits in 0..16u8 {
+                let (cm, sel, prof, state) =
+                    (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0, bits & 8 != 0);
+                let mut n = ClusterNode {
+                    name: "n1".into(),
+                    capacity: [(vendor.to_string(), 8)].into(),
+                    ..ClusterNode::default()
+                };
+                for (on, k, v) in [
+                    (sel, DCM_SELECTOR.0, DCM_SELECTOR.1),
+                    (prof, DCM_PROFILE, "p"),
+                    (state, DCM_STATE, "success"),
+                ] {
+                    if on {
+                        n.labels.insert(k.into(), v.into());
+                    }
+                }
+                let amd = vendor.starts_with("amd.com/");
+                let managed = cm && (sel || prof || state);
+                let layout = Target::Layout {
+                    compute: ComputeMode::Cpx,
+                    memory: MemoryMode::Nps4,
+                };
+                let what =
+                    format!("{vendor} configmap={cm} selector={sel} profile={prof} state={state}");
+                assert_eq!(own_apply(&n, &layout, cm), amd && !managed, "{what}");
+                assert_eq!(dcm_manages(&n, cm), managed, "{what}");
+                match engine_for(&n, &layout, cm, false) {
+                    Ok(e) => assert!(amd && managed && matches!(e, Engine::Dcm { .. }), "{what}"),
+                    Err(why) if amd => {
+                        assert!(!managed && why.contains("--ssh n1=DEST"), "{what}: {why}");
+                    }
+                    Err(why) => assert!(why.contains("advertises no AMD"), "{what}: {why}"),
+                }
+                cases += 1;
+                let mig = Target::MigConfig {
+                    name: "all-1g.10gb".into(),
+                };
+                assert!(
+                    !own_apply(&n, &mig, cm),
+                    "a MIG config is never partop apply's: {what}"
+                );
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 96);
+    }
+
+    /// The rollout drains a node unless the node's own apply does (never both), and a node's
+    /// own Kubernetes plan for another Node is refused (4 engines, 3 plans).
+    #[test]
+    fn the_cordon_has_one_owner() {
+        let all = Step::ALL.to_vec();
+        let dcm = Engine::Dcm {
+            profile: "p".into(),
+        };
+        let mig = Engine::MigManager { config: "c".into() };
+        assert_eq!(Step::of_engine(&dcm), all);
+        assert_eq!(Step::of_engine(&mig), all);
+        assert_eq!(
+            Step::of_engine(&own(None)),
+            all,
+            "its plan has no Kubernetes part"
+        );
+        assert_eq!(
+            Step::of_engine(&own(Some("n1"))),
+            vec![Step::Label, Step::WaitState, Step::WaitAllocatable],
+            "its own apply cordons, evicts and uncordons"
+        );
+        assert!(
+            own(Some("n1"))
+                .words()
+                .contains("it cordons and evicts itself")
+        );
+        let plan = |e: Engine| match e {
+            Engine::PartopApply { plan, .. } => plan,
+            _ => unreachable!(),
+        };
+        assert_eq!(own_plan_refusal("n1", &plan(own(None))), None);
+        assert_eq!(own_plan_refusal("n1", &plan(own(Some("n1")))), None);
+        let why = own_plan_refusal("n1", &plan(own(Some("gpu-host-7")))).unwrap();
+        assert!(
+            why.contains("\"gpu-host-7\"") && why.contains("not n1"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -6,15 +6,20 @@
 //! within a bound and named) and gone, the manager asked by label (the DCM profile written
 //! into its ConfigMap first when the plan says so), its state label waited for (a failure
 //! stops with its own reason: its newest event on the node), the kubelet's allocatable waited
-//! for, uncordon. The pure part is `domain::cluster_rollout`.
+//! for, uncordon. A node no manager owns has a third engine: partop's own plan, made on the
+//! node over `collect::fleet`'s transport when the set is planned, applied there by `partop
+//! apply` (`exec::rollout`'s ssh engine code) in place of the label and the manager's answer;
+//! the rollout drains it only when the node's own plan does not (`Engine::rollout_drains`).
+//! The pure part is `domain::cluster_rollout`.
 
 use super::k8s::{K8sError, Limits, NodeOps, said, selects};
 use super::rollout::{Engine, NodeStart, Start, StepLog};
 use crate::collect::cluster::{node_of, pod_of};
+use crate::collect::fleet::Transport;
 use crate::domain::cluster_rollout::{
     Answer, Budget, ClusterPlanSet, DCM_FILE, Engine as Manager, Eviction, MIG_FILE, NodePlan,
     ProfileChange, Step, Target, amd_expected, amd_physical, answer, changed_since, dcm_profile,
-    engine_for, failure_reason, partition_labels, profile_in, with_profile,
+    engine_for, failure_reason, own_apply, partition_labels, profile_in, with_profile,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -39,6 +44,42 @@ pub struct ClusterEngine {
     /// Held while the profile is written: nodes labelled at once (`--parallel`) write it once,
     /// the others find it as planned (two writers would race on the ConfigMap's version).
     profile_lock: tokio::sync::Mutex<()>,
+    /// How nodes applied by `partop apply` are reached (None: the set has none).
+    transport: Option<Transport>,
+}
+
+/// How the planner reaches an AMD node no manager owns, to make and later apply partop's own
+/// plan there.
+#[derive(Clone, Debug)]
+pub struct Reach {
+    /// The fleet's transport (ssh, or the rehearsal transport for `rehearse:STATE`).
+    pub transport: Transport,
+    /// Node -> destination, as the operator named them (`--ssh NODE=DEST`).
+    pub dests: BTreeMap<String, String>,
+    /// Else `USER@` the Node's InternalIP (`--ssh-user`).
+    pub user: Option<String>,
+    /// The partop on the nodes.
+    pub partop: String,
+}
+
+impl Reach {
+    /// Where `node` is reached: the operator's mapping first, else its InternalIP with the
+    /// user given (None: neither).
+    pub fn dest_of(&self, node: &Node) -> Option<String> {
+        let name = node.metadata.name.as_deref()?;
+        if let Some(d) = self.dests.get(name) {
+            return Some(d.clone());
+        }
+        let user = self.user.as_ref()?;
+        let ip = node
+            .status
+            .as_ref()?
+            .addresses
+            .as_ref()?
+            .iter()
+            .find(|a| a.type_ == "InternalIP")?;
+        Some(format!("{user}@{}", ip.address))
+    }
 }
 
 impl ClusterEngine {
@@ -68,7 +109,15 @@ impl ClusterEngine {
             manager_wait: MANAGER_WAIT,
             profile: set.profile.clone(),
             profile_lock: tokio::sync::Mutex::new(()),
+            transport: None,
         })
+    }
+
+    /// The engine reaching the set's `partop apply` nodes over `t`.
+    #[must_use]
+    pub fn over(mut self, t: Transport) -> Self {
+        self.transport = Some(t);
+        self
     }
 
     fn ops(&self, node: &str) -> NodeOps {
@@ -132,11 +181,27 @@ impl ClusterEngine {
     }
 
     /// The steps from `first` on, each journaled before and after it acts.
-    fn steps_from(&self, n: &NodePlan, first: Step, log: &StepLog) -> Result<Vec<String>, String> {
+    fn steps_from(
+        &self,
+        n: &NodePlan,
+        first: Step,
+        attempted: bool,
+        log: &StepLog,
+    ) -> Result<Vec<String>, String> {
         let mut said = Vec::new();
-        for step in Step::ALL.into_iter().filter(|s| *s >= first) {
+        for step in Step::of_engine(&n.engine)
+            .into_iter()
+            .filter(|s| *s >= first)
+        {
             log.begin(step.key())?;
-            match self.rt.block_on(self.step(n, step, log)) {
+            let r = match (&n.engine, step) {
+                (Manager::PartopApply { .. }, Step::Label) => self.apply_own(n, attempted, log),
+                (Manager::PartopApply { .. }, Step::WaitState) => {
+                    Ok("the node's own apply read its layout back".into())
+                }
+                _ => self.rt.block_on(self.step(n, step, log)),
+            };
+            match r {
                 Ok(text) => {
                     log.done(step.key(), &text)?;
                     said.push(format!("{}: {text}", step.key()));
@@ -159,6 +224,45 @@ impl ClusterEngine {
             ));
         }
         s
+    }
+
+    /// A node no manager owns: its own plan applied there by `partop apply` (the ssh engine's
+    /// code: the plan on stdin, `--yes`, read back). A node attempted before continues its own
+    /// run when its journal has one, else applies afresh: the node's journal decides.
+    fn apply_own(&self, n: &NodePlan, attempted: bool, log: &StepLog) -> Result<String, String> {
+        let Manager::PartopApply { dest, partop, plan } = &n.engine else {
+            return Err("not a partop apply node".into());
+        };
+        let t = self.transport.as_ref().ok_or_else(|| {
+            "no transport to reach the node (the engine was not given one)".to_string()
+        })?;
+        let ssh = super::rollout::NodePlan {
+            node: n.node.clone(),
+            dest: dest.clone(),
+            partop: partop.clone(),
+            plan: (**plan).clone(),
+        };
+        let how = if attempted {
+            match super::rollout::node_has_run(t, &ssh) {
+                Ok(true) => NodeStart::Resume,
+                Ok(false) => NodeStart::ApplyAgain,
+                Err(e) => NodeStart::Unknown(e),
+            }
+        } else {
+            NodeStart::Apply
+        };
+        if how == NodeStart::Resume {
+            log.note(
+                "its own journal has a run of this plan: continued (partop apply --resume)".into(),
+            );
+        }
+        let o = super::rollout::apply_node(t, &ssh, &how)?;
+        let steps = super::rollout::step_lines(&o);
+        Ok(format!(
+            "partop apply {}: {} step(s) done, read back",
+            crate::domain::cluster_rollout::reach_words(dest),
+            steps.len()
+        ))
     }
 
     async fn step(&self, n: &NodePlan, step: Step, log: &StepLog) -> Result<String, String> {
@@ -186,7 +290,9 @@ impl ClusterEngine {
         }
         let node = ops.get_node().await.map_err(|e| gone_or(&ops.node, &e))?;
         let labels = node_of(&node).labels;
-        let (key, value) = engine.label();
+        let Some((key, value)) = engine.label() else {
+            return Err(format!("{} is asked by no label", engine.words()));
+        };
         if labels.get(key).map(String::as_str) == Some(value) {
             patch_labels(ops, &[(key, None), (engine.state_label(), None)]).await?;
             said.push(format!("{key} taken off to ask again"));
@@ -315,11 +421,13 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
         let Some(first) = first else {
             return Ok(vec!["every step was done before".into()]);
         };
-        if first == Step::Cordon {
-            // Not touched yet: it must be as planned.
+        let own_drain_begun = *how == NodeStart::Resume && !n.engine.rollout_drains();
+        if first == Step::Cordon && !own_drain_begun {
+            // Not touched yet: it must be as planned (a node whose own apply drains may have
+            // begun it: its journal decides, in `apply_own`).
             self.rt.block_on(self.unchanged(n))?;
         }
-        self.steps_from(n, first, log)
+        self.steps_from(n, first, *how == NodeStart::Resume, log)
     }
 }
 
@@ -495,7 +603,8 @@ pub struct Planned {
     pub refused: Vec<String>,
     /// DaemonSet pods on the nodes' GPUs, left where they are: (node, pod).
     pub daemons: Vec<(String, String)>,
-    /// Nodes already at the target (labelled, answered, advertising it): not in the set.
+    /// Nodes already at the target (labelled, answered, advertising it; or, for a node no
+    /// manager owns, its own plan changes nothing): not in the set.
     pub already: Vec<String>,
 }
 
@@ -508,7 +617,7 @@ pub async fn plan(
     target: &Target,
     limits: Limits,
 ) -> Result<Planned, String> {
-    plan_nodes(t, target, limits, None).await
+    plan_for(t, target, limits, None, None).await
 }
 
 /// Plans `target` on the GPU nodes of `t` named in `only` (None: every one), in name order:
@@ -522,6 +631,36 @@ pub async fn plan_nodes(
     target: &Target,
     limits: Limits,
     only: Option<&[String]>,
+) -> Result<Planned, String> {
+    plan_for(t, target, limits, only, None).await
+}
+
+/// Plans `target` as [`plan`] does; an AMD node no manager owns that `reach` can reach gets
+/// partop's own plan, made on the node (its engine `partop apply`), and one it cannot reach
+/// is refused saying how to give its destination.
+///
+/// # Errors
+/// The API server refused or could not be reached.
+pub async fn plan_reaching(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    limits: Limits,
+    reach: Option<&Reach>,
+) -> Result<Planned, String> {
+    plan_for(t, target, limits, None, reach).await
+}
+
+/// The planner behind [`plan`], [`plan_nodes`] and [`plan_reaching`]: the nodes in `only`
+/// (None: every GPU node), the unmanaged ones reached through `reach`.
+///
+/// # Errors
+/// The API server refused or could not be reached.
+pub async fn plan_for(
+    t: &crate::collect::cluster::Target,
+    target: &Target,
+    limits: Limits,
+    only: Option<&[String]>,
+    reach: Option<&Reach>,
 ) -> Result<Planned, String> {
     let ops = NodeOps::connect(t, "", limits)
         .await
@@ -561,27 +700,30 @@ pub async fn plan_nodes(
     let mut gpus_of_profile: Option<u32> = None;
     let gpu_nodes: Vec<_> = list
         .iter()
-        .map(node_of)
-        .filter(|n| !n.capacity.is_empty())
-        .filter(|n| only.is_none_or(|o| o.contains(&n.name)))
+        .map(|n| (n, node_of(n)))
+        .filter(|(_, n)| !n.capacity.is_empty())
+        .filter(|(_, n)| only.is_none_or(|o| o.contains(&n.name)))
         .collect();
     for name in only.unwrap_or_default() {
-        if !gpu_nodes.iter().any(|n| &n.name == name) {
+        if !gpu_nodes.iter().any(|(_, n)| &n.name == name) {
             out.refused.push(format!(
                 "{name} is no GPU node under this selector (deleted, or it advertises no GPU resource)"
             ));
         }
     }
-    for node in gpu_nodes {
-        let planned = plan_node(&ops, &node, target, dcm.as_deref(), mig.as_deref(), &budgets)
+    for (raw, node) in gpu_nodes {
+        let own = reach
+            .filter(|_| own_apply(&node, target, dcm.is_some()))
+            .and_then(|r| r.dest_of(raw).map(|d| (r, d)));
+        let planned = plan_node(&ops, &node, target, (dcm.as_deref(), mig.as_deref()), &budgets, own)
             .await
             .and_then(|(p, d, gpus)| {
                 match (gpus, gpus_of_profile) {
                     (Some(g), Some(h)) if g != h => {
-                        return Err(format!(
+                        return Err(NotPlanned::Refused(format!(
                             "{} has {g} GPUs where the set's other nodes have {h}: one DCM profile gives a count of GPUs; plan it in its own set (-l)",
                             node.name
-                        ));
+                        )));
                     }
                     (Some(g), _) => gpus_of_profile = Some(g),
                     _ => {}
@@ -597,7 +739,8 @@ pub async fn plan_nodes(
                     .extend(d.into_iter().map(|x| (p.node.clone(), x)));
                 out.set.nodes.push(p);
             }
-            Err(why) => out.refused.push(why),
+            Err(NotPlanned::AtTarget) => out.already.push(node.name.clone()),
+            Err(NotPlanned::Refused(why)) => out.refused.push(why),
         }
     }
     if let (Target::Layout { compute, memory }, Some(g)) = (target, gpus_of_profile) {
@@ -614,21 +757,52 @@ pub async fn plan_nodes(
 
 type NodePlanned = (NodePlan, Vec<String>, Option<u32>);
 
+/// Why a node is not in the set.
+enum NotPlanned {
+    /// It cannot be rolled out: the reason.
+    Refused(String),
+    /// Its own plan changes nothing: it is at the target already.
+    AtTarget,
+}
+
+impl From<String> for NotPlanned {
+    fn from(why: String) -> Self {
+        Self::Refused(why)
+    }
+}
+
 /// One node's plan: its engine, the pods on its GPUs with the budgets that select them, the
 /// capacity expected after; the DaemonSet pods left; its GPUs (for DCM's profile).
 async fn plan_node(
     ops: &NodeOps,
     node: &crate::domain::cluster::ClusterNode,
     target: &Target,
-    dcm: Option<&str>,
-    mig: Option<&str>,
+    (dcm, mig): (Option<&str>, Option<&str>),
     budgets: &[PodDisruptionBudget],
-) -> Result<NodePlanned, String> {
-    let engine = engine_for(node, target, dcm.is_some(), mig.is_some())?;
+    own: Option<(&Reach, String)>,
+) -> Result<NodePlanned, NotPlanned> {
+    let engine = match (own, target) {
+        (Some((r, dest)), Target::Layout { compute, memory }) => {
+            own_plan(r, &node.name, dest, *compute, *memory).await?
+        }
+        _ => engine_for(node, target, dcm.is_some(), mig.is_some())?,
+    };
     let (expected, gpus) = match target {
         Target::Layout { compute, memory } => (
-            amd_expected(node, *compute, *memory)?,
-            Some(amd_physical(node)?),
+            match &engine {
+                // The node's own Kubernetes plan counts its partitions from its GPUs, not from
+                // labels a labeller may not have written.
+                Manager::PartopApply { plan, .. } if plan.kubernetes.is_some() => plan
+                    .kubernetes
+                    .as_ref()
+                    .map(|k| k.allocatable.clone())
+                    .unwrap_or_default(),
+                _ => amd_expected(node, *compute, *memory)?,
+            },
+            // Only a DCM node counts towards the profile's GPUs.
+            matches!(engine, Manager::Dcm { .. })
+                .then(|| amd_physical(node))
+                .transpose()?,
         ),
         Target::MigConfig { name } => (
             crate::domain::cluster_rollout::mig_expected(node, mig.unwrap_or_default(), name)?,
@@ -700,6 +874,48 @@ async fn plan_node(
     Ok((p, daemons, gpus))
 }
 
+/// The `partop apply` engine of `node` at `dest`: the node's own plan of the layout, made there
+/// (blocking, off the runtime's workers). Its reason, naming the node, when it could not.
+async fn own_plan(
+    r: &Reach,
+    node: &str,
+    dest: String,
+    compute: crate::domain::ComputeMode,
+    memory: crate::domain::MemoryMode,
+) -> Result<Manager, NotPlanned> {
+    let (t, partop) = (r.transport.clone(), r.partop.clone());
+    let d = dest.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        super::rollout::plan_on(
+            &t,
+            &d,
+            &partop,
+            Some(compute.name()),
+            Some(memory.name()),
+        )
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| {
+        // The node's planner says so when its GPUs are in the modes already (its own words).
+        if e.contains(&crate::domain::plan::PlanError::NoChange.to_string()) {
+            NotPlanned::AtTarget
+        } else {
+            NotPlanned::Refused(format!(
+                "{node} is not managed by a partition manager, and its own plan at {dest} could not be made: {e}"
+            ))
+        }
+    })?;
+    if let Some(why) = crate::domain::cluster_rollout::own_plan_refusal(node, &plan) {
+        return Err(NotPlanned::Refused(why));
+    }
+    Ok(Manager::PartopApply {
+        dest,
+        partop: r.partop.clone(),
+        plan: Box::new(plan),
+    })
+}
+
 /// A manager's ConfigMap document (None: no such ConfigMap, so no such manager).
 async fn configmap_text(
     client: &kube::Client,
@@ -711,4 +927,69 @@ async fn configmap_text(
         .await
         .map_err(|e| said(&e, "get", "configmaps", Some(ns)).to_string())?;
     Ok(cm.map(|c| c.data.and_then(|d| d.get(key).cloned()).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(addresses: &[(&str, &str)]) -> Node {
+        let a: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|(t, a)| json!({"type": t, "address": a}))
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"addresses": a}}))
+            .unwrap_or_default()
+    }
+
+    fn reach(dests: &[(&str, &str)], user: Option<&str>) -> Reach {
+        Reach {
+            transport: Transport {
+                ssh: "ssh".into(),
+                ssh_config: None,
+                control_dir: "/nonexistent".into(),
+                connect_timeout: Duration::from_secs(1),
+                refresh: 1,
+                concurrency: 1,
+                local: "partop".into(),
+            },
+            dests: dests
+                .iter()
+                .map(|(n, d)| ((*n).to_string(), (*d).to_string()))
+                .collect(),
+            user: user.map(str::to_string),
+            partop: "partop".into(),
+        }
+    }
+
+    /// Where a node no manager owns is reached (6 cases): the operator's mapping first, else
+    /// USER@ its InternalIP, never an ExternalIP or a guess.
+    #[test]
+    fn a_node_s_destination_is_the_mapping_or_its_internal_ip_with_the_user() {
+        let internal = node(&[("ExternalIP", "203.0.113.9"), ("InternalIP", "10.0.0.7")]);
+        let external = node(&[("ExternalIP", "203.0.113.9"), ("Hostname", "n1")]);
+        let cases = [
+            (
+                reach(&[("n1", "gpu07")], Some("ops")),
+                &internal,
+                Some("gpu07"),
+            ),
+            (
+                reach(&[("n1", "rehearse:/s")], None),
+                &external,
+                Some("rehearse:/s"),
+            ),
+            (
+                reach(&[("n2", "gpu08")], Some("ops")),
+                &internal,
+                Some("ops@10.0.0.7"),
+            ),
+            (reach(&[], None), &internal, None),
+            (reach(&[], Some("ops")), &external, None),
+            (reach(&[("n2", "gpu08")], None), &internal, None),
+        ];
+        for (i, (r, n, want)) in cases.iter().enumerate() {
+            assert_eq!(r.dest_of(n).as_deref(), *want, "case {i} of 6");
+        }
+    }
 }

@@ -569,7 +569,7 @@ fn node_start(t: &Transport, n: &NodePlan, start: &Start) -> NodeStart {
 
 /// One node's step of the rollout: its own `partop apply` (the plan on stdin, `--yes`: the
 /// fleet's confirmation covers it), then read back. Its output, or where and why it failed.
-fn apply_node(t: &Transport, n: &NodePlan, how: &NodeStart) -> Result<String, String> {
+pub(crate) fn apply_node(t: &Transport, n: &NodePlan, how: &NodeStart) -> Result<String, String> {
     if let NodeStart::Unknown(e) = how {
         return Err(format!("failed before its first step: {e}"));
     }
@@ -601,8 +601,45 @@ fn apply_node(t: &Transport, n: &NodePlan, how: &NodeStart) -> Result<String, St
     ))
 }
 
+/// The node's own plan of `compute`/`memory` on every GPU (`partop plan --json` run there over
+/// `t`): what the fleet embeds, fingerprinted by the node, in a set. Its reason when it could
+/// not be made.
+///
+/// # Errors
+/// The node could not be reached, refused to plan, or answered what is not a plan.
+pub fn plan_on(
+    t: &Transport,
+    dest: &str,
+    partop: &str,
+    compute: Option<&str>,
+    memory: Option<&str>,
+) -> Result<Plan, String> {
+    let mut remote = vec![
+        partop.to_string(),
+        "plan".into(),
+        "--gpu".into(),
+        "all".into(),
+    ];
+    if let Some(c) = compute {
+        remote.extend(["--compute".into(), c.to_string()]);
+    }
+    if let Some(m) = memory {
+        remote.extend(["--memory".into(), m.to_string()]);
+    }
+    remote.push("--json".into());
+    let (code, o, e) = run_on(t, dest, &remote, "", Duration::from_secs(120));
+    if code == Some(0) {
+        return serde_json::from_str::<Plan>(&o).map_err(|x| format!("not a plan: {x}"));
+    }
+    Err(ssh_reason(code, &e, false).replace("before a sample", "")
+        + &e.lines()
+            .last()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default())
+}
+
 /// The `[i/n] …` lines of a node's apply.
-fn step_lines(output: &str) -> Vec<String> {
+pub(crate) fn step_lines(output: &str) -> Vec<String> {
     output
         .lines()
         .filter(|l| l.trim_start().starts_with('['))
@@ -614,7 +651,7 @@ fn step_lines(output: &str) -> Vec<String> {
 /// asks before it continues a node it attempted, since an attempt that failed before the
 /// node's first step (ssh refused, the node's partop refused before journaling) left no run
 /// there to resume.
-fn node_has_run(t: &Transport, n: &NodePlan) -> Result<bool, String> {
+pub(crate) fn node_has_run(t: &Transport, n: &NodePlan) -> Result<bool, String> {
     let remote = vec![n.partop.clone(), "journal".into(), "--json".into()];
     let (code, o, e) = run_on(t, &n.dest, &remote, "", Duration::from_secs(120));
     if code != Some(0) {

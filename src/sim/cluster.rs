@@ -9,6 +9,7 @@
 
 use crate::collect::cluster::Target;
 use crate::domain::cluster::{AMD_PARTITION, DCM_PROFILE, DCM_STATE, MIG_CONFIG, MIG_STATE};
+use crate::domain::cluster_rollout::DCM_SELECTOR;
 use crate::domain::partition_managers::{
     DCM_CONFIGMAP, DCM_KEY, DCM_NAMESPACE, DCM_TAINT, DEFAULT_MIG_CONFIG, MIG_CONFIGMAP, MIG_KEY,
     MIG_NAMESPACE, MIG_PRODUCT, MigLayout, Refusal, dcm_profile, default_dcm_config, mig_layout,
@@ -47,6 +48,10 @@ pub struct Options {
     pub mig_gpu_nodes: usize,
     /// Where the simulated nodes' state lives.
     pub dir: PathBuf,
+    /// AMD nodes no manager owns: created without DCM's selector label, so the DCM stand-in
+    /// never acts on them; a simulated one's Node follows its partitions as its kubelet and
+    /// the node labeller would (changed there by partop itself).
+    pub unmanaged: Vec<String>,
     /// Nodes whose partition change fails (DCM's `PartitionFailure`, the MIG manager's
     /// `failed`): the failure mode.
     pub fail: Vec<String>,
@@ -104,12 +109,84 @@ pub async fn run(
         .map(|i| {
             let nodes = nodes.clone();
             let nvidia = i >= o.nodes.saturating_sub(o.mig_nodes);
-            async move { create_node(&nodes, &node_name(i, nvidia), nvidia).await }
+            let name = node_name(i, nvidia);
+            let managed = !o.unmanaged.contains(&name);
+            async move { create_node(&nodes, &name, nvidia, managed).await }
         })
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
     made.into_iter().collect::<Result<Vec<()>, String>>()?;
+    back_nodes(&o, &model).await?;
+    say(format!(
+        "ready: {} nodes ({} AMD under DCM, {} of them simulated GPU nodes; {} NVIDIA under the MIG manager, {} of them simulated; state in {})",
+        o.nodes,
+        o.nodes - o.mig_nodes.min(o.nodes),
+        o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)),
+        o.mig_nodes.min(o.nodes),
+        o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)),
+        o.dir.display(),
+    ));
+    let say = Arc::new(say);
+    let unmanaged: Vec<(String, PathBuf)> = {
+        let m = model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        o.unmanaged
+            .iter()
+            .filter_map(|n| m.backed.get(n).map(|st| (n.clone(), st.clone())))
+            .collect()
+    };
+    for (n, st) in &unmanaged {
+        // How the fleet reaches it: the rehearsal transport names a node by its state.
+        say(format!(
+            "unmanaged: {n} (no DCM): partop fleet --kubernetes --ssh {n}={}{} …",
+            crate::collect::fleet::REHEARSE,
+            st.display()
+        ));
+    }
+    let fail = Arc::new(o.fail.clone());
+    let cfg = watcher::Config::default().labels(&format!("{SIM_LABEL}=true"));
+    let events = watcher(nodes.clone(), cfg)
+        .default_backoff()
+        .applied_objects();
+    let play = async {
+        let mut events = std::pin::pin!(events);
+        while let Some(ev) = events.next().await {
+            let Ok(node) = ev else { continue };
+            let Some(job) = wanted(&node, &model) else {
+                continue;
+            };
+            let (client, model, say, fail) = (
+                client.clone(),
+                Arc::clone(&model),
+                Arc::clone(&say),
+                Arc::clone(&fail),
+            );
+            tokio::spawn(async move {
+                let r = act(&client, &node, &job, &model, &fail).await;
+                let name = node.metadata.name.clone().unwrap_or_default();
+                say(match r {
+                    Ok(()) => format!("{name}: {} applied", job.asked()),
+                    Err(e) => format!("{name}: {} failed: {e}", job.asked()),
+                });
+            });
+        }
+    };
+    let names: std::collections::HashSet<String> = (0..o.nodes)
+        .map(|i| node_name(i, i >= o.nodes.saturating_sub(o.mig_nodes)))
+        .collect();
+    tokio::select! {
+        () = play => Err("the watch of the simulated nodes ended".into()),
+        () = kubelets(client.clone(), names) => Err("the watch of the simulated nodes' pods ended".into()),
+        () = follow_unmanaged(nodes.clone(), unmanaged) => Err("the unmanaged nodes' follower ended".into()),
+        () = stop => Ok(()),
+    }
+}
+
+/// Starts the simulated GPU nodes behind the first K AMD nodes and the first J NVIDIA ones,
+/// each state under `--dir`, and keeps which backs which.
+async fn back_nodes(o: &Options, model: &Mutex<Model>) -> Result<(), String> {
     for i in 0..o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)) {
         let name = node_name(i, false);
         let state = o.dir.join(&name).join("node.json");
@@ -147,52 +224,7 @@ pub async fn run(
             .backed
             .insert(name, state);
     }
-    say(format!(
-        "ready: {} nodes ({} AMD under DCM, {} of them simulated GPU nodes; {} NVIDIA under the MIG manager, {} of them simulated; state in {})",
-        o.nodes,
-        o.nodes - o.mig_nodes.min(o.nodes),
-        o.gpu_nodes.min(o.nodes.saturating_sub(o.mig_nodes)),
-        o.mig_nodes.min(o.nodes),
-        o.mig_gpu_nodes.min(o.mig_nodes.min(o.nodes)),
-        o.dir.display(),
-    ));
-    let say = Arc::new(say);
-    let fail = Arc::new(o.fail.clone());
-    let cfg = watcher::Config::default().labels(&format!("{SIM_LABEL}=true"));
-    let events = watcher(nodes.clone(), cfg)
-        .default_backoff()
-        .applied_objects();
-    let play = async {
-        let mut events = std::pin::pin!(events);
-        while let Some(ev) = events.next().await {
-            let Ok(node) = ev else { continue };
-            let Some(job) = wanted(&node, &model) else {
-                continue;
-            };
-            let (client, model, say, fail) = (
-                client.clone(),
-                Arc::clone(&model),
-                Arc::clone(&say),
-                Arc::clone(&fail),
-            );
-            tokio::spawn(async move {
-                let r = act(&client, &node, &job, &model, &fail).await;
-                let name = node.metadata.name.clone().unwrap_or_default();
-                say(match r {
-                    Ok(()) => format!("{name}: {} applied", job.asked()),
-                    Err(e) => format!("{name}: {} failed: {e}", job.asked()),
-                });
-            });
-        }
-    };
-    let names: std::collections::HashSet<String> = (0..o.nodes)
-        .map(|i| node_name(i, i >= o.nodes.saturating_sub(o.mig_nodes)))
-        .collect();
-    tokio::select! {
-        () = play => Err("the watch of the simulated nodes ended".into()),
-        () = kubelets(client.clone(), names) => Err("the watch of the simulated nodes' pods ended".into()),
-        () = stop => Ok(()),
-    }
+    Ok(())
 }
 
 /// The kubelets of the simulated nodes, for the pods bound to them: a pod is marked running and
@@ -271,8 +303,11 @@ fn wanted(node: &Node, model: &Mutex<Model>) -> Option<Job> {
     let mut m = model
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // DCM's DaemonSet runs only on the nodes its selector names: elsewhere no DCM sees a label.
+    let dcm_here = labels.get(DCM_SELECTOR.0).map(String::as_str) == Some(DCM_SELECTOR.1);
     let Some(job) = labels
         .get(DCM_PROFILE)
+        .filter(|_| dcm_here)
         .map(|p| Job::Dcm(p.clone()))
         .or_else(|| labels.get(MIG_CONFIG).map(|c| Job::Mig(c.clone())))
     else {
@@ -344,8 +379,13 @@ async fn set_status(
         .map_err(sim_err)
 }
 
-async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), String> {
-    let labels = if nvidia {
+async fn create_node(
+    nodes: &Api<Node>,
+    name: &str,
+    nvidia: bool,
+    managed: bool,
+) -> Result<(), String> {
+    let mut labels = if nvidia {
         serde_json::json!({SIM_LABEL: "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                            "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed"})
     } else {
@@ -354,6 +394,9 @@ async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), 
                            "amd.com/compute-partitioning-supported": "true",
                            "amd.com/memory-partitioning-supported": "true"})
     };
+    if !managed && let Some(l) = labels.as_object_mut() {
+        l.remove(DCM_SELECTOR.0);
+    }
     let n: Node =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}}))
             .map_err(|e| e.to_string())?;
@@ -382,6 +425,45 @@ async fn create_node(nodes: &Api<Node>, name: &str, nvidia: bool) -> Result<(), 
         .await
         .map(|_| ())
         .map_err(sim_err)
+}
+
+/// The Nodes of unmanaged simulated GPU nodes follow what partop changed on them: every 0.5 s
+/// each state is read, and a new layout is written as the node labeller
+/// (`amd.com/compute-memory-partition`) and the device plugin (`amd.com/gpu`, one per
+/// partition) would. Never ends.
+async fn follow_unmanaged(nodes: Api<Node>, backed: Vec<(String, PathBuf)>) {
+    let mut last: HashMap<String, (String, i64)> = HashMap::new();
+    loop {
+        for (name, state) in &backed {
+            let Ok(st) = crate::sim::state::SimState::load(state) else {
+                continue;
+            };
+            let Some(g) = st.modes().first().cloned() else {
+                continue;
+            };
+            let now = (
+                format!(
+                    "{}_{}",
+                    g.compute.name().to_lowercase(),
+                    g.memory.name().to_lowercase()
+                ),
+                i64::try_from(st.logical().len()).unwrap_or(0),
+            );
+            if last.get(name) == Some(&now) {
+                continue;
+            }
+            let ok = set_status(&nodes, name, &[("amd.com/gpu".to_string(), now.1)].into())
+                .await
+                .is_ok()
+                && label_node(&nodes, name, &[(AMD_PARTITION, Some(&now.0))])
+                    .await
+                    .is_ok();
+            if ok {
+                last.insert(name.clone(), now);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// A simulated MI300X node of 8 GPUs in SPX/NPS1, no workloads.
