@@ -332,6 +332,27 @@ fn the_simulated_cluster_s_managers_follow_their_contracts() {
         "{sig:#?}"
     );
     assert_eq!(v["nodes"].as_array().unwrap().len(), 5);
+
+    // Ended (SIGTERM, as Ctrl-C), the simulated cluster stops the GPU node behind sim-amd-0000
+    // with it: its kernel twin gone, the state file kept and saying so.
+    let state = dir.path().join("sim-amd-0000").join("node.json");
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap()
+    };
+    let twin = read()["twin"]["pid"]
+        .as_u64()
+        .expect("the simulated GPU node runs its kernel twin");
+    drop(sim);
+    let twin_runs = || {
+        std::fs::read_to_string(format!("/proc/{twin}/comm"))
+            .is_ok_and(|c| c.starts_with("partop-kernel"))
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while twin_runs() && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!twin_runs(), "the kernel twin {twin} outlived sim cluster");
+    assert!(read()["twin"].is_null(), "{}", read()["twin"]);
 }
 
 /// `--read-only` removes the simulated cluster too (it writes Node objects): refused before

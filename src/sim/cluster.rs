@@ -176,11 +176,30 @@ pub async fn run(
     let names: std::collections::HashSet<String> = (0..o.nodes)
         .map(|i| node_name(i, i >= o.nodes.saturating_sub(o.mig_nodes)))
         .collect();
-    tokio::select! {
+    let ended = tokio::select! {
         () = play => Err("the watch of the simulated nodes ended".into()),
         () = kubelets(client.clone(), names) => Err("the watch of the simulated nodes' pods ended".into()),
         () = follow_unmanaged(nodes.clone(), unmanaged) => Err("the unmanaged nodes' follower ended".into()),
         () = stop => Ok(()),
+    };
+    stop_backing(&model);
+    ended
+}
+
+/// The simulated GPU nodes behind the cluster's nodes stop with it: their workloads and kernel
+/// twins (`sim stop`'s way), so a rehearsal ended with Ctrl-C leaves no process behind. Their
+/// state files stay under `--dir`, as `sim stop` leaves them.
+fn stop_backing(model: &Mutex<Model>) {
+    let backed: Vec<PathBuf> = model
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .backed
+        .values()
+        .cloned()
+        .collect();
+    for state in backed {
+        // An NVIDIA node's state has no workloads or twin of this kind: nothing to stop there.
+        let _ = crate::sim::session::stop(&state, std::time::Duration::from_secs(3));
     }
 }
 
