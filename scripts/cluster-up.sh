@@ -10,7 +10,19 @@
 set -euo pipefail
 if [ "${1:-}" = --stop ]; then
     d=$2
-    [ -f "$d/pids" ] && while read -r p; do kill "$p" 2>/dev/null || true; done < "$d/pids"
+    # Last started first (the controller-manager, the API server, then etcd: an API server
+    # whose etcd went first waits on it), then SIGKILL what is left after 10 s.
+    if [ -f "$d/pids" ]; then
+        mapfile -t pids < <(tac "$d/pids")
+        for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+        for _ in $(seq 1 50); do
+            alive=0
+            for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+            [ "$alive" = 0 ] && break
+            sleep 0.2
+        done
+        for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    fi
     rm -f "$d/pids"
     exit 0
 fi
