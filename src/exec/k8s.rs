@@ -603,9 +603,27 @@ impl NodeOps {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
-        // A node a DCM profile manages gets that profile again from DCM: said with the way
-        // to make the change stick.
-        let dcm = node
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        if cordoned && !ours {
+            return Ok(format!(
+                "{} was already cordoned (not by partop): left so, and left cordoned after",
+                self.node
+            ));
+        }
+        self.patch_node(&json!({
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: "true"}},
+            "spec": {"unschedulable": true},
+        }))
+        .await?;
+        Ok(format!("{} cordoned", self.node))
+    }
+
+    /// For a local change (`partop apply` on the node): a node a DCM profile manages gets that
+    /// profile again from DCM, said with the way to make the change stick. Not for a rollout
+    /// through DCM, whose change is the profile.
+    pub async fn dcm_warning(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        Ok(node
             .metadata
             .labels
             .as_ref()
@@ -617,20 +635,7 @@ impl NodeOps {
                     k8s_ops::DCM_PROFILE_LABEL
                 )
             })
-            .unwrap_or_default();
-        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        if cordoned && !ours {
-            return Ok(format!(
-                "{} was already cordoned (not by partop): left so, and left cordoned after{dcm}",
-                self.node
-            ));
-        }
-        self.patch_node(&json!({
-            "metadata": {"annotations": {CORDONED_BY_PARTOP: "true"}},
-            "spec": {"unschedulable": true},
-        }))
-        .await?;
-        Ok(format!("{} cordoned{dcm}", self.node))
+            .unwrap_or_default())
     }
 
     /// Uncordons the node if partop cordoned it.
@@ -890,7 +895,10 @@ pub async fn run_step(
         .map_err(|e| (e.to_string(), next(&e)))?;
     let r = match kind {
         K::Cordon => match ops.preflight(&k8s_ops::drain_access()).await {
-            Ok(()) => ops.cordon_owned().await,
+            Ok(()) => match ops.cordon_owned().await {
+                Ok(done) => ops.dcm_warning().await.map(|w| done + &w),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
         K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,

@@ -269,7 +269,7 @@ pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<St
     }
     if let Some(r) = latest.filter(|r| !r.finished) {
         return Err(Refused(format!(
-            "rollout {} of set {} is unfinished in {}: its done nodes no longer match their plans. Continue it: {}",
+            "rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}",
             r.id,
             set.fingerprint(),
             fj.display(),

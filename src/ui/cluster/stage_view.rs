@@ -220,9 +220,12 @@ fn rolling(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
     );
     let mut bottom = Vec::new();
     match &st.phase {
-        Phase::Done(Ok(())) => bottom.push(Line::styled(
-            "rolled out: every node labelled, answered, advertising its capacity, uncordoned",
-            theme.get("status.ok"),
+        Phase::Done(Ok(())) => bottom.extend(hang_in(
+            Line::styled(
+                "rolled out: every node labelled, answered, advertising its capacity, uncordoned",
+                theme.get("status.ok"),
+            ),
+            w,
         )),
         Phase::Done(Err(e)) => {
             bottom.extend(hang_in(
@@ -230,9 +233,12 @@ fn rolling(st: &ClusterStage, theme: &Theme, w: usize) -> Parts {
                 w,
             ));
         }
-        _ => bottom.push(Line::styled(
-            "rolling out node by node… (the first failure stops it)",
-            theme.get("status.warn"),
+        _ => bottom.extend(hang_in(
+            Line::styled(
+                "rolling out node by node… (the first failure stops it)",
+                theme.get("status.warn"),
+            ),
+            w,
         )),
     }
     if matches!(st.phase, Phase::Done(_)) {
