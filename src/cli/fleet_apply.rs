@@ -284,15 +284,7 @@ impl rollout::Operator for Operator {
                 n.plan.downtime_secs
             ))?;
         }
-        Ok(self.yes
-            || confirm(
-                &format!(
-                    "\nType the plan set's fingerprint ({}) to roll it out on these {} node(s): ",
-                    set.fingerprint,
-                    todo.len()
-                ),
-                &set.fingerprint,
-            )?)
+        Ok(self.yes || crate::cli::fleet_apply::confirm_set(&set.fingerprint, todo.len())?)
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {
@@ -317,4 +309,18 @@ impl rollout::Operator for Operator {
             Progress::Failed { node, error } => out(&format!("   {node}: {error}\n")),
         }
     }
+}
+
+/// The one confirmation of a plan set (over ssh or through the cluster): its fingerprint typed
+/// exactly, naming how many nodes it rolls out on.
+///
+/// # Errors
+/// The answer could not be read.
+pub fn confirm_set(fingerprint: &str, nodes: usize) -> Result<bool> {
+    confirm(
+        &format!(
+            "\nType the plan set's fingerprint ({fingerprint}) to roll it out on these {nodes} node(s): "
+        ),
+        fingerprint,
+    )
 }

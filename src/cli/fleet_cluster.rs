@@ -7,7 +7,7 @@
 
 use crate::cli::args::{FleetArgs, FleetCmd};
 use crate::cli::exit;
-use crate::cli::out::{confirm, out};
+use crate::cli::out::out;
 use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan, Target, parse_layout};
 use crate::domain::text::escape_controls as esc;
 use crate::exec::cluster_rollout::{ClusterEngine, Planned, Reach};
@@ -351,15 +351,7 @@ impl rollout::Operator<ClusterPlanSet> for Operator {
             node_text(&mut o, n);
         }
         out(&o)?;
-        Ok(self.yes
-            || confirm(
-                &format!(
-                    "\nType the plan set's fingerprint ({}) to roll it out on these {} node(s): ",
-                    set.fingerprint,
-                    todo.len()
-                ),
-                &set.fingerprint,
-            )?)
+        Ok(self.yes || crate::cli::fleet_apply::confirm_set(&set.fingerprint, todo.len())?)
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {
