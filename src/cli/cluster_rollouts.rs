@@ -38,7 +38,7 @@ impl KubeRollouts {
     ) -> Self {
         Self {
             target,
-            fleet_journal: crate::cli::fleet_apply::fleet_journal(settings),
+            fleet_journal: settings.fleet_journal(),
             dir: crate::config::paths::state_dir().join("fleet-sets"),
             parallel: 1,
             reach,

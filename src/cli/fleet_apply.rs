@@ -12,16 +12,10 @@ use crate::collect::fleet::{NodeSpec, Target, Transport};
 use crate::domain::plan::Plan;
 use crate::exec::rollout::{self, NodeStart, Outcome, Progress};
 use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 pub use crate::exec::rollout::{NodePlan, PlanSet};
-
-/// The fleet journal on the operator's machine: beside the audit journal (so `journal = "…"`
-/// in config.toml, or `--journal`, moves both).
-pub fn fleet_journal(settings: &crate::config::Settings) -> PathBuf {
-    settings.journal.with_file_name("fleet-journal.jsonl")
-}
 
 fn ssh_nodes(nodes: Vec<NodeSpec>) -> Result<Vec<(String, String, String)>> {
     if nodes.is_empty() {
@@ -94,7 +88,7 @@ pub fn action(
                 usize::from(*parallel),
                 *yes,
                 *resume,
-                &fleet_journal(settings),
+                &settings.fleet_journal(),
             )
         }
     }

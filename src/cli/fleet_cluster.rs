@@ -81,7 +81,7 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
                 usize::from(*parallel),
                 *yes,
                 *resume,
-                &crate::cli::fleet_apply::fleet_journal(settings),
+                &settings.fleet_journal(),
             )
         }
     }
@@ -305,23 +305,9 @@ pub fn roll_out(
         false,
         "a plan set from `partop fleet --kubernetes plan`",
     )?;
-    rollout::verify(&set, file)?;
     let engine = ClusterEngine::connect(t, &set, Limits::default())
         .map_err(said)?
         .over(transport);
-    engine.preflight(&set).map_err(said)?;
-    let start = rollout::start(fj, &set, file, resume).map_err(|e| {
-        // An unfinished rollout refused: what it left cordoned is said with the undo.
-        let left = crate::exec::cluster_rollout::left_cordoned(fj, &set);
-        if left.is_empty() {
-            anyhow::Error::from(e)
-        } else {
-            anyhow::anyhow!("{e}; it left cordoned: {}", esc(&left.join(", ")))
-        }
-    })?;
-    let mut skip = start.done.clone();
-    skip.extend(start.attempted.iter().cloned());
-    engine.check_nodes(&set, &skip).map_err(said)?;
     let outcome = rollout::run(&engine, &set, file, parallel, resume, fj, op)?;
     Ok((set, outcome))
 }

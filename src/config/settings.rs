@@ -13,6 +13,13 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The fleet journal on the operator's machine: beside the audit journal (so `journal =
+    /// "…"` in config.toml, or `--journal`, moves both). Its lock, one rollout at a time, is
+    /// beside it (`exec::rollout::lock_path`).
+    pub fn fleet_journal(&self) -> std::path::PathBuf {
+        self.journal.with_file_name("fleet-journal.jsonl")
+    }
+
     /// The findings thresholds config.toml sets (the monitor, `serve` and `stream` alike).
     pub fn thresholds(&self) -> crate::domain::findings::Thresholds {
         #[expect(

@@ -400,6 +400,14 @@ impl ClusterEngine {
 }
 
 impl Engine<ClusterPlanSet> for ClusterEngine {
+    fn can_start(&self, set: &ClusterPlanSet) -> Result<(), String> {
+        self.preflight(set)
+    }
+
+    fn still_valid(&self, set: &ClusterPlanSet, skip: &[String]) -> Result<(), String> {
+        self.check_nodes(set, skip)
+    }
+
     fn node_start(&self, n: &NodePlan, start: &Start) -> NodeStart {
         if start.attempted.contains(&n.node) {
             NodeStart::Resume
@@ -429,25 +437,6 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
         }
         self.steps_from(n, first, *how == NodeStart::Resume, log)
     }
-}
-
-/// What the newest rollout of `set` in the fleet journal `fj` left cordoned, with the undo of
-/// each (empty: none, or no rollout of the set).
-pub fn left_cordoned(fj: &std::path::Path, set: &ClusterPlanSet) -> Vec<String> {
-    let (entries, _) = super::journal::read(fj).unwrap_or_default();
-    crate::domain::journal::Rollouts::of(&entries)
-        .latest(&set.fingerprint)
-        .filter(|r| !r.finished)
-        .map(|r| crate::domain::cluster_rollout::left_cordoned(&r.steps))
-        .unwrap_or_default()
-        .into_iter()
-        .map(|n| {
-            format!(
-                "{n} (undo: {})",
-                crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
-            )
-        })
-        .collect()
 }
 
 /// A node error as said: a node gone is said as such.

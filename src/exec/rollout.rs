@@ -146,6 +146,23 @@ impl Set for ClusterPlanSet {
 
 /// What does one node's part of a rollout.
 pub trait Engine<S: Set>: Sync {
+    /// Why the rollout cannot start at all, asked before its resume is decided (the cluster
+    /// engine: a verb the API server does not grant). Ok: it can.
+    ///
+    /// # Errors
+    /// What is missing, in words naming the way out.
+    fn can_start(&self, _set: &S) -> Result<(), String> {
+        Ok(())
+    }
+    /// The nodes not in `skip` (done or attempted before) are still as planned, read now: a
+    /// node changed since the plan refuses the whole rollout before anything acts (the ssh
+    /// engine's nodes each re-plan live in their own apply, so it has nothing to read here).
+    ///
+    /// # Errors
+    /// The first node changed or gone, said.
+    fn still_valid(&self, _set: &S, _skip: &[String]) -> Result<(), String> {
+        Ok(())
+    }
     /// How an attempted node begins again (asked of the node or of the journal, not guessed).
     fn node_start(&self, n: &S::Node, start: &Start) -> NodeStart;
     /// Does the node's part: the lines it says, or where and why it failed.
@@ -268,12 +285,31 @@ pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<St
         });
     }
     if let Some(r) = latest.filter(|r| !r.finished) {
+        // What it left cordoned is said with the undo of each (empty for an ssh rollout,
+        // whose nodes drain themselves).
+        let left: Vec<String> = crate::domain::cluster_rollout::left_cordoned(&r.steps)
+            .into_iter()
+            .map(|n| {
+                format!(
+                    "{n} (undo: {})",
+                    crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
+                )
+            })
+            .collect();
         return Err(Refused(format!(
-            "rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}",
+            "rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}{}",
             r.id,
             set.fingerprint(),
             fj.display(),
-            S::resume_command(file)
+            S::resume_command(file),
+            if left.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; it left cordoned: {}",
+                    crate::domain::text::escape_controls(&left.join(", "))
+                )
+            }
         )));
     }
     Ok(Start {
@@ -282,6 +318,24 @@ pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<St
         attempted: Vec::new(),
         steps: Vec::new(),
         resumed: false,
+    })
+}
+
+/// The lock of the rollouts journaled in the fleet journal `fj` (beside it).
+pub fn lock_path(fj: &Path) -> PathBuf {
+    fj.with_extension("lock")
+}
+
+/// Takes the rollout lock, or says who holds it and how to follow them.
+fn lock<S: Set>(fj: &Path, set: &S) -> Result<super::lock::NodeLock, Refused> {
+    let path = lock_path(fj);
+    let me = super::lock::Holder::me("fleet rollout of set", set.fingerprint(), fj);
+    super::lock::acquire(&path, &me).map_err(|e| match e {
+        super::lock::LockError::Busy(h) => Refused(format!(
+            "another rollout is running from this fleet journal: {} {} since {}, pid {}. One change at a time: wait for it to end (its progress is in {}), then run this again; nothing was done",
+            h.what, h.id, h.since, h.pid, h.journal
+        )),
+        e @ super::lock::LockError::Io { .. } => Refused(e.to_string()),
     })
 }
 
@@ -394,7 +448,15 @@ pub fn run<S: Set, E: Engine<S>>(
     op: &mut impl Operator<S>,
 ) -> anyhow::Result<Outcome> {
     verify(set, file)?;
+    // One rollout at a time per fleet journal, held until it ends: a second operator (the
+    // CLI beside the live view, two shells) is refused, told who runs it.
+    let _lock = lock(fj, set)?;
+    engine.can_start(set).map_err(Refused)?;
     let start = start(fj, set, file, resume)?;
+    // Every node not touched before is re-read against its plan before anything acts.
+    let mut skip = start.done.clone();
+    skip.extend(start.attempted.iter().cloned());
+    engine.still_valid(set, &skip).map_err(Refused)?;
     let todo: Vec<&S::Node> = set
         .nodes()
         .iter()
