@@ -171,7 +171,7 @@ pub fn render(table: &[NodeRow], sig: &[crate::domain::cluster::Signal]) -> Stri
     let _ = writeln!(
         o,
         "{:<28} {:<10} {:<34} {:>4}  STATE",
-        "NODE", "LAYOUT", "GPU RESOURCES (alloc/cap)", "PODS"
+        "NODE", "LAYOUT", "GPU RESOURCES alloc/cap", "PODS"
     );
     for r in table {
         let res: Vec<String> = r

@@ -14,7 +14,8 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
 const HEADS: [&str; 6] = [
     "NODE",
     "LAYOUT",
-    "GPU RESOURCES (alloc/cap)",
+    // 23 characters: whole in the column's 24 at 80 columns (tested below).
+    "GPU RESOURCES alloc/cap",
     "PODS",
     "SIG",
     "STATE",
@@ -362,4 +363,45 @@ pub fn live_lines(row: &crate::domain::fleet::NodeSummary, now_ms: u64) -> Vec<S
         .filter(|(_, v)| !v.trim().is_empty())
         .map(|(k, v)| format!("{k}: {v}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::cluster::ClusterNode;
+    use ratatui::{Terminal, backend::TestBackend};
+
+    /// Every column's head is drawn whole at every width from 80 to 200 columns (121 widths):
+    /// the resources head was cut at 80 (`GPU RESOURCES (alloc/cap` with no close).
+    #[test]
+    fn every_column_head_is_whole_from_80_columns() {
+        let (km, _) = crate::ui::keymap::Keymap::load("default", None, true);
+        let mut s = ClusterState::new(km, "test".into());
+        let nodes = vec![ClusterNode {
+            name: "gpu-node-with-a-long-name-0001".into(),
+            capacity: [("amd.com/gpu".to_string(), 8)].into(),
+            allocatable: [("amd.com/gpu".to_string(), 8)].into(),
+            ready: Some(true),
+            ..ClusterNode::default()
+        }];
+        s.set_view(nodes, Vec::new());
+        let theme = Theme::load("default", std::path::Path::new("/nonexistent")).0;
+        let mut widths = 0;
+        for w in 80..=200u16 {
+            let mut t = Terminal::new(TestBackend::new(w, 24)).unwrap();
+            t.draw(|f| render(f, &s, &theme)).unwrap();
+            let text: String = t
+                .backend()
+                .buffer()
+                .content()
+                .iter()
+                .map(ratatui::buffer::Cell::symbol)
+                .collect();
+            for h in HEADS {
+                assert!(text.contains(h), "{w} columns: {h:?} cut");
+            }
+            widths += 1;
+        }
+        assert_eq!(widths, 121);
+    }
 }
