@@ -64,77 +64,8 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             kubernetes,
             kubeconfig,
             context,
-        } => {
-            let mut sc = Scenario::load(&scenario)?;
-            if kubernetes && sc.kubernetes.is_none() {
-                sc.kubernetes = Some(crate::sim::kubelet::KubeSpec::default());
-            }
-            let api = match kubeconfig {
-                Some(k) => Some(
-                    crate::sim::kubelet::SimApi::new(&k, context).map_err(anyhow::Error::msg)?,
-                ),
-                None => None,
-            };
-            let st = session::start_with(&sc, &state, seed, api)?;
-            out(&session::status(&st))?;
-            if let Some(k) = &st.kubernetes
-                && let Some(api) = &k.api
-            {
-                out(&format!(
-                    "  Kubernetes node {} joins the API server of {}{}; its agent logs to {}\n",
-                    crate::domain::text::escape_controls(&k.node_name()),
-                    api.kubeconfig.display(),
-                    api.context
-                        .as_deref()
-                        .map(|c| format!(" (context {})", crate::domain::text::escape_controls(c)))
-                        .unwrap_or_default(),
-                    st.log_dir.join("kernel-twin.log").display()
-                ))?;
-            }
-            Ok(exit::OK)
-        }
-        SimCmd::Stop { state } => {
-            // A node `partop --sim` started and left running (it quit during a repartition)
-            // is discarded whole: the apply on it is ended, then every file of it removed.
-            let ephemeral = state.parent() == crate::sim::session::ephemeral_state_path().parent()
-                && state
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("node-"));
-            if ephemeral
-                && let Some(h) = crate::exec::lock::holder(&crate::exec::lock::sim_path(&state))
-            {
-                let pid = nix::unistd::Pid::from_raw(i32::try_from(h.pid).unwrap_or(0));
-                if h.pid != 0
-                    && nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok()
-                {
-                    out(&format!(
-                        "the repartition on it (pid {}) is ended: the node is discarded\n",
-                        h.pid
-                    ))?;
-                    let end = std::time::Instant::now() + Duration::from_secs(5);
-                    while std::time::Instant::now() < end
-                        && nix::sys::signal::kill(pid, None).is_ok()
-                    {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-            for s in session::stop(&state, Duration::from_secs(3))? {
-                let how = if s.killed {
-                    "did not exit on SIGTERM; sent SIGKILL"
-                } else {
-                    "stopped"
-                };
-                out(&format!("{}: {how}\n", s.name))?;
-            }
-            if ephemeral {
-                drop(crate::node::SimGuard {
-                    state: state.clone(),
-                });
-                out(&format!("{} and its files are removed\n", state.display()))?;
-            }
-            Ok(exit::OK)
-        }
+        } => sim_start(&scenario, &state, seed, kubernetes, kubeconfig, context),
+        SimCmd::Stop { state } => sim_stop(&state),
         SimCmd::Resume { state } => {
             for r in session::resume(&state, &[], None)? {
                 out(&format!("{r}\n"))?;
@@ -250,6 +181,90 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             Ok(u8::try_from(code).unwrap_or(1))
         }
     }
+}
+
+/// `partop sim start`: the scenario's node started at `state` (a kubelet twin with
+/// `--kubernetes`, joining the API server of `kubeconfig` when given), its status said.
+fn sim_start(
+    scenario: &str,
+    state: &std::path::Path,
+    seed: Option<u64>,
+    kubernetes: bool,
+    kubeconfig: Option<std::path::PathBuf>,
+    context: Option<String>,
+) -> Result<u8> {
+    let mut sc = Scenario::load(scenario)?;
+    if kubernetes && sc.kubernetes.is_none() {
+        sc.kubernetes = Some(crate::sim::kubelet::KubeSpec::default());
+    }
+    let api = match kubeconfig {
+        Some(k) => Some(
+            crate::sim::kubelet::SimApi::new(&k, context).map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
+    let st = session::start_with(&sc, state, seed, api)?;
+    out(&session::status(&st))?;
+    if let Some(k) = &st.kubernetes
+        && let Some(api) = &k.api
+    {
+        out(&format!(
+            "  Kubernetes node {} joins the API server of {}{}; its agent logs to {}\n",
+            crate::domain::text::escape_controls(&k.node_name()),
+            api.kubeconfig.display(),
+            api.context
+                .as_deref()
+                .map(|c| format!(" (context {})", crate::domain::text::escape_controls(c)))
+                .unwrap_or_default(),
+            st.log_dir.join("kernel-twin.log").display()
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+/// `partop sim stop`: the node's processes stopped; a node `partop --sim` left running is
+/// discarded whole, the apply on it ended first.
+fn sim_stop(state: &std::path::Path) -> Result<u8> {
+    // A node `partop --sim` started and left running (it quit during a repartition)
+    // is discarded whole: the apply on it is ended, then every file of it removed.
+    let ephemeral = state.parent() == crate::sim::session::ephemeral_state_path().parent()
+        && state
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("node-"));
+    if ephemeral
+        && let Some(h) = crate::exec::lock::holder(&crate::exec::lock::sim_path(state))
+    {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(h.pid).unwrap_or(0));
+        if h.pid != 0
+            && nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok()
+        {
+            out(&format!(
+                "the repartition on it (pid {}) is ended: the node is discarded\n",
+                h.pid
+            ))?;
+            let end = std::time::Instant::now() + Duration::from_secs(5);
+            while std::time::Instant::now() < end
+                && nix::sys::signal::kill(pid, None).is_ok()
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    for s in session::stop(state, Duration::from_secs(3))? {
+        let how = if s.killed {
+            "did not exit on SIGTERM; sent SIGKILL"
+        } else {
+            "stopped"
+        };
+        out(&format!("{}: {how}\n", s.name))?;
+    }
+    if ephemeral {
+        drop(crate::node::SimGuard {
+            state: state.to_path_buf(),
+        });
+        out(&format!("{} and its files are removed\n", state.display()))?;
+    }
+    Ok(exit::OK)
 }
 
 /// `partop sim cluster`: the simulated cluster until SIGTERM or SIGINT; each line it says
