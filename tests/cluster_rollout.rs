@@ -356,6 +356,14 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
         r.stdout
     );
     assert!(r.stdout.contains("untouched: sim-amd-0002"), "{}", r.stdout);
+    // The stopped rollout's own summary names the cordon from the journal, not a live read.
+    assert!(
+        r.stdout.contains(
+            "Left cordoned by partop (or may be): sim-amd-0001 (undo: kubectl uncordon sim-amd-0001)"
+        ),
+        "{}",
+        r.stdout
+    );
     let (drain0, relabel0) = drain_relabel(&lines, "sim-amd-0000");
     let n0 = node(&cp, "sim-amd-0000");
     assert_eq!(label(&n0, "amd.com/compute-memory-partition"), "cpx_nps4");

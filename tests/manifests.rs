@@ -138,4 +138,80 @@ fn each_role_grants_what_the_docs_say_and_nothing_wider() {
         assert_eq!(got, *allowed, "{role}: can-i {verb} {resource} said {out}");
     }
     eprintln!("{} verb checks over 3 roles", cases.len());
+
+    // partop-change grants every permission the code asks of the API server before a change
+    // (enumerated from the code's own lists, not copied here: a verb added to a step and not
+    // to the role fails this): the drain around a repartition on the node, and the cluster
+    // rollout through DCM and through the MIG manager.
+    let mut asked: Vec<(String, String, String)> = Vec::new();
+    for a in partop::domain::k8s_ops::drain_access()
+        .into_iter()
+        .chain(partop::domain::cluster_rollout::rollout_access(true))
+        .chain(partop::domain::cluster_rollout::rollout_access(false))
+    {
+        let resource = if a.group.is_empty() {
+            a.resource.to_string()
+        } else {
+            format!("{}.{}", a.resource, a.group)
+        };
+        let ns = a.namespace.clone().unwrap_or_default();
+        let k = (
+            a.verb.to_string(),
+            if a.subresource.is_empty() {
+                resource
+            } else {
+                format!("{resource}/{}", a.subresource)
+            },
+            ns,
+        );
+        if !asked.contains(&k) {
+            asked.push(k);
+        }
+    }
+    let _ = cp.kubectl(
+        &cp.admin(),
+        &[
+            "delete",
+            "clusterrolebinding",
+            "partop-test",
+            "--ignore-not-found",
+        ],
+    );
+    let (ok, out) = cp.kubectl(
+        &cp.admin(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "partop-test",
+            "--clusterrole=partop-change",
+            &format!("--user={LIMITED_USER}"),
+        ],
+    );
+    assert!(ok, "{out}");
+    let mut refused = Vec::new();
+    for (verb, resource, ns) in &asked {
+        let mut args = vec!["auth".to_string(), "can-i".into(), verb.clone()];
+        match resource.split_once('/') {
+            Some((r, sub)) => args.extend([r.to_string(), format!("--subresource={sub}")]),
+            None => args.push(resource.clone()),
+        }
+        if ns.is_empty() {
+            args.push("-A".into());
+        } else {
+            args.extend(["-n".into(), ns.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, out) = cp.kubectl(&cp.limited(), &args);
+        if !out.trim().starts_with("yes") {
+            refused.push(format!("{verb} {resource} {ns}"));
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "partop-change lacks what partop asks before a change: {refused:?}"
+    );
+    eprintln!(
+        "{} permissions partop asks before a change, each granted by partop-change",
+        asked.len()
+    );
 }

@@ -5,7 +5,7 @@
 //! every node compared with its plan, `exec::rollout` with the cluster engine, the fleet
 //! journal), its progress converted to the view's messages. Wiring only.
 
-use crate::cli::fleet_cluster::{plan_text, roll_out, untouched_words};
+use crate::cli::fleet_cluster::{plan_text, roll_out, stopped_words};
 use crate::domain::cluster_rollout::{ClusterPlanSet, NodePlan, Target};
 use crate::exec::k8s::Limits;
 use crate::exec::rollout::{NodeStart, Outcome, Progress, Start};
@@ -112,11 +112,10 @@ impl ClusterRollouts for KubeRollouts {
                 set.file.display(),
                 set.fingerprint
             )),
-            Outcome::Stopped { untouched } => Err(format!(
-                "rollout stopped at the first failure; untouched: {}. Fix the cause named above, then: partop fleet --kubernetes apply {} --resume",
-                untouched_words(&untouched),
-                set.file.display()
-            )),
+            Outcome::Stopped {
+                untouched,
+                left_cordoned,
+            } => Err(stopped_words(&untouched, &left_cordoned, &set.file)),
         }
     }
 }

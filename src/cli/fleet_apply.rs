@@ -222,7 +222,7 @@ fn apply(
             out("cancelled: nothing was changed\n")?;
             Ok(exit::FAILED)
         }
-        Outcome::Stopped { untouched } => {
+        Outcome::Stopped { untouched, .. } => {
             out(&format!(
                 "\nrollout stopped at the first failure; untouched: {}. Fix the node (its own `partop journal` and `partop apply … --resume`), then: partop fleet apply {} --resume\n",
                 if untouched.is_empty() {

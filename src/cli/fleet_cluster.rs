@@ -252,11 +252,13 @@ fn apply(
             out("cancelled: nothing was changed\n")?;
             Ok(exit::FAILED)
         }
-        Outcome::Stopped { untouched } => {
+        Outcome::Stopped {
+            untouched,
+            left_cordoned,
+        } => {
             out(&format!(
-                "\nrollout stopped at the first failure; untouched: {}. Fix the cause named above, then: partop fleet --kubernetes apply {} --resume\n",
-                untouched_words(&untouched),
-                file.display()
+                "\n{}\n",
+                stopped_words(&untouched, &left_cordoned, file)
             ))?;
             Ok(exit::FAILED)
         }
@@ -268,6 +270,24 @@ fn apply(
             Ok(exit::OK)
         }
     }
+}
+
+/// A stopped cluster rollout in words: the nodes untouched, those left cordoned with their
+/// undo, the command that resumes it.
+pub fn stopped_words(untouched: &[String], left_cordoned: &[String], file: &Path) -> String {
+    format!(
+        "rollout stopped at the first failure; untouched: {}.{} Fix the cause named above, then: partop fleet --kubernetes apply {} --resume",
+        untouched_words(untouched),
+        if left_cordoned.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Left cordoned by partop (or may be): {}.",
+                esc(&left_cordoned.join(", "))
+            )
+        },
+        file.display()
+    )
 }
 
 /// The nodes a stopped rollout did not touch, escaped (`none` when none).

@@ -198,9 +198,7 @@ fn sim_start(
         sc.kubernetes = Some(crate::sim::kubelet::KubeSpec::default());
     }
     let api = match kubeconfig {
-        Some(k) => Some(
-            crate::sim::kubelet::SimApi::new(&k, context).map_err(anyhow::Error::msg)?,
-        ),
+        Some(k) => Some(crate::sim::kubelet::SimApi::new(&k, context).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let st = session::start_with(&sc, state, seed, api)?;
@@ -231,21 +229,15 @@ fn sim_stop(state: &std::path::Path) -> Result<u8> {
         && state
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("node-"));
-    if ephemeral
-        && let Some(h) = crate::exec::lock::holder(&crate::exec::lock::sim_path(state))
-    {
+    if ephemeral && let Some(h) = crate::exec::lock::holder(&crate::exec::lock::sim_path(state)) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(h.pid).unwrap_or(0));
-        if h.pid != 0
-            && nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok()
-        {
+        if h.pid != 0 && nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_ok() {
             out(&format!(
                 "the repartition on it (pid {}) is ended: the node is discarded\n",
                 h.pid
             ))?;
             let end = std::time::Instant::now() + Duration::from_secs(5);
-            while std::time::Instant::now() < end
-                && nix::sys::signal::kill(pid, None).is_ok()
-            {
+            while std::time::Instant::now() < end && nix::sys::signal::kill(pid, None).is_ok() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }

@@ -453,18 +453,33 @@ impl Step {
     }
 }
 
-/// The nodes a journaled rollout left cordoned: their cordon journaled done and their uncordon
-/// not (the fold's steps, whatever stopped the rollout: a failure, a kill, a lost terminal).
-pub fn left_cordoned(steps: &[(String, String)]) -> Vec<String> {
+/// The nodes a journaled rollout left cordoned, or may have: their cordon journaled begun
+/// (`begun`; done or not: a cordon killed or failed after its patch may have acted) and their
+/// uncordon not journaled done (`done`), whatever stopped the rollout: a failure, a kill, a
+/// lost terminal.
+pub fn left_cordoned(begun: &[(String, String)], done: &[(String, String)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for (node, step) in steps {
+    for (node, step) in begun {
         if step == Step::Cordon.key() && !out.contains(node) {
             out.push(node.clone());
-        } else if step == Step::Uncordon.key() {
-            out.retain(|n| n != node);
         }
     }
+    out.retain(|n| !done.contains(&(n.clone(), Step::Uncordon.key().to_string())));
     out
+}
+
+/// [`left_cordoned`] of a rollout, each with its undo (an ssh rollout's nodes drain themselves:
+/// none).
+pub fn left_cordoned_with_undo(r: &crate::domain::journal::Rollout) -> Vec<String> {
+    left_cordoned(&r.begun, &r.steps)
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{n} (undo: {})",
+                crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
+            )
+        })
+        .collect()
 }
 
 /// The GPU resources a node advertises (capacity), by vendor.
@@ -830,32 +845,39 @@ mod tests {
         }
     }
 
-    /// Cordoned and not uncordoned, in any interleaving of two nodes' steps (each node's own
-    /// order kept): every split of node a's six steps at k and node b's at m (49 cases).
+    /// Cordoned (or may be) and not uncordoned, wherever each of two nodes stopped: every point
+    /// of node a's twelve journal lines (each of its six steps begun, then done) against every
+    /// point of node b's, interleaved (169 cases). A cordon begun and never done counts: its
+    /// patch may have acted.
     #[test]
-    fn a_cordon_is_left_until_its_uncordon_is_journaled() {
+    fn a_cordon_is_left_from_its_begin_until_its_uncordon_is_journaled_done() {
         let mut cases = 0;
-        for k in 0..=6 {
-            for m in 0..=6 {
-                let mut steps: Vec<(String, String)> = Vec::new();
-                for i in 0..6 {
-                    if i < k {
-                        steps.push(("a".into(), Step::ALL[i].key().into()));
-                    }
-                    if i < m {
-                        steps.push(("b".into(), Step::ALL[i].key().into()));
+        let lines = 2 * Step::ALL.len();
+        for k in 0..=lines {
+            for m in 0..=lines {
+                let (mut begun, mut done) = (Vec::new(), Vec::new());
+                for i in 0..lines {
+                    for (node, upto) in [("a", k), ("b", m)] {
+                        if i < upto {
+                            let line = (node.to_string(), Step::ALL[i / 2].key().to_string());
+                            if i % 2 == 0 {
+                                begun.push(line);
+                            } else {
+                                done.push(line);
+                            }
+                        }
                     }
                 }
                 let want: Vec<String> = [("a", k), ("b", m)]
                     .iter()
-                    .filter(|(_, n)| (1..6).contains(n))
+                    .filter(|(_, n)| (1..lines).contains(n))
                     .map(|(x, _)| (*x).to_string())
                     .collect();
-                assert_eq!(left_cordoned(&steps), want, "a at {k}, b at {m}");
+                assert_eq!(left_cordoned(&begun, &done), want, "a at {k}, b at {m}");
                 cases += 1;
             }
         }
-        assert_eq!(cases, 49);
+        assert_eq!(cases, 169);
     }
 
     /// A node's own plan, empty but for its Kubernetes part (`kube`: the Node it drains).

@@ -1092,6 +1092,9 @@ pub struct Rollout {
     pub started: Vec<String>,
     /// The steps of a change through the cluster journaled done: (node, step key), in order.
     pub steps: Vec<(String, String)>,
+    /// The steps journaled begun, done or not (a step begun and never done may have acted: a
+    /// cordon whose answer was lost, a kill before its result was journaled).
+    pub begun: Vec<(String, String)>,
     /// Every node done.
     pub finished: bool,
 }
@@ -1148,6 +1151,7 @@ impl Rollouts {
                 failed: Vec::new(),
                 started: Vec::new(),
                 steps: Vec::new(),
+                begun: Vec::new(),
                 finished: false,
             });
             return;
@@ -1164,7 +1168,7 @@ impl Rollouts {
                 done: true,
                 ..
             } => r.steps.push((node.clone(), step.clone())),
-            RolloutEvent::NodeStep { .. } => {}
+            RolloutEvent::NodeStep { node, step, .. } => r.begun.push((node.clone(), step.clone())),
             RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
             RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
             RolloutEvent::Done { .. } => r.finished = true,

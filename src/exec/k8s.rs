@@ -621,9 +621,19 @@ impl NodeOps {
     /// For a local change (`partop apply` on the node): a node a DCM profile manages gets that
     /// profile again from DCM, said with the way to make the change stick. Not for a rollout
     /// through DCM, whose change is the profile.
-    pub async fn dcm_warning(&self) -> Result<String, K8sError> {
-        let node = self.get_node().await?;
-        Ok(node
+    /// Best effort: it runs after the cordon's patch, so a read that fails here must not fail
+    /// the cordon step (the node IS cordoned); the warning then says it could not look.
+    pub async fn dcm_warning(&self) -> String {
+        let node = match self.get_node().await {
+            Ok(n) => n,
+            Err(e) => {
+                return format!(
+                    "; the node's labels could not be read to see whether a DCM profile manages it ({e}): if one does ({}), DCM may revert this local change",
+                    k8s_ops::DCM_PROFILE_LABEL
+                );
+            }
+        };
+        node
             .metadata
             .labels
             .as_ref()
@@ -635,7 +645,7 @@ impl NodeOps {
                     k8s_ops::DCM_PROFILE_LABEL
                 )
             })
-            .unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// Uncordons the node if partop cordoned it.
@@ -847,8 +857,9 @@ pub fn left_on_node(plan: &crate::domain::plan::Plan, failed: usize) -> Option<S
     let failed = failed.min(plan.steps.len().saturating_sub(1));
     let done = &plan.steps[..failed];
     let has = |steps: &[crate::domain::plan::Step], kind: K| steps.iter().any(|s| s.key == kind);
-    // A cordon that failed changed nothing (its patch is its last act); a taint step that
-    // failed may have tainted (it waits for the DaemonSet pods after).
+    // A cordon step that failed is said by the step itself when its patch may have reached
+    // the API server (`cordon_step`); a taint step that failed may have tainted (it waits for
+    // the DaemonSet pods after).
     let cordoned = has(done, K::Cordon) && !has(done, K::Uncordon);
     let tainted = has(&plan.steps[..=failed], K::Taint) && !has(done, K::Untaint);
     let undo = k8s_ops::undo_commands(&k.node, cordoned, tainted);
@@ -894,13 +905,7 @@ pub async fn run_step(
         .await
         .map_err(|e| (e.to_string(), next(&e)))?;
     let r = match kind {
-        K::Cordon => match ops.preflight(&k8s_ops::drain_access()).await {
-            Ok(()) => match ops.cordon_owned().await {
-                Ok(done) => ops.dcm_warning().await.map(|w| done + &w),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        },
+        K::Cordon => return cordon_step(&ops, &k.node, &next).await,
         K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
         K::Taint => taint_and_clear(&ops, k).await,
         K::WaitAllocatable => ops
@@ -932,6 +937,27 @@ pub async fn run_step(
         other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
     };
     r.map_err(|e| (e.to_string(), next(&e)))
+}
+
+/// The cordon step: every verb the drain needs asked first (a refusal changes nothing), then
+/// the cordon. A patch whose answer never came (a timeout, a broken connection) may have
+/// cordoned the node: the failure says so, with the undo, since the step is not journaled done.
+async fn cordon_step(ops: &NodeOps, node: &str, next: &dyn Fn(&K8sError) -> String) -> StepResult {
+    if let Err(e) = ops.preflight(&k8s_ops::drain_access()).await {
+        return Err((e.to_string(), next(&e)));
+    }
+    match ops.cordon_owned().await {
+        Ok(done) => Ok(done + &ops.dcm_warning().await),
+        Err(e @ (K8sError::Timeout(_) | K8sError::Api(_))) => Err((
+            e.to_string(),
+            format!(
+                "{}\nthe Kubernetes node {node} may be left cordoned (the cordon's answer was lost; partop's annotation {CORDONED_BY_PARTOP} on it says it was applied): resume to finish and undo it, or undo by hand:\n  {}",
+                next(&e),
+                k8s_ops::undo_commands(node, true, false).join("\n  ")
+            ),
+        )),
+        Err(e) => Err((e.to_string(), next(&e))),
+    }
 }
 
 /// Evicts the plan's pods (DaemonSet pods are left to the taint), a budget's refusal said as a

@@ -287,15 +287,7 @@ pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<St
     if let Some(r) = latest.filter(|r| !r.finished) {
         // What it left cordoned is said with the undo of each (empty for an ssh rollout,
         // whose nodes drain themselves).
-        let left: Vec<String> = crate::domain::cluster_rollout::left_cordoned(&r.steps)
-            .into_iter()
-            .map(|n| {
-                format!(
-                    "{n} (undo: {})",
-                    crate::domain::k8s_ops::undo_commands(&n, true, false).join("; ")
-                )
-            })
-            .collect();
+        let left = crate::domain::cluster_rollout::left_cordoned_with_undo(&r);
         return Err(Refused(format!(
             "rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}{}",
             r.id,
@@ -413,6 +405,9 @@ pub enum Outcome {
     Stopped {
         /// The nodes after the failing chunk.
         untouched: Vec<String>,
+        /// The nodes it left cordoned, or may have, each with its undo (from the fleet
+        /// journal's fold, not a live read that the failing API server may not answer).
+        left_cordoned: Vec<String>,
     },
 }
 
@@ -541,7 +536,18 @@ pub fn run<S: Set, E: Engine<S>>(
                 set: set.fingerprint().to_string(),
                 untouched: untouched.clone(),
             })?;
-            return Ok(Outcome::Stopped { untouched });
+            let (entries, _) = journal::read(fj).unwrap_or_default();
+            let left_cordoned = Rollouts::of(&entries)
+                .rollouts
+                .iter()
+                .rev()
+                .find(|r| r.id == start.id)
+                .map(crate::domain::cluster_rollout::left_cordoned_with_undo)
+                .unwrap_or_default();
+            return Ok(Outcome::Stopped {
+                untouched,
+                left_cordoned,
+            });
         }
     }
     log(&RolloutEvent::Done {
