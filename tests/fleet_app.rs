@@ -889,3 +889,68 @@ fn the_stage_dialog_in_each_phase() {
         insta::assert_snapshot!(format!("fleet_stage__{w}x{h}"), shots.join("\n"));
     }
 }
+
+/// What was typed in the view is what runs: the set file replaced after its fingerprint was
+/// typed (by another valid set, its own fingerprint intact, so a self-check passes) is refused
+/// by the command the view runs, and nothing is rolled out; the set typed runs. 2 cases.
+#[test]
+fn a_set_replaced_after_its_fingerprint_was_typed_is_not_rolled_out() {
+    use partop::domain::{ComputeMode, MemoryMode};
+    let dir = tempfile::tempdir().unwrap();
+    let states: Vec<PathBuf> = ["n1", "n2"]
+        .iter()
+        .map(|n| dir.path().join(n).join("node.json"))
+        .collect();
+    for (s, n) in states.iter().zip(["n1", "n2"]) {
+        sim_node(s, &quick(n, "7.0.2", "SPX", "NPS1", ONE));
+    }
+    let nodes = rehearsal_specs(&states);
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let rollouts = partop::cli::fleet_rollouts::CommandRollouts::with(
+        env!("CARGO_BIN_EXE_partop").into(),
+        &dir.path().join("operator/journal.jsonl"),
+        vec!["--connect-timeout".into(), "5".into()],
+        &nodes,
+        &dir.path().join("sets"),
+    );
+    let quiet = |_: String| {};
+    let typed = rollouts
+        .plan(
+            &names,
+            Some(ComputeMode::Dpx),
+            Some(MemoryMode::Nps1),
+            &quiet,
+        )
+        .unwrap();
+    let other = rollouts
+        .plan(
+            &names,
+            Some(ComputeMode::Cpx),
+            Some(MemoryMode::Nps1),
+            &quiet,
+        )
+        .unwrap();
+    assert_ne!(typed.fingerprint, other.fingerprint);
+    let kept = std::fs::read(&typed.file).unwrap();
+    std::fs::copy(&other.file, &typed.file).unwrap();
+    let said = std::sync::Mutex::new(Vec::new());
+    let r = rollouts.roll_out(&typed, &|l| said.lock().unwrap().push(l));
+    let said = said.into_inner().unwrap().join("\n");
+    assert!(r.is_err(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the set read holds {}, not the {} confirmed: nothing is rolled out",
+            other.fingerprint, typed.fingerprint
+        )),
+        "{said}"
+    );
+    for s in &states {
+        assert_eq!(modes(s), "SPX/NPS1", "{}: nothing rolled out", s.display());
+    }
+    // The file holding the set typed again: it runs.
+    std::fs::write(&typed.file, kept).unwrap();
+    rollouts.roll_out(&typed, &quiet).unwrap();
+    for s in &states {
+        assert_eq!(modes(s), "DPX/NPS1", "{}", s.display());
+    }
+}

@@ -191,6 +191,10 @@ pub enum FleetCmd {
         /// Do not ask (the typed confirmation is skipped: for scripts).
         #[arg(long)]
         yes: bool,
+        /// The set's fingerprint, confirmed already (typed in the fleet view): no prompt, and
+        /// nothing is rolled out unless the set read from the file holds exactly it.
+        #[arg(long, value_name = "FINGERPRINT", conflicts_with = "yes")]
+        confirmed: Option<String>,
         /// Continue an interrupted rollout of this set (nodes done are skipped).
         #[arg(long)]
         resume: bool,

@@ -76,6 +76,7 @@ pub fn action(
             set,
             parallel,
             yes,
+            confirmed,
             resume,
         } => {
             if settings.read_only {
@@ -86,7 +87,7 @@ pub fn action(
                 &t,
                 set,
                 usize::from(*parallel),
-                *yes,
+                crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
                 *resume,
                 &settings.fleet_journal(),
             )
@@ -210,13 +211,13 @@ fn apply(
     t: &Transport,
     set_path: &Path,
     parallel: usize,
-    yes: bool,
+    answer: Answer,
     resume: bool,
     fj: &Path,
 ) -> Result<u8> {
     let set: PlanSet =
         crate::cli::out::read_document(set_path, false, "a plan set from `partop fleet plan`")?;
-    let mut op = Operator { yes, parallel };
+    let mut op = Operator { answer, parallel };
     match rollout::execute(t, &set, set_path, parallel, resume, fj, &mut op)? {
         Outcome::NotConfirmed => {
             out("cancelled: nothing was changed\n")?;
@@ -247,7 +248,7 @@ fn apply(
 /// The operator of `partop fleet apply`: the nodes to roll out printed, the set's fingerprint
 /// typed (none with --yes), each node's progress printed.
 struct Operator {
-    yes: bool,
+    answer: crate::cli::fleet_apply::Answer,
     parallel: usize,
 }
 
@@ -278,7 +279,7 @@ impl rollout::Operator for Operator {
                 n.plan.downtime_secs
             ))?;
         }
-        Ok(self.yes || crate::cli::fleet_apply::confirm_set(&set.fingerprint, todo.len())?)
+        self.answer.confirms(&set.fingerprint, todo.len())
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {
@@ -307,6 +308,53 @@ impl rollout::Operator for Operator {
 
 /// The one confirmation of a plan set (over ssh or through the cluster): its fingerprint typed
 /// exactly, naming how many nodes it rolls out on.
+///
+/// # Errors
+/// The answer could not be read.
+/// How a rollout's one confirmation is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The operator types the set's fingerprint here.
+    Ask,
+    /// `--yes`: not asked (scripts).
+    Yes,
+    /// `--confirmed FP`: typed elsewhere (the fleet view); the set read must hold exactly it.
+    Confirmed(String),
+}
+
+impl Answer {
+    /// From `--yes` and `--confirmed`.
+    pub fn of(yes: bool, confirmed: Option<&str>) -> Self {
+        match (yes, confirmed) {
+            (_, Some(fp)) => Self::Confirmed(fp.to_string()),
+            (true, None) => Self::Yes,
+            (false, None) => Self::Ask,
+        }
+    }
+
+    /// Whether the set of `fingerprint` (verified against its content) is confirmed for
+    /// `nodes` nodes; a fingerprint confirmed elsewhere that is not the set's is said.
+    ///
+    /// # Errors
+    /// The answer could not be read or said.
+    pub fn confirms(&self, fingerprint: &str, nodes: usize) -> Result<bool> {
+        match self {
+            Self::Ask => confirm_set(fingerprint, nodes),
+            Self::Yes => Ok(true),
+            Self::Confirmed(fp) if fp == fingerprint => Ok(true),
+            Self::Confirmed(fp) => {
+                out(&format!(
+                    "the set read holds {fingerprint}, not the {} confirmed: nothing is rolled out\n",
+                    crate::domain::text::escape_controls(fp)
+                ))?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// The operator types the set's fingerprint (the prompt of `fleet apply` and `fleet
+/// --kubernetes apply`).
 ///
 /// # Errors
 /// The answer could not be read.

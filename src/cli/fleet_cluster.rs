@@ -68,6 +68,7 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
             set,
             parallel,
             yes,
+            confirmed,
             resume,
         } => {
             if settings.read_only {
@@ -79,7 +80,7 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
                 crate::cli::fleet_nodes::transport(a, 1),
                 set,
                 usize::from(*parallel),
-                *yes,
+                crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
                 *resume,
                 &settings.fleet_journal(),
             )
@@ -241,11 +242,11 @@ fn apply(
     transport: crate::collect::fleet::Transport,
     file: &Path,
     parallel: usize,
-    yes: bool,
+    answer: crate::cli::fleet_apply::Answer,
     resume: bool,
     fj: &Path,
 ) -> Result<u8> {
-    let mut op = Operator { yes, parallel };
+    let mut op = Operator { answer, parallel };
     let (set, outcome) = roll_out(t, transport, file, parallel, resume, fj, &mut op)?;
     match outcome {
         Outcome::NotConfirmed => {
@@ -335,7 +336,7 @@ pub fn roll_out(
 /// The operator of a cluster rollout: the nodes printed, the set's fingerprint typed (none with
 /// --yes), each step printed as it is done.
 struct Operator {
-    yes: bool,
+    answer: crate::cli::fleet_apply::Answer,
     parallel: usize,
 }
 
@@ -357,7 +358,7 @@ impl rollout::Operator<ClusterPlanSet> for Operator {
             node_text(&mut o, n);
         }
         out(&o)?;
-        Ok(self.yes || crate::cli::fleet_apply::confirm_set(&set.fingerprint, todo.len())?)
+        self.answer.confirms(&set.fingerprint, todo.len())
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {

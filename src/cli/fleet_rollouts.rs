@@ -1,5 +1,5 @@
 //! How the fleet view changes nodes ([`Rollouts`]): exactly `partop fleet plan` and `partop
-//! fleet apply --yes` (the set's fingerprint was typed in the view), run as this partop's own
+//! fleet apply --confirmed FP` (the set's fingerprint typed in the view), run as this partop's own
 //! commands on the nodes picked, so the view shows what they print line by line and the
 //! rollout is the one the command line runs (verified set, fleet journal, node by node, the
 //! first failure stops it). [`rollout_command`] is the one place that names that protocol.
@@ -194,23 +194,14 @@ impl Rollouts for CommandRollouts {
     }
 
     fn roll_out(&self, set: &Staged, say: &(dyn Fn(String) + Sync)) -> Result<(), String> {
-        // What was typed confirms this set: a file that now holds another is refused (the
-        // command verifies the set itself against its own fingerprint again).
-        let now = crate::collect::small_file::operator_text(&set.file)
-            .ok()
-            .and_then(|t| serde_json::from_str::<crate::exec::rollout::PlanSet>(&t).ok())
-            .map(|s| s.fingerprint);
-        if now.as_deref() != Some(set.fingerprint.as_str()) {
-            return Err(format!(
-                "{} no longer holds set {}: nothing was rolled out",
-                set.file.display(),
-                set.fingerprint
-            ));
-        }
+        // What was typed confirms this set and no other: the command rolls out only a set
+        // whose content, as it reads and verifies it, holds exactly this fingerprint (a file
+        // changed after the typing is refused there, with nothing done).
         let action: Vec<OsString> = vec![
             "apply".into(),
             set.file.clone().into_os_string(),
-            "--yes".into(),
+            "--confirmed".into(),
+            set.fingerprint.clone().into(),
         ];
         said(
             rollout_command(&self.exe, &self.global, &self.fleet, &action),
