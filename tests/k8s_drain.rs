@@ -373,6 +373,41 @@ fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
             exporters().await == 1
         })
         .await;
+
+        // Ownership, as for the cordon: the untaint step lifts the window taint partop added,
+        // and leaves one of the same key that someone else put there (DCM's own flow). 2 cases.
+        assert!(!ops.set_window_taint(true).await.unwrap());
+        assert_eq!(
+            ops.untaint_owned().await.unwrap(),
+            "the change window's taint removed"
+        );
+        let nodes: Api<Node> = Api::all(c.clone());
+        let mut n = nodes.get("gpu-d").await.unwrap();
+        n.spec
+            .get_or_insert_with(Default::default)
+            .taints
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::Taint {
+                key: k8s_ops::WINDOW_TAINT_KEY.into(),
+                value: Some(k8s_ops::WINDOW_TAINT_VALUE.into()),
+                effect: k8s_ops::WINDOW_TAINT_EFFECT.into(),
+                time_added: None,
+            });
+        nodes
+            .replace("gpu-d", &PostParams::default(), &n)
+            .await
+            .unwrap();
+        let said = ops.untaint_owned().await.unwrap();
+        assert!(said.contains("not partop's"), "{said}");
+        let n = nodes.get("gpu-d").await.unwrap();
+        assert!(
+            n.spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY),
+            "someone else's taint is left"
+        );
     });
 }
 

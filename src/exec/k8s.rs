@@ -480,6 +480,7 @@ impl NodeOps {
             if was == on {
                 return Ok(was);
             }
+            let notes = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
             if on {
                 taints.push(Taint {
                     key: WINDOW_TAINT_KEY.into(),
@@ -487,8 +488,11 @@ impl NodeOps {
                     effect: WINDOW_TAINT_EFFECT.into(),
                     time_added: None,
                 });
+                // Partop's own: its untaint lifts only a taint it added.
+                notes.insert(TAINTED_BY_PARTOP.into(), "true".into());
             } else {
                 taints.retain(|t| !is_window_taint(t));
+                notes.remove(TAINTED_BY_PARTOP);
             }
             match self
                 .bounded(
@@ -508,6 +512,32 @@ impl NodeOps {
             "the node {} kept changing under the taint's update (5 conflicts)",
             self.node
         )))
+    }
+
+    /// Lifts the change window's taint if partop added it (its annotation says so); a taint of
+    /// the same key that someone else put there (DCM's own flow, an operator) is left, said.
+    pub async fn untaint_owned(&self) -> Result<String, K8sError> {
+        let node = self.get_node().await?;
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(TAINTED_BY_PARTOP));
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(is_window_taint));
+        Ok(match (tainted, ours) {
+            (true, true) => {
+                self.set_window_taint(false).await?;
+                "the change window's taint removed".into()
+            }
+            (true, false) => format!(
+                "the {WINDOW_TAINT_KEY} taint on the node is not partop's (it was there before the change): left"
+            ),
+            (false, _) => "no change window's taint on the node".into(),
+        })
     }
 
     /// What the node advertises as allocatable per resource now.
@@ -592,6 +622,10 @@ impl NodeOps {
 /// The annotation that says partop cordoned the node (so its uncordon, a resumed one
 /// included, never uncordons a node someone else cordoned).
 pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
+
+/// The annotation that says partop added the change window's taint (whose key is DCM's own, so
+/// the DaemonSets that tolerate DCM's window tolerate partop's): its untaint lifts only its own.
+pub const TAINTED_BY_PARTOP: &str = "partop.amd.com/tainted";
 
 impl NodeOps {
     /// Cordons the node and marks it as partop's cordon; a node already cordoned by someone
@@ -926,13 +960,7 @@ pub async fn run_step(
                     }
                 )
             }),
-        K::Untaint => ops.set_window_taint(false).await.map(|was| {
-            if was {
-                "the change window's taint removed".to_string()
-            } else {
-                "no change window's taint on the node".to_string()
-            }
-        }),
+        K::Untaint => ops.untaint_owned().await,
         K::Uncordon => ops.uncordon_owned().await,
         other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
     };
