@@ -898,3 +898,66 @@ fn the_staged_layout_prints_as_a_dcm_profile() {
         o.stderr
     );
 }
+
+/// One change at a time across machines: a node cordoned by one partop change (a rollout from
+/// an operator's laptop, an apply on the node) refuses another's cordon, nothing changed, and
+/// the other's uncordon leaves it; the holder's own cordon (a resume of the same change) and
+/// uncordon act; a cordon marked by an earlier partop without its change's name is taken over
+/// as before. 5 cases.
+#[test]
+fn a_node_cordoned_by_one_partop_change_is_refused_to_another() {
+    let cp = ControlPlane::start();
+    runtime().block_on(async {
+        let c = admin(&cp).await;
+        let count = Arc::new(Mutex::new(8));
+        start_node(&c, "gpu-o", &count, false);
+        let ops = ops_for(&cp, "gpu-o", quick()).await;
+        until("the node registers", || async {
+            ops.allocatable().await.is_ok()
+        })
+        .await;
+        let holder = |n: &Node| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(partop::exec::k8s::CORDONED_BY_PARTOP))
+                .cloned()
+        };
+        let nodes: Api<Node> = Api::all(c.clone());
+        assert_eq!(
+            ops.cordon_owned("fleet rollout A").await.unwrap(),
+            "gpu-o cordoned"
+        );
+        // 1. Another change's cordon: refused, nothing changed.
+        let e = ops.cordon_owned("apply P on gpu-o").await.unwrap_err();
+        assert!(matches!(e, K8sError::Held(_)), "{e}");
+        assert!(e.to_string().contains("fleet rollout A"), "{e}");
+        let n = nodes.get("gpu-o").await.unwrap();
+        assert_eq!(holder(&n).as_deref(), Some("fleet rollout A"));
+        // 2. Its uncordon leaves the holder's cordon.
+        let said = ops.uncordon_owned("apply P on gpu-o").await.unwrap();
+        assert!(said.contains("another partop change"), "{said}");
+        let n = nodes.get("gpu-o").await.unwrap();
+        assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
+        // 3. The holder again (a resume): its cordon stands; 4. its uncordon lifts it.
+        ops.cordon_owned("fleet rollout A").await.unwrap();
+        assert_eq!(
+            ops.uncordon_owned("fleet rollout A").await.unwrap(),
+            "gpu-o uncordoned"
+        );
+        let n = nodes.get("gpu-o").await.unwrap();
+        assert_ne!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert_eq!(holder(&n), None);
+        // 5. An earlier partop's unnamed mark is taken over.
+        ops.patch_node(&serde_json::json!({
+            "metadata": {"annotations": {partop::exec::k8s::CORDONED_BY_PARTOP: "true"}},
+            "spec": {"unschedulable": true},
+        }))
+        .await
+        .unwrap();
+        ops.cordon_owned("apply P on gpu-o").await.unwrap();
+        let n = nodes.get("gpu-o").await.unwrap();
+        assert_eq!(holder(&n).as_deref(), Some("apply P on gpu-o"));
+        ops.uncordon_owned("apply P on gpu-o").await.unwrap();
+    });
+}

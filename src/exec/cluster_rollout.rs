@@ -269,12 +269,12 @@ impl ClusterEngine {
         let ops = self.ops(&n.node);
         let e = |e: K8sError| e.to_string();
         match step {
-            Step::Cordon => ops.cordon_owned().await.map_err(e),
+            Step::Cordon => ops.cordon_owned(&log.owner()).await.map_err(e),
             Step::Evict => evict(&ops, &n.pods, log).await.map_err(e),
             Step::Label => self.label(&ops, &n.engine).await,
             Step::WaitState => self.wait_state(&ops, &n.engine).await,
             Step::WaitAllocatable => self.wait_allocatable(&ops, &n.expected).await,
-            Step::Uncordon => ops.uncordon_owned().await.map_err(e),
+            Step::Uncordon => ops.uncordon_owned(&log.owner()).await.map_err(e),
         }
     }
 

@@ -90,6 +90,9 @@ pub enum K8sError {
     /// A wait ran past its bound.
     #[error("{0}")]
     Timeout(String),
+    /// Another partop change holds the node (its cordon): nothing was done.
+    #[error("{0}")]
+    Held(String),
     /// Anything else the API server or the connection said.
     #[error("{0}")]
     Api(String),
@@ -627,25 +630,46 @@ pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
 /// the DaemonSets that tolerate DCM's window tolerate partop's): its untaint lifts only its own.
 pub const TAINTED_BY_PARTOP: &str = "partop.amd.com/tainted";
 
+/// Which partop change holds the node's cordon (its annotation's value), if one does.
+fn cordon_owner(node: &Node) -> Option<String> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CORDONED_BY_PARTOP))
+        .cloned()
+}
+
+/// Whether the cordon held by `held` is `owner`'s: the same change, or a cordon an earlier
+/// partop marked without naming its change (`true`), which any change may take over as before.
+fn owns(held: &str, owner: &str) -> bool {
+    held == owner || held == "true"
+}
+
 impl NodeOps {
-    /// Cordons the node and marks it as partop's cordon; a node already cordoned by someone
-    /// else is left as it is (and so left cordoned at the end).
-    pub async fn cordon_owned(&self) -> Result<String, K8sError> {
+    /// Cordons the node and marks it as the cordon of partop's change `owner` (the plan's or
+    /// the rollout's id, the same when resumed); a node already cordoned by someone else is
+    /// left as it is (and so left cordoned at the end); a node cordoned by ANOTHER partop change
+    /// (another operator's rollout, an apply on the node itself) is refused: one change at a
+    /// time, across machines too.
+    pub async fn cordon_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let ours = node
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
+        let held = cordon_owner(&node);
         let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        if cordoned && !ours {
+        if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
+            return Err(K8sError::Held(format!(
+                "{} is cordoned by another partop change ({}): one change at a time; wait for it to finish (its journal, or `partop fleet --kubernetes` shows it), then run this again; nothing was changed",
+                self.node,
+                crate::domain::text::escape_controls(other)
+            )));
+        }
+        if cordoned && held.is_none() {
             return Ok(format!(
                 "{} was already cordoned (not by partop): left so, and left cordoned after",
                 self.node
             ));
         }
         self.patch_node(&json!({
-            "metadata": {"annotations": {CORDONED_BY_PARTOP: "true"}},
+            "metadata": {"annotations": {CORDONED_BY_PARTOP: owner}},
             "spec": {"unschedulable": true},
         }))
         .await?;
@@ -682,15 +706,19 @@ impl NodeOps {
             .unwrap_or_default()
     }
 
-    /// Uncordons the node if partop cordoned it.
-    pub async fn uncordon_owned(&self) -> Result<String, K8sError> {
+    /// Uncordons the node if partop's change `owner` cordoned it (another change's cordon,
+    /// or someone else's, is left).
+    pub async fn uncordon_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let ours = node
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(CORDONED_BY_PARTOP));
-        if !ours {
+        let held = cordon_owner(&node);
+        if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
+            return Ok(format!(
+                "{} is cordoned by another partop change ({}): left cordoned",
+                self.node,
+                crate::domain::text::escape_controls(other)
+            ));
+        }
+        if held.is_none() {
             let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
             return Ok(if cordoned {
                 format!("{} was cordoned before partop: left cordoned", self.node)
@@ -939,7 +967,7 @@ pub async fn run_step(
         .await
         .map_err(|e| (e.to_string(), next(&e)))?;
     let r = match kind {
-        K::Cordon => return cordon_step(&ops, &k.node, &next).await,
+        K::Cordon => return cordon_step(&ops, &k.node, &apply_owner(plan), &next).await,
         K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
         K::Taint => taint_and_clear(&ops, k).await,
         K::WaitAllocatable => ops
@@ -961,20 +989,30 @@ pub async fn run_step(
                 )
             }),
         K::Untaint => ops.untaint_owned().await,
-        K::Uncordon => ops.uncordon_owned().await,
+        K::Uncordon => ops.uncordon_owned(&apply_owner(plan)).await,
         other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
     };
     r.map_err(|e| (e.to_string(), next(&e)))
 }
 
+/// The change a node's apply cordons as: its plan (a resume of the plan is the same change).
+pub fn apply_owner(plan: &crate::domain::plan::Plan) -> String {
+    format!("apply {} on {}", plan.fingerprint, plan.host)
+}
+
 /// The cordon step: every verb the drain needs asked first (a refusal changes nothing), then
 /// the cordon. A patch whose answer never came (a timeout, a broken connection) may have
 /// cordoned the node: the failure says so, with the undo, since the step is not journaled done.
-async fn cordon_step(ops: &NodeOps, node: &str, next: &dyn Fn(&K8sError) -> String) -> StepResult {
+async fn cordon_step(
+    ops: &NodeOps,
+    node: &str,
+    owner: &str,
+    next: &dyn Fn(&K8sError) -> String,
+) -> StepResult {
     if let Err(e) = ops.preflight(&k8s_ops::drain_access()).await {
         return Err((e.to_string(), next(&e)));
     }
-    match ops.cordon_owned().await {
+    match ops.cordon_owned(owner).await {
         Ok(done) => Ok(done + &ops.dcm_warning().await),
         Err(e @ (K8sError::Timeout(_) | K8sError::Api(_))) => Err((
             e.to_string(),

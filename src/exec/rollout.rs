@@ -218,6 +218,12 @@ impl StepLog {
         Ok(())
     }
 
+    /// The change this rollout is, as it marks what it holds on a node (its cordon): the
+    /// rollout's id, the same when it is resumed.
+    pub fn owner(&self) -> String {
+        format!("fleet rollout {}", self.rollout)
+    }
+
     /// Tells the operator something while a step runs (a budget's refusal being retried).
     pub fn note(&self, text: String) {
         let _ = self.tx.send(Progress::Step {
