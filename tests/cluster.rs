@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::control_plane::{ControlPlane, LIMITED_USER};
+use common::control_plane::{ControlPlane, LIMITED_USER, apply_yaml, kube, patch_status};
 use common::{partop, run};
 
 /// (name, labels, [(resource, allocatable, capacity)], cordoned, taint)
@@ -74,12 +74,6 @@ const NODES: &[NodeSpec<'static>] = &[
     ("cpu-only", &[], &[], false, None),
 ];
 
-fn kube(cp: &ControlPlane, args: &[&str]) -> String {
-    let (ok, out) = cp.kubectl(&cp.admin(), args);
-    assert!(ok, "kubectl {args:?}: {out}");
-    out
-}
-
 fn make_nodes(cp: &ControlPlane) {
     for (name, labels, res, cordoned, taint) in NODES {
         let labels: serde_json::Map<String, serde_json::Value> = labels
@@ -107,9 +101,7 @@ fn make_nodes(cp: &ControlPlane) {
             "metadata": {"name": name, "labels": labels},
             "spec": {"unschedulable": cordoned, "taints": taints},
         });
-        let f = cp.dir.path().join(format!("{name}.json"));
-        std::fs::write(&f, node.to_string()).unwrap();
-        kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+        apply_yaml(cp, cp.dir.path(), &node.to_string());
         let cap: serde_json::Map<String, serde_json::Value> = res
             .iter()
             .map(|(r, _, c)| ((*r).to_string(), serde_json::json!(c.to_string())))
@@ -130,18 +122,7 @@ fn make_nodes(cp: &ControlPlane) {
             "capacity": cap, "allocatable": alloc,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}],
         }});
-        kube(
-            cp,
-            &[
-                "patch",
-                "node",
-                name,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &status.to_string(),
-            ],
-        );
+        patch_status(cp, name, &status);
     }
 }
 
@@ -167,9 +148,7 @@ fn make_pods(cp: &ControlPlane) {
         if let Some(n) = node {
             pod["spec"]["nodeName"] = serde_json::json!(n);
         }
-        let f = cp.dir.path().join(format!("pod-{name}.json"));
-        std::fs::write(&f, pod.to_string()).unwrap();
-        kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+        apply_yaml(cp, cp.dir.path(), &pod.to_string());
     }
 }
 
@@ -294,9 +273,7 @@ fn a_user_without_the_role_is_refused_naming_the_verb() {
         .split("\n---\n")
         .find(|d| d.contains("name: partop-fleet-view"))
         .unwrap();
-    let f = cp.dir.path().join("role.yaml");
-    std::fs::write(&f, role).unwrap();
-    kube(&cp, &["apply", "-f", f.to_str().unwrap()]);
+    apply_yaml(&cp, cp.dir.path(), role);
     kube(
         &cp,
         &[

@@ -8,7 +8,9 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::control_plane::{ControlPlane, kube};
+use common::control_plane::{ControlPlane, apply_yaml, kube, patch_status};
+use common::free_port;
+use common::k8s_api::runtime;
 use partop::collect::cluster::{self, Target, Watch};
 use partop::domain::cluster::ClusterNode;
 use partop::ui::cluster::app::{LiveFuture, LiveSource};
@@ -33,27 +35,14 @@ fn gpu_node(cp: &ControlPlane, name: &str, labels: &[(&str, &str)], gpus: i64, r
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels},
     });
-    let f = cp.dir.path().join(format!("{name}.json"));
-    std::fs::write(&f, node.to_string()).unwrap();
-    kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+    apply_yaml(cp, cp.dir.path(), &node.to_string());
     let res = serde_json::json!({"amd.com/gpu": gpus.to_string(), "cpu": "96"});
     let status = serde_json::json!({"status": {
         "capacity": res, "allocatable": res,
         "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
                         "reason": "Test", "message": "test"}],
     }});
-    kube(
-        cp,
-        &[
-            "patch",
-            "node",
-            name,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ],
-    );
+    patch_status(cp, name, &status);
 }
 
 /// A pod of the `partop-serve` DaemonSet on `node` (as deploy/kubernetes/partop.yaml labels
@@ -71,9 +60,7 @@ fn serve_pod(cp: &ControlPlane, node: &str, ip: &str) {
         "spec": {"nodeName": node, "containers": [{"name": "serve", "image": "partop:latest",
                  "ports": [{"containerPort": 9477}]}]},
     });
-    let f = cp.dir.path().join(format!("{name}.json"));
-    std::fs::write(&f, pod.to_string()).unwrap();
-    kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+    apply_yaml(cp, cp.dir.path(), &pod.to_string());
     let status =
         serde_json::json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
     kube(
@@ -184,11 +171,7 @@ fn the_live_view_follows_the_cluster_through_its_watch() {
         8,
         true,
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let t = Target {
         kubeconfig: Some(cp.admin()),
         ..Target::default()
@@ -371,14 +354,6 @@ fn the_live_view_follows_the_cluster_through_its_watch() {
     assert_eq!(s.rows.len(), 2, "{screen}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Ends a process started here when the test ends, however it ends.
 struct Killed(std::process::Child);
 
@@ -459,11 +434,7 @@ fn a_node_s_live_detail_from_prometheus() {
     let part = ("amd.com/compute-memory-partition", "spx_nps1");
     gpu_node(&cp, &host, &[part], 8, true);
     gpu_node(&cp, "a-node-not-scraped", &[part], 8, true);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let t = Target {
         kubeconfig: Some(cp.admin()),
         ..Target::default()

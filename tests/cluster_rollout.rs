@@ -11,105 +11,17 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::control_plane::ControlPlane;
-use common::{partop, run};
+use common::control_plane::{ControlPlane, apply_yaml, cordoned, kube, label, node};
+use common::sim_cluster::start_cluster;
+use common::{fleet_journal, gather, partop, run, wait_within};
 use std::io::BufRead as _;
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn kube(cp: &ControlPlane, args: &[&str]) -> String {
-    let (ok, out) = cp.kubectl(&cp.admin(), args);
-    assert!(ok, "kubectl {args:?}: {out}");
-    out
-}
-
-fn apply_yaml(cp: &ControlPlane, dir: &Path, yaml: &str) {
-    let f = dir.join(format!("obj-{}.yaml", yaml.len()));
-    std::fs::write(&f, yaml).unwrap();
-    kube(cp, &["apply", "-f", f.to_str().unwrap()]);
-}
-
-fn node(cp: &ControlPlane, name: &str) -> serde_json::Value {
-    serde_json::from_str(&kube(cp, &["get", "node", name, "-o", "json"])).unwrap()
-}
-
-fn label(n: &serde_json::Value, k: &str) -> String {
-    n["metadata"]["labels"][k]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-fn cordoned(n: &serde_json::Value) -> bool {
-    n["spec"]["unschedulable"].as_bool().unwrap_or(false)
-}
 
 fn pod_exists(cp: &ControlPlane, name: &str) -> bool {
     cp.kubectl(&cp.admin(), &["get", "pod", name, "-n", "default"])
         .0
-}
-
-/// Lines of output gathered from a child as it prints.
-type Said = Arc<Mutex<String>>;
-
-fn gather(child: &mut Child) -> Said {
-    let said = Arc::new(Mutex::new(String::new()));
-    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    for r in [
-        Box::new(out) as Box<dyn std::io::Read + Send>,
-        Box::new(err) as Box<dyn std::io::Read + Send>,
-    ] {
-        let s = Arc::clone(&said);
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
-                let mut g = s.lock().unwrap();
-                g.push_str(&l);
-                g.push('\n');
-            }
-        });
-    }
-    said
-}
-
-struct Sim {
-    child: Child,
-    said: Said,
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-    }
-}
-
-fn start_sim(cp: &ControlPlane, dir: &Path, args: &[&str]) -> Sim {
-    let mut c = partop();
-    c.env("PARTOP_SIM_AMD_SMI_COST", "off")
-        .args(["sim", "cluster", "--kubeconfig"])
-        .arg(cp.admin())
-        .arg("--dir")
-        .arg(dir.join("sim"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let said = gather(&mut child);
-    let end = Instant::now() + Duration::from_secs(120);
-    while !said.lock().unwrap().contains("ready:") {
-        assert!(
-            Instant::now() < end && child.try_wait().unwrap().is_none(),
-            "sim cluster did not get ready: {}",
-            said.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Sim { child, said }
 }
 
 /// `partop --journal DIR/journal.jsonl fleet --kubernetes --kubeconfig K -l SEL ARGS`.
@@ -124,22 +36,9 @@ fn fleet(kubeconfig: &Path, dir: &Path, sel: &str, args: &[&str]) -> std::proces
     c
 }
 
-/// The fleet journal's lines: (action, node, step).
+/// The fleet journal beside `DIR/journal.jsonl`: (action, node, step).
 fn journal(dir: &Path) -> Vec<(String, String, String)> {
-    std::fs::read_to_string(dir.join("fleet-journal.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            let s = |x: &serde_json::Value| x.as_str().unwrap_or("").to_string();
-            let step = if v["action"] == "fleet.node.step" && v["outcome"]["ok"] == true {
-                format!("{}:done", s(&v["targets"]["step"]))
-            } else {
-                s(&v["targets"]["step"])
-            };
-            (s(&v["action"]), s(&v["targets"]["node"]), step)
-        })
-        .collect()
+    fleet_journal::steps(&dir.join("fleet-journal.jsonl"))
 }
 
 fn namespace_default(cp: &ControlPlane) {
@@ -190,17 +89,6 @@ fn drain_relabel(lines: &[(Duration, String)], node: &str) -> (f64, f64) {
     let e = step_at(lines, node, "evict");
     let a = step_at(lines, node, "wait_allocatable");
     ((e - c).as_secs_f64(), (a - e).as_secs_f64())
-}
-
-fn until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("not within {secs} s: {what}");
 }
 
 /// A ClusterRole with every verb a DCM rollout needs but `create pods/eviction`, bound to the
@@ -254,17 +142,15 @@ fn partop_change() -> String {
 
 #[test]
 fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
-    let cp = ControlPlane::start();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     // Three AMD nodes under DCM, the first a simulated GPU node (changed through its amd-smi).
-    let sim = start_sim(&cp, d, &["--nodes", "3", "--gpu-nodes", "1"]);
+    let (cp, dir, sim) = start_cluster(&["--nodes", "3", "--gpu-nodes", "1"]);
+    let d = dir.path();
     namespace_default(&cp);
     let pods: String = (0..3)
         .map(|i| gpu_pod(&format!("web-{i}"), &format!("sim-amd-000{i}"), "web"))
         .collect();
     apply_yaml(&cp, d, &pods);
-    until("the pods run", 30, || {
+    wait_within("the pods run", 30, || {
         kube(&cp, &["get", "pods", "-n", "default", "-o", "json"])
             .matches("\"Running\"")
             .count()
@@ -459,10 +345,8 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
 
 #[test]
 fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_set() {
-    let cp = ControlPlane::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, dir, sim) = start_cluster(&["--nodes", "4"]);
     let d = dir.path();
-    let sim = start_sim(&cp, d, &["--nodes", "4"]);
     namespace_default(&cp);
     for i in 0..3 {
         kube(
@@ -480,7 +364,7 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
             gpu_pod("web-x", "sim-amd-0003", "web")
         ),
     );
-    until("the disruption controller counted two healthy", 30, || {
+    wait_within("the disruption controller counted two healthy", 30, || {
         kube(
             &cp,
             &[
@@ -519,7 +403,7 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
     let mut child = c.spawn().unwrap();
     let said = gather(&mut child);
     // The budget holds the first node: the refusal is named while it is retried.
-    until("the budget's refusal is said", 60, || {
+    wait_within("the budget's refusal is said", 60, || {
         said.lock().unwrap().contains("refused by default/web-pdb")
     });
     let held = t0.elapsed();
@@ -535,7 +419,7 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
     apply_yaml(&cp, d, &gpu_pod("web-y", "sim-amd-0003", "web"));
     let st = child.wait().unwrap();
     // The process is gone; its last lines may still be on their way through the readers.
-    until("the apply's last line is read", 20, || {
+    wait_within("the apply's last line is read", 20, || {
         said.lock().unwrap().contains("\nrollout ")
     });
     let text = said.lock().unwrap().clone();
@@ -576,14 +460,9 @@ fn a_budget_holds_a_node_until_a_replica_is_ready_and_a_deleted_node_stops_the_s
 
 #[test]
 fn a_mig_manager_rollout_and_two_dcm_nodes_at_once() {
-    let cp = ControlPlane::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, dir, sim) =
+        start_cluster(&["--nodes", "4", "--mig-nodes", "2", "--mig-gpu-nodes", "1"]);
     let d = dir.path();
-    let sim = start_sim(
-        &cp,
-        d,
-        &["--nodes", "4", "--mig-nodes", "2", "--mig-gpu-nodes", "1"],
-    );
     let set = d.join("set.json");
     let sel = "nvidia.com/mig.capable=true";
     let p = run(
@@ -881,27 +760,21 @@ fn read_only_refuses_a_cluster_rollout() {
 /// uncordoned.
 #[test]
 fn a_mixed_set_applies_an_unmanaged_node_with_partop_apply_over_the_fleet_transport() {
-    let cp = ControlPlane::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (cp, dir, sim) = start_cluster(&[
+        "--nodes",
+        "3",
+        "--gpu-nodes",
+        "2",
+        "--unmanaged",
+        "sim-amd-0001",
+    ]);
     let d = dir.path();
-    let sim = start_sim(
-        &cp,
-        d,
-        &[
-            "--nodes",
-            "3",
-            "--gpu-nodes",
-            "2",
-            "--unmanaged",
-            "sim-amd-0001",
-        ],
-    );
     namespace_default(&cp);
     let pods: String = (0..3)
         .map(|i| gpu_pod(&format!("web-{i}"), &format!("sim-amd-000{i}"), "web"))
         .collect();
     apply_yaml(&cp, d, &pods);
-    until("the pods run", 30, || {
+    wait_within("the pods run", 30, || {
         kube(&cp, &["get", "pods", "-n", "default", "-o", "json"])
             .matches("\"Running\"")
             .count()

@@ -13,7 +13,10 @@
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
-use common::control_plane::ControlPlane;
+use common::control_plane::{cordoned, kube, label, node};
+use common::fleet_journal;
+use common::k8s_api::runtime;
+use common::sim_cluster::start_cluster;
 use partop::cli::cluster_rollouts::KubeRollouts;
 use partop::collect::cluster::{self, Target, Watch};
 use partop::domain::cluster_rollout::{ClusterPlanSet, Step};
@@ -27,105 +30,10 @@ use partop::ui::theme::Theme;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-fn kube(cp: &ControlPlane, args: &[&str]) -> String {
-    let (ok, out) = cp.kubectl(&cp.admin(), args);
-    assert!(ok, "kubectl {args:?}: {out}");
-    out
-}
-
-fn node(cp: &ControlPlane, name: &str) -> serde_json::Value {
-    serde_json::from_str(&kube(cp, &["get", "node", name, "-o", "json"])).unwrap()
-}
-
-fn label(n: &serde_json::Value, k: &str) -> String {
-    n["metadata"]["labels"][k]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
-
-fn cordoned(n: &serde_json::Value) -> bool {
-    n["spec"]["unschedulable"].as_bool().unwrap_or(false)
-}
-
-struct Sim {
-    child: Child,
-    said: Arc<Mutex<String>>,
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-    }
-}
-
-/// `partop sim cluster` on the control plane, waited for until ready.
-fn start_sim(cp: &ControlPlane, dir: &Path, args: &[&str]) -> Sim {
-    let mut child = common::partop()
-        .env("PARTOP_SIM_AMD_SMI_COST", "off")
-        .args(["sim", "cluster", "--kubeconfig"])
-        .arg(cp.admin())
-        .arg("--dir")
-        .arg(dir.join("sim"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let said = Arc::new(Mutex::new(String::new()));
-    for r in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
-    ] {
-        let s = Arc::clone(&said);
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
-                let mut g = s.lock().unwrap();
-                g.push_str(&l);
-                g.push('\n');
-            }
-        });
-    }
-    let end = Instant::now() + Duration::from_secs(120);
-    while !said.lock().unwrap().contains("ready:") {
-        assert!(
-            Instant::now() < end && child.try_wait().unwrap().is_none(),
-            "sim cluster did not get ready: {}",
-            said.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Sim { child, said }
-}
-
-/// The fleet journal's lines: (action, node, step; a step done as `step:done`).
-fn journal(fj: &Path) -> Vec<(String, String, String)> {
-    std::fs::read_to_string(fj)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            let s = |x: &serde_json::Value| x.as_str().unwrap_or("").to_string();
-            let step = if v["action"] == "fleet.node.step" && v["outcome"]["ok"] == true {
-                format!("{}:done", s(&v["targets"]["step"]))
-            } else {
-                s(&v["targets"]["step"])
-            };
-            (s(&v["action"]), s(&v["targets"]["node"]), step)
-        })
-        .collect()
-}
 
 /// What the apply protocol journals for one node that goes through every step: started, each
 /// step before it acts and when done, in the engine's order, then done.
@@ -246,16 +154,10 @@ fn masked(screen: &str, set: &ClusterPlanSet) -> String {
 
 #[test]
 fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure() {
-    let cp = ControlPlane::start();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     // Four AMD nodes under DCM (the first a simulated GPU node) and one NVIDIA node under the
     // MIG manager, which no AMD layout can go to.
-    let sim = start_sim(
-        &cp,
-        d,
-        &["--nodes", "5", "--gpu-nodes", "1", "--mig-nodes", "1"],
-    );
+    let (cp, dir, sim) = start_cluster(&["--nodes", "5", "--gpu-nodes", "1", "--mig-nodes", "1"]);
+    let d = dir.path();
     kube(
         &cp,
         &["create", "serviceaccount", "default", "-n", "default"],
@@ -272,11 +174,7 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let t = Target {
         kubeconfig: Some(cp.admin()),
         selector: Some("partop.sim/cluster=true".into()),
@@ -388,7 +286,7 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
     acts.push(Act::Until(
         "the rollout ends in the fleet journal",
         Box::new(move || {
-            journal(&j)
+            fleet_journal::steps(&j)
                 .iter()
                 .any(|x| x.0 == "fleet.rollout.done" || x.0 == "fleet.rollout.stopped")
         }),
@@ -435,7 +333,7 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
     );
     // The journal is the apply protocol's, step for step: the set started (its file the one
     // the view saved), each node through every step in order, the set done.
-    let j = journal(&fj);
+    let j = fleet_journal::steps(&fj);
     let mut want = vec![(
         "fleet.rollout.start".to_string(),
         String::new(),
@@ -499,7 +397,11 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
     let j = fj.clone();
     acts.push(Act::Until(
         "the second rollout stops",
-        Box::new(move || journal(&j).iter().any(|x| x.0 == "fleet.rollout.stopped")),
+        Box::new(move || {
+            fleet_journal::steps(&j)
+                .iter()
+                .any(|x| x.0 == "fleet.rollout.stopped")
+        }),
     ));
     let (s, screen) = phase(&rt, &w, s, &rollouts, acts);
     let st = s.stage.as_ref().unwrap();

@@ -11,55 +11,17 @@
 
 mod common;
 use common::control_plane::{ControlPlane, LIMITED_USER};
+use common::k8s_api::{
+    admin, budget, make_pod, namespace, pod_ready, runtime, start_node, target, until,
+};
+use common::k8s_node::{K8sNode, apply, plan_moving_trainer, trainer_scenario};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PostParams};
 use partop::domain::k8s_ops::{self, PodId};
 use partop::exec::k8s::{K8sError, Limits, NodeOps};
-use partop::sim::kubelet::NodeAgent;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn client(kubeconfig: &std::path::Path) -> kube::Client {
-    partop::collect::cluster::client(&partop::collect::cluster::Target {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-}
-
-/// The administrator's client, with the `default` namespace's service account made.
-async fn admin(cp: &ControlPlane) -> kube::Client {
-    let c = client(&cp.admin()).await;
-    namespace(&c, "default").await;
-    c
-}
-
-/// The twin's node `name`, advertising `count` of `amd.com/gpu` (changed by the test as a
-/// repartition would), started on this runtime.
-fn start_node(c: &kube::Client, name: &str, count: &Arc<Mutex<i64>>, stale: bool) {
-    let count = Arc::clone(count);
-    let advertise =
-        Arc::new(move || BTreeMap::from([("amd.com/gpu".to_string(), *count.lock().unwrap())]));
-    tokio::spawn(NodeAgent::new(c.clone(), name, advertise, stale).run());
-}
-
-fn target(kubeconfig: &std::path::Path) -> partop::collect::cluster::Target {
-    partop::collect::cluster::Target {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        ..Default::default()
-    }
-}
 
 /// The verbs as partop's steps hold them (kube-rs's own retry of 429 off).
 async fn ops_for(cp: &ControlPlane, node: &str, limits: Limits) -> NodeOps {
@@ -79,90 +41,8 @@ fn quick() -> Limits {
     }
 }
 
-/// Namespace `ns` with its `default` service account (the serviceaccount controller is not
-/// among those the test control plane runs).
-async fn namespace(c: &kube::Client, ns: &str) {
-    if ns != "default" {
-        let n: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-        Api::all(c.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
-    }
-    let sa: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    Api::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-}
-
-async fn make_pod(c: &kube::Client, ns: &str, name: &str, node: &str, labels: &[(&str, &str)]) {
-    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "partop/sim",
-            "resources": {"limits": {"amd.com/gpu": "1"}}}]},
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
-/// Waits (at most 30 s) until `f` holds.
-async fn until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not within 30 s: {what}");
-}
-
-async fn ready(c: &kube::Client, ns: &str, name: &str) -> bool {
-    Api::<Pod>::namespaced(c.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|p| p.status)
-        .and_then(|s| s.conditions)
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 async fn id(ops: &NodeOps, ns: &str, name: &str) -> PodId {
     ops.pod_id(ns, name).await.unwrap().expect("the pod exists")
-}
-
-/// A budget of `min` available over `app=web`, observed by the disruption controller with
-/// `healthy` pods.
-async fn budget(c: &kube::Client, min: i32, healthy: i32) {
-    let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web-pdb", "namespace": "default"},
-        "spec": {"minAvailable": min, "selector": {"matchLabels": {"app": "web"}}},
-    }))
-    .unwrap();
-    let api = Api::<PodDisruptionBudget>::namespaced(c.clone(), "default");
-    api.create(&PostParams::default(), &pdb).await.unwrap();
-    until("the disruption controller computed the budget", || {
-        let api = api.clone();
-        async move {
-            api.get("web-pdb")
-                .await
-                .ok()
-                .and_then(|b| b.status)
-                .is_some_and(|s| s.current_healthy == Some(healthy))
-        }
-    })
-    .await;
 }
 
 #[test]
@@ -175,10 +55,10 @@ fn a_budget_that_blocks_then_allows_is_retried_and_named() {
             make_pod(&c, "default", p, "gpu-a", &[("app", "web")]).await;
         }
         until("both pods ready", || async {
-            ready(&c, "default", "web-0").await && ready(&c, "default", "web-1").await
+            pod_ready(&c, "default", "web-0").await && pod_ready(&c, "default", "web-1").await
         })
         .await;
-        budget(&c, 2, 2).await;
+        budget(&c, "default", "web", 2, 2).await;
         let ops = ops_for(&cp, "gpu-a", quick()).await;
         assert!(
             !ops.set_unschedulable(true).await.unwrap(),
@@ -227,8 +107,8 @@ fn a_budget_that_never_allows_fails_named_within_the_bound_and_the_pod_stays() {
         let c = admin(&cp).await;
         start_node(&c, "gpu-b", &Arc::new(Mutex::new(8)), false);
         make_pod(&c, "default", "web-0", "gpu-b", &[("app", "web")]).await;
-        until("pod ready", || ready(&c, "default", "web-0")).await;
-        budget(&c, 1, 1).await;
+        until("pod ready", || pod_ready(&c, "default", "web-0")).await;
+        budget(&c, "default", "web", 1, 1).await;
         let mut limits = quick();
         limits.budget = Duration::from_secs(3);
         let ops = ops_for(&cp, "gpu-b", limits).await;
@@ -436,7 +316,7 @@ fn a_device_plugin_that_does_not_reregister_is_restarted_once() {
             "advertised as registered, no restart"
         );
         // The plugin registered (the twin marks its pod ready in the round it registers).
-        until("the plugin runs", || ready(&c, "kube-amd-gpu", "dp")).await;
+        until("the plugin runs", || pod_ready(&c, "kube-amd-gpu", "dp")).await;
         let plugin = id(&ops, "kube-amd-gpu", "dp").await;
         // The repartition: the kernel now has 64, the plugin keeps its 8.
         *count.lock().unwrap() = 64;
@@ -473,7 +353,10 @@ fn a_device_plugin_that_does_not_reregister_is_restarted_once() {
             "waited for a re-registration first"
         );
         restarter.await.unwrap();
-        until("the new plugin runs", || ready(&c, "kube-amd-gpu", "dp")).await;
+        until("the new plugin runs", || {
+            pod_ready(&c, "kube-amd-gpu", "dp")
+        })
+        .await;
         assert_ne!(id(&ops, "kube-amd-gpu", "dp").await.uid, plugin.uid);
         // No plugin pod to restart: said, naming the resource and the labels.
         *count.lock().unwrap() = 16;
@@ -567,7 +450,7 @@ fn a_drain_of_ten_bare_pods_is_measured() {
             make_pod(&c, "default", n, "gpu-m", &[("app", "job")]).await;
         }
         for n in &names {
-            until("pod ready", || ready(&c, "default", n)).await;
+            until("pod ready", || pod_ready(&c, "default", n)).await;
         }
         let ops = ops_for(&cp, "gpu-m", quick()).await;
         let mut ids = Vec::new();
@@ -593,60 +476,16 @@ fn a_drain_of_ten_bare_pods_is_measured() {
     });
 }
 
-/// A simulated Kubernetes node (kubelet twin) with one training pod on GPU 0.
-const SIM_NODE: &str = "name = \"k8s-drain\"\ndescription = \"t\"\nproduct = \"mi300x\"\ngpus = 2\ncompute = \"SPX\"\nmemory = \"NPS1\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 6\ntime_scale = 0.01\n\n[[workload]]\nname = \"trainer\"\nkind = \"batch\"\ngpu = 0\nvram_gb = 20\nbusy = 80\ncomm = \"python3\"\n\n[kubernetes]\n";
-
-/// The simulated node as a node of `cp`: its twin registers it under the node's host name,
-/// and a pod of the API server is each of its workloads (`sim/trainer`).
-async fn sim_node(
-    cp: &ControlPlane,
-    e: &common::env::SimEnv,
-    stale: bool,
-) -> (kube::Client, String) {
-    let sock = e.node.state.with_extension("kubelet.sock");
-    common::wait_until("the kubelet twin's socket", || sock.exists());
-    let o = common::run(e.cmd().args(["snapshot", "--json"]), "");
-    let snap: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    let host = snap["host"].as_str().unwrap().to_string();
-    let c = admin(cp).await;
-    namespace(&c, "sim").await;
-    let state = e.node.state.clone();
-    let st = state.clone();
-    let mut agent = NodeAgent::new(
-        c.clone(),
-        &host,
-        Arc::new(move || partop::sim::kubelet::advertised(&st)),
-        stale,
-    );
-    agent.on_gone = Some(Arc::new(move |ns: &str, name: &str| {
-        partop::sim::kubelet::stop_pod(&state, ns, name);
-    }));
-    tokio::spawn(agent.run());
-    make_pod(&c, "sim", "trainer", &host, &[("app", "trainer")]).await;
-    until("the trainer pod runs", || ready(&c, "sim", "trainer")).await;
-    (c, host)
-}
-
-fn plan_dpx(e: &common::env::SimEnv) -> (std::path::PathBuf, partop::domain::plan::Plan) {
-    let p = e.plan("--compute DPX", "p.json");
-    let plan = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    (p, plan)
-}
-
 #[test]
 fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_uncordons() {
-    let cp = ControlPlane::start();
-    let e = common::env::SimEnv::new(SIM_NODE);
-    let rt = runtime();
-    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
+    let e = common::env::SimEnv::new(&trainer_scenario("k8s-drain"));
+    let k = K8sNode::start(&e, false);
+    k.run_trainer();
+    let K8sNode {
+        cp, rt, c, host, ..
+    } = k;
     // The plan shows the pod to move, not its pid.
-    let (mut path, mut plan) = plan_dpx(&e);
-    common::wait_until("the trainer holds its GPU in the plan", || {
-        (path, plan) = plan_dpx(&e);
-        plan.kubernetes
-            .as_ref()
-            .is_some_and(|k| k.pods.iter().any(|p| p.label() == "sim/trainer"))
-    });
+    let (path, plan) = plan_moving_trainer(&e);
     let k = plan.kubernetes.clone().unwrap();
     assert_eq!(k.node, host);
     let text = common::run(e.cmd().args(["plan", "--compute", "DPX"]), "").stdout;
@@ -682,12 +521,8 @@ fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_unco
     // Killed right after the evictions: the node is left cordoned, the pod gone.
     let evict = at("evict");
     let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", cp.admin())
-            .env(partop::exec::apply::CRASH_ENV, format!("end:{}", evict + 1))
-            .arg("apply")
-            .arg(&path)
-            .args(["--yes", "--grace", "3"]),
+        apply(&e, &cp.admin(), &path, &[])
+            .env(partop::exec::apply::CRASH_ENV, format!("end:{}", evict + 1)),
         "",
     );
     assert_ne!(o.code, 0, "killed: {}{}", o.stdout, o.stderr);
@@ -715,14 +550,7 @@ fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_unco
         j.stdout,
         j.stderr
     );
-    let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", cp.admin())
-            .arg("apply")
-            .arg(&path)
-            .args(["--resume", "--yes", "--grace", "3"]),
-        "",
-    );
+    let o = common::run(&mut apply(&e, &cp.admin(), &path, &["--resume"]), "");
     assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
     assert_eq!(e.modes().0, "DPX");
     rt.block_on(async {
@@ -747,23 +575,14 @@ fn a_repartition_moves_the_pods_through_the_cluster_and_a_crash_resumes_and_unco
 
 #[test]
 fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
-    let cp = ControlPlane::start();
-    let e = common::env::SimEnv::new(SIM_NODE);
-    let rt = runtime();
-    let (c, host) = rt.block_on(sim_node(&cp, &e, false));
-    let (mut path, mut plan) = plan_dpx(&e);
-    common::wait_until("the trainer holds its GPU in the plan", || {
-        (path, plan) = plan_dpx(&e);
-        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
-    });
-    let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", cp.limited())
-            .arg("apply")
-            .arg(&path)
-            .args(["--yes", "--grace", "3"]),
-        "",
-    );
+    let e = common::env::SimEnv::new(&trainer_scenario("k8s-drain"));
+    let k = K8sNode::start(&e, false);
+    k.run_trainer();
+    let K8sNode {
+        cp, rt, c, host, ..
+    } = k;
+    let (path, _) = plan_moving_trainer(&e);
+    let o = common::run(&mut apply(&e, &cp.limited(), &path, &[]), "");
     let text = format!("{}{}", o.stdout, o.stderr);
     assert_ne!(o.code, 0, "{text}");
     assert!(
@@ -791,15 +610,13 @@ fn a_user_without_the_verbs_is_refused_at_the_cordon_and_nothing_changes() {
 
 #[test]
 fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_then_resumes() {
-    let cp = ControlPlane::start();
-    let e = common::env::SimEnv::new(SIM_NODE);
-    let rt = runtime();
-    let (c, host) = rt.block_on(sim_node(&cp, &e, true));
-    let (mut path, mut plan) = plan_dpx(&e);
-    common::wait_until("the trainer holds its GPU in the plan", || {
-        (path, plan) = plan_dpx(&e);
-        plan.kubernetes.as_ref().is_some_and(|k| !k.pods.is_empty())
-    });
+    let e = common::env::SimEnv::new(&trainer_scenario("k8s-drain"));
+    let k = K8sNode::start(&e, true);
+    k.run_trainer();
+    let K8sNode {
+        cp, rt, c, host, ..
+    } = k;
+    let (path, _) = plan_moving_trainer(&e);
     // The node is a DCM profile's: the local change is said to be at risk.
     let (ok, out) = cp.kubectl(
         &cp.admin(),
@@ -813,14 +630,7 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
     assert!(ok, "{out}");
     // No device-plugin pod on the node: after the change, the wait for the new count fails
     // once the plugin had its time to re-register (30 s).
-    let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", cp.admin())
-            .arg("apply")
-            .arg(&path)
-            .args(["--yes", "--grace", "3"]),
-        "",
-    );
+    let o = common::run(&mut apply(&e, &cp.admin(), &path, &[]), "");
     let text = format!("{}{}", o.stdout, o.stderr);
     assert_ne!(o.code, 0, "{text}");
     for part in [
@@ -841,14 +651,7 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
         namespace(&c, "kube-amd-gpu").await;
         make_pod(&c, "kube-amd-gpu", "dp", &host, &[("name", "amdgpu-dp-ds")]).await;
     });
-    let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", cp.admin())
-            .arg("apply")
-            .arg(&path)
-            .args(["--resume", "--yes", "--grace", "3"]),
-        "",
-    );
+    let o = common::run(&mut apply(&e, &cp.admin(), &path, &["--resume"]), "");
     assert_eq!(o.code, 0, "resumed: {}{}", o.stdout, o.stderr);
     rt.block_on(async {
         let node: Node = Api::all(c.clone()).get(&host).await.unwrap();
@@ -860,7 +663,7 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
 
 #[test]
 fn the_staged_layout_prints_as_a_dcm_profile() {
-    let e = common::env::SimEnv::new(SIM_NODE);
+    let e = common::env::SimEnv::new(&trainer_scenario("k8s-drain"));
     let o = common::run(
         e.cmd().args([
             "plan",

@@ -15,10 +15,10 @@
 
 mod common;
 use common::control_plane::ControlPlane;
+use common::k8s_api::{admin, budget, make_pod, namespace, pod_ready, runtime, start_node, until};
 use common::nodes::recorded;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use partop::collect::task::Request;
 use partop::domain::findings::Thresholds;
 use partop::domain::snapshot::{PodRef, Snapshot};
@@ -30,7 +30,6 @@ use partop::ui::theme::Theme;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -193,65 +192,12 @@ impl Monitor {
     }
 }
 
-async fn namespace(c: &kube::Client, ns: &str) {
-    let n: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-    Api::all(c.clone())
-        .create(&PostParams::default(), &n)
-        .await
-        .unwrap();
-    let sa: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    Api::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-}
-
-async fn make_pod(c: &kube::Client, name: &str, app: &str) {
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "sim", "labels": {"app": app}},
-        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "partop/sim",
-            "resources": {"limits": {"amd.com/gpu": "1"}}}]},
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(c.clone(), "sim")
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
-async fn until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not within 30 s: {what}");
-}
-
 async fn uid(c: &kube::Client, name: &str) -> Option<String> {
     Api::<Pod>::namespaced(c.clone(), "sim")
         .get_opt(name)
         .await
         .unwrap()
         .and_then(|p| p.metadata.uid)
-}
-
-async fn ready(c: &kube::Client, name: &str) -> bool {
-    Api::<Pod>::namespaced(c.clone(), "sim")
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|p| p.status)
-        .and_then(|s| s.conditions)
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Opens the ask on the reclaimable partition: Findings (5), act (x); waits for the lookup.
@@ -273,36 +219,16 @@ fn journal_actions(dir: &Path) -> Vec<(String, serde_json::Value, serde_json::Va
 #[test]
 fn a_reclaimable_pods_eviction_is_offered_confirmed_journaled_and_a_budget_is_never_bypassed() {
     let cp = ControlPlane::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let c = rt.block_on(async {
-        let c = partop::collect::cluster::client(&partop::collect::cluster::Target {
-            kubeconfig: Some(cp.admin()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let sa: k8s_openapi::api::core::v1::ServiceAccount =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-        Api::namespaced(c.clone(), "default")
-            .create(&PostParams::default(), &sa)
-            .await
-            .unwrap();
+        let c = admin(&cp).await;
         namespace(&c, "sim").await;
-        let advertise = Arc::new(|| BTreeMap::from([("amd.com/gpu".to_string(), 8_i64)]));
-        tokio::spawn(partop::sim::kubelet::NodeAgent::new(c.clone(), NODE, advertise, false).run());
-        for (name, app) in [
-            ("idle", "idle"),
-            ("guarded", "guarded"),
-            ("swapped", "swapped"),
-        ] {
-            make_pod(&c, name, app).await;
+        start_node(&c, NODE, &Arc::new(Mutex::new(8)), false);
+        for name in ["idle", "guarded", "swapped"] {
+            make_pod(&c, "sim", name, NODE, &[("app", name)]).await;
         }
         for name in ["idle", "guarded", "swapped"] {
-            until("the pod runs", || ready(&c, name)).await;
+            until("the pod runs", || pod_ready(&c, "sim", name)).await;
         }
         c
     });
@@ -386,26 +312,7 @@ fn a_reclaimable_pods_eviction_is_offered_confirmed_journaled_and_a_budget_is_ne
 
     // 3. A budget that allows no disruption: said on screen with its name, retried, never
     //    bypassed: the pod stays.
-    rt.block_on(async {
-        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "guarded-pdb", "namespace": "sim"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
-        }))
-        .unwrap();
-        let api = Api::<PodDisruptionBudget>::namespaced(c.clone(), "sim");
-        api.create(&PostParams::default(), &pdb).await.unwrap();
-        until("the disruption controller computed the budget", || {
-            let api = api.clone();
-            async move {
-                api.get("guarded-pdb")
-                    .await
-                    .ok()
-                    .and_then(|b| b.status)
-                    .is_some_and(|s| s.current_healthy == Some(1))
-            }
-        })
-        .await;
-    });
+    rt.block_on(budget(&c, "sim", "guarded", 1, 1));
     let guarded_uid = rt.block_on(uid(&c, "guarded")).unwrap();
     let m = monitor(&rt, &cp, dir.path(), node_with("guarded"));
     open_ask(&m);
@@ -451,7 +358,7 @@ fn a_reclaimable_pods_eviction_is_offered_confirmed_journaled_and_a_budget_is_ne
             uid(&c, "swapped").await.is_none()
         })
         .await;
-        make_pod(&c, "swapped", "swapped").await;
+        make_pod(&c, "sim", "swapped", NODE, &[("app", "swapped")]).await;
     });
     let new = rt.block_on(uid(&c, "swapped")).unwrap();
     assert_ne!(old, new);

@@ -13,12 +13,17 @@
 
 mod common;
 use common::control_plane::ControlPlane;
-use common::{Out, partop, run};
+use common::k8s_api::{admin, namespace, runtime, until_within};
+use common::{Out, partop, run, wait_within};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// How long a wait here may take: the node's twin runs in its own process, started through the
+/// CLI, and a snapshot costs a process.
+const SLOW_SECS: u64 = 40;
 
 /// A Kubernetes node of `gpus` MI300X in DPX (two logical GPUs each: partition 0 named by its
 /// BDF, partition 1 by `amdgpu_xcp_N`), named `node` in the API server, no workload of its own.
@@ -95,70 +100,6 @@ impl Drop for SimNode {
             "",
         );
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn admin(cp: &ControlPlane) -> kube::Client {
-    let c = partop::collect::cluster::client(&partop::collect::cluster::Target {
-        kubeconfig: Some(cp.admin()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    namespace(&c, "default").await;
-    c
-}
-
-/// Namespace `ns` with its `default` service account (no serviceaccount controller runs).
-async fn namespace(c: &kube::Client, ns: &str) {
-    if ns != "default" {
-        let n: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-        Api::all(c.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
-    }
-    let sa: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
-    Api::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-}
-
-/// Waits (at most 40 s) until `f` holds.
-async fn until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + Duration::from_secs(40);
-    while Instant::now() < end {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not within 40 s: {what}");
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(40);
-    while Instant::now() < end {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("not within 40 s: {what}");
 }
 
 async fn allocatable(c: &kube::Client, node: &str) -> Option<String> {
@@ -243,7 +184,8 @@ fn sim_start_joins_the_api_server_and_its_node_advertises_every_logical_gpu() {
     let n = SimNode::start(&cp, "sim-gpu-1", 2);
     runtime().block_on(async {
         let c = admin(&cp).await;
-        until(
+        until_within(
+            SLOW_SECS,
             "the Node sim-gpu-1 advertises 4 amd.com/gpu (2 GPUs in DPX)",
             || async { allocatable(&c, "sim-gpu-1").await.as_deref() == Some("4") },
         )
@@ -345,7 +287,7 @@ fn a_node_managed_by_a_dcm_profile_is_said_in_the_snapshot_the_header_and_the_pl
     let rt = runtime();
     rt.block_on(async {
         let c = admin(&cp).await;
-        until("the Node registered", || async {
+        until_within(SLOW_SECS, "the Node registered", || async {
             allocatable(&c, "sim-dcm").await.is_some()
         })
         .await;
@@ -471,7 +413,7 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
     let c = rt.block_on(async {
         let c = admin(&cp).await;
         namespace(&c, "team-a").await;
-        until("the Node advertises 2", || async {
+        until_within(SLOW_SECS, "the Node advertises 2", || async {
             allocatable(&c, "sim-pods").await.as_deref() == Some("2")
         })
         .await;
@@ -485,7 +427,7 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
             .unwrap();
         }
         for name in ["job-0", "job-1"] {
-            until(&format!("{name} Running"), || async {
+            until_within(SLOW_SECS, &format!("{name} Running"), || async {
                 phase(&c, "team-a", name).await.0 == "Running"
             })
             .await;
@@ -498,7 +440,7 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
         )
         .await
         .unwrap();
-        until("job-2 Pending OutOfamd.com/gpu", || async {
+        until_within(SLOW_SECS, "job-2 Pending OutOfamd.com/gpu", || async {
             let p = phase(&c, "team-a", "job-2").await;
             p == ("Pending".into(), "OutOfamd.com/gpu".into())
         })
@@ -508,7 +450,7 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
     // partop sees each pod on its own logical GPU: partition 0 through its BDF, partition 1
     // through amdgpu_xcp_N, both joined (nothing unmatched).
     let mut snap = n.snapshot();
-    wait_for("both pods' processes in the snapshot", || {
+    wait_within("both pods' processes in the snapshot", SLOW_SECS, || {
         snap = n.snapshot();
         !pod_gpus(&snap, "team-a", "job-0").is_empty()
             && !pod_gpus(&snap, "team-a", "job-1").is_empty()
@@ -545,16 +487,20 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
             .delete("job-0", &DeleteParams::default())
             .await
             .unwrap();
-        until("job-2 Running on the GPU job-0 left", || async {
+        until_within(SLOW_SECS, "job-2 Running on the GPU job-0 left", || async {
             phase(&c, "team-a", "job-2").await.0 == "Running"
         })
         .await;
     });
-    wait_for("job-0 gone from the snapshot, job-2 on its GPU", || {
-        snap = n.snapshot();
-        pod_gpus(&snap, "team-a", "job-0").is_empty()
-            && pod_gpus(&snap, "team-a", "job-2").first().map(|g| g.0) == Some(a[0].0)
-    });
+    wait_within(
+        "job-0 gone from the snapshot, job-2 on its GPU",
+        SLOW_SECS,
+        || {
+            snap = n.snapshot();
+            pod_gpus(&snap, "team-a", "job-0").is_empty()
+                && pod_gpus(&snap, "team-a", "job-2").first().map(|g| g.0) == Some(a[0].0)
+        },
+    );
     rt.block_on(async {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {"name": "big", "namespace": "team-a"},
@@ -566,7 +512,7 @@ fn pods_created_through_the_api_run_on_the_gpus_the_plugin_hands_out_and_stop_wh
             .create(&PostParams::default(), &p)
             .await
             .unwrap();
-        until("big Pending, said", || async {
+        until_within(SLOW_SECS, "big Pending, said", || async {
             phase(&c, "team-a", "big").await.1 == "UnexpectedAdmissionError"
         })
         .await;
@@ -587,7 +533,7 @@ fn a_deployment_made_by_the_controllers_runs_its_pods_on_the_node() {
     rt.block_on(async {
         let c = admin(&cp).await;
         namespace(&c, "serving").await;
-        until("the Node advertises 4", || async {
+        until_within(SLOW_SECS, "the Node advertises 4", || async {
             allocatable(&c, "sim-deploy").await.as_deref() == Some("4")
         })
         .await;
@@ -606,7 +552,7 @@ fn a_deployment_made_by_the_controllers_runs_its_pods_on_the_node() {
             .create(&PostParams::default(), &d)
             .await
             .unwrap();
-        until("the Deployment's 3 replicas ready", || async {
+        until_within(SLOW_SECS, "the Deployment's 3 replicas ready", || async {
             Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(c.clone(), "serving")
                 .get("trainers")
                 .await
@@ -618,8 +564,9 @@ fn a_deployment_made_by_the_controllers_runs_its_pods_on_the_node() {
         .await;
     });
     let mut held = 0;
-    wait_for(
+    wait_within(
         "three pods of the Deployment hold GPUs in the snapshot",
+        SLOW_SECS,
         || {
             let snap = n.snapshot();
             held = partitions(&snap)
@@ -639,7 +586,7 @@ fn kserve_pods_are_models_with_their_replicas_healthy() {
     rt.block_on(async {
         let c = admin(&cp).await;
         namespace(&c, "llm").await;
-        until("the Node advertises 4", || async {
+        until_within(SLOW_SECS, "the Node advertises 4", || async {
             allocatable(&c, "sim-kserve").await.as_deref() == Some("4")
         })
         .await;
@@ -673,7 +620,7 @@ fn kserve_pods_are_models_with_their_replicas_healthy() {
         .unwrap();
         pods.create(&PostParams::default(), &vllm).await.unwrap();
         for name in ["llama-chat-predictor-0", "llama-chat-predictor-1", "qwen-0"] {
-            until(&format!("{name} Running"), || async {
+            until_within(SLOW_SECS, &format!("{name} Running"), || async {
                 phase(&c, "llm", name).await.0 == "Running"
             })
             .await;
@@ -690,7 +637,7 @@ fn kserve_pods_are_models_with_their_replicas_healthy() {
         assert!(pods.create(&PostParams::default(), &bad).await.is_err());
     });
     let mut snap = n.snapshot();
-    wait_for("two models in the snapshot", || {
+    wait_within("two models in the snapshot", SLOW_SECS, || {
         snap = n.snapshot();
         snap["kubelet"]["models"]
             .as_array()

@@ -16,242 +16,78 @@
 #![allow(clippy::print_stderr, reason = "each test says how many cases it ran")]
 
 mod common;
-use common::control_plane::ControlPlane;
 use common::env::SimEnv;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, PostParams};
+use common::k8s_api::{budget, until};
+use common::k8s_node::{K8sNode, apply, host_of, plan_moving_trainer, trainer_scenario};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use partop::domain::k8s_ops;
 use partop::domain::plan::Plan;
-use partop::sim::kubelet::NodeAgent;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Instant;
 
-/// A simulated Kubernetes node (kubelet twin) with one training pod on GPU 0.
-const SIM_NODE: &str = "name = \"k8s-resume\"\ndescription = \"t\"\nproduct = \"mi300x\"\ngpus = 2\ncompute = \"SPX\"\nmemory = \"NPS1\"\nrocm = \"7.0.2\"\nseed = 5\nreload_secs = 6\ntime_scale = 0.01\n\n[[workload]]\nname = \"trainer\"\nkind = \"batch\"\ngpu = 0\nvram_gb = 20\nbusy = 80\ncomm = \"python3\"\n\n[kubernetes]\n";
-
-/// The one control plane and the twin's node agent, which follows the current case's
-/// simulated node (its state file) and counts each pod's finished deletions.
-struct Cluster {
-    cp: ControlPlane,
-    rt: tokio::runtime::Runtime,
-    c: kube::Client,
-    host: String,
-    state: Arc<Mutex<PathBuf>>,
-    gone: Arc<Mutex<BTreeMap<String, u32>>>,
-}
-
-async fn until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not within 30 s: {what}");
-}
-
-async fn namespace(c: &kube::Client, ns: &str) {
-    if ns != "default" {
-        let n: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-        Api::all(c.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
-    }
-    let sa: k8s_openapi::api::core::v1::ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-    Api::namespaced(c.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-}
-
-async fn ready(c: &kube::Client, name: &str) -> bool {
-    Api::<Pod>::namespaced(c.clone(), "sim")
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|p| p.status)
-        .and_then(|s| s.conditions)
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn host_of(e: &SimEnv) -> String {
-    let sock = e.node.state.with_extension("kubelet.sock");
-    common::wait_until("the kubelet twin's socket", || sock.exists());
-    let o = common::run(e.cmd().args(["snapshot", "--json"]), "");
-    let snap: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    snap["host"].as_str().unwrap().to_string()
-}
-
-impl Cluster {
-    fn start(first: &SimEnv) -> Self {
-        let cp = ControlPlane::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let host = host_of(first);
-        let state = Arc::new(Mutex::new(first.node.state.clone()));
-        let gone: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
-        let c = rt.block_on(async {
-            let c = partop::collect::cluster::client(&partop::collect::cluster::Target {
-                kubeconfig: Some(cp.admin()),
-                ..Default::default()
+/// Makes `e` the node's simulated node, its trainer a running pod again; returns the plan to
+/// DPX once the kubelet shows the pod on its GPU.
+fn arm(k: &K8sNode, e: &SimEnv) -> (PathBuf, Plan) {
+    assert_eq!(host_of(e), k.host);
+    k.rt.block_on(async {
+        // A case that failed may have left its pod: it goes first, so the next case starts
+        // from the same node (the failure is said by that case).
+        let api = Api::<Pod>::namespaced(k.c.clone(), "sim");
+        if api.get_opt("trainer").await.unwrap().is_some() {
+            let _ = api.delete("trainer", &Default::default()).await;
+            until("a left pod is gone", || async {
+                api.get_opt("trainer").await.unwrap().is_none()
             })
-            .await
-            .unwrap();
-            namespace(&c, "default").await;
-            namespace(&c, "sim").await;
-            let st = Arc::clone(&state);
-            let mut agent = NodeAgent::new(
-                c.clone(),
-                &host,
-                Arc::new(move || partop::sim::kubelet::advertised(&st.lock().unwrap())),
-                false,
-            );
-            let (st, count) = (Arc::clone(&state), Arc::clone(&gone));
-            agent.on_gone = Some(Arc::new(move |ns: &str, name: &str| {
-                *count
-                    .lock()
-                    .unwrap()
-                    .entry(format!("{ns}/{name}"))
-                    .or_default() += 1;
-                partop::sim::kubelet::stop_pod(&st.lock().unwrap(), ns, name);
-            }));
-            tokio::spawn(agent.run());
-            c
-        });
-        Self {
-            cp,
-            rt,
-            c,
-            host,
-            state,
-            gone,
+            .await;
         }
-    }
-
-    /// Makes `e` the node's simulated node, its trainer a running pod again; returns the plan
-    /// to DPX once the kubelet shows the pod on its GPU.
-    fn arm(&self, e: &SimEnv) -> (PathBuf, Plan) {
-        assert_eq!(host_of(e), self.host);
-        self.rt.block_on(async {
-            // A case that failed may have left its pod: it goes first, so the next case starts
-            // from the same node (the failure is said by that case).
-            let api = Api::<Pod>::namespaced(self.c.clone(), "sim");
-            if api.get_opt("trainer").await.unwrap().is_some() {
-                let _ = api.delete("trainer", &Default::default()).await;
-                until("a left pod is gone", || async {
-                    api.get_opt("trainer").await.unwrap().is_none()
-                })
-                .await;
-            }
-            *self.state.lock().unwrap() = e.node.state.clone();
-            self.gone.lock().unwrap().clear();
-            let pod: Pod = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "trainer", "namespace": "sim", "labels": {"app": "trainer"}},
-                "spec": {"nodeName": self.host, "containers": [{"name": "c", "image": "partop/sim",
-                    "resources": {"limits": {"amd.com/gpu": "1"}}}]},
-            }))
-            .unwrap();
-            Api::<Pod>::namespaced(self.c.clone(), "sim")
-                .create(&PostParams::default(), &pod)
-                .await
-                .unwrap();
-            until("the trainer pod runs", || ready(&self.c, "trainer")).await;
-        });
-        let plan = || {
-            let p = e.plan("--compute DPX", "p.json");
-            let plan: Plan = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            (p, plan)
-        };
-        let (mut path, mut p) = plan();
-        common::wait_until("the trainer holds its GPU in the plan", || {
-            (path, p) = plan();
-            p.kubernetes
-                .as_ref()
-                .is_some_and(|k| k.pods.iter().any(|p| p.label() == "sim/trainer"))
-        });
-        (path, p)
-    }
-
-    /// What is wrong with the node after a finished run: cordoned, tainted, partop's
-    /// annotation left, the pod evicted other than once, the trainer back.
-    fn left_wrong(&self) -> Vec<String> {
-        let mut wrong = Vec::new();
-        let node: Node = self
-            .rt
-            .block_on(Api::all(self.c.clone()).get(&self.host))
-            .unwrap();
-        let spec = node.spec.clone().unwrap_or_default();
-        if spec.unschedulable == Some(true) {
-            wrong.push("left cordoned".into());
-        }
-        if spec
-            .taints
-            .unwrap_or_default()
-            .iter()
-            .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY)
-        {
-            wrong.push("left tainted".into());
-        }
-        if node
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(partop::exec::k8s::CORDONED_BY_PARTOP)
-        {
-            wrong.push("partop's cordon annotation left".into());
-        }
-        let evicted = self
-            .gone
-            .lock()
-            .unwrap()
-            .get("sim/trainer")
-            .copied()
-            .unwrap_or(0);
-        if evicted != 1 {
-            wrong.push(format!(
-                "the pod's deletion finished {evicted} times, not once"
-            ));
-        }
-        wrong
-    }
+    });
+    k.follow(e);
+    k.run_trainer();
+    plan_moving_trainer(e)
 }
 
-/// The resume command `partop journal` prints for the unfinished run.
-fn printed_resume(e: &SimEnv) -> String {
-    let o = common::run(e.cmd().arg("journal"), "");
-    let text = format!("{}{}", o.stdout, o.stderr);
-    let at = text
-        .find("Continue it with `")
-        .unwrap_or_else(|| panic!("no resume command in `partop journal`:\n{text}"));
-    let rest = &text[at + "Continue it with `".len()..];
-    rest[..rest.find('`').unwrap()].to_string()
+/// What is wrong with the node after a finished run: cordoned, tainted, partop's annotation
+/// left, the pod evicted other than once, the trainer back.
+fn left_wrong(k: &K8sNode) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let node = k.node();
+    let spec = node.spec.clone().unwrap_or_default();
+    if spec.unschedulable == Some(true) {
+        wrong.push("left cordoned".into());
+    }
+    if spec
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY)
+    {
+        wrong.push("left tainted".into());
+    }
+    if node
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .contains_key(partop::exec::k8s::CORDONED_BY_PARTOP)
+    {
+        wrong.push("partop's cordon annotation left".into());
+    }
+    let evicted = k.deletions("sim/trainer");
+    if evicted != 1 {
+        wrong.push(format!(
+            "the pod's deletion finished {evicted} times, not once"
+        ));
+    }
+    wrong
 }
 
 /// One kill point: the apply killed at `at`, then resumed with the printed command.
-fn one(k: &Cluster, at: &str) -> Result<(), String> {
-    let e = SimEnv::new(SIM_NODE);
-    let (path, p) = k.arm(&e);
-    let status = e
-        .cmd()
-        .env("KUBECONFIG", k.cp.admin())
+fn one(k: &K8sNode, at: &str) -> Result<(), String> {
+    let e = SimEnv::new(&trainer_scenario("k8s-resume"));
+    let (path, p) = arm(k, &e);
+    let status = apply(&e, &k.cp.admin(), &path, &[])
         .env(partop::exec::apply::CRASH_ENV, at)
-        .arg("apply")
-        .arg(&path)
-        .args(["--yes", "--grace", "3"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -260,27 +96,9 @@ fn one(k: &Cluster, at: &str) -> Result<(), String> {
     if std::os::unix::process::ExitStatusExt::signal(&status) != Some(9) {
         return Err(format!("the apply was not killed ({status})"));
     }
-    let cmd = printed_resume(&e);
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let cmd = e.printed_resume();
     let o = common::run(
-        Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    bin.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
-            .env("KUBECONFIG", k.cp.admin())
-            .env("XDG_STATE_HOME", e.xdg())
-            .env("XDG_CONFIG_HOME", e.xdg())
-            .env_remove("PARTOP_SIM_STATE"),
+        e.pasted(&cmd).env("KUBECONFIG", k.cp.admin()),
         // The confirmation typed as an operator would (a simulated node asks for `yes`).
         "yes\n",
     );
@@ -293,7 +111,7 @@ fn one(k: &Cluster, at: &str) -> Result<(), String> {
     if e.modes().0 != "DPX" {
         return Err(format!("ends in {:?}, not DPX", e.modes()));
     }
-    let mut wrong = k.left_wrong();
+    let mut wrong = left_wrong(k);
     let runs = partop::exec::journal::runs(&e.journal());
     match runs.iter().rev().find(|r| r.fingerprint == p.fingerprint) {
         Some(r) if r.closed.as_deref() == Some("done") => {}
@@ -309,9 +127,9 @@ fn one(k: &Cluster, at: &str) -> Result<(), String> {
 
 #[test]
 fn a_kubernetes_repartition_killed_at_every_step_boundary_resumes_uncordoned_and_untainted() {
-    let first = SimEnv::new(SIM_NODE);
-    let k = Cluster::start(&first);
-    let (_, p) = k.arm(&first);
+    let first = SimEnv::new(&trainer_scenario("k8s-resume"));
+    let k = K8sNode::start(&first, false);
+    let (_, p) = arm(&k, &first);
     // The pod of this first arming is evicted by the first case's node, not this one's.
     k.rt.block_on(async {
         Api::<Pod>::namespaced(k.c.clone(), "sim")
@@ -376,9 +194,8 @@ fn a_kubernetes_repartition_killed_at_every_step_boundary_resumes_uncordoned_and
 }
 
 /// Whether the node is marked unschedulable now.
-fn cordoned(k: &Cluster) -> bool {
-    let node: Node = k.rt.block_on(Api::all(k.c.clone()).get(&k.host)).unwrap();
-    node.spec.and_then(|s| s.unschedulable) == Some(true)
+fn cordoned(k: &K8sNode) -> bool {
+    k.node().spec.and_then(|s| s.unschedulable) == Some(true)
 }
 
 /// Two operators on one Kubernetes node: a second `partop apply` while the first waits at a
@@ -388,33 +205,11 @@ fn cordoned(k: &Cluster) -> bool {
 /// is killed after its cordon step and resumed. 3 cases.
 #[test]
 fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone() {
-    let e = SimEnv::new(SIM_NODE);
-    let k = Cluster::start(&e);
-    let (path, _) = k.arm(&e);
-    let pdbs =
-        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(k.c.clone(), "sim");
-    k.rt.block_on(async {
-        let pdb = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "trainer-pdb", "namespace": "sim"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "trainer"}}},
-        }))
-        .unwrap();
-        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-        until("the disruption controller computed the budget", || async {
-            pdbs.get("trainer-pdb")
-                .await
-                .ok()
-                .and_then(|b| b.status)
-                .is_some_and(|s| s.current_healthy == Some(1))
-        })
-        .await;
-    });
-    let first = e
-        .cmd()
-        .env("KUBECONFIG", k.cp.admin())
-        .arg("apply")
-        .arg(&path)
-        .args(["--yes", "--grace", "3"])
+    let e = SimEnv::new(&trainer_scenario("k8s-resume"));
+    let k = K8sNode::start(&e, false);
+    let (path, _) = arm(&k, &e);
+    let pdbs = k.rt.block_on(budget(&k.c, "sim", "trainer", 1, 1));
+    let first = apply(&e, &k.cp.admin(), &path, &[])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -430,14 +225,7 @@ fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone(
     // 1. The second operator: refused by the lock, naming who holds it; nothing of its own
     //    journaled, the node as the first left it.
     let before = e.journal().len();
-    let o = common::run(
-        e.cmd()
-            .env("KUBECONFIG", k.cp.admin())
-            .arg("apply")
-            .arg(&path)
-            .args(["--yes", "--grace", "3"]),
-        "",
-    );
+    let o = common::run(&mut apply(&e, &k.cp.admin(), &path, &[]), "");
     let said = format!("{}{}", o.stdout, o.stderr);
     assert_ne!(o.code, 0, "{said}");
     assert!(
@@ -461,7 +249,7 @@ fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(k.left_wrong().is_empty(), "{:?}", k.left_wrong());
+    assert!(left_wrong(&k).is_empty(), "{:?}", left_wrong(&k));
     drop(e);
 
     // 2. and 3. Someone else cordoned the node: a finished run and a run killed after its
@@ -469,13 +257,9 @@ fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone(
     let (ok, text) = k.cp.kubectl(&k.cp.admin(), &["cordon", &k.host]);
     assert!(ok, "{text}");
     for crash in [None, Some("end:1")] {
-        let e = SimEnv::new(SIM_NODE);
-        let (path, _) = k.arm(&e);
-        let mut c = e.cmd();
-        c.env("KUBECONFIG", k.cp.admin())
-            .arg("apply")
-            .arg(&path)
-            .args(["--yes", "--grace", "3"]);
+        let e = SimEnv::new(&trainer_scenario("k8s-resume"));
+        let (path, _) = arm(&k, &e);
+        let mut c = apply(&e, &k.cp.admin(), &path, &[]);
         if let Some(at) = crash {
             c.env(partop::exec::apply::CRASH_ENV, at);
         }
@@ -483,14 +267,7 @@ fn a_second_operator_is_refused_by_the_lock_and_anothers_cordon_is_never_undone(
         let mut said = format!("{}{}", o.stdout, o.stderr);
         if crash.is_some() {
             assert_ne!(o.code, 0, "killed: {said}");
-            let r = common::run(
-                e.cmd()
-                    .env("KUBECONFIG", k.cp.admin())
-                    .arg("apply")
-                    .arg(&path)
-                    .args(["--resume", "--yes", "--grace", "3"]),
-                "",
-            );
+            let r = common::run(&mut apply(&e, &k.cp.admin(), &path, &["--resume"]), "");
             assert_eq!(r.code, 0, "resumed: {}{}", r.stdout, r.stderr);
             said.push_str(&r.stdout);
             said.push_str(&r.stderr);

@@ -49,17 +49,6 @@ fn plan(e: &SimEnv, to: (&str, &str)) -> (std::path::PathBuf, Plan) {
     (p, plan)
 }
 
-/// The resume command `partop journal` prints for the unfinished run.
-fn printed_resume(e: &SimEnv) -> String {
-    let o = run(e.cmd().arg("journal"), "");
-    let text = format!("{}{}", o.stdout, o.stderr);
-    let at = text
-        .find("Continue it with `")
-        .unwrap_or_else(|| panic!("no resume command in `partop journal`:\n{text}"));
-    let rest = &text[at + "Continue it with `".len()..];
-    rest[..rest.find('`').unwrap()].to_string()
-}
-
 fn one(mv: Move, kill: &Kill) -> Result<String, String> {
     let scale = if matches!(kill, Kill::InsideReload) {
         0.3
@@ -115,27 +104,8 @@ fn one(mv: Move, kill: &Kill) -> Result<String, String> {
     }
     // Pasted exactly as printed, into a shell whose PATH has this partop; the confirmation is
     // typed as an operator would (the host name).
-    let cmd = printed_resume(&e);
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path_var = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let host = partop::collect::host::hostname();
-    let o = run(
-        Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .env("PATH", path_var)
-            .env("XDG_STATE_HOME", e.xdg())
-            .env("XDG_CONFIG_HOME", e.xdg())
-            .env_remove("PARTOP_SIM_STATE"),
-        &format!("{host}\n"),
-    );
+    let cmd = e.printed_resume();
+    let o = paste(&e, &cmd);
     if o.code != 0 {
         return Err(format!(
             "`{cmd}` exited {}:\n{}{}",
@@ -255,23 +225,8 @@ fn an_apply_killed_anywhere_resumes_with_the_printed_command() {
 
 /// Pastes the resume command as printed, with the host name typed; returns its output.
 fn paste(e: &SimEnv, cmd: &str) -> common::Out {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path_var = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     run(
-        Command::new("sh")
-            .arg("-c")
-            .arg(cmd)
-            .env("PATH", path_var)
-            .env("XDG_STATE_HOME", e.xdg())
-            .env("XDG_CONFIG_HOME", e.xdg())
-            .env_remove("PARTOP_SIM_STATE"),
+        &mut e.pasted(cmd),
         &format!("{}\n", partop::collect::host::hostname()),
     )
 }
@@ -318,7 +273,7 @@ fn a_resume_while_a_relaunched_model_loads_waits_for_it() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let cmd = printed_resume(&e);
+    let cmd = e.printed_resume();
     let o = paste(&e, &cmd);
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     assert!(
@@ -491,28 +446,8 @@ fn a_gpu_changed_by_hand_after_the_run_set_it_is_refused_then_resumes_once_set_b
     let o = e.node.amd("set -g 0 -C SPX", "y\n");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let bdf = p.steps[set].bdfs[0].clone();
-    let cmd = printed_resume(&e);
-    let host = partop::collect::host::hostname();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_partop"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let paste = || {
-        run(
-            Command::new("sh")
-                .arg("-c")
-                .arg(&cmd)
-                .env(
-                    "PATH",
-                    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-                )
-                .env("XDG_STATE_HOME", e.xdg())
-                .env("XDG_CONFIG_HOME", e.xdg())
-                .env_remove("PARTOP_SIM_STATE"),
-            &format!("{host}\n"),
-        )
-    };
-    let refused = paste();
+    let cmd = e.printed_resume();
+    let refused = paste(&e, &cmd);
     let said = format!("{}{}", refused.stdout, refused.stderr);
     assert_ne!(refused.code, 0, "{said}");
     assert!(
@@ -524,7 +459,7 @@ fn a_gpu_changed_by_hand_after_the_run_set_it_is_refused_then_resumes_once_set_b
     );
     let o = e.node.amd("set -g 0 -C DPX", "y\n");
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
-    let done = paste();
+    let done = paste(&e, &cmd);
     assert_eq!(done.code, 0, "{}{}", done.stdout, done.stderr);
     assert_eq!(
         e.modes(),

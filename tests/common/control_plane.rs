@@ -5,6 +5,7 @@
 //! with what to install; nothing is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,14 +26,6 @@ pub struct ControlPlane {
     /// Where the binaries are (kubectl of the same version among them).
     pub bin: PathBuf,
     procs: Vec<Child>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The directory of the built binaries: built (or found in the cache) by the repository's script.
@@ -269,6 +262,30 @@ pub fn kube(cp: &ControlPlane, args: &[&str]) -> String {
     out
 }
 
+/// `yaml` (one or more objects) applied as the admin, through a file under `dir`.
+pub fn apply_yaml(cp: &ControlPlane, dir: &Path, yaml: &str) {
+    let f = dir.join(format!("obj-{}.yaml", yaml.len()));
+    std::fs::write(&f, yaml).unwrap();
+    kube(cp, &["apply", "-f", f.to_str().unwrap()]);
+}
+
+/// Sets `status` (a JSON object's `status`, as a kubelet reports it) on Node `name` through
+/// the status subresource: no kubelet runs, so the test says what one would.
+pub fn patch_status(cp: &ControlPlane, name: &str, status: &serde_json::Value) {
+    kube(
+        cp,
+        &[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    );
+}
+
 /// A Node object, as JSON.
 pub fn node(cp: &ControlPlane, name: &str) -> serde_json::Value {
     serde_json::from_str(&kube(cp, &["get", "node", name, "-o", "json"])).unwrap()
@@ -280,6 +297,11 @@ pub fn label(n: &serde_json::Value, k: &str) -> String {
         .as_str()
         .unwrap_or("")
         .to_string()
+}
+
+/// Whether a Node (as JSON) is marked unschedulable.
+pub fn cordoned(n: &serde_json::Value) -> bool {
+    n["spec"]["unschedulable"].as_bool().unwrap_or(false)
 }
 
 /// The reasons of the events about object `name` in `default`.

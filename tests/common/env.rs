@@ -79,6 +79,37 @@ impl SimEnv {
         partop::exec::journal::read(&self.journal_path()).unwrap().0
     }
 
+    /// The resume command `partop journal` prints for the node's unfinished run.
+    pub fn printed_resume(&self) -> String {
+        let o = run(self.cmd().arg("journal"), "");
+        let text = format!("{}{}", o.stdout, o.stderr);
+        let at = text
+            .find("Continue it with `")
+            .unwrap_or_else(|| panic!("no resume command in `partop journal`:\n{text}"));
+        let rest = &text[at + "Continue it with `".len()..];
+        rest[..rest.find('`').unwrap()].to_string()
+    }
+
+    /// `cmd` pasted as it is into a shell of the operator's on this node: this partop first on
+    /// PATH, the node's config and state directories, no `PARTOP_SIM_STATE` (what the command
+    /// names is all it has).
+    pub fn pasted(&self, cmd: &str) -> Command {
+        let bin = Path::new(env!("CARGO_BIN_EXE_partop")).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(cmd)
+            .env("PATH", path)
+            .env("XDG_STATE_HOME", self.xdg())
+            .env("XDG_CONFIG_HOME", self.xdg())
+            .env_remove("PARTOP_SIM_STATE");
+        c
+    }
+
     pub fn state(&self) -> SimState {
         SimState::load(&self.node.state).unwrap()
     }

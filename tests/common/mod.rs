@@ -1,18 +1,24 @@
 //! Shared helpers for the integration tests: the partop binary, a simulated node in a temp dir,
-//! and `wait_until` (never fixed sleeps).
+//! a child's output gathered as it prints, and `wait_until` / `wait_within` (never fixed
+//! sleeps). The Kubernetes tests' setup is in `control_plane` (the control plane, kubectl),
+//! `k8s_api` (kube-rs), `k8s_node` (a simulated node as a node of it) and `sim_cluster`.
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod control_plane;
 pub mod env;
+pub mod fleet_journal;
+pub mod k8s_api;
+pub mod k8s_node;
 pub mod nodes;
 pub mod screen;
 pub mod serve;
 pub mod sim_cluster;
 pub mod tmux;
 
-use std::io::Write;
+use std::io::{BufRead as _, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The partop binary under test.
@@ -53,19 +59,53 @@ pub fn run(cmd: &mut Command, stdin: &str) -> Out {
 }
 
 /// Polls `pred` until true or the deadline (PARTOP_TEST_TIMEOUT_SECS, default 20 s).
-pub fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, pred: impl FnMut() -> bool) {
     let secs = std::env::var("PARTOP_TEST_TIMEOUT_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
+    poll(what, secs, Duration::from_millis(50), pred);
+}
+
+/// Polls `pred` until true, `secs` at most, every 200 ms: for a probe that costs a process (a
+/// kubectl, a snapshot), where `wait_until`'s pace would load the machine.
+pub fn wait_within(what: &str, secs: u64, pred: impl FnMut() -> bool) {
+    poll(what, secs, Duration::from_millis(200), pred);
+}
+
+fn poll(what: &str, secs: u64, every: Duration, mut pred: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
         if pred() {
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
     }
-    panic!("timed out waiting for {what}");
+    panic!("timed out waiting for {what} ({secs} s)");
+}
+
+/// What a child prints on stdout and stderr, line by line as it prints (for a test that waits on
+/// its words, and for failure messages).
+pub type Said = Arc<Mutex<String>>;
+
+/// Takes `child`'s piped stdout and stderr and gathers their lines into one `Said`.
+pub fn gather(child: &mut Child) -> Said {
+    let said = Arc::new(Mutex::new(String::new()));
+    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    for r in [
+        Box::new(out) as Box<dyn std::io::Read + Send>,
+        Box::new(err) as Box<dyn std::io::Read + Send>,
+    ] {
+        let s = Arc::clone(&said);
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+                let mut g = s.lock().unwrap();
+                g.push_str(&l);
+                g.push('\n');
+            }
+        });
+    }
+    said
 }
 
 /// A simulated node in a temp dir, stopped on drop.
@@ -141,6 +181,15 @@ impl Drop for Node {
             "",
         );
     }
+}
+
+/// A loopback port free now (the OS's pick), for a server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A fixture file's text.

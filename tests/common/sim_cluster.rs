@@ -1,12 +1,12 @@
 //! `partop sim cluster` as a child on a test's control plane: started and waited for until it
 //! says it is ready (what it says kept for failure messages), stopped with SIGTERM when
-//! dropped; and waiting for a node's label, as the cluster's managers move it.
+//! dropped (alone, or with a control plane of its own: `start_cluster`); and waiting for a
+//! node's label, as the cluster's managers move it.
 
 use super::control_plane::{ControlPlane, label, node};
-use super::partop;
-use std::io::BufRead as _;
+use super::{Said, gather, partop};
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Waits (at most `secs`) until `node`'s label `k` is `v`.
@@ -36,7 +36,7 @@ pub fn until_label(
 pub struct Sim {
     child: Child,
     /// Its stdout and stderr so far.
-    pub said: Arc<Mutex<String>>,
+    pub said: Said,
 }
 
 impl Drop for Sim {
@@ -62,21 +62,7 @@ pub fn start_sim(cp: &ControlPlane, dir: &std::path::Path, args: &[&str]) -> Sim
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
-    let said = Arc::new(Mutex::new(String::new()));
-    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    for r in [
-        Box::new(out) as Box<dyn std::io::Read + Send>,
-        Box::new(err) as Box<dyn std::io::Read + Send>,
-    ] {
-        let s = Arc::clone(&said);
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
-                let mut g = s.lock().unwrap();
-                g.push_str(&l);
-                g.push('\n');
-            }
-        });
-    }
+    let said = gather(&mut child);
     let end = Instant::now() + Duration::from_secs(120);
     while !said.lock().unwrap().contains("ready:") {
         assert!(
@@ -87,4 +73,14 @@ pub fn start_sim(cp: &ControlPlane, dir: &std::path::Path, args: &[&str]) -> Sim
         std::thread::sleep(Duration::from_millis(100));
     }
     Sim { child, said }
+}
+
+/// A test's own simulated cluster: a control plane started, a scratch directory (the
+/// simulator's files under its `sim/`), and `partop sim cluster` with `args` on it, ready. Bound
+/// as `let (cp, dir, sim) = …`, the simulator is stopped first, the control plane last.
+pub fn start_cluster(args: &[&str]) -> (ControlPlane, tempfile::TempDir, Sim) {
+    let cp = ControlPlane::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sim = start_sim(&cp, &dir.path().join("sim"), args);
+    (cp, dir, sim)
 }
