@@ -720,7 +720,41 @@ fn a_cluster_plan_set_is_verified_never_trusted() {
             .contains("names no node")
     );
     cases += 3;
-    assert_eq!(cases, 36);
+    // A set made consistently (every fingerprint recomputed: a fingerprint is no signature)
+    // whose names would address something else in an API path, a field selector or a printed
+    // command: refused by name before anything is asked of the cluster (8 cases).
+    type Hostile = (&'static str, fn(&mut NodePlan));
+    let hostile: [Hostile; 8] = [
+        ("a node with a slash", |p| p.node = "n0/../secrets".into()),
+        ("a node with a comma", |p| {
+            p.node = "n0,metadata.name=x".into()
+        }),
+        ("a node with a blank", |p| p.node = "n0 --all".into()),
+        ("a node with a control", |p| p.node = "n0\u{1b}[2J".into()),
+        ("a node in capitals", |p| p.node = "N0".into()),
+        ("an empty node", |p| p.node = String::new()),
+        ("a pod's namespace with a dot", |p| {
+            p.pods[0].namespace = "a.b".into()
+        }),
+        ("a pod with a slash", |p| {
+            p.pods[0].name = "web/eviction".into()
+        }),
+    ];
+    for (what, edit) in &hostile {
+        let mut t = s.clone();
+        edit(&mut t.nodes[0]);
+        t.nodes[0].fingerprint = t.nodes[0].computed();
+        t.fingerprint = t.computed();
+        let e = partop::exec::rollout::verify(&t, file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is not a Kubernetes name") && !e.contains('\u{1b}'),
+            "{what}: {e}"
+        );
+        cases += 1;
+    }
+    assert_eq!(cases, 44);
     eprintln!("{cases} cluster plan sets verified");
 }
 

@@ -364,6 +364,18 @@ impl ClusterPlanSet {
         if self.nodes.is_empty() {
             return Some("the set names no node".into());
         }
+        // Names go into API paths and field selectors: only Kubernetes names.
+        let named = self.nodes.iter().find_map(|n| {
+            super::k8s_ops::name_problem("node", &n.node).or_else(|| {
+                n.pods.iter().find_map(|p| {
+                    super::k8s_ops::name_problem("namespace", &p.namespace)
+                        .or_else(|| super::k8s_ops::name_problem("pod", &p.name))
+                })
+            })
+        });
+        if named.is_some() {
+            return named;
+        }
         if let Some(n) = self.nodes.iter().find(|n| {
             n.computed() != n.fingerprint
                 || matches!(&n.engine, Engine::PartopApply { plan, .. } if !plan.content_intact())

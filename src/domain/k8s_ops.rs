@@ -153,8 +153,34 @@ pub fn allocatable_differs(
         .collect()
 }
 
+/// Why `name` is not a Kubernetes object name of `kind` (None: it is one). Names are DNS-1123
+/// subdomains (lowercase letters, digits, `-` and `.`, starting and ending with a letter or
+/// digit, at most 253), a namespace a DNS-1123 label (no `.`, at most 63). Checked where a
+/// name from a file or a socket is about to go into an API path, a field selector or a
+/// printed command: a name with `/`, `,`, `=` or a blank would address something else.
+pub fn name_problem(kind: &str, name: &str) -> Option<String> {
+    let label = kind == "namespace";
+    let max = if label { 63 } else { 253 };
+    let ok_char =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.');
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let fine = !name.is_empty()
+        && name.len() <= max
+        && name.chars().all(ok_char)
+        && edge(name.chars().next())
+        && edge(name.chars().last());
+    (!fine).then(|| {
+        format!(
+            "{kind} {:?} is not a Kubernetes name (lowercase letters, digits, '-'{}, at most {max} characters): refused",
+            crate::domain::text::escape_controls(&name.chars().take(80).collect::<String>()),
+            if label { "" } else { " and '.'" }
+        )
+    })
+}
+
 /// The exact commands that undo what a stopped run left on the node.
 pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
+    let node = crate::domain::text::shell_quote(node);
     let mut out = Vec::new();
     if tainted {
         out.push(format!(
@@ -170,6 +196,42 @@ pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names that would address something else, or are not names, are refused; real ones
+    /// pass: every family (separators, blanks, controls, case, edges, length) at each place of
+    /// a name (55 cases).
+    #[test]
+    fn only_kubernetes_names_pass() {
+        let good = [
+            "gpu-node-1",
+            "a",
+            "node.example.com",
+            "sim-amd-0001",
+            &"a".repeat(253),
+        ];
+        for g in good {
+            assert_eq!(name_problem("node", g), None, "{g}");
+        }
+        assert_eq!(name_problem("namespace", "kube-system"), None);
+        let mut cases = good.len() + 1;
+        for bad in [
+            "/", ",", "=", " ", "\t", "\n", "\u{1b}", "A", "_", ":", "?", "#", "%", "'",
+        ] {
+            for at in ["{}x", "x{}x", "x{}"] {
+                let n = at.replace("{}", bad);
+                assert!(name_problem("node", &n).is_some(), "{n:?}");
+                cases += 1;
+            }
+        }
+        for bad in ["", "-a", "a-", ".a", &"a".repeat(254)] {
+            assert!(name_problem("pod", bad).is_some(), "{bad:?}");
+            cases += 1;
+        }
+        assert!(name_problem("namespace", "a.b").is_some());
+        assert!(name_problem("namespace", &"a".repeat(64)).is_some());
+        cases += 2;
+        assert_eq!(cases, 55);
+    }
 
     #[test]
     fn the_eviction_body_carries_grace_dry_run_and_uid() {

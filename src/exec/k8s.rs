@@ -163,6 +163,12 @@ impl NodeOps {
         let mut config = crate::collect::cluster::config(t)
             .await
             .map_err(K8sError::Api)?;
+        if let Some(why) = (!node.is_empty())
+            .then(|| k8s_ops::name_problem("node", node))
+            .flatten()
+        {
+            return Err(K8sError::Api(why));
+        }
         config.default_retry = false;
         let client = kube::Client::try_from(config)
             .map_err(|e| K8sError::Api(format!("Kubernetes client: {e}")))?;
@@ -358,6 +364,11 @@ impl NodeOps {
         dry_run: bool,
         mut on_blocked: impl FnMut(&str, &str),
     ) -> Result<bool, K8sError> {
+        if let Some(why) = k8s_ops::name_problem("namespace", &pod.namespace)
+            .or_else(|| k8s_ops::name_problem("pod", &pod.name))
+        {
+            return Err(K8sError::Api(why));
+        }
         let start = Instant::now();
         let mut last = String::new();
         loop {
