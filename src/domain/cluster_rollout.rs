@@ -452,11 +452,12 @@ impl Step {
             .collect()
     }
 
-    /// Where a node whose steps `done` were journaled done continues: the first step not done;
-    /// a manager's answer that did not come (or was a failure) asks the manager again, since
-    /// only a new label makes it act.
-    pub fn resume_at(done: &[Self]) -> Option<Self> {
-        let next = Self::ALL.into_iter().find(|s| !done.contains(s))?;
+    /// Where a node of `steps` (its engine's, [`Self::of_engine`]) whose steps `done` were
+    /// journaled done continues: the first of its steps not done (a node whose own apply drains
+    /// has no cordon to begin again at); a manager's answer that did not come (or was a
+    /// failure) asks the manager again, since only a new label makes it act.
+    pub fn resume_at(steps: &[Self], done: &[Self]) -> Option<Self> {
+        let next = steps.iter().copied().find(|s| !done.contains(s))?;
         Some(if next == Self::WaitState {
             Self::Label
         } else {
@@ -853,7 +854,27 @@ mod tests {
             None,
         ];
         for (i, w) in want.iter().enumerate() {
-            assert_eq!(Step::resume_at(&Step::ALL[..i]), *w, "{i} of 7 steps done");
+            assert_eq!(
+                Step::resume_at(&Step::ALL, &Step::ALL[..i]),
+                *w,
+                "{i} of 7 steps done"
+            );
+        }
+        // A node whose own apply drains has three steps; with all done nothing is left (it
+        // began at the cordon it does not have, and ran its apply again), with none or some
+        // done it continues at its first not done (4 cases).
+        let steps = Step::of_engine(&own(Some("n")));
+        assert_eq!(steps, [Step::Label, Step::WaitState, Step::WaitAllocatable]);
+        for (i, w) in [
+            Some(Step::Label),
+            Some(Step::Label),
+            Some(Step::WaitAllocatable),
+            None,
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(Step::resume_at(&steps, &steps[..i]), *w, "{i} of 3 done");
         }
     }
 

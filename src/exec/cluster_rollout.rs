@@ -423,7 +423,7 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
             .filter_map(|k| Step::of_key(k))
             .collect();
         let first = match how {
-            NodeStart::Resume => Step::resume_at(&done),
+            NodeStart::Resume => Step::resume_at(&Step::of_engine(&n.engine), &done),
             _ => Some(Step::Cordon),
         };
         let Some(first) = first else {
