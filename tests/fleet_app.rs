@@ -887,5 +887,26 @@ fn the_stage_dialog_in_each_phase() {
         );
         assert!(draw(&s, "stopped").contains("the rollout stopped"));
         insta::assert_snapshot!(format!("fleet_stage__{w}x{h}"), shots.join("\n"));
+        // The end as the child wrote its last lines, control characters and all (a clear
+        // screen, a bell, a C1 CSI, a carriage return): drawn as visible escapes, never as
+        // what a terminal would obey.
+        update(
+            &mut s,
+            FleetMsg::RolledOut(Err(
+                "the rollout stopped: node2: \u{1b}[2J\u{7} \u{9b}31mrefused\r".into(),
+            )),
+        );
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| partop::ui::fleet::render(f, &s, &theme()))
+            .unwrap();
+        let text = format!("{}", t.backend());
+        assert!(
+            text.contains(r"node2: \x1b[2J\x07 \x9b31mrefused\x0d"),
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the screen: {text:?}"
+        );
     }
 }
