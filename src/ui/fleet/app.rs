@@ -118,7 +118,8 @@ struct Fleet<'a> {
 
 /// A node open from the fleet: the monitor's views on it, read only, fed by its full stream
 /// through the node's own transport, its effects through that transport
-/// ([`crate::ui::effect::ExecSettings::remote`]).
+/// ([`crate::ui::effect::ExecSettings::Remote`]: nothing that changes a node can be built on
+/// it).
 struct OpenNode<'a> {
     name: String,
     monitor: Monitor<'a>,
@@ -191,7 +192,7 @@ impl<'a> Fleet<'a> {
         let (mtx, said) = mpsc::channel(64);
         let (rtx, requests) = mpsc::channel(4);
         let runner = EffectRunner {
-            exec: ExecSettings::remote(remote),
+            exec: ExecSettings::Remote(remote),
             requests: rtx,
             tx: mtx,
         };
