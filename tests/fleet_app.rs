@@ -1203,3 +1203,74 @@ fn no_effect_on_a_node_opened_from_the_fleet_reaches_an_executor() {
     let journal = std::fs::read_to_string(dir.path().join("journal.jsonl")).unwrap();
     assert!(journal.contains("kill.sigterm"), "{journal}");
 }
+
+/// The monitor of a node opened from the fleet (`remote_monitor`, as Enter builds it, from a
+/// keymap that binds every mutating key) on a recorded node: every mutating command, from
+/// every view, is refused with the words the operator sees ("read-only: … is not available")
+/// and asks for no effect at all. Says how many cases ran.
+#[test]
+fn every_mutating_command_on_a_node_opened_from_the_fleet_is_refused_in_words() {
+    use partop::ui::command::Danger;
+    use partop::ui::state::Msg;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = Remote {
+        name: "node-a".into(),
+        target: partop::collect::fleet::Target::Http {
+            addr: "127.0.0.1:9".into(),
+        },
+        transport: transport(dir.path()),
+    };
+    let views: Vec<Command> = Command::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.name().starts_with("view_"))
+        .collect();
+    let mutating: Vec<Command> = Command::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.danger() == Danger::Mutating)
+        .collect();
+    assert!(views.len() >= 5 && !mutating.is_empty(), "{views:?}");
+    let mut cases = 0;
+    for v in &views {
+        for c in &mutating {
+            let mut s = partop::ui::fleet::app::remote_monitor(&keymap(), &remote);
+            partop::ui::state::update(
+                &mut s,
+                Msg::Snapshot(Arc::new(common::nodes::recorded("dpx-nps2-two-models"))),
+            );
+            partop::ui::state::update(&mut s, Msg::Tick(common::nodes::T + 1000));
+            partop::ui::state::update(&mut s, Msg::Command(*v));
+            let effects = partop::ui::state::update(&mut s, Msg::Command(*c));
+            assert!(
+                effects.is_empty(),
+                "{} in {}: {effects:?}",
+                c.name(),
+                v.name()
+            );
+            assert_eq!(
+                s.notice.as_ref().map(|(t, _)| t.as_str()),
+                Some(format!("read-only: {} is not available", c.name()).as_str()),
+                "{} in {}",
+                c.name(),
+                v.name()
+            );
+            assert!(
+                s.staging.is_none()
+                    && s.mig_staging.is_none()
+                    && s.model_ask.is_none()
+                    && s.dialog.is_none()
+                    && s.evict_ask.is_none(),
+                "{} in {} opened a change",
+                c.name(),
+                v.name()
+            );
+            cases += 1;
+        }
+    }
+    println!(
+        "{cases} cases: {} mutating commands in each of {} views, every one refused in words",
+        mutating.len(),
+        views.len()
+    );
+}

@@ -176,19 +176,7 @@ impl<'a> Fleet<'a> {
                 log::warn!("{why}");
             })
         };
-        // Read only whatever keymap it was given: the node is not this machine.
-        let mut state = State::new(
-            runner.monitor_keymap.clone().read_only(),
-            crate::domain::findings::Thresholds::default(),
-            1000,
-        );
-        state.read_only = true;
-        state.embedded = true;
-        state.theme_notice = Some(format!(
-            "{} · read only, via {} · Esc: back to the fleet",
-            n.name,
-            remote.via()
-        ));
+        let state = remote_monitor(&runner.monitor_keymap, &remote);
         let (mtx, said) = mpsc::channel(64);
         let (rtx, requests) = mpsc::channel(4);
         let runner = EffectRunner {
@@ -358,6 +346,24 @@ impl App for Fleet<'_> {
         self.dirty = false;
         render(frame, &self.state, self.theme);
     }
+}
+
+/// The monitor's state for a node opened from the fleet: read only whatever keymap it was
+/// given (the node is not this machine), drawn inside the fleet, its banner saying so.
+pub fn remote_monitor(keymap: &Keymap, remote: &Remote) -> State {
+    let mut state = State::new(
+        keymap.clone().read_only(),
+        crate::domain::findings::Thresholds::default(),
+        1000,
+    );
+    state.read_only = true;
+    state.embedded = true;
+    state.theme_notice = Some(format!(
+        "{} · read only, via {} · Esc: back to the fleet",
+        remote.name,
+        remote.via()
+    ));
+    state
 }
 
 /// Runs a planning or rollout job on a blocking thread: its lines and its end come back as
