@@ -336,27 +336,28 @@ impl Node {
         )
     }
 
-    /// What the monitor's effect runner needs of this node, derived from the node itself (it
-    /// was a hand-kept copy of these fields): its journal, simulated state, registry, model
-    /// logs, nvidia-smi, and whether it is a recording.
+    /// What the monitor's effect runner needs of this node, derived from the node itself in
+    /// this one place: its journal, simulated state, registry, model logs, nvidia-smi, and
+    /// whether it is a recording. (A node opened from the fleet is not one of these: the
+    /// fleet gives its monitor `ExecSettings::Remote`.)
     pub fn exec_settings(
         &self,
         journal: PathBuf,
     ) -> std::io::Result<crate::ui::effect::ExecSettings> {
-        Ok(crate::ui::effect::ExecSettings {
-            journal,
-            proc_root: "/proc".into(),
-            simulated: self.sim.is_some(),
-            sim_state: self.sim_state().map(std::path::Path::to_path_buf),
-            models: self.models.clone(),
-            model_log_dir: self.model_log_dir(),
-            nvidia_smi: Some(self.nvidia_smi.program.clone()),
-            nvidia_replay: matches!(self.nvidia, Some(NvidiaAccess::Recorded(_))),
-            exe: std::env::current_exe()?,
-            apply_dir: crate::ui::effect::default_apply_dir(),
-            remote: None,
-            kube: crate::collect::cluster::Target::default(),
-        })
+        Ok(crate::ui::effect::ExecSettings::Local(
+            crate::ui::effect::LocalNode {
+                journal,
+                proc_root: "/proc".into(),
+                sim_state: self.sim_state().map(std::path::Path::to_path_buf),
+                models: self.models.clone(),
+                model_log_dir: self.model_log_dir(),
+                nvidia_smi: Some(self.nvidia_smi.program.clone()),
+                nvidia_replay: matches!(self.nvidia, Some(NvidiaAccess::Recorded(_))),
+                exe: std::env::current_exe()?,
+                apply_dir: crate::ui::effect::default_apply_dir(),
+                kube: crate::collect::cluster::Target::default(),
+            },
+        ))
     }
 
     /// The registry itself (for planning and launching), or its error.

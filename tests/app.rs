@@ -10,7 +10,7 @@ use partop::collect::task::Request;
 use partop::domain::findings::Thresholds;
 use partop::domain::snapshot::{GpuUse, Process, Snapshot};
 use partop::ui::command::Command;
-use partop::ui::effect::{EffectRunner, ExecSettings};
+use partop::ui::effect::{EffectRunner, ExecSettings, LocalNode};
 use partop::ui::keymap::Keymap;
 use partop::ui::state::{Msg, State};
 use partop::ui::theme::Theme;
@@ -23,10 +23,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{mpsc, watch};
 
 fn exec(dir: &Path, sim_state: Option<PathBuf>) -> ExecSettings {
-    ExecSettings {
+    ExecSettings::Local(local(dir, sim_state))
+}
+
+fn local(dir: &Path, sim_state: Option<PathBuf>) -> LocalNode {
+    LocalNode {
         journal: dir.join("from-config/journal.jsonl"),
         proc_root: "/proc".into(),
-        simulated: sim_state.is_some(),
         models: sim_state
             .as_deref()
             .map(partop::sim::session::registry_path),
@@ -36,7 +39,6 @@ fn exec(dir: &Path, sim_state: Option<PathBuf>) -> ExecSettings {
         nvidia_replay: false,
         exe: env!("CARGO_BIN_EXE_partop").into(),
         apply_dir: dir.join("apply"),
-        remote: None,
         kube: partop::collect::cluster::Target::default(),
     }
 }
@@ -195,10 +197,10 @@ fn staging_applies_follows_the_journal_rescans_and_draws_the_new_layout() {
         !s.gpus.is_empty() && s.reload.is_some()
     });
     let (tx, rx) = mpsc::channel(64);
-    let settings = exec(&dir, Some(node.state.clone()));
+    let settings = local(&dir, Some(node.state.clone()));
     let journal = settings.journal.clone();
     let runner = EffectRunner {
-        exec: settings,
+        exec: ExecSettings::Local(settings),
         requests: req_tx,
         tx: tx.clone(),
     };
@@ -295,7 +297,7 @@ fn h200_node() -> Snapshot {
 }
 
 /// How a case breaks the executor's settings.
-type Setup = fn(&mut ExecSettings);
+type Setup = fn(&mut LocalNode);
 
 #[test]
 fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
@@ -341,10 +343,10 @@ fn a_mig_apply_that_fails_to_start_clears_the_flag_and_stops_following() {
                 }
             });
         }
-        let mut settings = exec(dir.path(), None);
+        let mut settings = local(dir.path(), None);
         setup(&mut settings);
         let runner = EffectRunner {
-            exec: settings,
+            exec: ExecSettings::Local(settings),
             requests: req_tx,
             tx: relay_tx,
         };

@@ -219,15 +219,16 @@ fn the_monitors_messages_state_and_reducer_know_no_executor() {
 
 #[test]
 fn the_executor_settings_come_from_the_node() {
-    // `ExecSettings` was a hand-kept copy of `node::Node`'s settings: only the node builds it
-    // (`Node::exec_settings`), and the effect runner for a remote node (`ExecSettings::remote`).
+    // `ExecSettings` was a hand-kept copy of `node::Node`'s settings: only the node builds a
+    // local node's (`Node::exec_settings`, `ExecSettings::Local`); a node opened from the
+    // fleet is `ExecSettings::Remote`, which holds no local setting at all.
     for layer in ["cli", "ui"] {
         for (f, text) in sources(layer) {
             if f.ends_with("ui/effect.rs") {
                 continue;
             }
             assert!(
-                !text.contains("ExecSettings {"),
+                !text.contains("ExecSettings {") && !text.contains("LocalNode {"),
                 "{} builds ExecSettings by hand: use Node::exec_settings",
                 f.display()
             );

@@ -2,7 +2,8 @@
 //! word shown, `p` only where a change can go), its screen at 80x24 and 120x40 (the NODE
 //! column), and its whole loop (`ui::fleet::app::run_with`) over a `TestBackend` with scripted
 //! keys, reading rehearsal nodes (simulated nodes changed as real ones are, without sshd)
-//! through the real transport and rolling a change out on them through the real rollout.
+//! through the real transport and rolling a change out on them through the real rollout; and
+//! every monitor effect run on a node opened from the fleet (none reaches an executor).
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 mod common;
@@ -569,7 +570,7 @@ fn a_rollout_from_the_view_stops_at_the_failing_rehearsal_node() {
     let (mtx, mut mrx) = mpsc::channel(8);
     let (rtx, _rrx) = mpsc::channel(8);
     let monitor = partop::ui::effect::EffectRunner {
-        exec: partop::ui::effect::ExecSettings::remote(Remote {
+        exec: partop::ui::effect::ExecSettings::Remote(Remote {
             name: nodes[0].name.clone(),
             target: nodes[0].target.clone(),
             transport: t,
@@ -887,6 +888,27 @@ fn the_stage_dialog_in_each_phase() {
         );
         assert!(draw(&s, "stopped").contains("the rollout stopped"));
         insta::assert_snapshot!(format!("fleet_stage__{w}x{h}"), shots.join("\n"));
+        // The end as the child wrote its last lines, control characters and all (a clear
+        // screen, a bell, a C1 CSI, a carriage return): drawn as visible escapes, never as
+        // what a terminal would obey.
+        update(
+            &mut s,
+            FleetMsg::RolledOut(Err(
+                "the rollout stopped: node2: \u{1b}[2J\u{7} \u{9b}31mrefused\r".into(),
+            )),
+        );
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| partop::ui::fleet::render(f, &s, &theme()))
+            .unwrap();
+        let text = format!("{}", t.backend());
+        assert!(
+            text.contains(r"node2: \x1b[2J\x07 \x9b31mrefused\x0d"),
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reached the screen: {text:?}"
+        );
     }
 }
 
@@ -953,4 +975,367 @@ fn a_set_replaced_after_its_fingerprint_was_typed_is_not_rolled_out() {
     for s in &states {
         assert_eq!(modes(s), "DPX/NPS1", "{}", s.display());
     }
+}
+
+/// What an effect needs of the node it acts on. Every `Effect` is named (no `_`): a new one
+/// does not compile here until it is decided, and then belongs in `every_effect`.
+fn acts_through_this_machine(e: &partop::ui::state::Effect) -> bool {
+    use partop::ui::state::Effect as E;
+    match e {
+        // A change to the node, or (a pod's lookup) this machine's cluster credentials.
+        E::Kill(..)
+        | E::Apply(_)
+        | E::MigApply(_)
+        | E::Model(_)
+        | E::LookupPod(_)
+        | E::Evict(..) => true,
+        E::Quit
+        | E::RefreshNow
+        | E::LoadJournal
+        | E::Rescan
+        | E::ScanHolders
+        | E::LoadThroughput => false,
+    }
+}
+
+/// One effect of every kind (each model action), as the monitor's reducer builds them: a kill
+/// of `pid`, a real plan of a recorded AMD node, a real MIG plan of the recorded H200, a pod.
+fn every_effect(pid: u32) -> Vec<(&'static str, partop::ui::state::Effect)> {
+    use partop::ui::state::{Effect as E, ModelAction};
+    let amd = common::nodes::recorded("spx-nps1-one-model");
+    let plan = partop::domain::plan::plan(
+        &amd,
+        &partop::domain::plan::Draft {
+            gpus: vec![],
+            compute: None,
+            memory: Some(partop::domain::MemoryMode::Nps2),
+        },
+        partop::domain::plan::Reload::ResetReload,
+        120,
+        10,
+    )
+    .unwrap();
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nvidia-smi/h200-nvml-record.json");
+    let nv: partop::collect::nvidia::NvNode =
+        serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+    let (gpus, processes) = partop::collect::nvidia::assemble(&nv, NOW);
+    let h200 = partop::domain::Snapshot {
+        host: "h200-node".into(),
+        taken_at_ms: NOW,
+        gpus,
+        processes,
+        ..partop::domain::Snapshot::default()
+    };
+    let mig = partop::domain::mig::plan(
+        &h200,
+        &partop::domain::mig::MigDraft {
+            gpu: 0,
+            instances: vec!["2g.35gb".into(); 3],
+        },
+        "nvidia-smi",
+    )
+    .unwrap();
+    let pod = partop::ui::evict_ask::PodAt {
+        namespace: "sim".into(),
+        pod: "idle".into(),
+        node: "node-a".into(),
+        gpu: "0000:05:00.1".into(),
+        gpu_id: 1,
+    };
+    let target = partop::domain::kill::Target {
+        pid,
+        start_ticks: partop::exec::signal::start_ticks(Path::new("/proc"), pid),
+        name: Some("sleep".into()),
+        ..Default::default()
+    };
+    vec![
+        ("quit", E::Quit),
+        ("refresh", E::RefreshNow),
+        (
+            "kill",
+            E::Kill(vec![target], partop::domain::kill::Sig::Term),
+        ),
+        ("journal", E::LoadJournal),
+        ("apply", E::Apply(Box::new(plan))),
+        ("rescan", E::Rescan),
+        ("holder scan", E::ScanHolders),
+        (
+            "model restart",
+            E::Model(ModelAction::Restart {
+                name: "llama".into(),
+            }),
+        ),
+        (
+            "model stop",
+            E::Model(ModelAction::Stop {
+                name: "llama".into(),
+            }),
+        ),
+        (
+            "model add",
+            E::Model(ModelAction::AddToRegistry {
+                entry: "[[model]]\nname = \"added\"\n".into(),
+            }),
+        ),
+        ("MIG apply", E::MigApply(Box::new(mig))),
+        ("throughput", E::LoadThroughput),
+        ("pod lookup", E::LookupPod(pod.clone())),
+        ("eviction", E::Evict(pod, "uid-1".into())),
+    ]
+}
+
+/// What came back from one effect: its messages and collector requests, after the first came
+/// (or `wait` passed without any), and whether it was Quit.
+struct Came {
+    quit: bool,
+    said: Vec<partop::ui::state::Msg>,
+    asked: Vec<partop::collect::task::Request>,
+}
+
+fn run_one(
+    rt: &tokio::runtime::Runtime,
+    exec: &partop::ui::effect::ExecSettings,
+    e: partop::ui::state::Effect,
+    wait: Duration,
+) -> Came {
+    let (tx, mut said_rx) = mpsc::channel(64);
+    let (rtx, mut asked_rx) = mpsc::channel(64);
+    let runner = partop::ui::effect::EffectRunner {
+        exec: exec.clone(),
+        requests: rtx,
+        tx,
+    };
+    let facts = partop::ui::effect::Facts {
+        grace_ms: 1000,
+        snapshot: None,
+        followed: None,
+    };
+    rt.block_on(async {
+        let quit = runner.run(e, &facts);
+        let mut came = Came {
+            quit,
+            said: Vec::new(),
+            asked: Vec::new(),
+        };
+        let _ = tokio::time::timeout(wait, async {
+            tokio::select! {
+                Some(m) = said_rx.recv() => came.said.push(m),
+                Some(r) = asked_rx.recv() => came.asked.push(r),
+            }
+        })
+        .await;
+        // What else it sends right after.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        while let Ok(m) = said_rx.try_recv() {
+            came.said.push(m);
+        }
+        while let Ok(r) = asked_rx.try_recv() {
+            came.asked.push(r);
+        }
+        came
+    })
+}
+
+/// A node opened from the fleet is `ExecSettings::Remote`: it has no local node, so no
+/// executor that changes a node can be reached with it. Every `Effect` (14 cases: the 12
+/// kinds, each model action) is run on it through the real effect runner: none that acts
+/// through this machine reaches an executor (nothing comes back, nothing is asked of the
+/// collector, the process a kill names lives on); the journal and the throughput are the
+/// node's own, said as such. The same effects on this machine's node (`ExecSettings::Local`,
+/// its paths in a temporary directory, a partop that does not exist) each reach their
+/// executor and say so: what is watched for is what an executor does.
+#[test]
+fn no_effect_on_a_node_opened_from_the_fleet_reaches_an_executor() {
+    use partop::ui::state::Msg;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let remote = partop::ui::effect::ExecSettings::Remote(Remote {
+        name: "node-a".into(),
+        target: partop::collect::fleet::Target::Http {
+            addr: "127.0.0.1:9".into(),
+        },
+        transport: transport(dir.path()),
+    });
+    let local = partop::ui::effect::ExecSettings::Local(partop::ui::effect::LocalNode {
+        journal: dir.path().join("journal.jsonl"),
+        proc_root: "/proc".into(),
+        sim_state: Some(dir.path().join("node.json")),
+        models: Some(dir.path().join("models.toml")),
+        model_log_dir: dir.path().join("models"),
+        nvidia_smi: None,
+        nvidia_replay: false,
+        exe: "/nonexistent/partop".into(),
+        apply_dir: dir.path().join("apply"),
+        kube: partop::collect::cluster::Target {
+            kubeconfig: Some(dir.path().join("no-kubeconfig")),
+            ..Default::default()
+        },
+    });
+    let mut victim = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let cases = every_effect(victim.id());
+    let kinds: std::collections::HashSet<_> = cases
+        .iter()
+        .map(|(_, e)| std::mem::discriminant(e))
+        .collect();
+    assert_eq!(
+        kinds.len(),
+        12,
+        "one case of every Effect (acts_through_this_machine names them all)"
+    );
+    let mut refused = 0;
+    let n = cases.len();
+    for (name, e) in cases.clone() {
+        let changes = acts_through_this_machine(&e);
+        let came = run_one(&rt, &remote, e, Duration::from_millis(800));
+        if changes {
+            assert!(
+                !came.quit && came.said.is_empty() && came.asked.is_empty(),
+                "{name} on a remote node reached an executor: {:?} {:?}",
+                came.said,
+                came.asked
+            );
+            refused += 1;
+            continue;
+        }
+        match name {
+            "quit" => assert!(came.quit),
+            "refresh" | "rescan" | "holder scan" => assert_eq!(came.asked.len(), 1, "{name}"),
+            "journal" => assert!(
+                matches!(&came.said[..], [Msg::Journal(e, bad, None, None)]
+                    if e.is_empty() && bad[0].contains("node-a: read through partop serve at 127.0.0.1:9, which does not publish the journal")),
+                "{:?}",
+                came.said
+            ),
+            "throughput" => assert!(
+                matches!(&came.said[..], [Msg::Throughput(Err(why))] if why.contains("node-a keeps its own measurements")),
+                "{:?}",
+                came.said
+            ),
+            _ => panic!("{name}: no expectation"),
+        }
+    }
+    assert_eq!(refused, 8, "every case that acts through this machine");
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the process the kill named lives on"
+    );
+    assert_eq!(n, 14);
+    println!("{n} effects on a remote node: {refused} refused before any executor");
+
+    // The control: on this machine's node each of them reaches its executor.
+    for (name, e) in cases {
+        if !acts_through_this_machine(&e) {
+            continue;
+        }
+        let came = run_one(&rt, &local, e, Duration::from_secs(30));
+        let reached = match name {
+            "kill" => came.said.iter().any(|m| matches!(m, Msg::Kill(_))),
+            "apply" => came
+                .said
+                .iter()
+                .any(|m| matches!(m, Msg::ApplyStarted(Err(e)) if e.contains("could not start"))),
+            "MIG apply" => came
+                .said
+                .iter()
+                .any(|m| matches!(m, Msg::MigApplyStarted(Err(_)))),
+            "model restart" | "model stop" | "model add" => came
+                .asked
+                .contains(&partop::collect::task::Request::RefreshNow),
+            "pod lookup" => came
+                .said
+                .iter()
+                .any(|m| matches!(m, Msg::PodLooked(Err(_)))),
+            "eviction" => came.said.iter().any(|m| matches!(m, Msg::Evict(_))),
+            _ => panic!("{name}: no expectation"),
+        };
+        assert!(
+            reached,
+            "{name} on this machine's node: {:?} {:?}",
+            came.said, came.asked
+        );
+    }
+    let status = (0..50)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            victim.try_wait().unwrap()
+        })
+        .expect("the local kill ended the process");
+    assert!(!status.success(), "{status}");
+    let journal = std::fs::read_to_string(dir.path().join("journal.jsonl")).unwrap();
+    assert!(journal.contains("kill.sigterm"), "{journal}");
+}
+
+/// The monitor of a node opened from the fleet (`remote_monitor`, as Enter builds it, from a
+/// keymap that binds every mutating key) on a recorded node: every mutating command, from
+/// every view, is refused with the words the operator sees ("read-only: … is not available")
+/// and asks for no effect at all. Says how many cases ran.
+#[test]
+fn every_mutating_command_on_a_node_opened_from_the_fleet_is_refused_in_words() {
+    use partop::ui::command::Danger;
+    use partop::ui::state::Msg;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = Remote {
+        name: "node-a".into(),
+        target: partop::collect::fleet::Target::Http {
+            addr: "127.0.0.1:9".into(),
+        },
+        transport: transport(dir.path()),
+    };
+    let views: Vec<Command> = Command::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.name().starts_with("view_"))
+        .collect();
+    let mutating: Vec<Command> = Command::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.danger() == Danger::Mutating)
+        .collect();
+    assert!(views.len() >= 5 && !mutating.is_empty(), "{views:?}");
+    let mut cases = 0;
+    for v in &views {
+        for c in &mutating {
+            let mut s = partop::ui::fleet::app::remote_monitor(&keymap(), &remote);
+            partop::ui::state::update(
+                &mut s,
+                Msg::Snapshot(Arc::new(common::nodes::recorded("dpx-nps2-two-models"))),
+            );
+            partop::ui::state::update(&mut s, Msg::Tick(common::nodes::T + 1000));
+            partop::ui::state::update(&mut s, Msg::Command(*v));
+            let effects = partop::ui::state::update(&mut s, Msg::Command(*c));
+            assert!(
+                effects.is_empty(),
+                "{} in {}: {effects:?}",
+                c.name(),
+                v.name()
+            );
+            assert_eq!(
+                s.notice.as_ref().map(|(t, _)| t.as_str()),
+                Some(format!("read-only: {} is not available", c.name()).as_str()),
+                "{} in {}",
+                c.name(),
+                v.name()
+            );
+            assert!(
+                s.staging.is_none()
+                    && s.mig_staging.is_none()
+                    && s.model_ask.is_none()
+                    && s.dialog.is_none()
+                    && s.evict_ask.is_none(),
+                "{} in {} opened a change",
+                c.name(),
+                v.name()
+            );
+            cases += 1;
+        }
+    }
+    println!(
+        "{cases} cases: {} mutating commands in each of {} views, every one refused in words",
+        mutating.len(),
+        views.len()
+    );
 }

@@ -23,7 +23,7 @@ use partop::collect::task::Request;
 use partop::domain::findings::Thresholds;
 use partop::domain::snapshot::{PodRef, Snapshot};
 use partop::ui::command::Command;
-use partop::ui::effect::{EffectRunner, ExecSettings};
+use partop::ui::effect::{EffectRunner, ExecSettings, LocalNode};
 use partop::ui::keymap::Keymap;
 use partop::ui::state::{Effect, Msg, State, update};
 use partop::ui::theme::Theme;
@@ -74,10 +74,9 @@ fn node_with(pod: &str) -> Snapshot {
 }
 
 fn exec(dir: &Path, kubeconfig: &Path) -> ExecSettings {
-    ExecSettings {
+    ExecSettings::Local(LocalNode {
         journal: dir.join("journal.jsonl"),
         proc_root: "/proc".into(),
-        simulated: true,
         sim_state: Some(dir.join("node.json")),
         models: None,
         model_log_dir: dir.join("models"),
@@ -85,12 +84,11 @@ fn exec(dir: &Path, kubeconfig: &Path) -> ExecSettings {
         nvidia_replay: false,
         exe: env!("CARGO_BIN_EXE_partop").into(),
         apply_dir: dir.join("apply"),
-        remote: None,
         kube: partop::collect::cluster::Target {
             kubeconfig: Some(kubeconfig.to_path_buf()),
             ..Default::default()
         },
-    }
+    })
 }
 
 fn key(c: &str) -> Msg {

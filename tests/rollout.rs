@@ -334,8 +334,8 @@ fn a_resume_is_given_each_node_s_steps_done() {
         assert_eq!(done0, want, "{k} steps done");
         let parsed: Vec<Step> = done0.iter().filter_map(|x| Step::of_key(x)).collect();
         assert_eq!(
-            Step::resume_at(&parsed),
-            Step::resume_at(&Step::ALL[..k]),
+            Step::resume_at(&Step::ALL, &parsed),
+            Step::resume_at(&Step::ALL, &Step::ALL[..k]),
             "{k}"
         );
         assert!(r.attempted.contains(&"node0".to_string()));

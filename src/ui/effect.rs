@@ -8,16 +8,28 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// What the executors need from the app.
+/// What the executors need of the node the monitor watches, and so what can be done to it.
+/// Every executor that changes a node (a kill, an apply, a model action, an eviction) takes a
+/// [`LocalNode`]: a node opened from the fleet has none, so no change can be built for it.
 #[derive(Debug, Clone)]
-pub struct ExecSettings {
+pub enum ExecSettings {
+    /// This machine's node, which the monitor may change (`Node::exec_settings`).
+    Local(LocalNode),
+    /// A node opened from the fleet: read through this target and transport, its journal
+    /// read there; nothing is signalled, applied, started or evicted from here.
+    Remote(crate::collect::fleet::Remote),
+}
+
+/// This machine's node as its executors act on it, derived from `node::Node` in one place
+/// (`Node::exec_settings`).
+#[derive(Debug, Clone)]
+pub struct LocalNode {
     /// The journal file.
     pub journal: std::path::PathBuf,
     /// `/proc`.
     pub proc_root: std::path::PathBuf,
-    /// The node is simulated (noted in the journal).
-    pub simulated: bool,
-    /// The simulated node's state file (passed to a detached apply).
+    /// The simulated node's state file, when it is one (passed to a detached apply; its
+    /// changes are journaled as simulated and hold its own lock).
     pub sim_state: Option<std::path::PathBuf>,
     /// The served-model registry file (passed to a detached apply; where "add" writes).
     pub models: Option<std::path::PathBuf>,
@@ -31,34 +43,22 @@ pub struct ExecSettings {
     pub exe: std::path::PathBuf,
     /// Where detached applies keep their plan, log and exit status.
     pub apply_dir: std::path::PathBuf,
-    /// The node is not this machine: opened from the fleet, read through this target and
-    /// transport. Its journal is read there; nothing is signalled, applied or started from here.
-    pub remote: Option<crate::collect::fleet::Remote>,
     /// The cluster a pod is evicted through (default: the kubeconfig the environment names,
     /// as a repartition's steps find it).
     pub kube: crate::collect::cluster::Target,
 }
 
-impl ExecSettings {
-    /// The settings of a monitor opened from the fleet on `node`: read only, its journal read
-    /// through the transport it was read through. The local paths name nothing of the node and
-    /// are never used: every effect that would use them is refused for a remote node.
-    pub fn remote(node: crate::collect::fleet::Remote) -> Self {
-        let none = std::path::PathBuf::from("/nonexistent/partop-remote-node");
-        Self {
-            journal: none.join("journal.jsonl"),
-            proc_root: none.join("proc"),
-            simulated: false,
-            sim_state: None,
-            models: None,
-            model_log_dir: none.join("models"),
-            nvidia_smi: None,
-            nvidia_replay: true,
-            exe: std::env::current_exe().unwrap_or_default(),
-            apply_dir: none.join("apply"),
-            remote: Some(node),
-            kube: crate::collect::cluster::Target::default(),
-        }
+impl LocalNode {
+    /// The node is simulated (noted in the journal).
+    pub const fn simulated(&self) -> bool {
+        self.sim_state.is_some()
+    }
+
+    /// The lock every change to this node holds (one change at a time).
+    fn lock_path(&self) -> std::path::PathBuf {
+        self.sim_state
+            .as_deref()
+            .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path)
     }
 }
 
@@ -107,7 +107,7 @@ fn remote_journal(r: &crate::collect::fleet::Remote) -> Msg {
 fn model_action(
     action: &crate::ui::state::ModelAction,
     snap: Option<&crate::domain::Snapshot>,
-    exec: &ExecSettings,
+    exec: &LocalNode,
     grace_ms: u64,
 ) {
     use crate::exec::models::{Ops, Starting};
@@ -115,17 +115,13 @@ fn model_action(
     let ops = Ops {
         log_dir: exec.model_log_dir.clone(),
         journal: exec.journal.clone(),
-        simulated: exec.simulated,
+        simulated: exec.simulated(),
         grace: Duration::from_millis(grace_ms),
         kill_after: false,
     };
     // A model start or stop is a change to the node: one at a time, never during an apply.
-    let lock_path = exec
-        .sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
     let _lock = match crate::exec::lock::acquire(
-        &lock_path,
+        &exec.lock_path(),
         &crate::exec::lock::Holder::me("model action (monitor)", "", &exec.journal),
     ) {
         Ok(l) => l,
@@ -214,7 +210,7 @@ pub fn default_apply_dir() -> std::path::PathBuf {
 /// that file, detached (its own process group, so it survives the terminal or the SSH session
 /// going away), logging to `NAME.log`. Returns (pid, plan file, log).
 fn spawn_detached(
-    exec: &ExecSettings,
+    exec: &LocalNode,
     name: &str,
     plan: &impl serde::Serialize,
     args: &[std::ffi::OsString],
@@ -255,7 +251,7 @@ fn spawn_detached(
 /// Starts `partop apply` for a confirmed plan, detached, and returns what to follow.
 fn spawn_apply(
     plan: &crate::domain::plan::Plan,
-    exec: &ExecSettings,
+    exec: &LocalNode,
     grace_ms: u64,
 ) -> std::io::Result<crate::ui::stage::Progress> {
     let mut args: Vec<std::ffi::OsString> = Vec::new();
@@ -303,7 +299,7 @@ fn kill_progress(e: crate::exec::kill::KillEvent) -> crate::ui::msg::KillProgres
 /// Starts `partop mig apply` for a confirmed MIG plan, detached; returns its process and log.
 fn spawn_mig_apply(
     plan: &crate::domain::mig::MigPlan,
-    exec: &ExecSettings,
+    exec: &LocalNode,
     grace_ms: u64,
 ) -> std::io::Result<crate::ui::msg::Detached> {
     if exec.nvidia_replay {
@@ -325,7 +321,7 @@ fn spawn_mig_apply(
 /// Reads the journal for the views, with what only I/O can tell: whether the apply being
 /// followed still runs (else how it ended and its last log line), and an unfinished run that
 /// no partop is working on (no one holds the node lock).
-pub fn load_journal(exec: &ExecSettings, followed: Option<&crate::ui::msg::Detached>) -> Msg {
+pub fn load_journal(exec: &LocalNode, followed: Option<&crate::ui::msg::Detached>) -> Msg {
     // Whether the followed process is gone is asked before the journal is read: a process
     // gone by then wrote all it ever will, so a run it closed is in what is read next.
     let gone = followed.filter(|d| {
@@ -335,11 +331,7 @@ pub fn load_journal(exec: &ExecSettings, followed: Option<&crate::ui::msg::Detac
         Ok(x) => x,
         Err(e) => (Vec::new(), vec![format!("{}: {e}", exec.journal.display())]),
     };
-    let lock = exec
-        .sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
-    let holder = crate::exec::lock::holder(&lock);
+    let holder = crate::exec::lock::holder(&exec.lock_path());
     let node = crate::exec::journal::node_id(exec.sim_state.as_deref());
     let unfinished = crate::exec::journal::unfinished_in(&entries, Some(&node))
         .into_iter()
@@ -431,17 +423,13 @@ async fn lookup_pod(kube: crate::collect::cluster::Target, at: crate::ui::evict_
 async fn evict(
     at: crate::ui::evict_ask::PodAt,
     uid: String,
-    exec: ExecSettings,
+    exec: LocalNode,
     tx: mpsc::Sender<Msg>,
 ) {
     use crate::ui::evict_ask::EvictProgress;
-    let lock_path = exec
-        .sim_state
-        .as_deref()
-        .map_or_else(crate::exec::lock::host_path, crate::exec::lock::sim_path);
     let r = async {
         let _lock = crate::exec::lock::acquire(
-            &lock_path,
+            &exec.lock_path(),
             &crate::exec::lock::Holder::me("pod eviction (monitor)", "", &exec.journal),
         )
         .map_err(|e| e.to_string())?;
@@ -461,7 +449,7 @@ async fn evict(
             &ops,
             &held,
             &exec.journal,
-            exec.simulated,
+            exec.simulated(),
             |budget, words| {
                 let _ = blocked.try_send(Msg::Evict(EvictProgress::Blocked(
                     crate::domain::text::escape_controls(&format!(
@@ -511,14 +499,33 @@ pub struct Facts {
 }
 
 impl EffectRunner {
-    /// On a node read through another (a fleet's node): an effect that would change it is
-    /// refused, said in the log; the throughput store and the journal are the node's own.
-    /// True when the effect was handled here.
-    fn remote(&self, e: &Effect) -> bool {
-        let Some(r) = &self.exec.remote else {
-            return false;
-        };
+    /// Runs one effect; true when it is Quit. What it may do is what the node is: this
+    /// machine's node is changed through its executors; a node opened from the fleet is only
+    /// read.
+    pub fn run(&self, e: Effect, facts: &Facts) -> bool {
+        match &self.exec {
+            ExecSettings::Local(node) => self.on_local(node, e, facts),
+            ExecSettings::Remote(r) => self.on_remote(r, e),
+        }
+    }
+
+    /// Asks the collector (a remote node's monitor drops what it asks: its stream is the
+    /// node's own).
+    fn ask(&self, r: Request) {
+        let _ = self.requests.try_send(r);
+    }
+
+    /// An effect on a node read through another (a fleet's node). Every effect is named here,
+    /// so a new one is decided for a remote node too: what would change the node is refused,
+    /// said in the log (its keys and commands are refused before, in the reducer: this is
+    /// what holds if one still comes); the throughput store and the journal are the node's
+    /// own. True when it is Quit.
+    fn on_remote(&self, r: &crate::collect::fleet::Remote, e: Effect) -> bool {
         match e {
+            Effect::Quit => return true,
+            Effect::RefreshNow => self.ask(Request::RefreshNow),
+            Effect::ScanHolders => self.ask(Request::ScanHolders),
+            Effect::Rescan => self.ask(Request::Rescan),
             Effect::Kill(..)
             | Effect::Apply(_)
             | Effect::MigApply(_)
@@ -530,42 +537,39 @@ impl EffectRunner {
                     r.name,
                     r.via()
                 );
-                true
             }
             Effect::LoadThroughput => {
                 let _ = self.tx.try_send(Msg::Throughput(Err(format!(
                     "{} keeps its own measurements: partop models advise there",
                     r.name
                 ))));
-                true
             }
             Effect::LoadJournal => {
                 let (r, tx) = (r.clone(), self.tx.clone());
                 tokio::task::spawn_blocking(move || {
                     let _ = tx.blocking_send(remote_journal(&r));
                 });
-                true
             }
-            _ => false,
         }
+        false
     }
 
     /// The kill job, off the loop: signals and the grace wait block. A journal that cannot be
     /// written stops the kill before any signal; the dialog hears it as Refused.
     fn kill(
         &self,
+        node: &LocalNode,
         targets: Vec<crate::domain::kill::Target>,
         sig: crate::domain::kill::Sig,
         facts: &Facts,
     ) {
-        let exec = &self.exec;
         let job = crate::exec::kill::KillJob {
             targets,
             sig,
             grace: Duration::from_millis(facts.grace_ms),
-            proc_root: exec.proc_root.clone(),
-            journal: exec.journal.clone(),
-            simulated: exec.simulated,
+            proc_root: node.proc_root.clone(),
+            journal: node.journal.clone(),
+            simulated: node.simulated(),
         };
         log::info!(
             "{} to {:?}",
@@ -580,24 +584,14 @@ impl EffectRunner {
         });
     }
 
-    /// Runs one effect; true when it is Quit.
-    pub fn run(&self, e: Effect, facts: &Facts) -> bool {
-        let exec = &self.exec;
-        if exec.remote.is_some() && self.remote(&e) {
-            return false;
-        }
+    /// An effect on this machine's node, through its executors. True when it is Quit.
+    fn on_local(&self, node: &LocalNode, e: Effect, facts: &Facts) -> bool {
         match e {
             Effect::Quit => return true,
-            Effect::RefreshNow => {
-                let _ = self.requests.try_send(Request::RefreshNow);
-            }
-            Effect::ScanHolders => {
-                let _ = self.requests.try_send(Request::ScanHolders);
-            }
-            Effect::Rescan => {
-                let _ = self.requests.try_send(Request::Rescan);
-            }
-            Effect::Kill(targets, sig) => self.kill(targets, sig, facts),
+            Effect::RefreshNow => self.ask(Request::RefreshNow),
+            Effect::ScanHolders => self.ask(Request::ScanHolders),
+            Effect::Rescan => self.ask(Request::Rescan),
+            Effect::Kill(targets, sig) => self.kill(node, targets, sig, facts),
             Effect::LoadThroughput => {
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
@@ -606,12 +600,12 @@ impl EffectRunner {
                 });
             }
             Effect::MigApply(plan) => {
-                let exec = exec.clone();
+                let node = node.clone();
                 let grace = facts.grace_ms;
                 let tx = self.tx.clone();
                 // Started or not, the reducer hears it: a failed start clears what it follows.
                 tokio::task::spawn_blocking(move || {
-                    let r = spawn_mig_apply(&plan, &exec, grace)
+                    let r = spawn_mig_apply(&plan, &node, grace)
                         .inspect(|d| {
                             log::info!(
                                 "applying MIG plan {} (detached; log {}; the Journal view follows it)",
@@ -630,20 +624,20 @@ impl EffectRunner {
             }
             Effect::Model(action) => {
                 let snap = facts.snapshot.clone();
-                let exec = exec.clone();
+                let node = node.clone();
                 let grace = facts.grace_ms;
                 let requests = self.requests.clone();
                 tokio::task::spawn_blocking(move || {
-                    model_action(&action, snap.as_deref(), &exec, grace);
+                    model_action(&action, snap.as_deref(), &node, grace);
                     let _ = requests.try_send(Request::RefreshNow);
                 });
             }
             Effect::Apply(plan) => {
-                let exec = exec.clone();
+                let node = node.clone();
                 let grace = facts.grace_ms;
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let r = spawn_apply(&plan, &exec, grace).map(Box::new).map_err(|e| {
+                    let r = spawn_apply(&plan, &node, grace).map(Box::new).map_err(|e| {
                         format!(
                             "could not start the apply of plan {}: {e}",
                             plan.fingerprint
@@ -653,21 +647,21 @@ impl EffectRunner {
                 });
             }
             Effect::LookupPod(at) => {
-                let (tx, kube) = (self.tx.clone(), exec.kube.clone());
+                let (tx, kube) = (self.tx.clone(), node.kube.clone());
                 tokio::spawn(async move {
                     let _ = tx.send(lookup_pod(kube, at).await).await;
                 });
             }
             // Async, never a blocking thread: a budget's retries are cancelled with the loop.
             Effect::Evict(at, uid) => {
-                tokio::spawn(evict(at, uid, exec.clone(), self.tx.clone()));
+                tokio::spawn(evict(at, uid, node.clone(), self.tx.clone()));
             }
             Effect::LoadJournal => {
-                let exec = exec.clone();
+                let node = node.clone();
                 let followed = facts.followed.clone();
                 let tx = self.tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let _ = tx.blocking_send(load_journal(&exec, followed.as_ref()));
+                    let _ = tx.blocking_send(load_journal(&node, followed.as_ref()));
                 });
             }
         }

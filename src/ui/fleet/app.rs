@@ -118,7 +118,8 @@ struct Fleet<'a> {
 
 /// A node open from the fleet: the monitor's views on it, read only, fed by its full stream
 /// through the node's own transport, its effects through that transport
-/// ([`crate::ui::effect::ExecSettings::remote`]).
+/// ([`crate::ui::effect::ExecSettings::Remote`]: nothing that changes a node can be built on
+/// it).
 struct OpenNode<'a> {
     name: String,
     monitor: Monitor<'a>,
@@ -175,23 +176,11 @@ impl<'a> Fleet<'a> {
                 log::warn!("{why}");
             })
         };
-        // Read only whatever keymap it was given: the node is not this machine.
-        let mut state = State::new(
-            runner.monitor_keymap.clone().read_only(),
-            crate::domain::findings::Thresholds::default(),
-            1000,
-        );
-        state.read_only = true;
-        state.embedded = true;
-        state.theme_notice = Some(format!(
-            "{} · read only, via {} · Esc: back to the fleet",
-            n.name,
-            remote.via()
-        ));
+        let state = remote_monitor(&runner.monitor_keymap, &remote);
         let (mtx, said) = mpsc::channel(64);
         let (rtx, requests) = mpsc::channel(4);
         let runner = EffectRunner {
-            exec: ExecSettings::remote(remote),
+            exec: ExecSettings::Remote(remote),
             requests: rtx,
             tx: mtx,
         };
@@ -357,6 +346,24 @@ impl App for Fleet<'_> {
         self.dirty = false;
         render(frame, &self.state, self.theme);
     }
+}
+
+/// The monitor's state for a node opened from the fleet: read only whatever keymap it was
+/// given (the node is not this machine), drawn inside the fleet, its banner saying so.
+pub fn remote_monitor(keymap: &Keymap, remote: &Remote) -> State {
+    let mut state = State::new(
+        keymap.clone().read_only(),
+        crate::domain::findings::Thresholds::default(),
+        1000,
+    );
+    state.read_only = true;
+    state.embedded = true;
+    state.theme_notice = Some(format!(
+        "{} · read only, via {} · Esc: back to the fleet",
+        remote.name,
+        remote.via()
+    ));
+    state
 }
 
 /// Runs a planning or rollout job on a blocking thread: its lines and its end come back as

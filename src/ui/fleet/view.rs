@@ -384,7 +384,11 @@ fn stage(frame: &mut Frame<'_>, area: Rect, st: &super::state::FleetStage, theme
                     "rolled out and verified on every node",
                     theme.get("status.ok"),
                 ),
-                Err(e) => Line::styled(e.clone(), theme.get("status.crit")),
+                // The child's last lines, as it wrote them: escaped as every outside string is.
+                Err(e) => Line::styled(
+                    crate::domain::text::escape_controls(e).into_owned(),
+                    theme.get("status.crit"),
+                ),
             }));
             bottom.push(Line::styled(
                 "enter or esc: back to the fleet",
