@@ -529,37 +529,47 @@ pub fn run<S: Set, E: Engine<S>>(
             }
         }
         if stop {
-            // The first failure stops the rollout: the nodes after this chunk stay untouched.
-            let names: Vec<String> = chunk.iter().map(|c| S::journaled(c).node).collect();
-            let untouched: Vec<String> = set
-                .nodes()
-                .iter()
-                .map(|x| S::journaled(x).node)
-                .skip_while(|x| !names.contains(x))
-                .skip(chunk.len())
-                .collect();
-            log(&RolloutEvent::Stopped {
-                set: set.fingerprint().to_string(),
-                untouched: untouched.clone(),
-            })?;
-            let (entries, _) = journal::read(fj).unwrap_or_default();
-            let left_cordoned = Rollouts::of(&entries)
-                .rollouts
-                .iter()
-                .rev()
-                .find(|r| r.id == start.id)
-                .map(crate::domain::cluster_rollout::left_cordoned_with_undo)
-                .unwrap_or_default();
-            return Ok(Outcome::Stopped {
-                untouched,
-                left_cordoned,
-            });
+            return stopped(set, chunk, fj, &start.id);
         }
     }
     log(&RolloutEvent::Done {
         set: set.fingerprint().to_string(),
     })?;
     Ok(Outcome::Done)
+}
+
+/// The first failure stops the rollout (in chunk `chunk`): the nodes after the chunk stay
+/// untouched; the stop is journaled, and what the rollout left cordoned is read back from the
+/// journal's fold (not from the cluster, which may be what failed).
+fn stopped<S: Set>(set: &S, chunk: &[&S::Node], fj: &Path, id: &str) -> anyhow::Result<Outcome> {
+    let names: Vec<String> = chunk.iter().map(|c| S::journaled(c).node).collect();
+    let untouched: Vec<String> = set
+        .nodes()
+        .iter()
+        .map(|x| S::journaled(x).node)
+        .skip_while(|x| !names.contains(x))
+        .skip(chunk.len())
+        .collect();
+    journal_or_stop(
+        fj,
+        id,
+        &RolloutEvent::Stopped {
+            set: set.fingerprint().to_string(),
+            untouched: untouched.clone(),
+        },
+    )?;
+    let (entries, _) = journal::read(fj).unwrap_or_default();
+    let left_cordoned = Rollouts::of(&entries)
+        .rollouts
+        .iter()
+        .rev()
+        .find(|r| r.id == id)
+        .map(crate::domain::cluster_rollout::left_cordoned_with_undo)
+        .unwrap_or_default();
+    Ok(Outcome::Stopped {
+        untouched,
+        left_cordoned,
+    })
 }
 
 /// A node and what its engine came to: its lines, or where and why it failed.
