@@ -67,6 +67,7 @@ fn node_with(pod: &str) -> Snapshot {
                 pod: pod.into(),
                 container: "c".into(),
                 resource: "amd.com/gpu".into(),
+                priority_class: None,
             });
         }
     }

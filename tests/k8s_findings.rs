@@ -94,6 +94,7 @@ fn snap_at(t: u64, busy: f64, pods: bool, holder_started: Option<u64>) -> Snapsh
             pod: "notebook-7".into(),
             container: "jupyter".into(),
             resource: "amd.com/cpx_nps4".into(),
+            priority_class: None,
         }];
     }
     let processes = holder_started
@@ -244,4 +245,58 @@ fn reclaim_thresholds_are_read_from_config_and_range_checked() {
         );
     }
     assert_eq!(c.reclaim_window_minutes, 60.0, "the default stands in");
+}
+
+/// The reclaimable finding says the holding pod's priority class as the API server's pods on
+/// the node give it (PodResources does not carry it): a class, none named (the cluster's
+/// default), or the pod unknown to the API server's answer; the processes' pods get it too.
+/// 3 cases.
+#[test]
+fn a_reclaimable_pods_priority_class_comes_from_the_api_servers_pods() {
+    use partop::domain::k8s::{NodePod, add_priority_classes};
+    let t0 = 1_800_000_000_000;
+    let th = Thresholds {
+        reclaim_busy: 2.0,
+        reclaim_window_ms: 60 * MIN,
+        reclaim_min_age_ms: 90 * MIN,
+        ..Thresholds::default()
+    };
+    let api_pod = |class: Option<&str>| NodePod {
+        uid: "u".into(),
+        namespace: "team-a".into(),
+        name: "notebook-7".into(),
+        containers: Vec::new(),
+        priority_class: class.map(Into::into),
+    };
+    let cases: [(Vec<NodePod>, &str); 3] = [
+        (vec![api_pod(Some("batch-low"))], "priority class batch-low"),
+        (
+            vec![api_pod(None)],
+            "no priority class: the cluster's default priority",
+        ),
+        (Vec::new(), "priority class not known"),
+    ];
+    for (pods, want) in &cases {
+        let mut tr = Tracker::new(th);
+        let mut last = Vec::new();
+        for m in 0..=61 {
+            let mut snap = snap_at(t0 + m * MIN, 0.0, true, Some(t0 - 120 * MIN));
+            snap.processes[0].pod = snap.gpus[0].partitions[0].pods.first().cloned();
+            add_priority_classes(&mut snap, pods);
+            if m == 61 {
+                let class = snap.gpus[0].partitions[0].pods[0].priority_class.clone();
+                assert_eq!(
+                    snap.processes[0].pod.as_ref().unwrap().priority_class,
+                    class
+                );
+            }
+            last = tr
+                .observe(&snap)
+                .into_iter()
+                .filter(|f| f.kind == Kind::Reclaimable)
+                .collect();
+        }
+        assert_eq!(last.len(), 1, "{want}");
+        assert!(last[0].saw.contains(want), "`{want}` in {}", last[0].saw);
+    }
 }

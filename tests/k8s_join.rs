@@ -370,12 +370,14 @@ fn holders_no_allocation_names_are_named_by_the_api_servers_pods_on_the_node() {
             namespace: "kube-amd-gpu".into(),
             name: "metrics-exporter-x7k2p".into(),
             containers: vec![(ctr.into(), "exporter".into())],
+            priority_class: None,
         },
         NodePod {
             uid: allocated.into(),
             namespace: "sim".into(),
             name: "api-name-of-a".into(),
             containers: vec![],
+            priority_class: None,
         },
     ];
     let mut cases = 0;

@@ -322,6 +322,11 @@ pub fn node_pod(p: &Pod) -> Option<NodePod> {
         namespace: p.metadata.namespace.clone().unwrap_or_default(),
         name: p.metadata.name.clone().unwrap_or_default(),
         containers,
+        priority_class: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.clone())
+            .filter(|c| !c.is_empty()),
     })
 }
 
@@ -390,6 +395,16 @@ mod tests {
                 ("def456".to_string(), "sidecar".to_string())
             ]
         );
+        assert_eq!(p.priority_class, None, "no spec: none named");
+        // The priority class the pod names; an empty one names none.
+        for (class, want) in [("batch-low", Some("batch-low")), ("", None)] {
+            let mut with = pod.clone();
+            with.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                priority_class_name: Some(class.into()),
+                ..Default::default()
+            });
+            assert_eq!(node_pod(&with).unwrap().priority_class.as_deref(), want);
+        }
         let mut no_uid = pod;
         no_uid.metadata.uid = None;
         assert_eq!(node_pod(&no_uid), None);

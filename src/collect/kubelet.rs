@@ -87,6 +87,7 @@ impl Kubelet {
         let a = api.latest().await;
         let models = crate::domain::k8s::serving_models(&a.pods, &api.name, snap);
         crate::domain::k8s::name_unallocated(snap, &a.node_pods);
+        crate::domain::k8s::add_priority_classes(snap, &a.node_pods);
         if let Some(k) = snap.kubelet.as_mut() {
             // The node's name is known whether or not the API server answered, so a plan
             // names the same node either way; its DCM labels only where it answered.

@@ -492,10 +492,15 @@ impl Tracker {
                     .iter()
                     .map(|p| {
                         format!(
-                            "pod {} (container {}, {}; priority class not known on the node: PodResources does not carry it)",
+                            "pod {} (container {}, {}; {})",
                             super::text::escape_controls(&p.label()),
                             super::text::escape_controls(&p.container),
-                            super::text::escape_controls(&p.resource)
+                            super::text::escape_controls(&p.resource),
+                            match p.priority_class.as_deref() {
+                                None => "priority class not known: PodResources does not carry it and the API server did not say".to_string(),
+                                Some("") => "no priority class: the cluster's default priority".to_string(),
+                                Some(c) => format!("priority class {}", super::text::escape_controls(c)),
+                            }
                         )
                     })
                     .collect();

@@ -174,6 +174,7 @@ pub fn join(snap: &mut Snapshot, pr: &PodResources, device_names: &DeviceNames) 
             pod: a.pod.clone(),
             container: a.container.clone(),
             resource: a.device.resource(),
+            priority_class: None,
         };
         let found = device_key(&a.device).and_then(|k| index.get(&k));
         let Some(found) = found else {
@@ -222,6 +223,8 @@ pub struct NodePod {
     pub name: String,
     /// Its containers' runtime ids (without the `containerd://` scheme) and names.
     pub containers: Vec<(String, String)>,
+    /// `spec.priorityClassName` (None: it names none).
+    pub priority_class: Option<String>,
 }
 
 /// What [`PodRef::resource`] says of a pod named by the API server: it holds the GPU without
@@ -257,7 +260,27 @@ pub fn name_unallocated(snap: &mut Snapshot, pods: &[NodePod]) {
             pod: pod.name.clone(),
             container,
             resource: NOT_ALLOCATED.to_string(),
+            priority_class: None,
         });
+    }
+}
+
+/// Each pod named on a partition or a holder process gets its priority class from the API
+/// server's pods on this node (matched by namespace and name), which PodResources does not
+/// carry: the reclaimable finding says it, as a scheduler's reclaim would weigh it.
+pub fn add_priority_classes(snap: &mut Snapshot, pods: &[NodePod]) {
+    let class = |r: &PodRef| {
+        pods.iter()
+            .find(|p| p.namespace == r.namespace && p.name == r.pod)
+            .map(|p| p.priority_class.clone().unwrap_or_default())
+    };
+    for l in snap.gpus.iter_mut().flat_map(|g| g.partitions.iter_mut()) {
+        for r in &mut l.pods {
+            r.priority_class = class(r);
+        }
+    }
+    for r in snap.processes.iter_mut().filter_map(|p| p.pod.as_mut()) {
+        r.priority_class = class(r);
     }
 }
 

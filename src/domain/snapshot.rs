@@ -569,6 +569,11 @@ pub struct PodRef {
     /// Extended resource (`amd.com/gpu`, `amd.com/cpx_nps4`, `nvidia.com/gpu`) or, for a DRA
     /// device, `<driver> claim <namespace>/<claim>`.
     pub resource: String,
+    /// The pod's priority class, as the API server says (empty: the pod names none, so the
+    /// cluster's default applies; None: not known: PodResources does not carry it and the API
+    /// server did not answer for the pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
 }
 
 impl PodRef {
