@@ -153,6 +153,9 @@ pub trait Engine<S: Set>: Sync {
     /// # Errors
     /// The node's failure, in words (its step and the reason).
     fn run(&self, n: &S::Node, how: &NodeStart, log: &StepLog) -> Result<Vec<String>, String>;
+    /// One of the rollout's own lines was journaled (a rehearsal's crash injection hooks here:
+    /// `cluster_rollout::ClusterEngine`); nothing by default.
+    fn journaled(&self, _event: &RolloutEvent) {}
 }
 
 /// A node's steps as its engine journals and tells them: each step in the fleet journal before
@@ -403,7 +406,7 @@ pub fn run<S: Set, E: Engine<S>>(
     if !op.confirm(set, &todo, &start)? {
         return Ok(Outcome::NotConfirmed);
     }
-    let log = |event: &RolloutEvent| journal_or_stop(fj, &start.id, event);
+    let log = |e: &RolloutEvent| journal_or_stop(fj, &start.id, e).map(|()| engine.journaled(e));
     if !start.resumed {
         log(&RolloutEvent::Started {
             set: set.fingerprint().to_string(),
