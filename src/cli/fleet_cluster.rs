@@ -311,12 +311,14 @@ pub fn roll_out(
         .over(transport);
     engine.preflight(&set).map_err(said)?;
     let start = rollout::start(fj, &set, file, resume).map_err(|e| {
-        // An unfinished rollout refused: what it left cordoned is said with the undo.
+        // An unfinished rollout refused: what it left cordoned is said with the undo, first,
+        // so the refusal's line still ends with the command that continues it (pasted whole,
+        // a line going on after the command was a shell syntax error).
         let left = crate::exec::cluster_rollout::left_cordoned(fj, &set);
         if left.is_empty() {
             anyhow::Error::from(e)
         } else {
-            anyhow::anyhow!("{e}; it left cordoned: {}", esc(&left.join(", ")))
+            anyhow::anyhow!("it left cordoned: {}; {e}", esc(&left.join(", ")))
         }
     })?;
     let mut skip = start.done.clone();
