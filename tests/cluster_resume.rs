@@ -9,7 +9,10 @@
 //! with the way to continue, that `--resume` command is run (with `--yes`), and both nodes
 //! must end at the target (the manager's state `success`, the kubelet's allocatable),
 //! uncordoned, with no taint or annotation of partop's, each planned pod evicted once, and the
-//! fleet journal must say the rollout done. One control plane and one simulated cluster serve
+//! fleet journal must say the rollout done, each node's steps begun only after every step
+//! ahead of them was done (a resume that skipped a step, the cordon before an eviction, fails
+//! here even when the nodes end right), the cordon, eviction, allocatable wait and uncordon
+//! done once. One control plane and one simulated cluster serve
 //! every case; each case starts from the cluster as planned (nodes, the DCM profile, fresh pods)
 //! and plans again (a pod's UID is in its plan). No mock server.
 #![allow(
@@ -397,6 +400,50 @@ fn kill_points(lines: &[serde_json::Value]) -> Vec<String> {
     points
 }
 
+/// What is wrong with node `n`'s steps in the fleet journal of the killed run and its resume:
+/// a step begun before every step ahead of it was journaled done (a step skipped, a node
+/// evicted before its cordon), a step never done, one not the manager's done more than once
+/// (the cordon, the eviction, the waits for the kubelet and the uncordon are never done
+/// again; the label and its wait are, when the manager is asked again), the node journaled
+/// done before its last step.
+fn steps_wrong(lines: &[serde_json::Value], n: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut done: BTreeMap<&str, usize> = BTreeMap::new();
+    let mine = lines.iter().filter(|l| l["targets"]["node"] == n);
+    for l in mine {
+        if l["action"] == "fleet.node.done" && done.len() < Step::ALL.len() {
+            wrong.push(format!("{n} journaled done after only {:?}", done.keys()));
+        }
+        if l["action"] != "fleet.node.step" {
+            continue;
+        }
+        let key = l["targets"]["step"].as_str().unwrap_or("");
+        if l["outcome"]["ok"] == true {
+            *done
+                .entry(Step::of_key(key).map_or("?", Step::key))
+                .or_default() += 1;
+            continue;
+        }
+        let ahead: Vec<&str> = Step::ALL
+            .iter()
+            .take_while(|s| s.key() != key)
+            .map(|s| s.key())
+            .filter(|k| !done.contains_key(k))
+            .collect();
+        if !ahead.is_empty() {
+            wrong.push(format!("{n}: {key} begun before {ahead:?} were done"));
+        }
+    }
+    for s in Step::ALL {
+        let times = done.get(s.key()).copied().unwrap_or(0);
+        let again = matches!(s, Step::Label | Step::WaitState);
+        if times == 0 || (times > 1 && !again) {
+            wrong.push(format!("{n}: {} journaled done {times} times", s.key()));
+        }
+    }
+    wrong
+}
+
 /// The command a refused fresh apply prints to continue the rollout: the rest of the line after
 /// `Continue it: `, pasted whole (what it left cordoned said before it, never after: a line
 /// going on after the command was a shell syntax error, found by the kill after a cordon).
@@ -457,12 +504,7 @@ fn one(k: &Cluster, kind: &Kind, case: usize, at: &str) -> Result<(), String> {
         wrong.push("the fleet journal does not say the rollout done".into());
     }
     for n in kind.nodes {
-        if !lines
-            .iter()
-            .any(|l| l["action"] == "fleet.node.done" && l["targets"]["node"] == n)
-        {
-            wrong.push(format!("the fleet journal does not say {n} done"));
-        }
+        wrong.extend(steps_wrong(&lines, n));
     }
     if wrong.is_empty() {
         Ok(())
