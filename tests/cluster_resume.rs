@@ -270,7 +270,9 @@ impl Cluster {
     }
 
     /// `partop fleet --kubernetes` with the case's journal (in `dir`) and the cluster in the
-    /// environment, as the printed resume command finds them.
+    /// environment, as the printed resume command finds them: it names the set's file only,
+    /// never the `--kubeconfig`, `--context` or `--journal` the rollout was started with
+    /// (`rollout::Set::resume_command`), so here they come from the environment.
     fn fleet(&self, dir: &Path) -> std::process::Command {
         let mut c = partop();
         self.env(&mut c, dir);
