@@ -191,6 +191,7 @@ fn a_rollout_staged_in_the_cluster_view_runs_to_its_end_and_stops_at_a_failure()
     let rollouts: Arc<dyn ClusterRollouts> = Arc::new(KubeRollouts {
         target: t.clone(),
         fleet_journal: fj.clone(),
+        journal: d.join("journal.jsonl"),
         dir: set_dir.clone(),
         parallel: 1,
         // No node here is unmanaged: the view reaches none over ssh.

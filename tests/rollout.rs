@@ -10,7 +10,7 @@ use common::nodes::recorded;
 use partop::domain::journal::{RolloutEvent, RolloutNode};
 use partop::domain::plan::{Draft, Plan, Reload, plan};
 use partop::domain::{ComputeMode, MemoryMode};
-use partop::exec::rollout::{NodePlan, PlanSet, start, verify};
+use partop::exec::rollout::{NodePlan, PlanSet, Set as _, start, verify};
 use std::path::Path;
 
 fn a_plan(compute: ComputeMode, memory: MemoryMode) -> Plan {
@@ -143,10 +143,10 @@ fn the_resume_decision_is_the_fleet_journals() {
     let file = Path::new("/tmp/set.json");
     let s = set_of(3);
     // Nothing journaled: a fresh rollout starts; a resume has nothing to continue.
-    let fresh = start(&fj, &s, file, false).unwrap();
+    let fresh = start(&fj, &s, &PlanSet::resume_command(file), false).unwrap();
     assert!(!fresh.resumed && fresh.done.is_empty());
     assert!(
-        start(&fj, &s, file, true)
+        start(&fj, &s, &PlanSet::resume_command(file), true)
             .unwrap_err()
             .to_string()
             .contains("no rollout of set")
@@ -196,15 +196,17 @@ fn the_resume_decision_is_the_fleet_journals() {
         );
     }
     // Unfinished: a fresh rollout of the same set is refused, the way out named.
-    let e = start(&fj, &s, file, false).unwrap_err().to_string();
+    let e = start(&fj, &s, &PlanSet::resume_command(file), false)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("rollout r1") && e.contains("--resume"),
         "fresh over an unfinished rollout: {e}"
     );
     // Another set is not held back by it.
-    assert!(start(&fj, &set_of(2), file, false).is_ok());
+    assert!(start(&fj, &set_of(2), &PlanSet::resume_command(file), false).is_ok());
     // The resume continues r1: node0 skipped, node1 attempted (asked of the node).
-    let r = start(&fj, &s, file, true).unwrap();
+    let r = start(&fj, &s, &PlanSet::resume_command(file), true).unwrap();
     assert_eq!(r.id, "r1");
     assert!(r.resumed);
     assert_eq!(r.done, vec!["node0".to_string()]);
@@ -217,7 +219,11 @@ fn the_resume_decision_is_the_fleet_journals() {
             set: s.fingerprint.clone(),
         },
     );
-    assert!(!start(&fj, &s, file, false).unwrap().resumed);
+    assert!(
+        !start(&fj, &s, &PlanSet::resume_command(file), false)
+            .unwrap()
+            .resumed
+    );
 }
 
 /// Every reordering of a set of four nodes (23 permutations besides the planned order) is
@@ -323,7 +329,7 @@ fn a_resume_is_given_each_node_s_steps_done() {
         if let Some(next) = Step::ALL.get(k) {
             journal_line(&fj, "r", &step(0, *next, false));
         }
-        let r = start(&fj, &s, file, true).unwrap();
+        let r = start(&fj, &s, &PlanSet::resume_command(file), true).unwrap();
         let done0: Vec<String> = r
             .steps
             .iter()

@@ -20,6 +20,8 @@ pub struct KubeRollouts {
     pub target: crate::collect::cluster::Target,
     /// The fleet journal (beside the audit journal).
     pub fleet_journal: PathBuf,
+    /// The audit journal (what the printed resume command names).
+    pub journal: PathBuf,
     /// Where sets are saved.
     pub dir: PathBuf,
     /// Nodes at a time (`fleet --kubernetes apply`'s default: one).
@@ -39,6 +41,7 @@ impl KubeRollouts {
         Self {
             target,
             fleet_journal: settings.fleet_journal(),
+            journal: settings.journal.clone(),
             dir: crate::config::paths::state_dir().join("fleet-sets"),
             parallel: 1,
             reach,
@@ -92,6 +95,11 @@ impl ClusterRollouts for KubeRollouts {
 
     fn roll_out(&self, set: &Staged, note: &(dyn Fn(RolloutNote) + Sync)) -> Result<(), String> {
         let mut op = Told {
+            again: crate::cli::out::fleet_resume_command(
+                &self.journal,
+                Some(&self.target),
+                &set.file,
+            ),
             typed: set.fingerprint.clone(),
             note,
         };
@@ -115,7 +123,7 @@ impl ClusterRollouts for KubeRollouts {
             Outcome::Stopped {
                 untouched,
                 left_cordoned,
-            } => Err(stopped_words(&untouched, &left_cordoned, &set.file)),
+            } => Err(stopped_words(&untouched, &left_cordoned, &op.again)),
         }
     }
 }
@@ -123,6 +131,8 @@ impl ClusterRollouts for KubeRollouts {
 /// The operator of a rollout confirmed in the view: the fingerprint was typed there, so only
 /// the set it names is confirmed; each step told as a message.
 struct Told<'a> {
+    /// The exact command that continues the rollout.
+    again: String,
     typed: String,
     note: &'a (dyn Fn(RolloutNote) + Sync),
 }
@@ -135,6 +145,10 @@ impl crate::exec::rollout::Operator<ClusterPlanSet> for Told<'_> {
         _: &Start,
     ) -> anyhow::Result<bool> {
         Ok(set.fingerprint == self.typed)
+    }
+
+    fn resume_command(&self, _file: &std::path::Path) -> String {
+        self.again.clone()
     }
 
     fn progress(&mut self, p: Progress) -> anyhow::Result<()> {

@@ -83,14 +83,12 @@ pub fn action(
                 out(&crate::cli::out::read_only_refusal("rolled out"))?;
                 return Ok(exit::USAGE);
             }
-            apply(
-                &t,
-                set,
-                usize::from(*parallel),
-                crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
-                *resume,
-                &settings.fleet_journal(),
-            )
+            let op = Operator {
+                answer: Answer::of(*yes, confirmed.as_deref()),
+                parallel: usize::from(*parallel),
+                again: crate::cli::out::fleet_resume_command(&settings.journal, None, set),
+            };
+            apply(&t, set, *resume, &settings.fleet_journal(), op)
         }
     }
 }
@@ -207,17 +205,10 @@ fn plan(
 }
 
 /// `partop fleet apply`: the set read, the rollout run by `exec::rollout`, its progress printed.
-fn apply(
-    t: &Transport,
-    set_path: &Path,
-    parallel: usize,
-    answer: Answer,
-    resume: bool,
-    fj: &Path,
-) -> Result<u8> {
+fn apply(t: &Transport, set_path: &Path, resume: bool, fj: &Path, mut op: Operator) -> Result<u8> {
     let set: PlanSet =
         crate::cli::out::read_document(set_path, false, "a plan set from `partop fleet plan`")?;
-    let mut op = Operator { answer, parallel };
+    let parallel = op.parallel;
     match rollout::execute(t, &set, set_path, parallel, resume, fj, &mut op)? {
         Outcome::NotConfirmed => {
             out("cancelled: nothing was changed\n")?;
@@ -225,13 +216,13 @@ fn apply(
         }
         Outcome::Stopped { untouched, .. } => {
             out(&format!(
-                "\nrollout stopped at the first failure; untouched: {}. Fix the node (its own `partop journal` and `partop apply … --resume`), then: partop fleet apply {} --resume\n",
+                "\nrollout stopped at the first failure; untouched: {}. Fix the node (its own `partop journal` and `partop apply … --resume`), then: {}\n",
                 if untouched.is_empty() {
                     "none".to_string()
                 } else {
                     untouched.join(", ")
                 },
-                set_path.display()
+                op.again
             ))?;
             Ok(exit::FAILED)
         }
@@ -248,8 +239,10 @@ fn apply(
 /// The operator of `partop fleet apply`: the nodes to roll out printed, the set's fingerprint
 /// typed (none with --yes), each node's progress printed.
 struct Operator {
-    answer: crate::cli::fleet_apply::Answer,
+    answer: Answer,
     parallel: usize,
+    /// The exact command that continues the rollout.
+    again: String,
 }
 
 impl rollout::Operator for Operator {
@@ -280,6 +273,10 @@ impl rollout::Operator for Operator {
             ))?;
         }
         self.answer.confirms(&set.fingerprint, todo.len())
+    }
+
+    fn resume_command(&self, _file: &Path) -> String {
+        self.again.clone()
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {

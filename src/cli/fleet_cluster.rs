@@ -75,14 +75,18 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
                 out(&crate::cli::out::read_only_refusal("rolled out"))?;
                 return Ok(exit::USAGE);
             }
+            let op = Operator {
+                answer: crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
+                parallel: usize::from(*parallel),
+                again: crate::cli::out::fleet_resume_command(&settings.journal, Some(&t), set),
+            };
             apply(
                 &t,
                 crate::cli::fleet_nodes::transport(a, 1),
                 set,
-                usize::from(*parallel),
-                crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
                 *resume,
                 &settings.fleet_journal(),
+                op,
             )
         }
     }
@@ -241,12 +245,11 @@ fn apply(
     t: &crate::collect::cluster::Target,
     transport: crate::collect::fleet::Transport,
     file: &Path,
-    parallel: usize,
-    answer: crate::cli::fleet_apply::Answer,
     resume: bool,
     fj: &Path,
+    mut op: Operator,
 ) -> Result<u8> {
-    let mut op = Operator { answer, parallel };
+    let parallel = op.parallel;
     let (set, outcome) = roll_out(t, transport, file, parallel, resume, fj, &mut op)?;
     match outcome {
         Outcome::NotConfirmed => {
@@ -259,7 +262,7 @@ fn apply(
         } => {
             out(&format!(
                 "\n{}\n",
-                stopped_words(&untouched, &left_cordoned, file)
+                stopped_words(&untouched, &left_cordoned, &op.again)
             ))?;
             Ok(exit::FAILED)
         }
@@ -275,9 +278,9 @@ fn apply(
 
 /// A stopped cluster rollout in words: the nodes untouched, those left cordoned with their
 /// undo, the command that resumes it.
-pub fn stopped_words(untouched: &[String], left_cordoned: &[String], file: &Path) -> String {
+pub fn stopped_words(untouched: &[String], left_cordoned: &[String], again: &str) -> String {
     format!(
-        "rollout stopped at the first failure; untouched: {}.{} Fix the cause named above, then: partop fleet --kubernetes apply {} --resume",
+        "rollout stopped at the first failure; untouched: {}.{} Fix the cause named above, then: {again}",
         untouched_words(untouched),
         if left_cordoned.is_empty() {
             String::new()
@@ -286,8 +289,7 @@ pub fn stopped_words(untouched: &[String], left_cordoned: &[String], file: &Path
                 " Left cordoned by partop (or may be): {}.",
                 esc(&left_cordoned.join(", "))
             )
-        },
-        file.display()
+        }
     )
 }
 
@@ -338,6 +340,8 @@ pub fn roll_out(
 struct Operator {
     answer: crate::cli::fleet_apply::Answer,
     parallel: usize,
+    /// The exact command that continues the rollout.
+    again: String,
 }
 
 impl rollout::Operator<ClusterPlanSet> for Operator {
@@ -359,6 +363,10 @@ impl rollout::Operator<ClusterPlanSet> for Operator {
         }
         out(&o)?;
         self.answer.confirms(&set.fingerprint, todo.len())
+    }
+
+    fn resume_command(&self, _file: &Path) -> String {
+        self.again.clone()
     }
 
     fn progress(&mut self, p: Progress) -> Result<()> {

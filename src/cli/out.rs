@@ -87,6 +87,40 @@ pub fn invoked_as() -> String {
     }
 }
 
+/// The exact command that continues a fleet rollout: this partop as it was started, the audit
+/// journal (the fleet journal lies beside it), the options of `fleet` that reach the nodes or
+/// the cluster (`--kubernetes --kubeconfig K --context C`), then `apply SET --resume`; absolute
+/// paths, each word quoted, so it works pasted into another shell.
+pub fn fleet_resume_command(
+    journal: &std::path::Path,
+    kube: Option<&crate::collect::cluster::Target>,
+    set: &std::path::Path,
+) -> String {
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let mut argv = vec![
+        invoked_as(),
+        "--journal".into(),
+        abs(journal),
+        "fleet".into(),
+    ];
+    if let Some(t) = kube {
+        argv.push("--kubernetes".into());
+        if let Some(k) = &t.kubeconfig {
+            argv.extend(["--kubeconfig".into(), abs(k)]);
+        }
+        if let Some(c) = &t.context {
+            argv.extend(["--context".into(), c.clone()]);
+        }
+    }
+    argv.extend(["apply".into(), abs(set), "--resume".into()]);
+    crate::domain::text::shell_line(&argv)
+}
+
 /// The exact command that resumes a run (`partop apply`, `partop mig apply`): this partop as
 /// it was started, every option that chose the node, its tools, the registry and the journal,
 /// with absolute paths, then `sub`, the plan and the stop policy, so it works pasted into

@@ -836,9 +836,54 @@ pub const MIG_FILE: (&str, &str, &str) = (MIG_NAMESPACE, MIG_CONFIGMAP, MIG_KEY)
 /// DCM's ConfigMap.
 pub const DCM_FILE: (&str, &str, &str) = (DCM_NAMESPACE, DCM_CONFIGMAP, DCM_KEY);
 
+/// The label `partop sim cluster` puts on every Node it makes (what it watches).
+pub const REHEARSAL_LABEL: &str = "partop.sim/cluster";
+/// The kubelet version `partop sim cluster` reports in its Nodes' `status.nodeInfo`: with
+/// [`REHEARSAL_LABEL`], the mark of a rehearsal node. A real node's kubelet owns its status and
+/// writes its own version there on every status update (a forged value is put back within its
+/// update period), so a Node of a real cluster never keeps this mark.
+pub const REHEARSAL_KUBELET: &str = "partop-sim-cluster";
+
+/// Whether a Node with these labels and reported kubelet version is one `partop sim cluster`
+/// made and keeps (both marks; either alone is not enough).
+pub fn rehearsal_node(labels: &BTreeMap<String, String>, kubelet: Option<&str>) -> bool {
+    labels.get(REHEARSAL_LABEL).map(String::as_str) == Some("true")
+        && kubelet == Some(REHEARSAL_KUBELET)
+}
+
+/// Where a rehearsed rollout may be killed (`PARTOP_SIM_CRASH_AT`, see
+/// `exec::cluster_rollout::ClusterEngine::crash_point`): `WHEN:NODE:STEP` at a step of a node
+/// (`begin`: journaled begun, not acted; `acted`: acted, its result not journaled; `end`: its
+/// result journaled), `end:NODE:node.EVENT` after a node's line of the rollout (`node.start`,
+/// `node.done`, `node.failed`), `end:rollout.EVENT` after the set's own (`rollout.start`,
+/// `rollout.done`, `rollout.stopped`). A node name has no `:` and a step key no `.`: the three
+/// shapes never meet.
+pub fn crash_key(when: &str, node: Option<&str>, what: &str) -> String {
+    match node {
+        Some(n) => format!("{when}:{n}:{what}"),
+        None => format!("{when}:{what}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rehearsal node needs both marks (4 cases): the simulator's label and the kubelet
+    /// version only it reports; a real kubelet's version, or the label missing or not `true`,
+    /// is not one.
+    #[test]
+    fn a_rehearsal_node_has_the_simulator_s_label_and_kubelet() {
+        let l = |v: Option<&str>| -> BTreeMap<String, String> {
+            v.map(|v| (REHEARSAL_LABEL.to_string(), v.to_string()))
+                .into_iter()
+                .collect()
+        };
+        assert!(rehearsal_node(&l(Some("true")), Some(REHEARSAL_KUBELET)));
+        assert!(!rehearsal_node(&l(Some("true")), Some("v1.37.2")));
+        assert!(!rehearsal_node(&l(None), Some(REHEARSAL_KUBELET)));
+        assert!(!rehearsal_node(&l(Some("false")), Some(REHEARSAL_KUBELET)));
+    }
 
     /// Every prefix of steps done (7 cases): a resumed node continues at the first step not
     /// done, a manager not answered is asked again, and a node done needs nothing.

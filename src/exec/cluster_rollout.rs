@@ -46,6 +46,9 @@ pub struct ClusterEngine {
     profile_lock: tokio::sync::Mutex<()>,
     /// How nodes applied by `partop apply` are reached (None: the set has none).
     transport: Option<Transport>,
+    /// Where a rehearsal is killed (`PARTOP_SIM_CRASH_AT`): only when every node of the set is
+    /// one of `partop sim cluster`'s ([`rehearsal`]); None on any other cluster.
+    crash_at: Option<String>,
 }
 
 /// How the planner reaches an AMD node no manager owns, to make and later apply partop's own
@@ -102,6 +105,10 @@ impl ClusterEngine {
         let ops = rt
             .block_on(NodeOps::connect(t, "", limits))
             .map_err(|e| e.to_string())?;
+        let crash_at = match std::env::var(super::apply::CRASH_ENV) {
+            Ok(at) if rt.block_on(rehearsal(&ops.client(), set)) => Some(at),
+            _ => None,
+        };
         Ok(Self {
             client: ops.client(),
             rt,
@@ -110,6 +117,7 @@ impl ClusterEngine {
             profile: set.profile.clone(),
             profile_lock: tokio::sync::Mutex::new(()),
             transport: None,
+            crash_at,
         })
     }
 
@@ -118,6 +126,19 @@ impl ClusterEngine {
     pub fn over(mut self, t: Transport) -> Self {
         self.transport = Some(t);
         self
+    }
+
+    /// Rehearsing an interruption: the process is killed (SIGKILL, as a power cut or an OOM
+    /// kill would) at the point `PARTOP_SIM_CRASH_AT` names (`domain::cluster_rollout::
+    /// crash_key`), in a rehearsal only. The one place a cluster rollout is killed: at each
+    /// step's boundaries ([`Self::steps_from`]) and after each line of the rollout itself
+    /// ([`Engine::journaled`]).
+    fn crash_point(&self, when: &str, node: Option<&str>, what: &str) {
+        if self.crash_at.as_deref()
+            == Some(crate::domain::cluster_rollout::crash_key(when, node, what).as_str())
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
     }
 
     fn ops(&self, node: &str) -> NodeOps {
@@ -194,6 +215,7 @@ impl ClusterEngine {
             .filter(|s| *s >= first)
         {
             log.begin(step.key())?;
+            self.crash_point("begin", Some(&n.node), step.key());
             let r = match (&n.engine, step) {
                 (Manager::PartopApply { .. }, Step::Label) => self.apply_own(n, attempted, log),
                 (Manager::PartopApply { .. }, Step::WaitState) => {
@@ -201,9 +223,13 @@ impl ClusterEngine {
                 }
                 _ => self.rt.block_on(self.step(n, step, log)),
             };
+            if r.is_ok() {
+                self.crash_point("acted", Some(&n.node), step.key());
+            }
             match r {
                 Ok(text) => {
                     log.done(step.key(), &text)?;
+                    self.crash_point("end", Some(&n.node), step.key());
                     said.push(format!("{}: {text}", step.key()));
                 }
                 Err(e) => return Err(self.failed_at(n, step, &e)),
@@ -437,6 +463,39 @@ impl Engine<ClusterPlanSet> for ClusterEngine {
         }
         self.steps_from(n, first, *how == NodeStart::Resume, log)
     }
+
+    fn journaled(&self, event: &crate::domain::journal::RolloutEvent) {
+        if self.crash_at.is_none() {
+            return;
+        }
+        let (action, targets, _) = event.encode("");
+        let what = action.strip_prefix("fleet.").unwrap_or(action);
+        self.crash_point("end", targets["node"].as_str(), what);
+    }
+}
+
+/// Whether every node of `set` is a rehearsal node, one `partop sim cluster` made and keeps
+/// (`domain::cluster_rollout::rehearsal_node`: its label and the kubelet version it reports):
+/// what arms the crash injection. A node that cannot be read is not one.
+async fn rehearsal(client: &kube::Client, set: &ClusterPlanSet) -> bool {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in &set.nodes {
+        let Ok(Some(node)) = nodes.get_opt(&n.node).await else {
+            return false;
+        };
+        let kubelet = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.kubelet_version.as_str());
+        if !crate::domain::cluster_rollout::rehearsal_node(
+            &node.metadata.labels.unwrap_or_default(),
+            kubelet,
+        ) {
+            return false;
+        }
+    }
+    !set.nodes.is_empty()
 }
 
 /// A node error as said: a node gone is said as such.

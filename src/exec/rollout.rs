@@ -109,7 +109,10 @@ impl Set for PlanSet {
     }
 
     fn resume_command(file: &Path) -> String {
-        format!("partop fleet apply {} --resume", file.display())
+        format!(
+            "partop fleet apply {} --resume",
+            crate::domain::text::shell_quote(&file.display().to_string())
+        )
     }
 }
 
@@ -139,7 +142,7 @@ impl Set for ClusterPlanSet {
     fn resume_command(file: &Path) -> String {
         format!(
             "partop fleet --kubernetes apply {} --resume",
-            file.display()
+            crate::domain::text::shell_quote(&file.display().to_string())
         )
     }
 }
@@ -170,6 +173,9 @@ pub trait Engine<S: Set>: Sync {
     /// # Errors
     /// The node's failure, in words (its step and the reason).
     fn run(&self, n: &S::Node, how: &NodeStart, log: &StepLog) -> Result<Vec<String>, String>;
+    /// One of the rollout's own lines was journaled (a rehearsal's crash injection hooks here:
+    /// `cluster_rollout::ClusterEngine`); nothing by default.
+    fn journaled(&self, _event: &RolloutEvent) {}
 }
 
 /// A node's steps as its engine journals and tells them: each step in the fleet journal before
@@ -270,7 +276,12 @@ pub struct Start {
 ///
 /// # Errors
 /// Nothing to resume, or an unfinished rollout to continue first.
-pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<Start, Refused> {
+pub fn start<S: Set>(
+    fj: &Path,
+    set: &S,
+    resume_command: &str,
+    resume: bool,
+) -> Result<Start, Refused> {
     let (entries, _) = journal::read(fj).unwrap_or_default();
     let latest = Rollouts::of(&entries).latest(set.fingerprint()).cloned();
     if resume {
@@ -294,20 +305,22 @@ pub fn start<S: Set>(fj: &Path, set: &S, file: &Path, resume: bool) -> Result<St
         // What it left cordoned is said with the undo of each (empty for an ssh rollout,
         // whose nodes drain themselves).
         let left = crate::domain::cluster_rollout::left_cordoned_with_undo(&r);
+        // What it left cordoned first, so the refusal's line ends with the command that
+        // continues it (pasted whole, a line going on after the command does not run).
         return Err(Refused(format!(
-            "rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}{}",
-            r.id,
-            set.fingerprint(),
-            fj.display(),
-            S::resume_command(file),
+            "{}rollout {} of set {} is unfinished in {}: a fresh apply would start its nodes over. Continue it: {}",
             if left.is_empty() {
                 String::new()
             } else {
                 format!(
-                    "; it left cordoned: {}",
+                    "it left cordoned: {}; ",
                     crate::domain::text::escape_controls(&left.join(", "))
                 )
-            }
+            },
+            r.id,
+            set.fingerprint(),
+            fj.display(),
+            resume_command
         )));
     }
     Ok(Start {
@@ -393,6 +406,11 @@ pub trait Operator<S: Set = PlanSet> {
     /// # Errors
     /// The answer could not be read.
     fn confirm(&mut self, set: &S, todo: &[&S::Node], start: &Start) -> anyhow::Result<bool>;
+    /// The exact command that continues a rollout of the set saved in `file` (the command
+    /// layer's carries its journal and cluster options; by default the set's bare command).
+    fn resume_command(&self, file: &Path) -> String {
+        S::resume_command(file)
+    }
     /// A node's progress.
     ///
     /// # Errors
@@ -453,7 +471,7 @@ pub fn run<S: Set, E: Engine<S>>(
     // CLI beside the live view, two shells) is refused, told who runs it.
     let _lock = lock(fj, set)?;
     engine.can_start(set).map_err(Refused)?;
-    let start = start(fj, set, file, resume)?;
+    let start = start(fj, set, &op.resume_command(file), resume)?;
     // Every node not touched before is re-read against its plan before anything acts.
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
@@ -466,7 +484,7 @@ pub fn run<S: Set, E: Engine<S>>(
     if !op.confirm(set, &todo, &start)? {
         return Ok(Outcome::NotConfirmed);
     }
-    let log = |event: &RolloutEvent| journal_or_stop(fj, &start.id, event);
+    let log = |e: &RolloutEvent| journal_or_stop(fj, &start.id, e).map(|()| engine.journaled(e));
     if !start.resumed {
         log(&RolloutEvent::Started {
             set: set.fingerprint().to_string(),

@@ -25,8 +25,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Every node the simulator made carries this label (what it watches, and what `--delete`
-/// would select).
-pub const SIM_LABEL: &str = "partop.sim/cluster";
+/// would select); with the kubelet version it reports, the mark of a rehearsal node
+/// (`domain::cluster_rollout::rehearsal_node`).
+pub const SIM_LABEL: &str = crate::domain::cluster_rollout::REHEARSAL_LABEL;
 /// A node annotated `partop.sim/fail=true` fails its next partition change, as `--fail` does
 /// (the failure mode a rehearsal or a test can clear: take the annotation off).
 pub const FAIL_ANNOTATION: &str = "partop.sim/fail";
@@ -386,8 +387,12 @@ async fn set_status(
     }
     res.insert("cpu".into(), serde_json::json!("192"));
     res.insert("memory".into(), serde_json::json!("2Ti"));
+    // The kubelet's own part of the status names this simulator: a rehearsal's mark that a
+    // real kubelet would overwrite with its own version.
     let status = serde_json::json!({"status": {
         "capacity": res, "allocatable": res,
+        "nodeInfo": {"kubeletVersion": crate::domain::cluster_rollout::REHEARSAL_KUBELET,
+                     "operatingSystem": "linux", "architecture": "amd64"},
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                         "message": "partop sim cluster"}],
     }});
