@@ -174,7 +174,7 @@ impl ClusterEngine {
 
     async fn unchanged(&self, n: &NodePlan) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(&n.node).await {
+        let node = match within(self.limits.verb, "get nodes", nodes.get_opt(&n.node)).await? {
             Ok(Some(x)) => x,
             Ok(None) => {
                 return Err(format!(
@@ -331,9 +331,8 @@ impl ClusterEngine {
     async fn write_profile(&self, p: &ProfileChange) -> Result<String, String> {
         let (ns, name, key) = DCM_FILE;
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
-        let cm = api
-            .get_opt(name)
-            .await
+        let cm = within(self.limits.verb, "get configmaps", api.get_opt(name))
+            .await?
             .map_err(|e| said(&e, "get", "configmaps", Some(ns)).to_string())?;
         let text = cm
             .as_ref()
@@ -359,9 +358,13 @@ impl ClusterEngine {
         // (409), never overwritten.
         let patch = json!({"metadata": {"resourceVersion": cm.metadata.resource_version},
                            "data": {key: doc}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| said(&e, "patch", "configmaps", Some(ns)).to_string())?;
+        within(
+            self.limits.verb,
+            "patch configmaps",
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await?
+        .map_err(|e| said(&e, "patch", "configmaps", Some(ns)).to_string())?;
         Ok(format!("DCM profile {} written to {ns}/{name}", p.profile))
     }
 
@@ -374,7 +377,13 @@ impl ClusterEngine {
                     return Ok(format!("{}=success", engine.state_label()));
                 }
                 Answer::Failed(state) => {
-                    let events = manager_events(&self.client, &ops.node).await;
+                    let events = within(
+                        self.limits.verb,
+                        "list events",
+                        manager_events(&self.client, &ops.node),
+                    )
+                    .await
+                    .unwrap_or_default();
                     return Err(failure_reason(engine, &state, &events));
                 }
                 Answer::Waiting if Instant::now() >= end => {
@@ -574,6 +583,21 @@ async fn evict(ops: &NodeOps, pods: &[Eviction], log: &StepLog) -> Result<String
 }
 
 /// The manager's Warning events on the node, oldest first: (reason, message, component).
+/// An API call bounded like every verb of a drain (`Limits::verb`): a hung API server fails
+/// the step, named, instead of holding the rollout for the client's own 300 s read timeout.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    tokio::time::timeout(limit, f).await.map_err(|_| {
+        format!(
+            "{what}: no answer from the API server within {} s",
+            limit.as_secs()
+        )
+    })
+}
+
 async fn manager_events(client: &kube::Client, node: &str) -> Vec<(String, String, String)> {
     let api: Api<Event> = Api::all(client.clone());
     let lp = ListParams::default().fields(&format!(
