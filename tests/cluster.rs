@@ -197,6 +197,13 @@ fn the_cluster_s_gpu_nodes_and_signals_by_watch() {
     );
     assert!(has("gpu-stale", "amd.com/spx_nps1"), "{signals:#?}");
     assert!(has("gpu-dcm-failed", "AMD DCM failed"), "{signals:#?}");
+    // Since when, as the API server's managedFields record the state label's last writer.
+    let year = format!(
+        " since {}-",
+        &partop::collect::clock::rfc3339(partop::collect::clock::now_ms())[..4]
+    );
+    assert!(has("gpu-dcm-failed", &year), "{signals:#?}");
+    assert!(has("gpu-mig-pending", &year), "{signals:#?}");
     assert!(
         has("gpu-mig-pending", "MIG manager is applying"),
         "{signals:#?}"

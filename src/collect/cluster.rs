@@ -320,7 +320,39 @@ pub fn node_of(n: &Node) -> ClusterNode {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
             .map(|c| c.status == "True"),
+        state_written: state_written(n),
     }
+}
+
+/// For each partition manager's state label on the node, the newest time a writer that owns it
+/// wrote the node (its managedFields entry: the API server records, per field manager, the
+/// fields it set and when it last wrote).
+fn state_written(n: &Node) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for label in [
+        crate::domain::cluster::DCM_STATE,
+        crate::domain::cluster::MIG_STATE,
+    ] {
+        let key = format!("f:{label}");
+        let newest = n
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| {
+                m.fields_v1
+                    .as_ref()
+                    .and_then(|f| f.0.pointer("/f:metadata/f:labels"))
+                    .and_then(serde_json::Value::as_object)
+                    .is_some_and(|l| l.contains_key(&key))
+            })
+            .filter_map(|m| m.time.as_ref().map(|t| t.0))
+            .max();
+        if let Some(t) = newest {
+            out.insert(label.to_string(), t.to_string());
+        }
+    }
+    out
 }
 
 /// A Pod's GPU requests (None: it asks for no GPU).

@@ -31,6 +31,11 @@ pub struct ClusterNode {
     pub taints: Vec<String>,
     /// The `Ready` condition (None: not reported).
     pub ready: Option<bool>,
+    /// For each partition manager's state label: when its writer last wrote the node (RFC
+    /// 3339, from the Node's managedFields: the API server's own record of who wrote which
+    /// field, and when), so a state is said with how long it has been so.
+    #[serde(default)]
+    pub state_written: BTreeMap<String, String>,
 }
 
 /// One pod that asks for a GPU resource.
@@ -82,6 +87,9 @@ pub enum Signal {
         asked: String,
         state: String,
         failed: bool,
+        /// When the state's writer last wrote the node (None: not known).
+        #[serde(default)]
+        since: Option<String>,
     },
     /// A pod waits for a GPU resource no node offers.
     PendingUnoffered {
@@ -141,13 +149,18 @@ impl Signal {
                 asked,
                 state,
                 failed,
+                since,
             } => {
+                let since = since
+                    .as_deref()
+                    .map(|t| format!(" since {t}"))
+                    .unwrap_or_default();
                 if *failed {
                     format!(
-                        "{node}: {manager} failed to apply {asked:?} (state {state:?}); its events on the node say why"
+                        "{node}: {manager} failed to apply {asked:?} (state {state:?}{since}); its events on the node say why"
                     )
                 } else {
-                    format!("{node}: {manager} is applying {asked:?} (state {state:?})")
+                    format!("{node}: {manager} is applying {asked:?} (state {state:?}{since})")
                 }
             }
             Self::PendingUnoffered {
@@ -237,6 +250,7 @@ pub fn manager_signals(node: &ClusterNode) -> Vec<Signal> {
             asked: node.labels.get(ask).cloned().unwrap_or_default(),
             state: s.clone(),
             failed: s == failed,
+            since: node.state_written.get(state).cloned(),
         });
     }
     out
@@ -355,6 +369,7 @@ mod tests {
             unschedulable: false,
             taints: vec![],
             ready: Some(true),
+            state_written: BTreeMap::new(),
         }
     }
 
@@ -417,6 +432,16 @@ mod tests {
                 assert_eq!(f, failed);
             }
         }
+        // With the time its writer last wrote the node, the state says since when.
+        n.state_written
+            .insert(DCM_STATE.into(), "2026-11-26T10:00:00Z".into());
+        let s = manager_signals(&n);
+        assert!(
+            s[0].text()
+                .contains("(state \"pending\" since 2026-11-26T10:00:00Z)"),
+            "{}",
+            s[0].text()
+        );
     }
 
     #[test]
