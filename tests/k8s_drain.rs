@@ -706,7 +706,7 @@ fn the_staged_layout_prints_as_a_dcm_profile() {
 /// an operator's laptop, an apply on the node) refuses another's cordon, nothing changed, and
 /// the other's uncordon leaves it; the holder's own cordon (a resume of the same change) and
 /// uncordon act; a cordon marked by an earlier partop without its change's name is taken over
-/// as before. 5 cases.
+/// as before; a mark a `kubectl uncordon` left holds nothing. 6 cases.
 #[test]
 fn a_node_cordoned_by_one_partop_change_is_refused_to_another() {
     let cp = ControlPlane::start();
@@ -761,6 +761,12 @@ fn a_node_cordoned_by_one_partop_change_is_refused_to_another() {
         ops.cordon_owned("apply P on gpu-o").await.unwrap();
         let n = nodes.get("gpu-o").await.unwrap();
         assert_eq!(holder(&n).as_deref(), Some("apply P on gpu-o"));
-        ops.uncordon_owned("apply P on gpu-o").await.unwrap();
+        // 6. A mark left by a `kubectl uncordon` (the printed undo: the annotation stays)
+        //    holds nothing: another change cordons.
+        ops.set_unschedulable(false).await.unwrap();
+        ops.cordon_owned("fleet rollout B").await.unwrap();
+        let n = nodes.get("gpu-o").await.unwrap();
+        assert_eq!(holder(&n).as_deref(), Some("fleet rollout B"));
+        ops.uncordon_owned("fleet rollout B").await.unwrap();
     });
 }

@@ -664,8 +664,14 @@ impl NodeOps {
     /// time, across machines too.
     pub async fn cordon_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let held = cordon_owner(&node);
-        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        // The mark holds only while the node is cordoned: one left by a `kubectl uncordon`
+        // (the printed undo) holds nothing.
+        let held = cordon_owner(&node).filter(|_| cordoned);
         if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
             return Err(K8sError::Held(format!(
                 "{} is cordoned by another partop change ({}): one change at a time; wait for it to finish (its journal, or `partop fleet --kubernetes` shows it), then run this again; nothing was changed",
@@ -721,7 +727,12 @@ impl NodeOps {
     /// or someone else's, is left).
     pub async fn uncordon_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let held = cordon_owner(&node);
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let held = cordon_owner(&node).filter(|_| cordoned);
         if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
             return Ok(format!(
                 "{} is cordoned by another partop change ({}): left cordoned",
@@ -730,7 +741,6 @@ impl NodeOps {
             ));
         }
         if held.is_none() {
-            let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
             return Ok(if cordoned {
                 format!("{} was cordoned before partop: left cordoned", self.node)
             } else {
