@@ -254,11 +254,12 @@ fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
         })
         .await;
 
-        // Ownership, as for the cordon: the untaint step lifts the window taint partop added,
-        // and leaves one of the same key that someone else put there (DCM's own flow). 2 cases.
+        // Ownership, as for the cordon: the untaint step lifts the window taint its change
+        // added, and leaves one of the same key that someone else put there (DCM's own flow)
+        // or another change marked. 4 cases.
         assert!(!ops.set_window_taint(true).await.unwrap());
         assert_eq!(
-            ops.untaint_owned().await.unwrap(),
+            ops.untaint_owned("apply P on gpu-d").await.unwrap(),
             "the change window's taint removed"
         );
         let nodes: Api<Node> = Api::all(c.clone());
@@ -277,8 +278,8 @@ fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
             .replace("gpu-d", &PostParams::default(), &n)
             .await
             .unwrap();
-        let said = ops.untaint_owned().await.unwrap();
-        assert!(said.contains("not partop's"), "{said}");
+        let said = ops.untaint_owned("apply P on gpu-d").await.unwrap();
+        assert!(said.contains("not this change's"), "{said}");
         let n = nodes.get("gpu-d").await.unwrap();
         assert!(
             n.spec
@@ -287,6 +288,19 @@ fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
                 .iter()
                 .any(|t| t.key == k8s_ops::WINDOW_TAINT_KEY),
             "someone else's taint is left"
+        );
+        // 3. Marked as another change's (a mark an earlier run left, a taint DCM re-added
+        //    since): left too.
+        ops.patch_node(&serde_json::json!({
+            "metadata": {"annotations": {partop::exec::k8s::TAINTED_BY_PARTOP: "apply Q on gpu-d"}}
+        }))
+        .await
+        .unwrap();
+        let said = ops.untaint_owned("apply P on gpu-d").await.unwrap();
+        assert!(said.contains("not this change's"), "{said}");
+        assert_eq!(
+            ops.untaint_owned("apply Q on gpu-d").await.unwrap(),
+            "the change window's taint removed"
         );
     });
 }

@@ -485,6 +485,12 @@ impl NodeOps {
     /// whether it was there before. Read-modify-write with the node's resourceVersion, retried
     /// on a conflict (the kubelet writes the node too).
     pub async fn set_window_taint(&self, on: bool) -> Result<bool, K8sError> {
+        self.set_window_taint_as(on, "true").await
+    }
+
+    /// [`Self::set_window_taint`], the taint marked as the change `owner`'s when added (its
+    /// untaint lifts only its own, [`Self::untaint_owned`]).
+    pub async fn set_window_taint_as(&self, on: bool, owner: &str) -> Result<bool, K8sError> {
         let api: Api<Node> = Api::all(self.client.clone());
         for _ in 0..5 {
             let mut node = self.get_node().await?;
@@ -502,8 +508,8 @@ impl NodeOps {
                     effect: WINDOW_TAINT_EFFECT.into(),
                     time_added: None,
                 });
-                // Partop's own: its untaint lifts only a taint it added.
-                notes.insert(TAINTED_BY_PARTOP.into(), "true".into());
+                // This change's own: its untaint lifts only a taint it added.
+                notes.insert(TAINTED_BY_PARTOP.into(), owner.into());
             } else {
                 taints.retain(|t| !is_window_taint(t));
                 notes.remove(TAINTED_BY_PARTOP);
@@ -528,27 +534,30 @@ impl NodeOps {
         )))
     }
 
-    /// Lifts the change window's taint if partop added it (its annotation says so); a taint of
-    /// the same key that someone else put there (DCM's own flow, an operator) is left, said.
-    pub async fn untaint_owned(&self) -> Result<String, K8sError> {
+    /// Lifts the change window's taint if the change `owner` added it (its annotation names
+    /// it; an unnamed mark of an earlier partop counts as any change's); a taint of the same
+    /// key that someone else put there (DCM's own flow, an operator, another change) is left,
+    /// said. A mark without the taint holds nothing.
+    pub async fn untaint_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let ours = node
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(TAINTED_BY_PARTOP));
         let tainted = node
             .spec
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| t.iter().any(is_window_taint));
+        let ours = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TAINTED_BY_PARTOP))
+            .is_some_and(|h| owns(h, owner));
         Ok(match (tainted, ours) {
             (true, true) => {
                 self.set_window_taint(false).await?;
                 "the change window's taint removed".into()
             }
             (true, false) => format!(
-                "the {WINDOW_TAINT_KEY} taint on the node is not partop's (it was there before the change): left"
+                "the {WINDOW_TAINT_KEY} taint on the node is not this change's (it was there before the change, or another's): left"
             ),
             (false, _) => "no change window's taint on the node".into(),
         })
@@ -663,34 +672,61 @@ impl NodeOps {
     /// (another operator's rollout, an apply on the node itself) is refused: one change at a
     /// time, across machines too.
     pub async fn cordon_owned(&self, owner: &str) -> Result<String, K8sError> {
-        let node = self.get_node().await?;
-        let cordoned = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        // The mark holds only while the node is cordoned: one left by a `kubectl uncordon`
-        // (the printed undo) holds nothing.
-        let held = cordon_owner(&node).filter(|_| cordoned);
-        if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
-            return Err(K8sError::Held(format!(
-                "{} is cordoned by another partop change ({}): one change at a time; wait for it to finish (its journal, or `partop fleet --kubernetes` shows it), then run this again; nothing was changed",
-                self.node,
-                crate::domain::text::escape_controls(other)
-            )));
+        // Read, decide, then patch under the read's resourceVersion: two changes on two
+        // machines that both saw the node free cannot both take it (the second gets a 409,
+        // reads again and finds the first's mark).
+        for _ in 0..5 {
+            let node = self.get_node().await?;
+            let cordoned = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            // The mark holds only while the node is cordoned: one left by a `kubectl
+            // uncordon` (the printed undo) holds nothing.
+            let held = cordon_owner(&node).filter(|_| cordoned);
+            if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
+                return Err(K8sError::Held(format!(
+                    "{} is cordoned by another partop change ({}): one change at a time; let it finish or resume it (its journal names it), or, if it was abandoned, undo its cordon: kubectl uncordon {}; nothing was changed",
+                    self.node,
+                    crate::domain::text::escape_controls(
+                        &other.chars().take(120).collect::<String>()
+                    ),
+                    crate::domain::text::shell_quote(&self.node)
+                )));
+            }
+            if cordoned && held.is_none() {
+                return Ok(format!(
+                    "{} was already cordoned (not by partop): left so, and left cordoned after",
+                    self.node
+                ));
+            }
+            let api: Api<Node> = Api::all(self.client.clone());
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version,
+                    "annotations": {CORDONED_BY_PARTOP: owner},
+                },
+                "spec": {"unschedulable": true},
+            });
+            match self
+                .bounded(
+                    "patch",
+                    "nodes",
+                    None,
+                    api.patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await?
+            {
+                Ok(_) => return Ok(format!("{} cordoned", self.node)),
+                Err(e) if code(&e) == Some(409) => {}
+                Err(e) => return Err(said(&e, "patch", "nodes", None)),
+            }
         }
-        if cordoned && held.is_none() {
-            return Ok(format!(
-                "{} was already cordoned (not by partop): left so, and left cordoned after",
-                self.node
-            ));
-        }
-        self.patch_node(&json!({
-            "metadata": {"annotations": {CORDONED_BY_PARTOP: owner}},
-            "spec": {"unschedulable": true},
-        }))
-        .await?;
-        Ok(format!("{} cordoned", self.node))
+        Err(K8sError::Api(format!(
+            "the node {} kept changing under the cordon (5 conflicts)",
+            self.node
+        )))
     }
 
     /// For a local change (`partop apply` on the node): a node a DCM profile manages gets that
@@ -990,7 +1026,7 @@ pub async fn run_step(
     let r = match kind {
         K::Cordon => return cordon_step(&ops, &k.node, &apply_owner(plan), &next).await,
         K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
-        K::Taint => taint_and_clear(&ops, k).await,
+        K::Taint => taint_and_clear(&ops, k, &apply_owner(plan)).await,
         K::WaitAllocatable => ops
             .wait_allocatable(&k.allocatable, k8s_ops::PLUGIN_LABELS)
             .await
@@ -1009,7 +1045,7 @@ pub async fn run_step(
                     }
                 )
             }),
-        K::Untaint => ops.untaint_owned().await,
+        K::Untaint => ops.untaint_owned(&apply_owner(plan)).await,
         K::Uncordon => ops.uncordon_owned(&apply_owner(plan)).await,
         other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),
     };
@@ -1107,6 +1143,7 @@ async fn evict_all(
 async fn taint_and_clear(
     ops: &NodeOps,
     k: &crate::domain::plan_k8s::KubeChange,
+    owner: &str,
 ) -> Result<String, K8sError> {
     let daemons: Vec<PodId> = ops
         .present(&k.pods)
@@ -1114,7 +1151,7 @@ async fn taint_and_clear(
         .into_iter()
         .filter_map(|(p, d)| d.then_some(p))
         .collect();
-    let was = ops.set_window_taint(true).await?;
+    let was = ops.set_window_taint_as(true, owner).await?;
     ops.wait_gone(&daemons).await?;
     Ok(format!(
         "{}; {} DaemonSet holder(s) left",
