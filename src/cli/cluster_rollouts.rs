@@ -97,6 +97,7 @@ impl ClusterRollouts for KubeRollouts {
         let mut op = Told {
             again: crate::cli::out::fleet_resume_command(
                 &self.journal,
+                &[],
                 Some(&self.target),
                 &set.file,
             ),

@@ -10,6 +10,7 @@ use crate::cli::out::{confirm, out};
 use crate::cli::{Cli, exit};
 use crate::collect::fleet::{NodeSpec, Target, Transport};
 use crate::domain::plan::Plan;
+use crate::domain::text::escape_controls as esc;
 use crate::exec::rollout::{self, NodeStart, Outcome, Progress};
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -86,7 +87,12 @@ pub fn action(
             let op = Operator {
                 answer: Answer::of(*yes, confirmed.as_deref()),
                 parallel: usize::from(*parallel),
-                again: crate::cli::out::fleet_resume_command(&settings.journal, None, set),
+                again: crate::cli::out::fleet_resume_command(
+                    &settings.journal,
+                    &ssh_options(a),
+                    None,
+                    set,
+                ),
             };
             apply(&t, set, *resume, &settings.fleet_journal(), op)
         }
@@ -291,23 +297,29 @@ impl rollout::Operator for Operator {
                     NodeStart::Apply | NodeStart::Unknown(_) => "applying",
                 }
             )),
+            // What the node said (its step lines, its error) is the node's text: escaped.
             Progress::Applied { node, steps } => {
                 for l in steps {
-                    out(&format!("   {node}: {l}\n"))?;
+                    out(&format!("   {}: {}\n", esc(&node), esc(&l)))?;
                 }
-                out(&format!("   {node}: applied and verified\n"))
+                out(&format!("   {}: applied and verified\n", esc(&node)))
             }
-            Progress::Step { node, text } => out(&format!("   {node}: {text}\n")),
-            Progress::Failed { node, error } => out(&format!("   {node}: {error}\n")),
+            Progress::Step { node, text } => out(&format!("   {}: {}\n", esc(&node), esc(&text))),
+            Progress::Failed { node, error } => {
+                out(&format!("   {}: {}\n", esc(&node), esc(&error)))
+            }
         }
     }
 }
 
-/// The one confirmation of a plan set (over ssh or through the cluster): its fingerprint typed
-/// exactly, naming how many nodes it rolls out on.
-///
-/// # Errors
-/// The answer could not be read.
+/// The options of `fleet` a pasted resume needs to reach the nodes as this run did.
+pub(crate) fn ssh_options(a: &FleetArgs) -> Vec<String> {
+    crate::cli::fleet_rollouts::fleet_options(a)
+        .into_iter()
+        .map(|o| o.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// How a rollout's one confirmation is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -350,8 +362,8 @@ impl Answer {
     }
 }
 
-/// The operator types the set's fingerprint (the prompt of `fleet apply` and `fleet
-/// --kubernetes apply`).
+/// The one confirmation of a plan set (over ssh or through the cluster): its fingerprint typed
+/// exactly, naming how many nodes it rolls out on.
 ///
 /// # Errors
 /// The answer could not be read.

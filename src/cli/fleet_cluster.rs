@@ -78,7 +78,12 @@ pub fn action(a: &FleetArgs, action: &FleetCmd, settings: &crate::config::Settin
             let op = Operator {
                 answer: crate::cli::fleet_apply::Answer::of(*yes, confirmed.as_deref()),
                 parallel: usize::from(*parallel),
-                again: crate::cli::out::fleet_resume_command(&settings.journal, Some(&t), set),
+                again: crate::cli::out::fleet_resume_command(
+                    &settings.journal,
+                    &crate::cli::fleet_apply::ssh_options(a),
+                    Some(&t),
+                    set,
+                ),
             };
             apply(
                 &t,

@@ -93,6 +93,7 @@ pub fn invoked_as() -> String {
 /// paths, each word quoted, so it works pasted into another shell.
 pub fn fleet_resume_command(
     journal: &std::path::Path,
+    fleet: &[String],
     kube: Option<&crate::collect::cluster::Target>,
     set: &std::path::Path,
 ) -> String {
@@ -108,13 +109,31 @@ pub fn fleet_resume_command(
         abs(journal),
         "fleet".into(),
     ];
+    argv.extend(fleet.iter().cloned());
     if let Some(t) = kube {
         argv.push("--kubernetes".into());
-        if let Some(k) = &t.kubeconfig {
+        // The cluster named as resolved now, not as the environment may say later: a paste in
+        // another shell (another $KUBECONFIG, another current context) reaches this cluster.
+        let kubeconfig = t.kubeconfig.clone().or_else(|| {
+            std::env::var_os("KUBECONFIG")
+                .and_then(|v| std::env::split_paths(&v).find(|p| p.is_file()))
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .map(|h| std::path::Path::new(&h).join(".kube/config"))
+                        .filter(|p| p.is_file())
+                })
+        });
+        let context = t.context.clone().or_else(|| {
+            kubeconfig
+                .as_deref()
+                .and_then(|k| kube::config::Kubeconfig::read_from(k).ok())
+                .and_then(|k| k.current_context)
+        });
+        if let Some(k) = &kubeconfig {
             argv.extend(["--kubeconfig".into(), abs(k)]);
         }
-        if let Some(c) = &t.context {
-            argv.extend(["--context".into(), c.clone()]);
+        if let Some(c) = context {
+            argv.extend(["--context".into(), c]);
         }
     }
     argv.extend(["apply".into(), abs(set), "--resume".into()]);
@@ -182,4 +201,76 @@ pub fn resume_command(
         .map(|a| crate::domain::text::shell_quote(a))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    /// The printed resume of a cluster rollout names the cluster as resolved now (the
+    /// kubeconfig's current context when none was given), the journal and the set by absolute
+    /// paths, each word quoted, and the transport's options: pasted as one shell line it parses
+    /// back to exactly these words (2 cases: ssh, cluster).
+    #[test]
+    fn a_fleet_resume_command_is_whole_and_pastes_back_word_for_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("with space");
+        std::fs::create_dir_all(&d).unwrap();
+        let kc = d.join("kube config");
+        std::fs::write(
+            &kc,
+            "apiVersion: v1\nkind: Config\ncurrent-context: ctx-a\ncontexts: []\nclusters: []\nusers: []\n",
+        )
+        .unwrap();
+        let t = crate::collect::cluster::Target {
+            kubeconfig: Some(kc.clone()),
+            ..Default::default()
+        };
+        let set = d.join("set's.json");
+        let journal = d.join("journal.jsonl");
+        let fleet = [
+            "--ssh-config".to_string(),
+            d.join("ssh cfg").display().to_string(),
+        ];
+        for (kube, want) in [
+            (None, vec!["fleet", "--ssh-config"]),
+            (
+                Some(&t),
+                vec!["--kubernetes", "--kubeconfig", "--context", "ctx-a"],
+            ),
+        ] {
+            let line = super::fleet_resume_command(&journal, &fleet, kube, &set);
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s\\n' {line}"))
+                .output()
+                .unwrap();
+            let words: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            assert_eq!(
+                words[1..4],
+                [
+                    "--journal".to_string(),
+                    journal.display().to_string(),
+                    "fleet".into()
+                ],
+                "{line}"
+            );
+            for w in &want {
+                assert!(words.iter().any(|x| x == w), "{w} in {words:?}");
+            }
+            if kube.is_some() {
+                assert!(words.contains(&kc.display().to_string()), "{words:?}");
+            }
+            assert_eq!(
+                words[words.len() - 3..],
+                [
+                    "apply".to_string(),
+                    set.display().to_string(),
+                    "--resume".into()
+                ],
+                "{line}"
+            );
+        }
+    }
 }

@@ -466,6 +466,10 @@ impl Step {
     }
 }
 
+/// The journal's word for a cordon step that found the node cordoned by someone else (left so)
+/// or held by another partop change (refused): the rollout holds no cordon there.
+pub const CORDON_NOT_OURS: &str = "cordon.not_ours";
+
 /// The nodes a journaled rollout left cordoned, or may have: their cordon journaled begun
 /// (`begun`; done or not: a cordon killed or failed after its patch may have acted) and their
 /// uncordon not journaled done (`done`), whatever stopped the rollout: a failure, a kill, a
@@ -477,7 +481,11 @@ pub fn left_cordoned(begun: &[(String, String)], done: &[(String, String)]) -> V
             out.push(node.clone());
         }
     }
-    out.retain(|n| !done.contains(&(n.clone(), Step::Uncordon.key().to_string())));
+    out.retain(|n| {
+        ![Step::Uncordon.key(), CORDON_NOT_OURS]
+            .iter()
+            .any(|k| done.contains(&(n.clone(), (*k).to_string())))
+    });
     out
 }
 
@@ -956,6 +964,16 @@ mod tests {
             }
         }
         assert_eq!(cases, 169);
+        // A cordon that was not the rollout's (the node cordoned by someone else, or held by
+        // another partop change) is not said as its own, whether the step went on or failed.
+        let line = |n: &str, s: &str| (n.to_string(), s.to_string());
+        let begun = vec![line("a", "cordon"), line("b", "cordon")];
+        let done = vec![
+            line("a", CORDON_NOT_OURS),
+            line("a", "cordon"),
+            line("b", CORDON_NOT_OURS),
+        ];
+        assert!(left_cordoned(&begun, &done).is_empty());
     }
 
     /// A node's own plan, empty but for its Kubernetes part (`kube`: the Node it drains).

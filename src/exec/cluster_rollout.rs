@@ -232,20 +232,22 @@ impl ClusterEngine {
                     self.crash_point("end", Some(&n.node), step.key());
                     said.push(format!("{}: {text}", step.key()));
                 }
-                Err(e) => return Err(self.failed_at(n, step, &e)),
+                Err(e) => return Err(self.failed_at(n, step, &e, log)),
             }
         }
         Ok(said)
     }
 
     /// A failed step in words: the step, the reason, and what is left on the node with its undo.
-    fn failed_at(&self, n: &NodePlan, step: Step, e: &str) -> String {
+    fn failed_at(&self, n: &NodePlan, step: Step, e: &str, log: &StepLog) -> String {
         let mut s = format!("failed at {}: {e}", step.key());
         if step > Step::Cordon
-            && let Some(left) = self.rt.block_on(cordon_undo(&self.ops(&n.node)))
+            && let Some(left) = self
+                .rt
+                .block_on(cordon_undo(&self.ops(&n.node), &log.owner()))
         {
             s.push_str(&format!(
-                "; the node {} is left cordoned by partop: resume to finish (partop fleet --kubernetes apply FILE --resume), or undo: {left}",
+                "; the node {} is left cordoned by this rollout: resume to finish, or undo: {left}",
                 n.node
             ));
         }
@@ -295,7 +297,7 @@ impl ClusterEngine {
         let ops = self.ops(&n.node);
         let e = |e: K8sError| e.to_string();
         match step {
-            Step::Cordon => ops.cordon_owned(&log.owner()).await.map_err(e),
+            Step::Cordon => cordon(&ops, log).await,
             Step::Evict => evict(&ops, &n.pods, log).await.map_err(e),
             Step::Label => self.label(&ops, &n.engine).await,
             Step::WaitState => self.wait_state(&ops, &n.engine).await,
@@ -517,13 +519,14 @@ fn gone_or(node: &str, e: &K8sError) -> String {
 }
 
 /// The undo of a cordon partop left (None: the node is not cordoned by partop, or gone).
-async fn cordon_undo(ops: &NodeOps) -> Option<String> {
+async fn cordon_undo(ops: &NodeOps, owner: &str) -> Option<String> {
     let n = ops.get_node().await.ok()?;
     let ours = n
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(super::k8s::CORDONED_BY_PARTOP));
+        .and_then(|a| a.get(super::k8s::CORDONED_BY_PARTOP))
+        .is_some_and(|h| h == owner || h == "true");
     let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
     (ours && cordoned)
         .then(|| crate::domain::k8s_ops::undo_commands(&ops.node, true, false).join("; "))
@@ -583,6 +586,26 @@ async fn evict(ops: &NodeOps, pods: &[Eviction], log: &StepLog) -> Result<String
 }
 
 /// The manager's Warning events on the node, oldest first: (reason, message, component).
+/// The rollout's cordon of a node, the journal told when the cordon is not this rollout's (the
+/// node was cordoned by someone else, or another partop change holds it): what it left
+/// cordoned is then not said as its own, with an undo that would lift another's cordon.
+async fn cordon(ops: &NodeOps, log: &StepLog) -> Result<String, String> {
+    let not_ours = |why: &str| log.done(crate::domain::cluster_rollout::CORDON_NOT_OURS, why);
+    match ops.cordon_claim(&log.owner()).await {
+        Ok((said, true)) => Ok(said),
+        Ok((said, false)) => {
+            not_ours(&said)?;
+            Ok(said)
+        }
+        Err(e @ K8sError::Held(_)) => {
+            let said = e.to_string();
+            not_ours(&said)?;
+            Err(said)
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// An API call bounded like every verb of a drain (`Limits::verb`): a hung API server fails
 /// the step, named, instead of holding the rollout for the client's own 300 s read timeout.
 async fn within<T>(

@@ -672,6 +672,12 @@ impl NodeOps {
     /// (another operator's rollout, an apply on the node itself) is refused: one change at a
     /// time, across machines too.
     pub async fn cordon_owned(&self, owner: &str) -> Result<String, K8sError> {
+        self.cordon_claim(owner).await.map(|(said, _)| said)
+    }
+
+    /// [`Self::cordon_owned`], with whether the cordon is now this change's (false: the node
+    /// was cordoned by someone else, left so).
+    pub async fn cordon_claim(&self, owner: &str) -> Result<(String, bool), K8sError> {
         // Read, decide, then patch under the read's resourceVersion: two changes on two
         // machines that both saw the node free cannot both take it (the second gets a 409,
         // reads again and finds the first's mark).
@@ -696,9 +702,12 @@ impl NodeOps {
                 )));
             }
             if cordoned && held.is_none() {
-                return Ok(format!(
-                    "{} was already cordoned (not by partop): left so, and left cordoned after",
-                    self.node
+                return Ok((
+                    format!(
+                        "{} was already cordoned (not by partop): left so, and left cordoned after",
+                        self.node
+                    ),
+                    false,
                 ));
             }
             let api: Api<Node> = Api::all(self.client.clone());
@@ -718,7 +727,7 @@ impl NodeOps {
                 )
                 .await?
             {
-                Ok(_) => return Ok(format!("{} cordoned", self.node)),
+                Ok(_) => return Ok((format!("{} cordoned", self.node), true)),
                 Err(e) if code(&e) == Some(409) => {}
                 Err(e) => return Err(said(&e, "patch", "nodes", None)),
             }

@@ -470,12 +470,14 @@ pub fn run<S: Set, E: Engine<S>>(
     // One rollout at a time per fleet journal, held until it ends: a second operator (the
     // CLI beside the live view, two shells) is refused, told who runs it.
     let _lock = lock(fj, set)?;
-    engine.can_start(set).map_err(Refused)?;
+    // The engines' words carry the API server's: escaped.
+    let said = |e: String| Refused(crate::domain::text::escape_controls(&e).into_owned());
+    engine.can_start(set).map_err(said)?;
     let start = start(fj, set, &op.resume_command(file), resume)?;
     // Every node not touched before is re-read against its plan before anything acts.
     let mut skip = start.done.clone();
     skip.extend(start.attempted.iter().cloned());
-    engine.still_valid(set, &skip).map_err(Refused)?;
+    engine.still_valid(set, &skip).map_err(said)?;
     let todo: Vec<&S::Node> = set
         .nodes()
         .iter()
