@@ -118,6 +118,16 @@ fn a_second_rollout_from_the_same_fleet_journal_is_refused_while_one_runs() {
         now.starts_with(&before) && now.matches("fleet.rollout.start").count() == 1,
         "a refused apply journaled something:\n{now}"
     );
+    // The refusals came while the first still ran (not after it ended and let go).
+    assert!(
+        !now.contains("fleet.rollout.done"),
+        "the first rollout had ended before the second apply: the lock was not tested\n{now}"
+    );
+    let mut first = first;
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first rollout ended early"
+    );
 
     let o = first.wait_with_output().unwrap();
     assert!(
@@ -132,8 +142,12 @@ fn a_second_rollout_from_the_same_fleet_journal_is_refused_while_one_runs() {
     for s in &states {
         assert_eq!(compute(s), "DPX", "{}", s.display());
     }
-    // Released when it ended: the next apply is told the set is done, not that it is held.
-    let o = run(fleet().arg("apply").arg(&set).arg("--yes"), "");
+    // Released when it ended: a resume of the set is let in (and finds nothing left to do),
+    // not told that the set is held.
+    let o = run(
+        fleet().arg("apply").arg(&set).args(["--yes", "--resume"]),
+        "",
+    );
     let said = format!("{}{}", o.stdout, o.stderr);
     assert!(
         !said.contains("another rollout is running"),

@@ -468,7 +468,7 @@ impl Step {
 
 /// The journal's word for a cordon step that found the node cordoned by someone else (left so)
 /// or held by another partop change (refused): the rollout holds no cordon there.
-pub const CORDON_NOT_OURS: &str = "cordon.not_ours";
+pub const CORDON_NOT_OURS: &str = "cordon_not_ours";
 
 /// The nodes a journaled rollout left cordoned, or may have: their cordon journaled begun
 /// (`begun`; done or not: a cordon killed or failed after its patch may have acted) and their
@@ -864,7 +864,7 @@ pub fn rehearsal_node(labels: &BTreeMap<String, String>, kubelet: Option<&str>) 
 /// (`begin`: journaled begun, not acted; `acted`: acted, its result not journaled; `end`: its
 /// result journaled), `end:NODE:node.EVENT` after a node's line of the rollout (`node.start`,
 /// `node.done`, `node.failed`), `end:rollout.EVENT` after the set's own (`rollout.start`,
-/// `rollout.done`, `rollout.stopped`). A node name has no `:` and a step key no `.`: the three
+/// `rollout.done`; a stop is the rollout's last line, with nothing after it to kill). A node name has no `:` and a step key no `.`: the three
 /// shapes never meet.
 pub fn crash_key(when: &str, node: Option<&str>, what: &str) -> String {
     match node {

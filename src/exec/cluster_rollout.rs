@@ -585,7 +585,6 @@ async fn evict(ops: &NodeOps, pods: &[Eviction], log: &StepLog) -> Result<String
     })
 }
 
-/// The manager's Warning events on the node, oldest first: (reason, message, component).
 /// The rollout's cordon of a node, the journal told when the cordon is not this rollout's (the
 /// node was cordoned by someone else, or another partop change holds it): what it left
 /// cordoned is then not said as its own, with an undo that would lift another's cordon.
@@ -621,6 +620,7 @@ async fn within<T>(
     })
 }
 
+/// The manager's Warning events on the node, oldest first: (reason, message, component).
 async fn manager_events(client: &kube::Client, node: &str) -> Vec<(String, String, String)> {
     let api: Api<Event> = Api::all(client.clone());
     let lp = ListParams::default().fields(&format!(

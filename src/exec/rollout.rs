@@ -282,7 +282,13 @@ pub fn start<S: Set>(
     resume_command: &str,
     resume: bool,
 ) -> Result<Start, Refused> {
-    let (entries, _) = journal::read(fj).unwrap_or_default();
+    // A journal that cannot be read is not "no rollout": nothing is decided on it.
+    let (entries, _) = journal::read(fj).map_err(|e| {
+        Refused(format!(
+            "the fleet journal {} cannot be read ({e}): where a rollout of this set stands is unknown; nothing was done",
+            fj.display()
+        ))
+    })?;
     let latest = Rollouts::of(&entries).latest(set.fingerprint()).cloned();
     if resume {
         let Some(r) = latest else {
@@ -578,14 +584,19 @@ fn stopped<S: Set>(set: &S, chunk: &[&S::Node], fj: &Path, id: &str) -> anyhow::
             untouched: untouched.clone(),
         },
     )?;
-    let (entries, _) = journal::read(fj).unwrap_or_default();
-    let left_cordoned = Rollouts::of(&entries)
-        .rollouts
-        .iter()
-        .rev()
-        .find(|r| r.id == id)
-        .map(crate::domain::cluster_rollout::left_cordoned_with_undo)
-        .unwrap_or_default();
+    let left_cordoned = match journal::read(fj) {
+        Ok((entries, _)) => Rollouts::of(&entries)
+            .rollouts
+            .iter()
+            .rev()
+            .find(|r| r.id == id)
+            .map(crate::domain::cluster_rollout::left_cordoned_with_undo)
+            .unwrap_or_default(),
+        Err(e) => vec![format!(
+            "not known: the fleet journal {} cannot be read back ({e}); `kubectl get nodes` shows which nodes are cordoned",
+            fj.display()
+        )],
+    };
     Ok(Outcome::Stopped {
         untouched,
         left_cordoned,
