@@ -1072,3 +1072,86 @@ fn a_hostile_ssh_destination_is_refused_before_the_cluster_is_asked() {
         words.len()
     );
 }
+
+/// One change at a time across machines: a node cordoned by another partop change (an apply
+/// run on the node itself) is not taken by the rollout: it stops at that node's cordon with
+/// the holder named, nothing changed there, and neither its summary nor the refusal of a
+/// fresh apply offers to uncordon the node (the cordon is not the rollout's); once the other
+/// change lifted its cordon, the printed resume finishes.
+#[test]
+fn a_node_held_by_another_partop_change_is_neither_taken_nor_said_as_the_rollouts() {
+    let (cp, dir, _sim) = start_cluster(&["--nodes", "1", "--gpu-nodes", "0"]);
+    let d = dir.path();
+    let sel = "partop.sim/cluster=true";
+    let set = d.join("set.json");
+    let p = run(
+        fleet(
+            &cp.admin(),
+            d,
+            sel,
+            &["plan", "--layout", "cpx_nps4", "--out"],
+        )
+        .arg(&set),
+        "",
+    );
+    assert_eq!(p.code, 0, "{p:?}");
+    let other = "apply 0123456789abcdef on sim-amd-0000";
+    kube(
+        &cp,
+        &[
+            "annotate",
+            "node",
+            "sim-amd-0000",
+            &format!("partop.amd.com/cordoned={other}"),
+        ],
+    );
+    kube(&cp, &["cordon", "sim-amd-0000"]);
+    let r = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&set),
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    let said = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        said.contains("is cordoned by another partop change") && said.contains(other),
+        "{said}"
+    );
+    assert!(!said.contains("Left cordoned by partop"), "{said}");
+    let n = node(&cp, "sim-amd-0000");
+    assert_eq!(
+        n["metadata"]["annotations"]["partop.amd.com/cordoned"], other,
+        "the holder's mark is untouched"
+    );
+    assert_eq!(label(&n, "dcm.amd.com/gpu-config-profile"), "");
+    let again = run(
+        fleet(&cp.admin(), d, sel, &["apply", "--yes"]).arg(&set),
+        "",
+    );
+    assert!(!again.stderr.contains("it left cordoned"), "{again:?}");
+    let line = again
+        .stderr
+        .lines()
+        .find_map(|l| l.split_once("Continue it: ").map(|(_, c)| c.to_string()))
+        .unwrap_or_else(|| panic!("no resume command: {again:?}"));
+    // The other change ends (its uncordon), and the pasted resume finishes.
+    kube(&cp, &["uncordon", "sim-amd-0000"]);
+    let bin = Path::new(env!("CARGO_BIN_EXE_partop")).parent().unwrap();
+    let o = run(
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{line} --yes"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            ),
+        "",
+    );
+    assert_eq!(o.code, 0, "`{line} --yes`: {o:?}");
+    let n = node(&cp, "sim-amd-0000");
+    assert_eq!(label(&n, "dcm.amd.com/gpu-config-profile-state"), "success");
+    assert!(!cordoned(&n));
+}
