@@ -406,7 +406,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     // The command layer: argument dispatch and printing not yet split per subcommand.
     ("cli/kill.rs", "kill"),
     ("cli/monitor.rs", "monitor"),
-    ("cli/sim.rs", "sim"),
     ("cli/mig.rs", "mig"),
     // The apply's relaunch: placement, start, health per model, with the balancer's join.
     ("exec/apply.rs", "relaunch"),

@@ -89,28 +89,14 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             dir,
             unmanaged,
             fail,
-        } => sim_cluster(crate::sim::cluster::Options {
-            target: crate::collect::cluster::Target {
-                kubeconfig,
-                context,
-                selector: None,
-            },
-            nodes: nodes as usize,
-            gpu_nodes: gpu_nodes as usize,
-            mig_nodes: (mig_nodes.min(nodes)) as usize,
-            mig_gpu_nodes: mig_gpu_nodes as usize,
-            dir: dir.unwrap_or_else(|| {
-                crate::sim::session::ephemeral_state_path()
-                    .parent()
-                    .map_or_else(
-                        || std::path::PathBuf::from("."),
-                        std::path::Path::to_path_buf,
-                    )
-                    .join("cluster")
-            }),
+        } => sim_cluster(cluster_options(
+            kubeconfig,
+            context,
+            [nodes, gpu_nodes, mig_nodes, mig_gpu_nodes],
+            dir,
             unmanaged,
             fail,
-        }),
+        )),
         SimCmd::Status { state } => {
             let st = crate::sim::state::SimState::load(&state)?;
             out(&session::status(&st))?;
@@ -128,39 +114,14 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             state,
             product,
             gpus,
-        } => {
-            crate::sim::nvidia::NvSimState::create(&product, gpus)
-                .map_err(anyhow::Error::msg)?
-                .save(&state)
-                .map_err(anyhow::Error::msg)?;
-            out(&format!(
-                "{gpus} x {product} (MIG off) in {}\nuse it: partop --source nvidia --nvidia-smi SCRIPT, where SCRIPT runs `partop sim nvidia-smi --state {} \"$@\"`\n",
-                state.display(),
-                state.display()
-            ))?;
-            Ok(exit::OK)
-        }
+        } => nvidia_init(&state, &product, gpus),
         SimCmd::NvidiaAttach {
             state,
             pid,
             gpu,
             gi,
             mib,
-        } => {
-            let mut s = crate::sim::nvidia::NvSimState::load(&state).map_err(anyhow::Error::msg)?;
-            let g = s
-                .gpus
-                .get_mut(gpu)
-                .with_context(|| format!("no simulated NVIDIA GPU {gpu}"))?;
-            g.procs.push(crate::sim::nvidia::NvSimProc {
-                pid,
-                start_ticks: crate::sim::state::process_start(pid),
-                gi,
-                used_mib: mib,
-            });
-            s.save(&state).map_err(anyhow::Error::msg)?;
-            Ok(exit::OK)
-        }
+        } => nvidia_attach(&state, pid, gpu, gi, mib),
         SimCmd::NvidiaSmi { state, args } => {
             let (code, o, e) = crate::sim::nvidia::main(&state, &args);
             out(&o)?;
@@ -181,6 +142,43 @@ pub fn sim(action: SimCmd, read_only: bool) -> Result<u8> {
             Ok(u8::try_from(code).unwrap_or(1))
         }
     }
+}
+
+/// `partop sim nvidia-init`: a simulated NVIDIA node's state, MIG off.
+fn nvidia_init(state: &std::path::Path, product: &str, gpus: u32) -> Result<u8> {
+    crate::sim::nvidia::NvSimState::create(product, gpus)
+        .map_err(anyhow::Error::msg)?
+        .save(state)
+        .map_err(anyhow::Error::msg)?;
+    out(&format!(
+        "{gpus} x {product} (MIG off) in {}\nuse it: partop --source nvidia --nvidia-smi SCRIPT, where SCRIPT runs `partop sim nvidia-smi --state {} \"$@\"`\n",
+        state.display(),
+        state.display()
+    ))?;
+    Ok(exit::OK)
+}
+
+/// `partop sim nvidia-attach`: a process holding memory on a simulated NVIDIA GPU.
+fn nvidia_attach(
+    state: &std::path::Path,
+    pid: u32,
+    gpu: usize,
+    gi: Option<u32>,
+    mib: u64,
+) -> Result<u8> {
+    let mut s = crate::sim::nvidia::NvSimState::load(state).map_err(anyhow::Error::msg)?;
+    let g = s
+        .gpus
+        .get_mut(gpu)
+        .with_context(|| format!("no simulated NVIDIA GPU {gpu}"))?;
+    g.procs.push(crate::sim::nvidia::NvSimProc {
+        pid,
+        start_ticks: crate::sim::state::process_start(pid),
+        gi,
+        used_mib: mib,
+    });
+    s.save(state).map_err(anyhow::Error::msg)?;
+    Ok(exit::OK)
 }
 
 /// `partop sim start`: the scenario's node started at `state` (a kubelet twin with
@@ -257,6 +255,41 @@ fn sim_stop(state: &std::path::Path) -> Result<u8> {
         out(&format!("{} and its files are removed\n", state.display()))?;
     }
     Ok(exit::OK)
+}
+
+/// `partop sim cluster`'s options from its arguments: counts `[nodes, gpu_nodes, mig_nodes,
+/// mig_gpu_nodes]` (MIG nodes at most the nodes), the directory under the state directory by
+/// default.
+fn cluster_options(
+    kubeconfig: Option<std::path::PathBuf>,
+    context: Option<String>,
+    [nodes, gpu_nodes, mig_nodes, mig_gpu_nodes]: [u32; 4],
+    dir: Option<std::path::PathBuf>,
+    unmanaged: Vec<String>,
+    fail: Vec<String>,
+) -> crate::sim::cluster::Options {
+    crate::sim::cluster::Options {
+        target: crate::collect::cluster::Target {
+            kubeconfig,
+            context,
+            selector: None,
+        },
+        nodes: nodes as usize,
+        gpu_nodes: gpu_nodes as usize,
+        mig_nodes: (mig_nodes.min(nodes)) as usize,
+        mig_gpu_nodes: mig_gpu_nodes as usize,
+        dir: dir.unwrap_or_else(|| {
+            crate::sim::session::ephemeral_state_path()
+                .parent()
+                .map_or_else(
+                    || std::path::PathBuf::from("."),
+                    std::path::Path::to_path_buf,
+                )
+                .join("cluster")
+        }),
+        unmanaged,
+        fail,
+    }
 }
 
 /// `partop sim cluster`: the simulated cluster until SIGTERM or SIGINT; each line it says
