@@ -382,3 +382,60 @@ fn reading_only_what_was_appended_gives_what_a_whole_read_gives() {
         reads.load(Ordering::SeqCst)
     );
 }
+
+/// What the fold says of each run, in words that read the same whatever the field types.
+fn fold_summary(runs: &Runs) -> String {
+    let mut o = String::new();
+    for r in runs.runs.iter().chain(runs.unnamed.iter()) {
+        o.push_str(&format!(
+            "{} {} {} node={:?} steps={:?} done={:?} results={:?} failed={} last={:?} closed={:?} resume={:?} last_begin={:?} resume_point={} outcome={:?}\n",
+            r.kind,
+            r.run,
+            r.fingerprint,
+            r.node,
+            r.steps,
+            r.done,
+            r.results,
+            r.failed,
+            r.last.as_ref().map(|l| (l.0, l.1.to_string(), l.2, l.3.clone())),
+            r.closed.as_ref().map(ToString::to_string),
+            r.resume,
+            r.last_begin,
+            r.resume_point(),
+            r.outcome(),
+        ));
+    }
+    o
+}
+
+/// A journal written by the partop before this change (an older build of this worktree, on
+/// simulated nodes: an AMD apply killed at a step's begin and resumed to its end, one killed
+/// after a step and closed as abandoned, one applied whole, a MIG layout applied, and one left
+/// unfinished after acting) folds to the state that partop's fold gave (`.fold`, recorded from
+/// it), and `partop journal` says it in the words that partop printed (`.words`).
+#[test]
+fn a_journal_written_before_the_typed_keys_folds_and_reads_the_same() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal");
+    let path = dir.join("written-before-jfold.jsonl");
+    let (entries, bad) = partop::exec::journal::read(&path).unwrap();
+    assert!(bad.is_empty(), "{bad:?}");
+    let runs = Runs::of(&entries);
+    let want = std::fs::read_to_string(dir.join("written-before-jfold.fold")).unwrap();
+    assert_eq!(fold_summary(&runs), want);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_partop"))
+        .arg("--journal")
+        .arg(&path)
+        .arg("journal")
+        .env("XDG_STATE_HOME", dir.join("nonexistent"))
+        .env("XDG_CONFIG_HOME", dir.join("nonexistent"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let words = std::fs::read_to_string(dir.join("written-before-jfold.words")).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), words);
+    eprintln!(
+        "{} lines, {} runs folded and said as before",
+        entries.len(),
+        runs.runs.len()
+    );
+}
