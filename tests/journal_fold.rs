@@ -90,7 +90,7 @@ fn event(op: &Op) -> Option<(usize, RunEvent)> {
             *r,
             RunEvent::StepBegun {
                 idx: *i,
-                key: StepKind::ALL[*k].as_str().into(),
+                key: StepKind::ALL[*k].into(),
                 limit_secs: *l,
             },
         ),
@@ -98,7 +98,7 @@ fn event(op: &Op) -> Option<(usize, RunEvent)> {
             *r,
             RunEvent::StepEnded {
                 idx: *i,
-                key: StepKind::ALL[*k].as_str().into(),
+                key: StepKind::ALL[*k].into(),
                 ok: *ok,
                 detail: d.clone(),
             },
@@ -146,6 +146,7 @@ fn write(dir: &std::path::Path, op: &Op) {
                 pid: None,
                 node: None,
                 steps: None,
+                titles: Vec::new(),
                 done: Vec::new(),
                 results: std::collections::BTreeMap::new(),
                 failed: false,

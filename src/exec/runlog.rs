@@ -117,7 +117,7 @@ impl RunLog {
     ) -> Result<(), JournalError> {
         self.append(RunEvent::StepBegun {
             idx,
-            key: key.as_str().into(),
+            key: (*key).into(),
             limit_secs,
         })
     }
@@ -132,7 +132,7 @@ impl RunLog {
     ) -> Result<(), JournalError> {
         self.append(RunEvent::StepEnded {
             idx,
-            key: key.as_str().into(),
+            key: (*key).into(),
             ok,
             detail: detail.into(),
         })
