@@ -172,3 +172,15 @@ pub fn rollout(
     let (action, targets, outcome) = event.encode(rollout);
     journal::append(path, &Entry::new(action, false, targets, outcome))
 }
+
+/// Journals one line of a Findings eviction (the intent before the Eviction is sent, the
+/// result after), in the one encoding (`domain::journal::EvictEvent`). Journal first: an
+/// error means the Eviction is not sent.
+pub fn evicted(
+    path: &std::path::Path,
+    event: &crate::domain::journal::EvictEvent,
+    simulated: bool,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode();
+    journal::append(path, &Entry::new(&action, simulated, targets, outcome))
+}
