@@ -1,16 +1,18 @@
 //! The journal's folds, as a property: any sequence of journal events, written by the real
 //! writers (`exec::runlog`: `RunLog` for apply runs, `rollout` for fleet rollouts, `evicted` for
-//! Findings evictions, each through `exec::journal::append`, fsynced, into a real file), with
+//! Findings evictions, `model` for model starts and stops, each through `exec::journal::append`,
+//! fsynced, into a real file), with
 //! lines of other actions between them and torn lines (a crash mid-write: part of any of these
 //! lines, no newline) anywhere, read back by the real reader and folded, gives the state the
-//! writer had: the same folds (`Runs` for runs and evictions, `Rollouts` for rollouts) fed the
+//! writer had: the same folds (`Runs` for runs, evictions and model launches, `Rollouts` for
+//! rollouts) fed the
 //! typed events in memory, torn writes never having happened. The three kinds share one file
 //! here (the fleet's rollouts have their own journal): each fold passes over the others' lines.
 #![allow(clippy::unwrap_used, reason = "tests panic on failure")]
 
 use partop::domain::journal::{
-    Close, EvictEvent, RolloutEvent, RolloutNode, Rollouts, RunEvent, RunKind, RunLine, Runs,
-    StepKind,
+    Close, EvictEvent, ModelEvent, ModelStart, ModelStop, RolloutEvent, RolloutNode, Rollouts,
+    RunEvent, RunKind, RunLine, Runs, StepKind,
 };
 use partop::exec::runlog::RunLog;
 use proptest::prelude::*;
@@ -30,6 +32,8 @@ enum Op {
     Rollout(usize, RolloutEvent),
     /// A line of a Findings eviction.
     Evict(EvictEvent),
+    /// A line of a model's start or stop.
+    Model(ModelEvent),
     /// A line of another action (a kill) between the run's lines.
     Other,
     /// A crash mid-write of the op's line: its first `n` bytes, no newline.
@@ -135,6 +139,38 @@ fn evict_event() -> impl Strategy<Value = EvictEvent> {
     ]
 }
 
+/// Any line of a model's start or stop (two models, three pids; a start that launched no
+/// process: a unit or a container).
+fn model_event() -> impl Strategy<Value = ModelEvent> {
+    let start = (0usize..2, proptest::collection::vec(0u32..8, 0..3), DETAIL).prop_map(
+        |(m, devices, command)| ModelStart {
+            model: format!("m{m}"),
+            bdfs: devices.iter().map(|d| format!("0000:0{d}:00.1")).collect(),
+            devices,
+            command,
+        },
+    );
+    let stop =
+        (0usize..2, proptest::option::of(1000u32..1003), DETAIL).prop_map(|(m, pid, command)| {
+            ModelStop {
+                model: format!("m{m}"),
+                pid,
+                command,
+            }
+        });
+    let launched = prop_oneof![
+        (proptest::option::of(1000u32..1003), DETAIL).prop_map(Ok),
+        DETAIL.prop_map(Err),
+    ];
+    let stopped = prop_oneof![DETAIL.prop_map(Ok), DETAIL.prop_map(Err)];
+    prop_oneof![
+        start.clone().prop_map(ModelEvent::Starting),
+        (start, launched).prop_map(|(m, r)| ModelEvent::Started(m, r)),
+        stop.clone().prop_map(ModelEvent::Stopping),
+        (stop, stopped).prop_map(|(m, r)| ModelEvent::Stopped(m, r)),
+    ]
+}
+
 /// Any whole line the writers write.
 fn whole_op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -159,6 +195,7 @@ fn whole_op() -> impl Strategy<Value = Op> {
         1 => (0usize..3).prop_map(Op::Abandon),
         3 => (0usize..2, rollout_event()).prop_map(|(ro, ev)| Op::Rollout(ro, ev)),
         2 => evict_event().prop_map(Op::Evict),
+        2 => model_event().prop_map(Op::Model),
         1 => Just(Op::Other),
     ]
 }
@@ -219,7 +256,7 @@ fn event(op: &Op) -> Option<(usize, RunEvent)> {
         ),
         Op::Done(r) => (*r, RunEvent::Closed(Close::Done)),
         Op::Abandon(r) => (*r, RunEvent::Closed(Close::Abandoned)),
-        Op::Rollout(..) | Op::Evict(_) | Op::Other | Op::Torn(..) => return None,
+        Op::Rollout(..) | Op::Evict(_) | Op::Model(_) | Op::Other | Op::Torn(..) => return None,
     };
     Some(ev)
 }
@@ -245,6 +282,10 @@ fn line_of(op: &Op) -> String {
             entry((action.to_string(), targets, outcome))
         }
         Op::Evict(ev) => entry(ev.encode()),
+        Op::Model(ev) => {
+            let (action, targets, outcome) = ev.encode();
+            entry((action.to_string(), targets, outcome))
+        }
         Op::Other | Op::Torn(..) => other_entry(),
         run_op => {
             let (r, event) = event(run_op).unwrap();
@@ -310,6 +351,7 @@ fn write(dir: &std::path::Path, op: &Op) {
             partop::exec::runlog::rollout(&path, &format!("ro{ro}"), ev).unwrap();
         }
         Op::Evict(ev) => partop::exec::runlog::evicted(&path, ev, true).unwrap(),
+        Op::Model(ev) => partop::exec::runlog::model(&path, ev, true).unwrap(),
         Op::Other => partop::exec::journal::append(&path, &other_entry()).unwrap(),
         Op::Torn(whole, n) => {
             // What a crash leaves: the start of a whole line, written without its end.
@@ -351,6 +393,7 @@ impl Writer {
         match op {
             Op::Rollout(ro, ev) => self.rollouts.apply(&format!("ro{ro}"), ev),
             Op::Evict(ev) => self.runs.evicted(ev, ""),
+            Op::Model(ev) => self.runs.model(ev),
             op => {
                 if let Some((r, event)) = event(op) {
                     self.runs.apply(&RunLine {
@@ -369,7 +412,13 @@ impl Writer {
 /// The rollouts and evictions as their docs say the lines make them, computed apart from the
 /// folds (each start and each begin with the lines of its id up to the next one of that id),
 /// so a fold that files a line in the wrong place fails here, not only a line read wrong.
-fn model(ops: &[Op]) -> (Rollouts, Vec<partop::domain::journal::Eviction>) {
+fn model(
+    ops: &[Op],
+) -> (
+    Rollouts,
+    Vec<partop::domain::journal::Eviction>,
+    Vec<(String, u32)>,
+) {
     let rollouts: Vec<(usize, &RolloutEvent)> = ops
         .iter()
         .filter_map(|o| match o {
@@ -454,11 +503,18 @@ fn model(ops: &[Op]) -> (Rollouts, Vec<partop::domain::journal::Eviction>) {
             outcome,
         });
     }
-    (model, evicted)
+    let launched = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::Model(ModelEvent::Started(m, Ok((Some(pid), _)))) => Some((m.model.clone(), *pid)),
+            _ => None,
+        })
+        .collect();
+    (model, evicted, launched)
 }
 
-/// How many lines of each kind one sequence wrote: runs, rollouts, evictions, torn.
-type Counts = [usize; 4];
+/// How many lines of each kind one sequence wrote: runs, rollouts, evictions, models, torn.
+type Counts = [usize; 5];
 
 /// One sequence: written through the real writers, read back, folded; against the writer's.
 fn check(ops: &[Op]) -> Result<Counts, TestCaseError> {
@@ -491,7 +547,12 @@ fn check(ops: &[Op]) -> Result<Counts, TestCaseError> {
             .count(),
         others
     );
-    let (rollouts, evictions) = model(ops);
+    let (rollouts, evictions, launched) = model(ops);
+    prop_assert_eq!(
+        &writer.runs.launched,
+        &launched,
+        "the fold keeps each launch"
+    );
     prop_assert_eq!(
         &writer.rollouts,
         &rollouts,
@@ -509,6 +570,7 @@ fn check(ops: &[Op]) -> Result<Counts, TestCaseError> {
         count(|o| event(o).is_some()),
         count(|o| matches!(o, Op::Rollout(..))),
         count(|o| matches!(o, Op::Evict(_))),
+        count(|o| matches!(o, Op::Model(_))),
         count(|o| matches!(o, Op::Torn(..))),
     ])
 }
@@ -522,7 +584,7 @@ fn any_sequence_torn_or_not_folds_to_the_writers_state() {
         ..ProptestConfig::default()
     });
     let ran = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 4] = Default::default();
+    let counts: [AtomicUsize; 5] = Default::default();
     runner
         .run(&proptest::collection::vec(op(), 0..60), |ops| {
             let c = check(&ops)?;
@@ -534,13 +596,13 @@ fn any_sequence_torn_or_not_folds_to_the_writers_state() {
         })
         .unwrap();
     let n = ran.load(Ordering::SeqCst);
-    let [runs, rollouts, evictions, torn] = counts.map(|c| c.load(Ordering::SeqCst));
+    let [runs, rollouts, evictions, models, torn] = counts.map(|c| c.load(Ordering::SeqCst));
     eprintln!(
-        "{n} sequences of up to 60 writer events ({runs} apply-run, {rollouts} rollout and {evictions} eviction lines, {torn} torn writes among them) folded to the writer's state"
+        "{n} sequences of up to 60 writer events ({runs} apply-run, {rollouts} rollout, {evictions} eviction and {models} model lines, {torn} torn writes among them) folded to the writer's state"
     );
     assert!(n >= cases as usize, "{n} cases ran");
     assert!(
-        runs > 0 && rollouts > 0 && evictions > 0 && torn > 0,
+        runs > 0 && rollouts > 0 && evictions > 0 && models > 0 && torn > 0,
         "every kind of line was written"
     );
 }

@@ -590,6 +590,129 @@ impl EvictEvent {
     }
 }
 
+/// A served model's start as its lines name it: the model, where, and the command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStart {
+    /// The model's name in models.toml.
+    pub model: String,
+    /// The logical GPUs (HIP indices) it is given.
+    pub devices: Vec<u32>,
+    /// Their BDFs.
+    pub bdfs: Vec<String>,
+    /// What is run, in words (the confirmation's text).
+    pub command: String,
+}
+
+/// A served model's stop as its lines name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStop {
+    /// The model's name.
+    pub model: String,
+    /// The pid signalled (None where a unit, a container or a stop command stops it).
+    pub pid: Option<u32>,
+    /// What is run, in words.
+    pub command: String,
+}
+
+/// What one journal line of a served model's start or stop says (`exec::models`): the intent,
+/// journaled before it acts, then its result. Not a run (nothing resumes it); the one fold
+/// keeps the servers partop launched (`Runs::launched`), which a stop checks before it signals
+/// a pid that took the model's port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelEvent {
+    /// About to start it (journaled first: no journal, no start).
+    Starting(ModelStart),
+    /// What came of the start: the pid of the command it launched (None for a unit or a
+    /// container) and its log, or why it did not start.
+    Started(ModelStart, Result<(Option<u32>, String), String>),
+    /// About to stop it.
+    Stopping(ModelStop),
+    /// What came of the stop: what was done, or why not.
+    Stopped(ModelStop, Result<String, String>),
+}
+
+impl ModelStart {
+    fn targets(&self) -> Value {
+        json!({"model": self.model, "devices": self.devices, "bdfs": self.bdfs, "command": self.command})
+    }
+
+    fn read(t: &Value) -> Option<Self> {
+        Some(Self {
+            model: t["model"].as_str()?.to_string(),
+            devices: t["devices"]
+                .as_array()
+                .map(|a| a.iter().filter_map(small).collect())
+                .unwrap_or_default(),
+            bdfs: t["bdfs"]
+                .as_array()
+                .map(|a| a.iter().filter_map(text).collect())
+                .unwrap_or_default(),
+            command: text(&t["command"]).unwrap_or_default(),
+        })
+    }
+}
+
+impl ModelStop {
+    fn targets(&self) -> Value {
+        json!({"model": self.model, "pid": self.pid, "command": self.command})
+    }
+
+    fn read(t: &Value) -> Option<Self> {
+        Some(Self {
+            model: t["model"].as_str()?.to_string(),
+            pid: small(&t["pid"]),
+            command: text(&t["command"]).unwrap_or_default(),
+        })
+    }
+}
+
+impl ModelEvent {
+    /// The action, targets and outcome of its journal line: the shape partop always wrote.
+    pub fn encode(&self) -> (&'static str, Value, Value) {
+        let failed = |e: &String| json!({"ok": false, "error": e});
+        match self {
+            Self::Starting(m) => ("model.start", m.targets(), json!({"state": "starting"})),
+            Self::Started(m, r) => (
+                "model.start.result",
+                m.targets(),
+                r.as_ref().map_or_else(
+                    failed,
+                    |(pid, log)| json!({"ok": true, "pid": pid, "log": log}),
+                ),
+            ),
+            Self::Stopping(m) => ("model.stop", m.targets(), json!({"state": "stopping"})),
+            Self::Stopped(m, r) => (
+                "model.stop.result",
+                m.targets(),
+                r.as_ref()
+                    .map_or_else(failed, |d| json!({"ok": true, "detail": d})),
+            ),
+        }
+    }
+
+    /// What a journal line says about a model's start or stop; None for any other line.
+    pub fn decode(e: &Entry) -> Option<Self> {
+        let o = &e.outcome;
+        let result = || match o["ok"].as_bool() {
+            Some(true) => Ok(()),
+            _ => Err(text(&o["error"]).unwrap_or_default()),
+        };
+        Some(match e.action.as_str() {
+            "model.start" => Self::Starting(ModelStart::read(&e.targets)?),
+            "model.start.result" => Self::Started(
+                ModelStart::read(&e.targets)?,
+                result().map(|()| (small(&o["pid"]), text(&o["log"]).unwrap_or_default())),
+            ),
+            "model.stop" => Self::Stopping(ModelStop::read(&e.targets)?),
+            "model.stop.result" => Self::Stopped(
+                ModelStop::read(&e.targets)?,
+                result().map(|()| text(&o["detail"]).unwrap_or_default()),
+            ),
+            _ => return None,
+        })
+    }
+}
+
 /// One eviction as the journal tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eviction {
@@ -856,6 +979,8 @@ pub struct Runs {
     pub unnamed: Vec<Run>,
     /// Pods evicted from the Findings view, oldest first (not runs: never resumed).
     pub evictions: Vec<Eviction>,
+    /// The model servers partop launched (a command's process): model and pid, oldest first.
+    pub launched: Vec<(String, u32)>,
 }
 
 impl Runs {
@@ -906,13 +1031,28 @@ impl Runs {
         r.apply(line);
     }
 
-    /// One more journal line (lines of no run and no eviction are skipped).
+    /// One more journal line (lines of no run, no eviction and no model are skipped).
     pub fn feed(&mut self, e: &Entry) {
         if let Some(line) = RunLine::decode(e) {
             self.apply(&line);
         } else if let Some(ev) = EvictEvent::decode(e) {
             self.evicted(&ev, &e.at);
+        } else if let Some(ev) = ModelEvent::decode(e) {
+            self.model(&ev);
         }
+    }
+
+    /// One more model line: a start that launched a process records its pid.
+    pub fn model(&mut self, ev: &ModelEvent) {
+        if let ModelEvent::Started(m, Ok((Some(pid), _))) = ev {
+            self.launched.push((m.model.clone(), *pid));
+        }
+    }
+
+    /// Whether partop launched `pid` as model `model`'s server (a program that took the
+    /// model's port meanwhile is not the model's server, however it calls itself).
+    pub fn launched(&self, model: &str, pid: u32) -> bool {
+        self.launched.iter().any(|(m, p)| m == model && *p == pid)
     }
 
     /// One more eviction line: a begin opens one; a result closes the newest of its id.
@@ -1374,6 +1514,64 @@ mod tests {
             let (_, targets, _) = RunLine::decode(&e).unwrap().encode();
             assert_eq!(targets["key"], json!(kept), "written back as read");
         }
+    }
+
+    /// The four lines of a model's start and stop, as partop wrote them before they were typed
+    /// (each key in its place), read into `ModelEvent`s and written back byte for byte; a start
+    /// that launched a process is kept by the fold, one that launched none or failed is not
+    /// (6 lines).
+    #[test]
+    fn model_lines_read_typed_and_write_as_they_always_did() {
+        use super::{Entry, ModelEvent, Runs, Who};
+        use serde_json::json;
+        let start = json!({"model": "llama", "devices": [1, 2], "bdfs": ["0000:05:00.1", "0000:05:00.2"], "command": "vllm serve"});
+        let stop = json!({"model": "llama", "pid": 4242, "command": "SIGTERM 4242"});
+        let lines = [
+            ("model.start", start.clone(), json!({"state": "starting"})),
+            (
+                "model.start.result",
+                start.clone(),
+                json!({"ok": true, "pid": 4242, "log": "/l/llama.log"}),
+            ),
+            (
+                "model.start.result",
+                start.clone(),
+                json!({"ok": true, "pid": null, "log": "/l/llama.log"}),
+            ),
+            (
+                "model.start.result",
+                start,
+                json!({"ok": false, "error": "port taken"}),
+            ),
+            ("model.stop", stop.clone(), json!({"state": "stopping"})),
+            (
+                "model.stop.result",
+                stop,
+                json!({"ok": true, "detail": "stopped"}),
+            ),
+        ];
+        let mut entries = Vec::new();
+        for (action, targets, outcome) in lines {
+            let e = Entry {
+                at: "2026-01-01T00:00:00Z".into(),
+                who: Who::default(),
+                host: "h".into(),
+                action: action.into(),
+                simulated: false,
+                targets,
+                outcome,
+            };
+            let ev = ModelEvent::decode(&e).unwrap_or_else(|| panic!("{action} not read"));
+            let (a, t, o) = ev.encode();
+            assert_eq!(a, action);
+            assert_eq!(t.to_string(), e.targets.to_string(), "{action}");
+            assert_eq!(o.to_string(), e.outcome.to_string(), "{action}");
+            entries.push(e);
+        }
+        let runs = Runs::of(&entries);
+        assert_eq!(runs.launched, [("llama".to_string(), 4242)]);
+        assert!(runs.launched("llama", 4242) && !runs.launched("other", 4242));
+        assert!(runs.runs.is_empty() && runs.evictions.is_empty());
     }
 
     /// The abandon command keeps the resume command's global options (the journal, the node),

@@ -184,3 +184,15 @@ pub fn evicted(
     let (action, targets, outcome) = event.encode();
     journal::append(path, &Entry::new(&action, simulated, targets, outcome))
 }
+
+/// Journals one line of a served model's start or stop, in the one encoding
+/// (`domain::journal::ModelEvent`). Journal first: an error on the intent means nothing is
+/// started or stopped.
+pub fn model(
+    path: &std::path::Path,
+    event: &crate::domain::journal::ModelEvent,
+    simulated: bool,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode();
+    journal::append(path, &Entry::new(action, simulated, targets, outcome))
+}
