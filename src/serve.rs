@@ -91,7 +91,7 @@ pub fn publish(
                         .into_iter()
                         .last()
                         .map(|r| {
-                            let key = r.last.as_ref().map(|l| l.1.clone()).unwrap_or_default();
+                            let key = r.last.as_ref().map(|l| l.1.to_string()).unwrap_or_default();
                             (r.fingerprint.clone(), r.resume_point(), key)
                         })
                 })

@@ -114,7 +114,7 @@ fn one(k: &K8sNode, at: &str) -> Result<(), String> {
     let mut wrong = left_wrong(k);
     let runs = partop::exec::journal::runs(&e.journal());
     match runs.iter().rev().find(|r| r.fingerprint == p.fingerprint) {
-        Some(r) if r.closed.as_deref() == Some("done") => {}
+        Some(r) if r.closed == Some(partop::domain::journal::Close::Done) => {}
         Some(r) => wrong.push(format!("the run is {:?}, not done", r.closed)),
         None => wrong.push("no run in the journal".into()),
     }

@@ -151,7 +151,7 @@ fn one(mv: Move, kill: &Kill) -> Result<String, String> {
         .rev()
         .find(|r| r.fingerprint == p.fingerprint)
         .unwrap();
-    if r.closed.as_deref() != Some("done") {
+    if r.closed != Some(partop::domain::journal::Close::Done) {
         return Err(format!("the run is {:?}, not done", r.closed));
     }
     Ok(cmd)

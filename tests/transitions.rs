@@ -326,7 +326,7 @@ fn one(e: &SimEnv, p: &Product, gpus: &[String], to: State, want: &[State]) -> R
         .rev()
         .find(|r| r.fingerprint == plan.fingerprint)
         .ok_or("no run in the journal")?;
-    if r.closed.as_deref() != Some("done") || r.done.len() != plan.steps.len() {
+    if r.closed != Some(partop::domain::journal::Close::Done) || r.done.len() != plan.steps.len() {
         return Err(format!(
             "journal: closed {:?}, {} of {} steps done",
             r.closed,

@@ -649,6 +649,36 @@ fn a_mig_apply_is_followed_to_its_end() {
     );
 }
 
+/// A followed MIG run closed as abandoned (`partop journal --abandon` from another terminal)
+/// ends the follow and says so; it is not reported as applied (the follow matched any close).
+#[test]
+fn a_followed_mig_run_closed_as_abandoned_is_not_said_applied() {
+    use partop::exec::journal::Entry;
+    let mut s = state("default", "dpx-nps2-two-models");
+    s.mig_applying = Some("f00d".into());
+    let start = Entry::new(
+        "mig.start",
+        false,
+        serde_json::json!({"run": "r1", "fingerprint": "f00d", "plan": {}}),
+        serde_json::json!({"steps": 4}),
+    );
+    let abandoned = Entry::new(
+        "mig.abandoned",
+        false,
+        serde_json::json!({"run": "r1", "fingerprint": "f00d"}),
+        serde_json::json!({"ok": true}),
+    );
+    let e = update(
+        &mut s,
+        Msg::Journal(vec![start, abandoned], vec![], None, None),
+    );
+    assert!(e.contains(&Effect::Rescan), "{e:?}");
+    let notice = s.notice.clone().unwrap().0;
+    assert!(notice.contains("closed as abandoned"), "{notice}");
+    assert!(!notice.contains("applied"), "{notice}");
+    assert!(s.mig_applying.is_none());
+}
+
 /// `q` goes back from every drill-down (Detail opened from each list, an open journal entry,
 /// the help, the staging overlay) and quits only where there is nothing to go back from.
 #[test]

@@ -218,7 +218,7 @@ pub fn journal(
         };
         crate::exec::runlog::abandon(&path, &run, false)?;
         // Each kind of run is checked with its own tool.
-        let check = if run.kind == "mig" {
+        let check = if run.kind == crate::domain::journal::RunKind::Mig {
             "nvidia-smi --query-gpu=index,mig.mode.current,mig.mode.pending --format=csv; nvidia-smi mig -lgi"
         } else {
             "amd-smi partition -c -m"
@@ -233,6 +233,9 @@ pub fn journal(
         say(&format!("the journal is empty ({})\n", path.display()))?;
         return Ok(exit::OK);
     }
+    // The one fold of what was read: the words name each run's steps from it, and the
+    // unfinished runs it leaves are said after the entries.
+    let runs = crate::domain::journal::Runs::of(&entries);
     if json {
         // The raw entries, one JSON object a line, as journaled.
         for e in &entries {
@@ -240,7 +243,10 @@ pub fn journal(
         }
     } else {
         // In words: an apply's steps named and counted from 1, as its log counts them.
-        for (e, sentence) in entries.iter().zip(crate::report::journal::words(&entries)) {
+        for (e, sentence) in entries
+            .iter()
+            .zip(crate::report::journal::words(&entries, &runs))
+        {
             let sim = if e.simulated { " [simulated]" } else { "" };
             say(&format!(
                 "{}  {}@{}{sim}  {sentence}\n",
@@ -256,7 +262,7 @@ pub fn journal(
             eprintln!("partop: warning: {b}");
         }
     }
-    for u in journal::unfinished(&path) {
+    for u in runs.unfinished(None) {
         say(&format!("\n{}\n", u.describe()))?;
     }
     Ok(exit::OK)

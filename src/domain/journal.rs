@@ -2,8 +2,10 @@
 //! object a line); this module says what an apply run's lines mean (`RunEvent`, decoded and
 //! encoded in one place) and folds them into runs with ONE pure fold (`Runs`) that every reader
 //! uses: resume and the lock's refusals (`exec::journal`), the monitor's progress (`ui::stage`),
-//! `partop journal` (`report::journal`) and the fleet. The JSON shape on disk is the one partop
-//! always wrote, so old journals and saved plans still read.
+//! `partop journal` and the monitor's Journal view (`report::journal`: a step's title and the
+//! run's step count come from the fold's `Run`), and the fleet (`Rollouts`). Readers match the
+//! typed events and states here (`Close`, `StepKey`), never an action's or a state's word. The
+//! JSON shape on disk is the one partop always wrote, so old journals and saved plans still read.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -161,6 +163,11 @@ impl StepKind {
             Self::Uncordon => "uncordon",
         }
     }
+
+    /// The kind a word names (None for a word no kind has).
+    pub fn from_word(w: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == w)
+    }
 }
 
 impl std::fmt::Display for StepKind {
@@ -172,6 +179,60 @@ impl std::fmt::Display for StepKind {
 impl PartialEq<&str> for StepKind {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
+    }
+}
+
+/// A step's kind as a journal line names it: a kind this partop knows, or a word it does not (a
+/// newer partop's kind, a line edited by hand), kept as read so the journal still says it and
+/// the line still folds. Written as the kind's word, as partop always wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StepKey {
+    /// A kind this partop performs.
+    Known(StepKind),
+    /// A word no kind of this partop has.
+    Unknown(String),
+}
+
+impl StepKey {
+    /// The key a line's `key` holds (`?` where it holds no string).
+    fn read(v: &Value) -> Self {
+        let w = v.as_str().unwrap_or("?");
+        StepKind::from_word(w).map_or_else(|| Self::Unknown(w.to_string()), Self::Known)
+    }
+
+    /// The word the journal holds.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(k) => k.as_str(),
+            Self::Unknown(w) => w,
+        }
+    }
+
+    /// The kind, when this partop knows it.
+    pub const fn kind(&self) -> Option<StepKind> {
+        match self {
+            Self::Known(k) => Some(*k),
+            Self::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<StepKind> for StepKey {
+    fn from(k: StepKind) -> Self {
+        Self::Known(k)
+    }
+}
+
+impl std::fmt::Display for StepKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<StepKind> for StepKey {
+    fn eq(&self, other: &StepKind) -> bool {
+        self.kind() == Some(*other)
     }
 }
 
@@ -232,6 +293,19 @@ impl Close {
             Self::Abandoned => "abandoned",
         }
     }
+
+    /// The close an action's suffix names.
+    pub fn from_word(w: &str) -> Option<Self> {
+        [Self::Done, Self::Abandoned]
+            .into_iter()
+            .find(|c| c.as_str() == w)
+    }
+}
+
+impl std::fmt::Display for Close {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What one journal line of an apply run says.
@@ -264,8 +338,8 @@ pub enum RunEvent {
     StepBegun {
         /// Its index.
         idx: usize,
-        /// Its kind's word (kept as read: an older partop's word still shows).
-        key: String,
+        /// Its kind (a word this partop does not know is kept as read).
+        key: StepKey,
         /// How long it may take.
         limit_secs: Option<u32>,
     },
@@ -273,8 +347,8 @@ pub enum RunEvent {
     StepEnded {
         /// Its index.
         idx: usize,
-        /// Its kind's word.
-        key: String,
+        /// Its kind.
+        key: StepKey,
         /// Whether it did what it should.
         ok: bool,
         /// What happened (the tool's text).
@@ -395,7 +469,7 @@ impl RunLine {
                     .as_u64()
                     .and_then(|s| usize::try_from(s).ok())
                     .unwrap_or(0);
-                let key = t["key"].as_str().unwrap_or("?").to_string();
+                let key = StepKey::read(&t["key"]);
                 match o["ok"].as_bool() {
                     Some(ok) => RunEvent::StepEnded {
                         idx,
@@ -414,9 +488,7 @@ impl RunLine {
                     },
                 }
             }
-            "done" => RunEvent::Closed(Close::Done),
-            "abandoned" => RunEvent::Closed(Close::Abandoned),
-            _ => return None,
+            w => RunEvent::Closed(Close::from_word(w)?),
         };
         Some(Self {
             kind,
@@ -518,6 +590,129 @@ impl EvictEvent {
     }
 }
 
+/// A served model's start as its lines name it: the model, where, and the command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStart {
+    /// The model's name in models.toml.
+    pub model: String,
+    /// The logical GPUs (HIP indices) it is given.
+    pub devices: Vec<u32>,
+    /// Their BDFs.
+    pub bdfs: Vec<String>,
+    /// What is run, in words (the confirmation's text).
+    pub command: String,
+}
+
+/// A served model's stop as its lines name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStop {
+    /// The model's name.
+    pub model: String,
+    /// The pid signalled (None where a unit, a container or a stop command stops it).
+    pub pid: Option<u32>,
+    /// What is run, in words.
+    pub command: String,
+}
+
+/// What one journal line of a served model's start or stop says (`exec::models`): the intent,
+/// journaled before it acts, then its result. Not a run (nothing resumes it); the one fold
+/// keeps the servers partop launched (`Runs::launched`), which a stop checks before it signals
+/// a pid that took the model's port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelEvent {
+    /// About to start it (journaled first: no journal, no start).
+    Starting(ModelStart),
+    /// What came of the start: the pid of the command it launched (None for a unit or a
+    /// container) and its log, or why it did not start.
+    Started(ModelStart, Result<(Option<u32>, String), String>),
+    /// About to stop it.
+    Stopping(ModelStop),
+    /// What came of the stop: what was done, or why not.
+    Stopped(ModelStop, Result<String, String>),
+}
+
+impl ModelStart {
+    fn targets(&self) -> Value {
+        json!({"model": self.model, "devices": self.devices, "bdfs": self.bdfs, "command": self.command})
+    }
+
+    fn read(t: &Value) -> Option<Self> {
+        Some(Self {
+            model: t["model"].as_str()?.to_string(),
+            devices: t["devices"]
+                .as_array()
+                .map(|a| a.iter().filter_map(small).collect())
+                .unwrap_or_default(),
+            bdfs: t["bdfs"]
+                .as_array()
+                .map(|a| a.iter().filter_map(text).collect())
+                .unwrap_or_default(),
+            command: text(&t["command"]).unwrap_or_default(),
+        })
+    }
+}
+
+impl ModelStop {
+    fn targets(&self) -> Value {
+        json!({"model": self.model, "pid": self.pid, "command": self.command})
+    }
+
+    fn read(t: &Value) -> Option<Self> {
+        Some(Self {
+            model: t["model"].as_str()?.to_string(),
+            pid: small(&t["pid"]),
+            command: text(&t["command"]).unwrap_or_default(),
+        })
+    }
+}
+
+impl ModelEvent {
+    /// The action, targets and outcome of its journal line: the shape partop always wrote.
+    pub fn encode(&self) -> (&'static str, Value, Value) {
+        let failed = |e: &String| json!({"ok": false, "error": e});
+        match self {
+            Self::Starting(m) => ("model.start", m.targets(), json!({"state": "starting"})),
+            Self::Started(m, r) => (
+                "model.start.result",
+                m.targets(),
+                r.as_ref().map_or_else(
+                    failed,
+                    |(pid, log)| json!({"ok": true, "pid": pid, "log": log}),
+                ),
+            ),
+            Self::Stopping(m) => ("model.stop", m.targets(), json!({"state": "stopping"})),
+            Self::Stopped(m, r) => (
+                "model.stop.result",
+                m.targets(),
+                r.as_ref()
+                    .map_or_else(failed, |d| json!({"ok": true, "detail": d})),
+            ),
+        }
+    }
+
+    /// What a journal line says about a model's start or stop; None for any other line.
+    pub fn decode(e: &Entry) -> Option<Self> {
+        let o = &e.outcome;
+        let result = || match o["ok"].as_bool() {
+            Some(true) => Ok(()),
+            _ => Err(text(&o["error"]).unwrap_or_default()),
+        };
+        Some(match e.action.as_str() {
+            "model.start" => Self::Starting(ModelStart::read(&e.targets)?),
+            "model.start.result" => Self::Started(
+                ModelStart::read(&e.targets)?,
+                result().map(|()| (small(&o["pid"]), text(&o["log"]).unwrap_or_default())),
+            ),
+            "model.stop" => Self::Stopping(ModelStop::read(&e.targets)?),
+            "model.stop.result" => Self::Stopped(
+                ModelStop::read(&e.targets)?,
+                result().map(|()| text(&o["detail"]).unwrap_or_default()),
+            ),
+            _ => return None,
+        })
+    }
+}
+
 /// One eviction as the journal tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eviction {
@@ -558,16 +753,19 @@ pub struct Run {
     pub node: Option<String>,
     /// How many steps its start said it has.
     pub steps: Option<u64>,
+    /// Each step's title in the plan as confirmed, by index ("" where the plan gives none):
+    /// what the journal's words name a step by.
+    pub titles: Vec<String>,
     /// Steps done (ok), by index, in the order they were.
     pub done: Vec<usize>,
     /// Each step's latest result: ok and detail, by index.
     pub results: std::collections::BTreeMap<usize, (bool, String)>,
     /// A step failed in this run (a resume may have gone on since).
     pub failed: bool,
-    /// The last step entry: index, key, ok, detail.
-    pub last: Option<(usize, String, Option<bool>, String)>,
-    /// It finished (`done`) or was `abandoned`.
-    pub closed: Option<String>,
+    /// The last step entry: index, kind, ok, detail.
+    pub last: Option<(usize, StepKey, Option<bool>, String)>,
+    /// It finished or was abandoned.
+    pub closed: Option<Close>,
     /// The exact command that resumes it, as its start journaled it (every option it ran
     /// with); None for runs journaled before partop recorded it.
     pub resume: Option<String>,
@@ -590,6 +788,25 @@ pub fn command_prefix(command: &str) -> Vec<String> {
         words.push("partop".into());
     }
     words
+}
+
+/// The title of each step of a plan as its run's start journaled it (AMD and MIG plans alike
+/// list `steps` with a `title`); a step without a string title is "" (named by its key).
+fn step_titles(plan: &Value) -> Vec<String> {
+    plan.get("steps")
+        .and_then(Value::as_array)
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| {
+                    s.get("title")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Run {
@@ -615,6 +832,7 @@ impl Run {
             pid: *pid,
             node: node.clone(),
             steps: *steps,
+            titles: step_titles(plan),
             done: Vec::new(),
             results: std::collections::BTreeMap::new(),
             failed: false,
@@ -651,8 +869,22 @@ impl Run {
                 self.results.insert(*idx, (*ok, detail.clone()));
                 self.last = Some((*idx, key.clone(), Some(*ok), detail.clone()));
             }
-            RunEvent::Closed(c) => self.closed = Some(c.as_str().into()),
+            RunEvent::Closed(c) => self.closed = Some(*c),
         }
+    }
+
+    /// How many steps it has: as its start said, else as its plan lists them.
+    pub fn total(&self) -> Option<u64> {
+        self.steps
+            .or_else(|| u64::try_from(self.titles.len()).ok().filter(|n| *n > 0))
+    }
+
+    /// The title of step `idx` in the plan as confirmed (None where it has none).
+    pub fn title(&self, idx: usize) -> Option<&str> {
+        self.titles
+            .get(idx)
+            .map(String::as_str)
+            .filter(|t| !t.is_empty())
     }
 
     /// The first step not done (where a resume continues).
@@ -662,8 +894,8 @@ impl Run {
 
     /// How it ended, as far as the journal says: applied, failed at a step, or still open.
     pub fn outcome(&self) -> Option<bool> {
-        match (self.closed.as_deref(), self.failed) {
-            (Some("done"), _) => Some(true),
+        match (self.closed, self.failed) {
+            (Some(Close::Done), _) => Some(true),
             (_, true) => Some(false),
             _ => None,
         }
@@ -747,6 +979,8 @@ pub struct Runs {
     pub unnamed: Vec<Run>,
     /// Pods evicted from the Findings view, oldest first (not runs: never resumed).
     pub evictions: Vec<Eviction>,
+    /// The model servers partop launched (a command's process): model and pid, oldest first.
+    pub launched: Vec<(String, u32)>,
 }
 
 impl Runs {
@@ -797,13 +1031,28 @@ impl Runs {
         r.apply(line);
     }
 
-    /// One more journal line (lines of no run and no eviction are skipped).
+    /// One more journal line (lines of no run, no eviction and no model are skipped).
     pub fn feed(&mut self, e: &Entry) {
         if let Some(line) = RunLine::decode(e) {
             self.apply(&line);
         } else if let Some(ev) = EvictEvent::decode(e) {
             self.evicted(&ev, &e.at);
+        } else if let Some(ev) = ModelEvent::decode(e) {
+            self.model(&ev);
         }
+    }
+
+    /// One more model line: a start that launched a process records its pid.
+    pub fn model(&mut self, ev: &ModelEvent) {
+        if let ModelEvent::Started(m, Ok((Some(pid), _))) = ev {
+            self.launched.push((m.model.clone(), *pid));
+        }
+    }
+
+    /// Whether partop launched `pid` as model `model`'s server (a program that took the
+    /// model's port meanwhile is not the model's server, however it calls itself).
+    pub fn launched(&self, model: &str, pid: u32) -> bool {
+        self.launched.iter().any(|(m, p)| m == model && *p == pid)
     }
 
     /// One more eviction line: a begin opens one; a result closes the newest of its id.
@@ -851,6 +1100,11 @@ impl Runs {
                 .rev()
                 .find(|r| r.kind == kind && r.fingerprint == fingerprint)
         })
+    }
+
+    /// The newest run with id `run`.
+    pub fn run(&self, run: &str) -> Option<&Run> {
+        self.runs.iter().rev().find(|r| r.run == run)
     }
 
     /// The newest run of `kind` for `fingerprint`.
@@ -1225,6 +1479,103 @@ mod tests {
         assert!(Runs::of(&[line(&ended("e9"))]).evictions.is_empty());
         let cut = Runs::of(&[line(&begun)]);
         assert_eq!(cut.evictions[0].outcome, None);
+    }
+
+    /// A step line is read into a typed key: each of the 19 kinds from its word, and a word
+    /// this partop has no kind for (a newer partop's, a line edited by hand; 3 cases) kept as
+    /// read, so the line still folds and is written back as the same word.
+    #[test]
+    fn a_step_key_is_typed_and_an_unknown_word_is_kept_as_read() {
+        use super::{Entry, RunEvent, RunLine, StepKey, StepKind, Who};
+        use serde_json::json;
+        let line = |key: serde_json::Value| Entry {
+            at: "2026-01-01T00:00:00Z".into(),
+            who: Who::default(),
+            host: "h".into(),
+            action: "repartition.step".into(),
+            simulated: true,
+            targets: json!({"run": "r1", "fingerprint": "f", "step": 2, "key": key}),
+            outcome: json!({"state": "begin"}),
+        };
+        let key_of = |e: &Entry| match RunLine::decode(e).map(|l| l.event) {
+            Some(RunEvent::StepBegun { key, .. }) => key,
+            other => panic!("{other:?}"),
+        };
+        for k in StepKind::ALL {
+            let key = key_of(&line(json!(k.as_str())));
+            assert_eq!(key, StepKey::Known(k));
+            assert!(key == k);
+        }
+        for (word, kept) in [
+            (json!("drain_v2"), "drain_v2"),
+            (json!("\u{1b}[2J"), "\u{1b}[2J"),
+            (json!(7), "?"),
+        ] {
+            let e = line(word);
+            let key = key_of(&e);
+            assert_eq!(key, StepKey::Unknown(kept.into()));
+            assert_eq!(key.kind(), None);
+            let (_, targets, _) = RunLine::decode(&e).unwrap().encode();
+            assert_eq!(targets["key"], json!(kept), "written back as read");
+        }
+    }
+
+    /// The four lines of a model's start and stop, as partop wrote them before they were typed
+    /// (each key in its place), read into `ModelEvent`s and written back byte for byte; a start
+    /// that launched a process is kept by the fold, one that launched none or failed is not
+    /// (6 lines).
+    #[test]
+    fn model_lines_read_typed_and_write_as_they_always_did() {
+        use super::{Entry, ModelEvent, Runs, Who};
+        use serde_json::json;
+        let start = json!({"model": "llama", "devices": [1, 2], "bdfs": ["0000:05:00.1", "0000:05:00.2"], "command": "vllm serve"});
+        let stop = json!({"model": "llama", "pid": 4242, "command": "SIGTERM 4242"});
+        let lines = [
+            ("model.start", start.clone(), json!({"state": "starting"})),
+            (
+                "model.start.result",
+                start.clone(),
+                json!({"ok": true, "pid": 4242, "log": "/l/llama.log"}),
+            ),
+            (
+                "model.start.result",
+                start.clone(),
+                json!({"ok": true, "pid": null, "log": "/l/llama.log"}),
+            ),
+            (
+                "model.start.result",
+                start,
+                json!({"ok": false, "error": "port taken"}),
+            ),
+            ("model.stop", stop.clone(), json!({"state": "stopping"})),
+            (
+                "model.stop.result",
+                stop,
+                json!({"ok": true, "detail": "stopped"}),
+            ),
+        ];
+        let mut entries = Vec::new();
+        for (action, targets, outcome) in lines {
+            let e = Entry {
+                at: "2026-01-01T00:00:00Z".into(),
+                who: Who::default(),
+                host: "h".into(),
+                action: action.into(),
+                simulated: false,
+                targets,
+                outcome,
+            };
+            let ev = ModelEvent::decode(&e).unwrap_or_else(|| panic!("{action} not read"));
+            let (a, t, o) = ev.encode();
+            assert_eq!(a, action);
+            assert_eq!(t.to_string(), e.targets.to_string(), "{action}");
+            assert_eq!(o.to_string(), e.outcome.to_string(), "{action}");
+            entries.push(e);
+        }
+        let runs = Runs::of(&entries);
+        assert_eq!(runs.launched, [("llama".to_string(), 4242)]);
+        assert!(runs.launched("llama", 4242) && !runs.launched("other", 4242));
+        assert!(runs.runs.is_empty() && runs.evictions.is_empty());
     }
 
     /// The abandon command keeps the resume command's global options (the journal, the node),

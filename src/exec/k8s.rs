@@ -928,13 +928,7 @@ pub async fn evict_held(
     }
     let id = super::journal::new_run_id();
     let p = &held.pod;
-    let write = |ev: &EvictEvent| {
-        let (action, targets, outcome) = ev.encode();
-        super::journal::append(
-            journal,
-            &super::journal::Entry::new(&action, simulated, targets, outcome),
-        )
-    };
+    let write = |ev: &EvictEvent| super::runlog::evicted(journal, ev, simulated);
     write(&EvictEvent::Begun {
         id: id.clone(),
         namespace: p.namespace.clone(),

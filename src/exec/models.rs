@@ -3,11 +3,12 @@
 //! logging to a file, a systemd unit, or a docker container; then a bounded wait for its
 //! `/health`, with progress. Every start and stop is journaled.
 
-use super::journal::{self, Entry};
+use super::journal;
+use super::runlog;
 use crate::collect::ports;
 use crate::collect::served::{http, prober::log_path};
+use crate::domain::journal::{ModelEvent, ModelStart, ModelStop, Runs};
 use crate::domain::models::{Launch, ModelSpec};
-use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -78,14 +79,16 @@ pub fn launch(
             spec.name
         ));
     }
-    journal::append(
+    let started = ModelStart {
+        model: spec.name.clone(),
+        devices: devices.to_vec(),
+        bdfs: bdfs.to_vec(),
+        command: what.clone(),
+    };
+    runlog::model(
         &ops.journal,
-        &Entry::new(
-            "model.start",
-            ops.simulated,
-            json!({"model": spec.name, "devices": devices, "bdfs": bdfs, "command": what}),
-            json!({"state": "starting"}),
-        ),
+        &ModelEvent::Starting(started.clone()),
+        ops.simulated,
     )
     .map_err(|e| e.to_string())?;
     let r = match &spec.launch {
@@ -128,17 +131,11 @@ pub fn launch(
         // Exactly the argv the confirmation showed (`docker run` with the GPU's devices).
         Launch::Docker { .. } => run_status(&spec.launch_argv(devices, bdfs)).map(|()| None),
     };
-    let _ = journal::append(
+    let result = r.clone().map(|pid| (pid, log.display().to_string()));
+    let _ = runlog::model(
         &ops.journal,
-        &Entry::new(
-            "model.start.result",
-            ops.simulated,
-            json!({"model": spec.name, "devices": devices, "bdfs": bdfs, "command": what}),
-            match &r {
-                Ok(pid) => json!({"ok": true, "pid": pid, "log": log.display().to_string()}),
-                Err(e) => json!({"ok": false, "error": e}),
-            },
-        ),
+        &ModelEvent::Started(started, result),
+        ops.simulated,
     );
     r.map(|pid| Launched {
         pid,
@@ -158,14 +155,15 @@ pub fn stop(
     pid: Option<(u32, Option<u64>)>,
 ) -> Result<String, String> {
     let what = spec.stop_text(devices, bdfs, pid.map(|p| p.0));
-    journal::append(
+    let stopped = ModelStop {
+        model: spec.name.clone(),
+        pid: pid.map(|p| p.0),
+        command: what,
+    };
+    runlog::model(
         &ops.journal,
-        &Entry::new(
-            "model.stop",
-            ops.simulated,
-            json!({"model": spec.name, "pid": pid.map(|p| p.0), "command": what}),
-            json!({"state": "stopping"}),
-        ),
+        &ModelEvent::Stopping(stopped.clone()),
+        ops.simulated,
     )
     .map_err(|e| e.to_string())?;
     let r = match &spec.launch {
@@ -190,17 +188,10 @@ pub fn stop(
             Some((pid, ticks)) => signal_stop(pid, ticks, ops.grace, ops.kill_after),
         },
     };
-    let _ = journal::append(
+    let _ = runlog::model(
         &ops.journal,
-        &Entry::new(
-            "model.stop.result",
-            ops.simulated,
-            json!({"model": spec.name, "pid": pid.map(|p| p.0), "command": what}),
-            match &r {
-                Ok(d) => json!({"ok": true, "detail": d}),
-                Err(e) => json!({"ok": false, "error": e}),
-            },
-        ),
+        &ModelEvent::Stopped(stopped, r.clone()),
+        ops.simulated,
     );
     r
 }
@@ -500,14 +491,7 @@ fn starting_on_port(proc_root: &Path, spec: &ModelSpec) -> Option<u32> {
 /// Whether the journal says partop launched `pid` for model `name` (a program that took the
 /// model's port meanwhile is not the model's server, however it calls itself).
 fn launched_by_partop(journal: &Path, name: &str, pid: u32) -> bool {
-    journal::read(journal).is_ok_and(|(entries, _)| {
-        entries.iter().rev().any(|e| {
-            e.action == "model.start.result"
-                && e.targets["model"] == name
-                && e.outcome["ok"] == true
-                && e.outcome["pid"] == pid
-        })
-    })
+    journal::read(journal).is_ok_and(|(entries, _)| Runs::of(&entries).launched(name, pid))
 }
 
 /// Where a model starts now: the logical GPUs `place_now` finds free for it (ids, BDFs), or

@@ -189,9 +189,9 @@ fn resume_start<P: Change>(
             saved.fingerprint()
         )));
     };
-    match run.closed.as_deref() {
-        Some("done") => return Ok(Start::Complete(Box::new(run))),
-        Some(_) => {
+    match run.closed {
+        Some(crate::domain::journal::Close::Done) => return Ok(Start::Complete(Box::new(run))),
+        Some(crate::domain::journal::Close::Abandoned) => {
             return Err(Refused(format!(
                 "run {} of this plan was abandoned; make a new plan with `{}`",
                 run.run,

@@ -117,7 +117,7 @@ impl RunLog {
     ) -> Result<(), JournalError> {
         self.append(RunEvent::StepBegun {
             idx,
-            key: key.as_str().into(),
+            key: (*key).into(),
             limit_secs,
         })
     }
@@ -132,7 +132,7 @@ impl RunLog {
     ) -> Result<(), JournalError> {
         self.append(RunEvent::StepEnded {
             idx,
-            key: key.as_str().into(),
+            key: (*key).into(),
             ok,
             detail: detail.into(),
         })
@@ -171,4 +171,28 @@ pub fn rollout(
 ) -> Result<(), JournalError> {
     let (action, targets, outcome) = event.encode(rollout);
     journal::append(path, &Entry::new(action, false, targets, outcome))
+}
+
+/// Journals one line of a Findings eviction (the intent before the Eviction is sent, the
+/// result after), in the one encoding (`domain::journal::EvictEvent`). Journal first: an
+/// error means the Eviction is not sent.
+pub fn evicted(
+    path: &std::path::Path,
+    event: &crate::domain::journal::EvictEvent,
+    simulated: bool,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode();
+    journal::append(path, &Entry::new(&action, simulated, targets, outcome))
+}
+
+/// Journals one line of a served model's start or stop, in the one encoding
+/// (`domain::journal::ModelEvent`). Journal first: an error on the intent means nothing is
+/// started or stopped.
+pub fn model(
+    path: &std::path::Path,
+    event: &crate::domain::journal::ModelEvent,
+    simulated: bool,
+) -> Result<(), JournalError> {
+    let (action, targets, outcome) = event.encode();
+    journal::append(path, &Entry::new(action, simulated, targets, outcome))
 }

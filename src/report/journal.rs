@@ -4,15 +4,15 @@
 //! every string from the journal is escaped (a journal is a file anyone with write access
 //! could have edited).
 
-use crate::domain::journal::{Close, Entry, EvictEvent, RunEvent, RunLine};
+use crate::domain::journal::{Close, Entry, EvictEvent, Run, RunEvent, RunLine, Runs, StepKey};
+use crate::domain::text::escape_controls;
 use serde_json::Value;
-use std::collections::HashMap;
 
 /// A JSON scalar in words.
 pub fn scalar(v: &Value) -> String {
     match v {
         Value::Null => "—".into(),
-        Value::String(s) => crate::domain::text::escape_controls(s).into_owned(),
+        Value::String(s) => escape_controls(s).into_owned(),
         Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
         other => other.to_string(),
     }
@@ -23,7 +23,7 @@ pub fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, x) in m {
-                let k = crate::domain::text::escape_controls(k);
+                let k = escape_controls(k);
                 let key = if prefix.is_empty() {
                     k.into_owned()
                 } else {
@@ -125,74 +125,33 @@ pub fn outcome_summary(v: &Value) -> String {
         .join(" · ")
 }
 
-/// What a run's start entry tells about its steps: their titles, and how many.
-#[derive(Default)]
-struct RunSteps {
-    titles: Vec<String>,
-    total: Option<u64>,
-}
-
-/// Each run's steps, from its start (the plan as confirmed), by run id. The lines are decoded
-/// by the journal's one decoding (`domain::journal::RunLine`); only the starts are looked up,
-/// so the words do not depend on the order the entries come in (the monitor lists them
-/// newest first).
-fn runs(entries: &[Entry]) -> HashMap<String, RunSteps> {
-    let mut out = HashMap::new();
-    for line in entries.iter().filter_map(RunLine::decode) {
-        let RunEvent::Started { plan, steps, .. } = &line.event else {
-            continue;
-        };
-        let titles = plan
-            .pointer("/steps")
-            .and_then(Value::as_array)
-            .map(|s| {
-                s.iter()
-                    .map(|s| s.get("title").map_or_else(String::new, scalar))
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.insert(
-            line.run,
-            RunSteps {
-                titles,
-                total: *steps,
-            },
-        );
-    }
-    out
-}
-
 /// `step 3 of 9: set memory mode NPS1`: the 0-based index the journal keeps, counted from 1 as
-/// the apply's log (`[3/9]`) and the resume message count, named by the plan's title (else its
-/// key).
-fn step_name(idx: u64, key: &str, run: Option<&RunSteps>) -> String {
+/// the apply's log (`[3/9]`) and the resume message count, named by the step's title in the
+/// run's confirmed plan (else its key), as the one fold gives them.
+fn step_name(idx: usize, key: &StepKey, run: Option<&Run>) -> String {
     let n = idx.saturating_add(1);
     let of = run
-        .and_then(|r| {
-            r.total
-                .or_else(|| u64::try_from(r.titles.len()).ok().filter(|t| *t > 0))
-        })
+        .and_then(Run::total)
         .map(|t| format!(" of {t}"))
         .unwrap_or_default();
-    let title = run
-        .and_then(|r| r.titles.get(usize::try_from(idx).ok()?))
-        .filter(|t| !t.is_empty())
-        .cloned()
-        .unwrap_or_else(|| crate::domain::text::escape_controls(key).replace('_', " "));
+    let title = run.and_then(|r| r.title(idx)).map_or_else(
+        || escape_controls(key.as_str()).replace('_', " "),
+        |t| escape_controls(t).into_owned(),
+    );
     format!("step {n}{of}: {title}")
 }
 
-/// One entry in words, with what the run's other entries tell (`runs`).
-fn sentence(e: &Entry, runs: &HashMap<String, RunSteps>) -> String {
+/// One entry in words, with what the fold of the journal tells of its run.
+fn sentence(e: &Entry, runs: &Runs) -> String {
     if let Some(ev) = EvictEvent::decode(e) {
         return evict_sentence(&ev);
     }
     match RunLine::decode(e).filter(|l| !l.run.is_empty()) {
-        Some(line) => run_sentence(&line, runs.get(&line.run)),
+        Some(line) => run_sentence(&line, runs.run(&line.run)),
         // Not a run's line, or one an older partop journaled without a run id.
         None => format!(
             "{} {} → {}",
-            crate::domain::text::escape_controls(&e.action),
+            escape_controls(&e.action),
             targets_summary(&e.targets),
             outcome_summary(&e.outcome)
         ),
@@ -201,7 +160,7 @@ fn sentence(e: &Entry, runs: &HashMap<String, RunSteps>) -> String {
 
 /// One line of a Findings eviction in words.
 fn evict_sentence(ev: &EvictEvent) -> String {
-    let esc = |s: &str| crate::domain::text::escape_controls(s).into_owned();
+    let esc = |s: &str| escape_controls(s).into_owned();
     match ev {
         EvictEvent::Begun {
             id,
@@ -235,16 +194,16 @@ fn evict_sentence(ev: &EvictEvent) -> String {
 }
 
 /// One line of an apply run in words.
-fn run_sentence(line: &RunLine, run: Option<&RunSteps>) -> String {
+fn run_sentence(line: &RunLine, run: Option<&Run>) -> String {
     let kind = line.kind;
-    let id = crate::domain::text::escape_controls(&line.run);
+    let id = escape_controls(&line.run);
     match &line.event {
         RunEvent::Started { steps, .. } => format!(
             "{kind} {id} started: plan {}, {} step(s)",
             if line.fingerprint.is_empty() {
                 "?".into()
             } else {
-                crate::domain::text::escape_controls(&line.fingerprint)
+                escape_controls(&line.fingerprint)
             },
             steps.map_or_else(|| "?".into(), |n| n.to_string())
         ),
@@ -253,7 +212,7 @@ fn run_sentence(line: &RunLine, run: Option<&RunSteps>) -> String {
             key,
             limit_secs,
         } => {
-            let name = step_name(u64::try_from(*idx).unwrap_or(u64::MAX), key, run);
+            let name = step_name(*idx, key, run);
             let limit = limit_secs
                 .map(|l| format!(" (may take up to {l} s)"))
                 .unwrap_or_default();
@@ -265,18 +224,18 @@ fn run_sentence(line: &RunLine, run: Option<&RunSteps>) -> String {
             ok,
             detail,
         } => {
-            let name = step_name(u64::try_from(*idx).unwrap_or(u64::MAX), key, run);
+            let name = step_name(*idx, key, run);
             let detail = if detail.is_empty() {
                 String::new()
             } else {
-                format!(": {}", crate::domain::text::escape_controls(detail))
+                format!(": {}", escape_controls(detail))
             };
             let how = if *ok { "done" } else { "FAILED" };
             format!("{kind} {id} {name} · {how}{detail}")
         }
         RunEvent::Resumed { from_step, .. } => {
             let of = run
-                .and_then(|r| r.total)
+                .and_then(|r| r.steps)
                 .map(|t| format!(" of {t}"))
                 .unwrap_or_default();
             format!(
@@ -291,15 +250,15 @@ fn run_sentence(line: &RunLine, run: Option<&RunSteps>) -> String {
     }
 }
 
-/// Every entry in words, in the order given: who acted, where, and the sentence.
-pub fn words(entries: &[Entry]) -> Vec<String> {
-    let runs = runs(entries);
-    entries.iter().map(|e| sentence(e, &runs)).collect()
+/// Every entry in words, in the order given (the monitor lists them newest first), each run's
+/// line with what `runs`, the fold of the journal as written, tells of its run.
+pub fn words(entries: &[Entry], runs: &Runs) -> Vec<String> {
+    entries.iter().map(|e| sentence(e, runs)).collect()
 }
 
 /// Who acted, in a few words (the real user; `SUDO_USER` first where it was set).
 pub fn who(e: &Entry) -> String {
-    crate::domain::text::escape_controls(
+    escape_controls(
         &e.who
             .sudo_user
             .clone()
@@ -392,9 +351,11 @@ mod words_tests {
             run(json!({})),
             json!({"from_step": 2}),
         ));
-        // Newest first, as the monitor lists them: the words do not depend on the order.
+        // Newest first, as the monitor lists them, with the fold of the journal as written: the
+        // words do not depend on the order they are listed in.
+        let runs = Runs::of(&entries);
         entries.reverse();
-        let w = words(&entries);
+        let w = words(&entries, &runs);
         for i in 1..=9 {
             let name = format!("repartition r1 step {i} of 9: title {i}");
             assert!(w.iter().any(|l| l == &format!("{name} · begins")), "{w:?}");
@@ -402,21 +363,23 @@ mod words_tests {
         assert!(w.contains(&"repartition r1 step 9 of 9: title 9 · FAILED: x".to_string()));
         assert!(w.contains(&"repartition r1 resumed at step 3 of 9".to_string()));
         // A step whose run start is not in the journal (rotated away): named by its key.
-        let lone = words(&[entry(
+        let lone = [entry(
             "repartition.step",
             json!({"run": "r2", "fingerprint": "f", "step": 2, "key": "set_memory"}),
             json!({"ok": true, "detail": ""}),
-        )]);
+        )];
+        let lone = words(&lone, &Runs::of(&lone));
         assert_eq!(lone, ["repartition r2 step 3: set memory · done"]);
     }
 
     #[test]
     fn strings_from_the_journal_are_escaped() {
-        let w = words(&[entry(
+        let e = [entry(
             "kill.sigterm\u{1b}[2J",
             json!([{"pid": 7, "name": "a\u{1b}b", "model": "m\u{7}"}]),
             json!({"detail": "x\u{9b}y"}),
-        )]);
+        )];
+        let w = words(&e, &Runs::of(&e));
         assert!(!w[0].chars().any(|c| c.is_control()), "{w:?}");
         assert!(w[0].contains("pid 7 a\\x1bb [m\\x07]"), "{w:?}");
     }

@@ -131,7 +131,7 @@ impl State {
         let entries = &self.journal.0;
         entries
             .iter()
-            .zip(words(entries))
+            .zip(words(entries, &self.journal_runs))
             .map(|(e, sentence)| {
                 vec![
                     e.at.get(5..19).unwrap_or(&e.at).replace('T', " "),

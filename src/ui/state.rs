@@ -89,6 +89,8 @@ pub struct State {
     pub own_pid: u32,
     /// The journal as last read, newest first, and unreadable lines.
     pub journal: (Vec<crate::domain::journal::Entry>, Vec<String>),
+    /// The one fold of the journal as written (its runs, which name each step of the list).
+    pub journal_runs: crate::domain::journal::Runs,
     /// Selected journal entry.
     pub journal_sel: usize,
     /// The selected journal entry has the whole view (Enter; Esc goes back).
@@ -199,6 +201,7 @@ impl State {
             grace_ms: 10_000,
             own_pid: 0,
             journal: (Vec::new(), Vec::new()),
+            journal_runs: crate::domain::journal::Runs::default(),
             journal_sel: 0,
             journal_open: false,
             staging: None,

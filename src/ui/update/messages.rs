@@ -5,7 +5,7 @@ use super::super::msg::KillProgress as KillEvent;
 use super::super::msg::{Detached, Effect};
 use super::super::stage::Progress;
 use super::super::state::State;
-use crate::domain::journal::{Entry, RunKind, Runs};
+use crate::domain::journal::{Close, Entry, RunKind, Runs};
 use crate::domain::snapshot::Snapshot;
 use std::sync::Arc;
 
@@ -134,6 +134,7 @@ pub(super) fn journal(
     }
     entries.reverse();
     state.journal = (entries, bad);
+    state.journal_runs = runs;
     state.journal_sel = state
         .journal_sel
         .min(state.journal.0.len().saturating_sub(1));
@@ -148,8 +149,11 @@ fn follow_mig(state: &mut State, runs: &Runs, exited: Option<&str>) -> bool {
         return false;
     };
     let run = runs.latest(RunKind::Mig, &fp);
-    let end = run.and_then(|r| match (&r.closed, &r.last) {
-        (Some(_), _) => Some(format!("MIG plan {fp} applied")),
+    let end = run.and_then(|r| match (r.closed, &r.last) {
+        (Some(Close::Done), _) => Some(format!("MIG plan {fp} applied")),
+        (Some(Close::Abandoned), _) => Some(format!(
+            "the run of MIG plan {fp} was closed as abandoned: it did not finish"
+        )),
         (None, Some((i, key, Some(false), detail))) => Some(format!(
             "MIG plan {fp} failed at step {} ({key}): {detail}; partop mig apply … --resume continues it",
             i + 1

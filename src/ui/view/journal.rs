@@ -156,7 +156,7 @@ pub fn render(frame: &mut Frame<'_>, area: Rect, state: &State, theme: &Theme) {
         return;
     }
     // Each entry as a sentence: an apply's steps named and counted from 1, as its log counts.
-    let said = words(entries);
+    let said = words(entries, &state.journal_runs);
     let selected = entries.get(state.journal_sel);
     let selected_said = said.get(state.journal_sel).cloned().unwrap_or_default();
     if state.journal_open
