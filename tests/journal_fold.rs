@@ -438,6 +438,7 @@ fn model(
             failed: Vec::new(),
             started: Vec::new(),
             steps: Vec::new(),
+            begun: Vec::new(),
             finished: false,
         };
         let own = rollouts[i + 1..]
@@ -453,6 +454,12 @@ fn model(
                     done: true,
                     ..
                 } => r.steps.push((node.clone(), step.clone())),
+                RolloutEvent::NodeStep {
+                    node,
+                    step,
+                    done: false,
+                    ..
+                } => r.begun.push((node.clone(), step.clone())),
                 RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
                 RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
                 RolloutEvent::Done { .. } => r.finished = true,
