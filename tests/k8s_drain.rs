@@ -305,89 +305,132 @@ fn a_daemonset_holder_leaves_under_the_taint_and_comes_back_after() {
     });
 }
 
+/// A device-plugin pod on `node` in `kube-amd-gpu`: AMD's DaemonSet's label, or (the GPU
+/// operator's shape) another label and the kubelet's device-plugin directory mounted from the
+/// host, which is how the kubelet knows a plugin.
+async fn plugin_pod(c: &kube::Client, node: &str, by_mount: bool) {
+    let mut pod = serde_json::json!({
+        "metadata": {"name": "dp", "namespace": "kube-amd-gpu",
+                     "labels": {"name": "amdgpu-dp-ds"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "partop/sim"}]},
+    });
+    if by_mount {
+        pod["metadata"]["labels"] = serde_json::json!({"app.kubernetes.io/name": "device-plugin"});
+        pod["spec"]["volumes"] = serde_json::json!([{"name": "dp",
+            "hostPath": {"path": k8s_ops::DEVICE_PLUGIN_DIR}}]);
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            serde_json::json!([{"name": "dp", "mountPath": k8s_ops::DEVICE_PLUGIN_DIR}]);
+    }
+    let pod: Pod = serde_json::from_value(pod).unwrap();
+    Api::<Pod>::namespaced(c.clone(), "kube-amd-gpu")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// A plugin that keeps its old registration after the change is restarted once, then the new
+/// count is advertised; the plugin known by AMD's label and, under the GPU operator's labels,
+/// by the registration directory it mounts (2 cases); with no plugin pod left, the wait says
+/// so, naming both ways it looks.
 #[test]
 fn a_device_plugin_that_does_not_reregister_is_restarted_once() {
     let cp = ControlPlane::start();
     runtime().block_on(async {
         let c = admin(&cp).await;
-        let count = Arc::new(Mutex::new(8));
-        start_node(&c, "gpu-p", &count, true);
         namespace(&c, "kube-amd-gpu").await;
-        make_pod(
-            &c,
-            "kube-amd-gpu",
-            "dp",
-            "gpu-p",
-            &[("name", "amdgpu-dp-ds")],
-        )
-        .await;
-        let ops = ops_for(&cp, "gpu-p", quick()).await;
-        let want8 = BTreeMap::from([("amd.com/gpu".to_string(), 8)]);
-        let want64 = BTreeMap::from([("amd.com/gpu".to_string(), 64)]);
-        assert_eq!(
-            ops.wait_allocatable(&want8, k8s_ops::PLUGIN_LABELS).await,
-            Ok(false),
-            "advertised as registered, no restart"
-        );
-        // The plugin registered (the twin marks its pod ready in the round it registers).
-        until("the plugin runs", || pod_ready(&c, "kube-amd-gpu", "dp")).await;
-        let plugin = id(&ops, "kube-amd-gpu", "dp").await;
-        // The repartition: the kernel now has 64, the plugin keeps its 8.
-        *count.lock().unwrap() = 64;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = ops.allocatable().await.unwrap();
-        assert_eq!(now["amd.com/gpu"], "8", "stale until restarted: {now:?}");
-        // The plugin's DaemonSet starts it again (here: the test, as its controller would).
-        let restarter = {
-            let c = c.clone();
-            let ops = ops.clone();
-            tokio::spawn(async move {
-                until("the plugin pod was deleted", || async {
+        for (node, by_mount) in [("gpu-p", false), ("gpu-q", true)] {
+            let count = Arc::new(Mutex::new(8));
+            start_node(&c, node, &count, true);
+            if by_mount {
+                // One pod name per namespace: the first case's plugin goes first.
+                Api::<Pod>::namespaced(c.clone(), "kube-amd-gpu")
+                    .delete("dp", &Default::default())
+                    .await
+                    .unwrap();
+                let ops = ops_for(&cp, "gpu-p", quick()).await;
+                until("the first plugin pod is gone", || async {
                     ops.pod_id("kube-amd-gpu", "dp").await.unwrap().is_none()
                 })
                 .await;
-                make_pod(
-                    &c,
-                    "kube-amd-gpu",
-                    "dp",
-                    "gpu-p",
-                    &[("name", "amdgpu-dp-ds")],
-                )
-                .await;
+            }
+            plugin_pod(&c, node, by_mount).await;
+            let ops = ops_for(&cp, node, quick()).await;
+            let want8 = BTreeMap::from([("amd.com/gpu".to_string(), 8)]);
+            let want64 = BTreeMap::from([("amd.com/gpu".to_string(), 64)]);
+            assert_eq!(
+                ops.wait_allocatable(&want8).await,
+                Ok(false),
+                "{node}: advertised as registered, no restart"
+            );
+            // The plugin registered (the twin marks its pod ready in the round it registers).
+            until("the plugin runs", || pod_ready(&c, "kube-amd-gpu", "dp")).await;
+            let plugin = id(&ops, "kube-amd-gpu", "dp").await;
+            // The repartition: the kernel now has 64, the plugin keeps its 8.
+            *count.lock().unwrap() = 64;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = ops.allocatable().await.unwrap();
+            assert_eq!(
+                now["amd.com/gpu"], "8",
+                "{node}: stale until restarted: {now:?}"
+            );
+            // The plugin's DaemonSet starts it again (here: the test, as its controller would).
+            let restarter = {
+                let c = c.clone();
+                let ops = ops.clone();
+                tokio::spawn(async move {
+                    until("the plugin pod was deleted", || async {
+                        ops.pod_id("kube-amd-gpu", "dp").await.unwrap().is_none()
+                    })
+                    .await;
+                    plugin_pod(&c, node, by_mount).await;
+                })
+            };
+            let t = Instant::now();
+            assert_eq!(
+                ops.wait_allocatable(&want64).await,
+                Ok(true),
+                "{node}: restarted once, then advertised"
+            );
+            assert!(
+                t.elapsed() >= Duration::from_secs(2),
+                "waited for a re-registration first"
+            );
+            restarter.await.unwrap();
+            until("the new plugin runs", || {
+                pod_ready(&c, "kube-amd-gpu", "dp")
             })
-        };
-        let t = Instant::now();
-        assert_eq!(
-            ops.wait_allocatable(&want64, k8s_ops::PLUGIN_LABELS).await,
-            Ok(true),
-            "restarted once, then advertised"
-        );
-        assert!(
-            t.elapsed() >= Duration::from_secs(2),
-            "waited for a re-registration first"
-        );
-        restarter.await.unwrap();
-        until("the new plugin runs", || {
-            pod_ready(&c, "kube-amd-gpu", "dp")
-        })
-        .await;
-        assert_ne!(id(&ops, "kube-amd-gpu", "dp").await.uid, plugin.uid);
-        // No plugin pod to restart: said, naming the resource and the labels.
-        *count.lock().unwrap() = 16;
-        let mut limits = quick();
-        limits.reregister = Duration::from_millis(300);
-        let lonely = ops_for(&cp, "gpu-p", limits).await;
-        let r = lonely
-            .wait_allocatable(
-                &BTreeMap::from([("amd.com/gpu".to_string(), 16)]),
-                "name=no-such-plugin",
-            )
             .await;
-        let text = r.unwrap_err().to_string();
-        assert!(
-            text.contains("amd.com/gpu 64 (expected 16)") && text.contains("name=no-such-plugin"),
-            "{text}"
-        );
+            assert_ne!(id(&ops, "kube-amd-gpu", "dp").await.uid, plugin.uid);
+            if by_mount {
+                // No plugin pod left to restart: said, naming the resource and both ways.
+                Api::<Pod>::namespaced(c.clone(), "kube-amd-gpu")
+                    .delete("dp", &Default::default())
+                    .await
+                    .unwrap();
+                until("the plugin pod is gone", || async {
+                    ops.pod_id("kube-amd-gpu", "dp").await.unwrap().is_none()
+                })
+                .await;
+                // The twin saw it go (a changed set of plugins registers again) before the
+                // kernel's count changes.
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                *count.lock().unwrap() = 16;
+                let mut limits = quick();
+                limits.reregister = Duration::from_millis(300);
+                let lonely = ops_for(&cp, node, limits).await;
+                let r = lonely
+                    .wait_allocatable(&BTreeMap::from([("amd.com/gpu".to_string(), 16)]))
+                    .await;
+                let text = r.unwrap_err().to_string();
+                assert!(
+                    text.contains("amd.com/gpu 64 (expected 16)")
+                        && text.contains("no device-plugin pod")
+                        && text.contains(k8s_ops::PLUGIN_LABELS)
+                        && text.contains(k8s_ops::DEVICE_PLUGIN_DIR),
+                    "{text}"
+                );
+            }
+        }
     });
 }
 
@@ -650,7 +693,7 @@ fn a_plugin_that_does_not_reregister_fails_saying_what_the_node_is_left_with_the
     for part in [
         "(wait_allocatable) failed",
         "amd.com/gpu 2 (expected 4)",
-        "no device-plugin pod (name=amdgpu-dp-ds)",
+        "no device-plugin pod is on it to restart (one labelled name=amdgpu-dp-ds or mounting /var/lib/kubelet/device-plugins)",
         "may be left cordoned and tainted",
         "managed by the DCM profile spx-profile",
         "DCM may revert this local change",

@@ -355,6 +355,21 @@ fn state_written(n: &Node) -> BTreeMap<String, String> {
     out
 }
 
+/// Whether the pod is a device plugin (`domain::k8s_ops::is_device_plugin`: its labels and
+/// the host paths it mounts).
+pub fn is_device_plugin(p: &Pod) -> bool {
+    let empty = BTreeMap::new();
+    let paths: Vec<&str> = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
+        .collect();
+    crate::domain::k8s_ops::is_device_plugin(p.metadata.labels.as_ref().unwrap_or(&empty), &paths)
+}
+
 /// A Pod's GPU requests (None: it asks for no GPU).
 pub fn pod_of(p: &Pod) -> Option<GpuPod> {
     let mut requests: BTreeMap<String, i64> = BTreeMap::new();

@@ -22,6 +22,26 @@ pub const DCM_PROFILE_LABEL: &str = "dcm.amd.com/gpu-config-profile";
 /// The device-plugin pods' labels by default (AMD's `k8s-ds-amdgpu-dp.yaml` DaemonSet).
 pub const PLUGIN_LABELS: &str = "name=amdgpu-dp-ds";
 
+/// The kubelet's device-plugin directory: a plugin registers through the kubelet's socket
+/// there, so every device plugin mounts it from the host.
+pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
+
+/// Whether a pod on the node is a device plugin, the pod a stale registration is restarted
+/// by: AMD's own DaemonSet's label ([`PLUGIN_LABELS`]), or a host path that holds the kubelet's
+/// device-plugin directory (the GPU operator's plugin, whatever its labels: the kubelet knows a
+/// plugin by its registration there, not by a label).
+pub fn is_device_plugin(labels: &BTreeMap<String, String>, host_paths: &[&str]) -> bool {
+    let labelled = PLUGIN_LABELS.split(',').all(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        labels.get(k).is_some_and(|x| x == v)
+    });
+    let mounts = host_paths.iter().any(|p| {
+        let p = p.trim_end_matches('/');
+        p == DEVICE_PLUGIN_DIR || p == "/var/lib/kubelet"
+    });
+    labelled || mounts
+}
+
 /// A pod by identity: its name and the UID it had when planned (a new pod of the same name is
 /// another pod).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -196,6 +216,31 @@ pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device plugin by AMD's label or by the directory it registers through; not a pod that
+    /// mounts something else of the host, nor the host's root (6 cases).
+    #[test]
+    fn a_device_plugin_is_known_by_its_label_or_its_registration_directory() {
+        let amd: BTreeMap<String, String> =
+            [("name".to_string(), "amdgpu-dp-ds".to_string())].into();
+        let other: BTreeMap<String, String> = [(
+            "app.kubernetes.io/name".to_string(),
+            "device-plugin".to_string(),
+        )]
+        .into();
+        assert!(is_device_plugin(&amd, &[]));
+        assert!(is_device_plugin(
+            &other,
+            &["/var/lib/kubelet/device-plugins"]
+        ));
+        assert!(is_device_plugin(&other, &["/var/lib/kubelet/"]));
+        assert!(!is_device_plugin(
+            &other,
+            &["/var/lib/kubelet/pod-resources"]
+        ));
+        assert!(!is_device_plugin(&other, &["/", "/sys"]));
+        assert!(!is_device_plugin(&BTreeMap::new(), &[]));
+    }
 
     /// Names that would address something else, or are not names, are refused; real ones
     /// pass: every family (separators, blanks, controls, case, edges, length) at each place of

@@ -578,12 +578,12 @@ impl NodeOps {
 
     /// Waits until the node advertises `expected` of each resource (absent: 0). When the
     /// device plugin has not re-registered within `limits.reregister`, its pod on the node
-    /// (`plugin_labels`) is deleted once, as the operator would, and its DaemonSet starts it
-    /// again. Ok(true): the plugin was restarted.
+    /// (`collect::cluster::is_device_plugin`: AMD's label, or the registration directory
+    /// mounted) is deleted once, as the operator would, and its DaemonSet starts it again.
+    /// Ok(true): the plugin was restarted.
     pub async fn wait_allocatable(
         &self,
         expected: &BTreeMap<String, i64>,
-        plugin_labels: &str,
     ) -> Result<bool, K8sError> {
         let start = Instant::now();
         let mut restarted = false;
@@ -594,12 +594,22 @@ impl NodeOps {
                 return Ok(restarted);
             }
             if !restarted && start.elapsed() >= self.limits.reregister {
-                let pods = self.pods_on_node(Some(plugin_labels)).await?;
+                let pods: Vec<Pod> = self
+                    .pods_on_node(None)
+                    .await?
+                    .into_iter()
+                    .filter(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && crate::collect::cluster::is_device_plugin(p)
+                    })
+                    .collect();
                 if pods.is_empty() {
                     return Err(K8sError::Api(format!(
-                        "the node {} advertises {} and no device-plugin pod ({plugin_labels}) is on it to restart",
+                        "the node {} advertises {} and no device-plugin pod is on it to restart (one labelled {} or mounting {})",
                         self.node,
-                        differ.join(", ")
+                        differ.join(", "),
+                        k8s_ops::PLUGIN_LABELS,
+                        k8s_ops::DEVICE_PLUGIN_DIR
                     )));
                 }
                 for p in &pods {
@@ -1030,24 +1040,21 @@ pub async fn run_step(
         K::Cordon => return cordon_step(&ops, &k.node, &apply_owner(plan), &next).await,
         K::Evict => evict_all(&ops, k, plan.grace_secs, note).await,
         K::Taint => taint_and_clear(&ops, k, &apply_owner(plan)).await,
-        K::WaitAllocatable => ops
-            .wait_allocatable(&k.allocatable, k8s_ops::PLUGIN_LABELS)
-            .await
-            .map(|restarted| {
-                format!(
-                    "the node advertises {}{}",
-                    k.allocatable
-                        .iter()
-                        .map(|(r, n)| format!("{r}={n}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    if restarted {
-                        " (after a restart of the device-plugin pod)"
-                    } else {
-                        ""
-                    }
-                )
-            }),
+        K::WaitAllocatable => ops.wait_allocatable(&k.allocatable).await.map(|restarted| {
+            format!(
+                "the node advertises {}{}",
+                k.allocatable
+                    .iter()
+                    .map(|(r, n)| format!("{r}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if restarted {
+                    " (after a restart of the device-plugin pod)"
+                } else {
+                    ""
+                }
+            )
+        }),
         K::Untaint => ops.untaint_owned(&apply_owner(plan)).await,
         K::Uncordon => ops.uncordon_owned(&apply_owner(plan)).await,
         other => Err(K8sError::Api(format!("{other} is not a Kubernetes step"))),

@@ -363,8 +363,9 @@ pub fn serve(state_path: &Path) -> std::io::Result<()> {
 /// with the GPU resources its device plugin advertises, marks the pods bound to it running and
 /// ready, binds the DaemonSet pods pinned to it (there is no scheduler on a test control
 /// plane), and finishes each deletion as a kubelet does once the containers stopped, so a drain
-/// really drains. A stale plugin (`plugin_stale`) keeps what it registered until its pod
-/// (`plugin_labels`) is restarted.
+/// really drains. A stale plugin (`plugin_stale`) keeps what it registered until its pod (a pod
+/// `domain::k8s_ops::is_device_plugin` knows, as the kubelet knows a plugin by its
+/// registration) is restarted.
 pub struct NodeAgent {
     client: kube::Client,
     /// The Node's name.
@@ -373,8 +374,6 @@ pub struct NodeAgent {
     pub advertise: std::sync::Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>,
     /// The plugin does not re-register until its pod restarts.
     pub plugin_stale: bool,
-    /// The device-plugin pods' labels (`k=v,…`).
-    pub plugin_labels: String,
     /// Called with (namespace, name) when a pod's deletion is finished: the simulated node
     /// stops the workload that is that pod, as a kubelet stops its containers.
     pub on_gone: Option<OnGone>,
@@ -683,14 +682,6 @@ pub fn join(state_path: &Path) -> Result<(), String> {
 /// The taint of a node that is not ready.
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
-/// Whether `labels` carry every `k=v` of `want`.
-fn has_labels(labels: Option<&BTreeMap<String, String>>, want: &str) -> bool {
-    want.split(',').filter(|kv| !kv.is_empty()).all(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        labels.and_then(|l| l.get(k)).is_some_and(|x| x == v)
-    })
-}
-
 /// The node a pending pod's required affinity pins it to (a DaemonSet's pods are pinned so).
 fn pinned_node(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
     let terms = &p
@@ -725,7 +716,6 @@ impl NodeAgent {
             node: node.to_string(),
             advertise,
             plugin_stale,
-            plugin_labels: crate::domain::k8s_ops::PLUGIN_LABELS.to_string(),
             on_gone: None,
             on_pod: None,
         }
@@ -784,7 +774,7 @@ impl NodeAgent {
             .iter()
             .filter(|p| {
                 p.metadata.deletion_timestamp.is_none()
-                    && has_labels(p.metadata.labels.as_ref(), &self.plugin_labels)
+                    && crate::collect::cluster::is_device_plugin(p)
             })
             .filter_map(|p| p.metadata.uid.clone())
             .collect();
