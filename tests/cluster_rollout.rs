@@ -245,7 +245,7 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
     // The stopped rollout's own summary names the cordon from the journal, not a live read.
     assert!(
         r.stdout.contains(
-            "Left cordoned by partop (or may be): sim-amd-0001 (undo: kubectl uncordon sim-amd-0001)"
+            "Left cordoned by partop (or may be): sim-amd-0001 (undo: kubectl uncordon sim-amd-0001 && kubectl annotate node sim-amd-0001 partop.amd.com/cordoned-)"
         ),
         "{}",
         r.stdout
@@ -295,7 +295,7 @@ fn a_dcm_rollout_stops_at_the_failing_node_and_a_resume_finishes() {
     assert!(
         again
             .stderr
-            .contains("it left cordoned: sim-amd-0001 (undo: kubectl uncordon sim-amd-0001)"),
+            .contains("it left cordoned: sim-amd-0001 (undo: kubectl uncordon sim-amd-0001 && kubectl annotate node sim-amd-0001 partop.amd.com/cordoned-)"),
         "{again:?}"
     );
 

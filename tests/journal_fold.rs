@@ -438,7 +438,7 @@ fn model(
             failed: Vec::new(),
             started: Vec::new(),
             steps: Vec::new(),
-            begun: Vec::new(),
+            trail: Vec::new(),
             finished: false,
         };
         let own = rollouts[i + 1..]
@@ -449,17 +449,13 @@ fn model(
             match ev {
                 RolloutEvent::NodeStarted { node, .. } => r.started.push(node.node.clone()),
                 RolloutEvent::NodeStep {
-                    node,
-                    step,
-                    done: true,
-                    ..
-                } => r.steps.push((node.clone(), step.clone())),
-                RolloutEvent::NodeStep {
-                    node,
-                    step,
-                    done: false,
-                    ..
-                } => r.begun.push((node.clone(), step.clone())),
+                    node, step, done, ..
+                } => {
+                    r.trail.push((node.clone(), step.clone(), *done));
+                    if *done {
+                        r.steps.push((node.clone(), step.clone()));
+                    }
+                }
                 RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
                 RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
                 RolloutEvent::Done { .. } => r.finished = true,

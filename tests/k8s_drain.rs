@@ -818,7 +818,7 @@ fn a_node_cordoned_by_one_partop_change_is_refused_to_another() {
         ops.cordon_owned("apply P on gpu-o").await.unwrap();
         let n = nodes.get("gpu-o").await.unwrap();
         assert_eq!(holder(&n).as_deref(), Some("apply P on gpu-o"));
-        // 6. A mark left by a `kubectl uncordon` (the printed undo: the annotation stays)
+        // 6. A mark left by a bare `kubectl uncordon` (the annotation stays)
         //    holds nothing: another change cordons.
         ops.set_unschedulable(false).await.unwrap();
         ops.cordon_owned("fleet rollout B").await.unwrap();

@@ -226,7 +226,7 @@ fn apply(t: &Transport, set_path: &Path, resume: bool, fj: &Path, mut op: Operat
                 if untouched.is_empty() {
                     "none".to_string()
                 } else {
-                    untouched.join(", ")
+                    esc(&untouched.join(", ")).into_owned()
                 },
                 op.again
             ))?;
@@ -288,14 +288,16 @@ impl rollout::Operator for Operator {
     fn progress(&mut self, p: Progress) -> Result<()> {
         match p {
             Progress::Node { node, how, plan } => out(&format!(
-                "\n== {node}: {} plan {plan}\n",
+                "\n== {}: {} plan {}\n",
+                esc(&node),
                 match how {
                     NodeStart::Resume => "resuming its run of",
                     NodeStart::ApplyAgain => {
                         "no run on the node yet (its last attempt stopped before its first step): applying"
                     }
                     NodeStart::Apply | NodeStart::Unknown(_) => "applying",
-                }
+                },
+                esc(&plan)
             )),
             // What the node said (its step lines, its error) is the node's text: escaped.
             Progress::Applied { node, steps } => {
@@ -314,10 +316,19 @@ impl rollout::Operator for Operator {
 
 /// The options of `fleet` a pasted resume needs to reach the nodes as this run did.
 pub(crate) fn ssh_options(a: &FleetArgs) -> Vec<String> {
-    crate::cli::fleet_rollouts::fleet_options(a)
+    let mut o: Vec<String> = crate::cli::fleet_rollouts::fleet_options(a)
         .into_iter()
         .map(|o| o.to_string_lossy().into_owned())
-        .collect()
+        .collect();
+    // A path given relative to where the rollout ran: absolute, so the pasted command finds it
+    // from anywhere.
+    if let Some(i) = o.iter().position(|w| w == "--ssh-config")
+        && let Some(p) = o.get_mut(i + 1)
+        && let Ok(abs) = std::path::absolute(&*p)
+    {
+        *p = abs.display().to_string();
+    }
+    o
 }
 
 /// How a rollout's one confirmation is given.

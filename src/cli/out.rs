@@ -110,24 +110,38 @@ pub fn fleet_resume_command(
         "fleet".into(),
     ];
     argv.extend(fleet.iter().cloned());
+    // The cluster named as resolved now, not as the environment may say later: a paste in
+    // another shell (another $KUBECONFIG, another current context) reaches this cluster.
+    let mut env_prefix = String::new();
     if let Some(t) = kube {
         argv.push("--kubernetes".into());
-        // The cluster named as resolved now, not as the environment may say later: a paste in
-        // another shell (another $KUBECONFIG, another current context) reaches this cluster.
-        let kubeconfig = t.kubeconfig.clone().or_else(|| {
-            std::env::var_os("KUBECONFIG")
-                .and_then(|v| std::env::split_paths(&v).find(|p| p.is_file()))
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| std::path::Path::new(&h).join(".kube/config"))
-                        .filter(|p| p.is_file())
-                })
-        });
+        let env_files: Vec<std::path::PathBuf> = std::env::var_os("KUBECONFIG")
+            .map(|v| std::env::split_paths(&v).filter(|p| p.is_file()).collect())
+            .unwrap_or_default();
+        let home = || {
+            std::env::var_os("HOME")
+                .map(|h| std::path::Path::new(&h).join(".kube/config"))
+                .filter(|p| p.is_file())
+        };
+        let kubeconfig = match (&t.kubeconfig, env_files.len()) {
+            (Some(k), _) => Some(k.clone()),
+            // Several files are one merged configuration (as kubectl merges them): said as the
+            // same variable on the pasted line, not as one of its files.
+            (None, n) if n > 1 => {
+                let joined = std::env::join_paths(env_files.iter().map(|p| abs(p)))
+                    .map(|j| j.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                env_prefix = format!("KUBECONFIG={} ", crate::domain::text::shell_quote(&joined));
+                None
+            }
+            (None, _) => env_files.first().cloned().or_else(home),
+        };
         let context = t.context.clone().or_else(|| {
-            kubeconfig
-                .as_deref()
-                .and_then(|k| kube::config::Kubeconfig::read_from(k).ok())
-                .and_then(|k| k.current_context)
+            let config = match &kubeconfig {
+                Some(k) => kube::config::Kubeconfig::read_from(k).ok(),
+                None => kube::config::Kubeconfig::read().ok(),
+            };
+            config.and_then(|k| k.current_context)
         });
         if let Some(k) = &kubeconfig {
             argv.extend(["--kubeconfig".into(), abs(k)]);
@@ -137,7 +151,7 @@ pub fn fleet_resume_command(
         }
     }
     argv.extend(["apply".into(), abs(set), "--resume".into()]);
-    crate::domain::text::shell_line(&argv)
+    env_prefix + &crate::domain::text::shell_line(&argv)
 }
 
 /// The exact command that resumes a run (`partop apply`, `partop mig apply`): this partop as

@@ -470,29 +470,30 @@ impl Step {
 /// or held by another partop change (refused): the rollout holds no cordon there.
 pub const CORDON_NOT_OURS: &str = "cordon_not_ours";
 
-/// The nodes a journaled rollout left cordoned, or may have: their cordon journaled begun
-/// (`begun`; done or not: a cordon killed or failed after its patch may have acted) and their
-/// uncordon not journaled done (`done`), whatever stopped the rollout: a failure, a kill, a
-/// lost terminal.
-pub fn left_cordoned(begun: &[(String, String)], done: &[(String, String)]) -> Vec<String> {
+/// The nodes a journaled rollout left cordoned, or may have, read in the order the lines were
+/// written (`trail`: node, step, done): a cordon begun (done or not: a cordon killed or failed
+/// after its patch may have acted) is the rollout's until its uncordon is journaled done, or
+/// the same attempt says the cordon was not its own ([`CORDON_NOT_OURS`]: someone else's, or
+/// another change's); a later cordon begun (a resume) counts again. Whatever stopped the
+/// rollout: a failure, a kill, a lost terminal.
+pub fn left_cordoned(trail: &[(String, String, bool)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for (node, step) in begun {
-        if step == Step::Cordon.key() && !out.contains(node) {
-            out.push(node.clone());
+    for (node, step, done) in trail {
+        if step == Step::Cordon.key() && !done {
+            if !out.contains(node) {
+                out.push(node.clone());
+            }
+        } else if *done && (step == Step::Uncordon.key() || step == CORDON_NOT_OURS) {
+            out.retain(|n| n != node);
         }
     }
-    out.retain(|n| {
-        ![Step::Uncordon.key(), CORDON_NOT_OURS]
-            .iter()
-            .any(|k| done.contains(&(n.clone(), (*k).to_string())))
-    });
     out
 }
 
 /// [`left_cordoned`] of a rollout, each with its undo (an ssh rollout's nodes drain themselves:
 /// none).
 pub fn left_cordoned_with_undo(r: &crate::domain::journal::Rollout) -> Vec<String> {
-    left_cordoned(&r.begun, &r.steps)
+    left_cordoned(&r.trail)
         .into_iter()
         .map(|n| {
             format!(
@@ -941,16 +942,15 @@ mod tests {
         let lines = 2 * Step::ALL.len();
         for k in 0..=lines {
             for m in 0..=lines {
-                let (mut begun, mut done) = (Vec::new(), Vec::new());
+                let mut trail = Vec::new();
                 for i in 0..lines {
                     for (node, upto) in [("a", k), ("b", m)] {
                         if i < upto {
-                            let line = (node.to_string(), Step::ALL[i / 2].key().to_string());
-                            if i % 2 == 0 {
-                                begun.push(line);
-                            } else {
-                                done.push(line);
-                            }
+                            trail.push((
+                                node.to_string(),
+                                Step::ALL[i / 2].key().to_string(),
+                                i % 2 == 1,
+                            ));
                         }
                     }
                 }
@@ -959,21 +959,27 @@ mod tests {
                     .filter(|(_, n)| (1..lines).contains(n))
                     .map(|(x, _)| (*x).to_string())
                     .collect();
-                assert_eq!(left_cordoned(&begun, &done), want, "a at {k}, b at {m}");
+                assert_eq!(left_cordoned(&trail), want, "a at {k}, b at {m}");
                 cases += 1;
             }
         }
         assert_eq!(cases, 169);
         // A cordon that was not the rollout's (the node cordoned by someone else, or held by
         // another partop change) is not said as its own, whether the step went on or failed.
-        let line = |n: &str, s: &str| (n.to_string(), s.to_string());
-        let begun = vec![line("a", "cordon"), line("b", "cordon")];
-        let done = vec![
-            line("a", CORDON_NOT_OURS),
-            line("a", "cordon"),
-            line("b", CORDON_NOT_OURS),
+        let line = |n: &str, s: &str, done: bool| (n.to_string(), s.to_string(), done);
+        let trail = vec![
+            line("a", "cordon", false),
+            line("a", CORDON_NOT_OURS, true),
+            line("a", "cordon", true),
+            line("b", "cordon", false),
+            line("b", CORDON_NOT_OURS, true),
         ];
-        assert!(left_cordoned(&begun, &done).is_empty());
+        assert!(left_cordoned(&trail).is_empty());
+        // A resume whose cordon is then its own counts again: b was held by another change,
+        // the other change ended, the resume cordoned b and stopped before its uncordon.
+        let mut resumed = trail.clone();
+        resumed.extend([line("b", "cordon", false), line("b", "cordon", true)]);
+        assert_eq!(left_cordoned(&resumed), ["b"]);
     }
 
     /// A node's own plan, empty but for its Kubernetes part (`kube`: the Node it drains).

@@ -1346,9 +1346,10 @@ pub struct Rollout {
     pub started: Vec<String>,
     /// The steps of a change through the cluster journaled done: (node, step key), in order.
     pub steps: Vec<(String, String)>,
-    /// The steps journaled begun, done or not (a step begun and never done may have acted: a
-    /// cordon whose answer was lost, a kill before its result was journaled).
-    pub begun: Vec<(String, String)>,
+    /// Every step line in the order written: (node, step key, done). What a step begun and
+    /// never done may have done (a cordon whose answer was lost, a kill before its result was
+    /// journaled) is read from it in order.
+    pub trail: Vec<(String, String, bool)>,
     /// Every node done.
     pub finished: bool,
 }
@@ -1405,7 +1406,7 @@ impl Rollouts {
                 failed: Vec::new(),
                 started: Vec::new(),
                 steps: Vec::new(),
-                begun: Vec::new(),
+                trail: Vec::new(),
                 finished: false,
             });
             return;
@@ -1417,12 +1418,13 @@ impl Rollouts {
             RolloutEvent::Started { .. } | RolloutEvent::Stopped { .. } => {}
             RolloutEvent::NodeStarted { node, .. } => r.started.push(node.node.clone()),
             RolloutEvent::NodeStep {
-                node,
-                step,
-                done: true,
-                ..
-            } => r.steps.push((node.clone(), step.clone())),
-            RolloutEvent::NodeStep { node, step, .. } => r.begun.push((node.clone(), step.clone())),
+                node, step, done, ..
+            } => {
+                r.trail.push((node.clone(), step.clone(), *done));
+                if *done {
+                    r.steps.push((node.clone(), step.clone()));
+                }
+            }
             RolloutEvent::NodeDone { node, .. } => r.done.push(node.clone()),
             RolloutEvent::NodeFailed { node, .. } => r.failed.push(node.clone()),
             RolloutEvent::Done { .. } => r.finished = true,

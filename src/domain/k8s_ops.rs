@@ -198,17 +198,29 @@ pub fn name_problem(kind: &str, name: &str) -> Option<String> {
     })
 }
 
-/// The exact commands that undo what a stopped run left on the node.
+/// The annotation that says which partop change cordoned the node (so its uncordon, a resumed
+/// one included, never uncordons a node someone else cordoned).
+pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
+
+/// The annotation that says which partop change added the change window's taint (whose key is
+/// DCM's own, so the DaemonSets that tolerate DCM's window tolerate partop's): its untaint
+/// lifts only its own.
+pub const TAINTED_BY_PARTOP: &str = "partop.amd.com/tainted";
+
+/// The exact commands that undo what a stopped run left on the node: the taint or the cordon,
+/// and partop's mark of it (a mark left behind would name a change that holds nothing).
 pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
     let node = crate::domain::text::shell_quote(node);
     let mut out = Vec::new();
     if tainted {
         out.push(format!(
-            "kubectl taint nodes {node} {WINDOW_TAINT_KEY}={WINDOW_TAINT_VALUE}:{WINDOW_TAINT_EFFECT}-"
+            "kubectl taint nodes {node} {WINDOW_TAINT_KEY}={WINDOW_TAINT_VALUE}:{WINDOW_TAINT_EFFECT}- && kubectl annotate node {node} {TAINTED_BY_PARTOP}-"
         ));
     }
     if cordoned {
-        out.push(format!("kubectl uncordon {node}"));
+        out.push(format!(
+            "kubectl uncordon {node} && kubectl annotate node {node} {CORDONED_BY_PARTOP}-"
+        ));
     }
     out
 }
@@ -298,12 +310,15 @@ mod tests {
     #[test]
     fn the_undo_names_each_thing_left() {
         assert!(undo_commands("n", false, false).is_empty());
-        assert_eq!(undo_commands("n", true, false), ["kubectl uncordon n"]);
+        assert_eq!(
+            undo_commands("n", true, false),
+            ["kubectl uncordon n && kubectl annotate node n partop.amd.com/cordoned-"]
+        );
         assert_eq!(
             undo_commands("n", true, true),
             [
-                "kubectl taint nodes n amd-dcm=up:NoExecute-",
-                "kubectl uncordon n"
+                "kubectl taint nodes n amd-dcm=up:NoExecute- && kubectl annotate node n partop.amd.com/tainted-",
+                "kubectl uncordon n && kubectl annotate node n partop.amd.com/cordoned-"
             ]
         );
     }

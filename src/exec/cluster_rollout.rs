@@ -589,7 +589,7 @@ async fn evict(ops: &NodeOps, pods: &[Eviction], log: &StepLog) -> Result<String
 /// node was cordoned by someone else, or another partop change holds it): what it left
 /// cordoned is then not said as its own, with an undo that would lift another's cordon.
 async fn cordon(ops: &NodeOps, log: &StepLog) -> Result<String, String> {
-    let not_ours = |why: &str| log.done(crate::domain::cluster_rollout::CORDON_NOT_OURS, why);
+    let not_ours = |why: &str| log.mark(crate::domain::cluster_rollout::CORDON_NOT_OURS, why);
     match ops.cordon_claim(&log.owner()).await {
         Ok((said, true)) => Ok(said),
         Ok((said, false)) => {

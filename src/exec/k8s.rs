@@ -93,6 +93,9 @@ pub enum K8sError {
     /// Another partop change holds the node (its cordon): nothing was done.
     #[error("{0}")]
     Held(String),
+    /// Every write was refused as a conflict (the object kept changing): nothing was done.
+    #[error("{0}")]
+    Conflict(String),
     /// Anything else the API server or the connection said.
     #[error("{0}")]
     Api(String),
@@ -498,6 +501,20 @@ impl NodeOps {
             let taints = spec.taints.get_or_insert_with(Vec::new);
             let was = taints.iter().any(is_window_taint);
             if was == on {
+                let mark = node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(TAINTED_BY_PARTOP));
+                if on && mark.is_some_and(|m| m != owner) {
+                    // A taint there before this change, marked by another (a mark an earlier
+                    // run left when its taint was lifted by hand, and DCM's taint put back
+                    // since): not this change's, so the mark goes and its untaint leaves it.
+                    self.patch_node(
+                        &json!({"metadata": {"annotations": {TAINTED_BY_PARTOP: null}}}),
+                    )
+                    .await?;
+                }
                 return Ok(was);
             }
             let notes = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
@@ -652,13 +669,7 @@ impl NodeOps {
     }
 }
 
-/// The annotation that says partop cordoned the node (so its uncordon, a resumed one
-/// included, never uncordons a node someone else cordoned).
-pub const CORDONED_BY_PARTOP: &str = "partop.amd.com/cordoned";
-
-/// The annotation that says partop added the change window's taint (whose key is DCM's own, so
-/// the DaemonSets that tolerate DCM's window tolerate partop's): its untaint lifts only its own.
-pub const TAINTED_BY_PARTOP: &str = "partop.amd.com/tainted";
+pub use crate::domain::k8s_ops::{CORDONED_BY_PARTOP, TAINTED_BY_PARTOP};
 
 /// Which partop change holds the node's cordon (its annotation's value), if one does.
 fn cordon_owner(node: &Node) -> Option<String> {
@@ -742,8 +753,8 @@ impl NodeOps {
                 Err(e) => return Err(said(&e, "patch", "nodes", None)),
             }
         }
-        Err(K8sError::Api(format!(
-            "the node {} kept changing under the cordon (5 conflicts)",
+        Err(K8sError::Conflict(format!(
+            "the node {} kept changing under the cordon (5 conflicts, each refused by the API server): nothing was changed",
             self.node
         )))
     }
@@ -796,6 +807,12 @@ impl NodeOps {
             ));
         }
         if held.is_none() {
+            if !cordoned && cordon_owner(&node).is_some_and(|h| owns(&h, owner)) {
+                // Its own mark on a node someone uncordoned by hand: taken off, so it cannot
+                // name this change on a later cordon that is not this change's.
+                self.patch_node(&json!({"metadata": {"annotations": {CORDONED_BY_PARTOP: null}}}))
+                    .await?;
+            }
             return Ok(if cordoned {
                 format!("{} was cordoned before partop: left cordoned", self.node)
             } else {

@@ -230,6 +230,15 @@ impl StepLog {
         format!("fleet rollout {}", self.rollout)
     }
 
+    /// Journals a word about the node's step that the operator is told otherwise (the step's
+    /// own failure says it): `done`, without a note.
+    ///
+    /// # Errors
+    /// The fleet journal cannot be written.
+    pub fn mark(&self, step: &str, text: &str) -> Result<(), String> {
+        self.line(step, true, Some(text.to_string()))
+    }
+
     /// Tells the operator something while a step runs (a budget's refusal being retried).
     pub fn note(&self, text: String) {
         let _ = self.tx.send(Progress::Step {
