@@ -359,15 +359,27 @@ fn state_written(n: &Node) -> BTreeMap<String, String> {
 /// the host paths it mounts).
 pub fn is_device_plugin(p: &Pod) -> bool {
     let empty = BTreeMap::new();
-    let paths: Vec<&str> = p
-        .spec
-        .as_ref()
+    let spec = p.spec.as_ref();
+    let host_paths: Vec<&str> = spec
         .and_then(|s| s.volumes.as_ref())
         .into_iter()
         .flatten()
         .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
         .collect();
-    crate::domain::k8s_ops::is_device_plugin(p.metadata.labels.as_ref().unwrap_or(&empty), &paths)
+    let mut names: Vec<&str> = [&p.metadata.namespace, &p.metadata.name]
+        .into_iter()
+        .filter_map(|n| n.as_deref())
+        .collect();
+    names.extend(
+        spec.into_iter()
+            .flat_map(|s| s.containers.iter())
+            .filter_map(|c| c.image.as_deref()),
+    );
+    crate::domain::k8s_ops::is_device_plugin(&crate::domain::k8s_ops::PluginPod {
+        labels: p.metadata.labels.as_ref().unwrap_or(&empty),
+        host_paths,
+        names,
+    })
 }
 
 /// A Pod's GPU requests (None: it asks for no GPU).

@@ -26,20 +26,37 @@ pub const PLUGIN_LABELS: &str = "name=amdgpu-dp-ds";
 /// there, so every device plugin mounts it from the host.
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
 
-/// Whether a pod on the node is a device plugin, the pod a stale registration is restarted
-/// by: AMD's own DaemonSet's label ([`PLUGIN_LABELS`]), or a host path that holds the kubelet's
-/// device-plugin directory (the GPU operator's plugin, whatever its labels: the kubelet knows a
-/// plugin by its registration there, not by a label).
-pub fn is_device_plugin(labels: &BTreeMap<String, String>, host_paths: &[&str]) -> bool {
+/// A pod as the device-plugin check reads it.
+#[derive(Debug)]
+pub struct PluginPod<'a> {
+    /// Its labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// The host paths it mounts.
+    pub host_paths: Vec<&'a str>,
+    /// Its namespace, name and container images.
+    pub names: Vec<&'a str>,
+}
+
+/// Whether a pod on the node is the AMD GPU device plugin, the pod a stale registration is
+/// restarted by (deleted once, its DaemonSet starting it again): AMD's own DaemonSet's label
+/// ([`PLUGIN_LABELS`]); or, whatever its labels (the GPU operator's), a pod that mounts the
+/// kubelet's device-plugin directory from the host, where a plugin registers, and that is AMD's
+/// by its namespace, name or image. Never another vendor's plugin (an RDMA or SR-IOV NIC's) nor
+/// a CSI driver mounting the kubelet's whole directory.
+pub fn is_device_plugin(p: &PluginPod<'_>) -> bool {
     let labelled = PLUGIN_LABELS.split(',').all(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        labels.get(k).is_some_and(|x| x == v)
+        p.labels.get(k).is_some_and(|x| x == v)
     });
-    let mounts = host_paths.iter().any(|p| {
-        let p = p.trim_end_matches('/');
-        p == DEVICE_PLUGIN_DIR || p == "/var/lib/kubelet"
-    });
-    labelled || mounts
+    let registers = p
+        .host_paths
+        .iter()
+        .any(|h| h.trim_end_matches('/') == DEVICE_PLUGIN_DIR);
+    let amd = p
+        .names
+        .iter()
+        .any(|n| n.to_ascii_lowercase().contains("amd"));
+    labelled || (registers && amd)
 }
 
 /// A pod by identity: its name and the UID it had when planned (a new pod of the same name is
@@ -229,10 +246,11 @@ pub fn undo_commands(node: &str, cordoned: bool, tainted: bool) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// A device plugin by AMD's label or by the directory it registers through; not a pod that
-    /// mounts something else of the host, nor the host's root (6 cases).
+    /// AMD's device plugin by its label, or as the GPU operator runs it (AMD's by name,
+    /// mounting the registration directory); never an RDMA or SR-IOV plugin, a CSI driver
+    /// mounting the kubelet's directory, or a pod mounting something else (7 cases).
     #[test]
-    fn a_device_plugin_is_known_by_its_label_or_its_registration_directory() {
+    fn only_amds_device_plugin_is_known_as_the_plugin_to_restart() {
         let amd: BTreeMap<String, String> =
             [("name".to_string(), "amdgpu-dp-ds".to_string())].into();
         let other: BTreeMap<String, String> = [(
@@ -240,18 +258,49 @@ mod tests {
             "device-plugin".to_string(),
         )]
         .into();
-        assert!(is_device_plugin(&amd, &[]));
-        assert!(is_device_plugin(
-            &other,
-            &["/var/lib/kubelet/device-plugins"]
-        ));
-        assert!(is_device_plugin(&other, &["/var/lib/kubelet/"]));
-        assert!(!is_device_plugin(
-            &other,
-            &["/var/lib/kubelet/pod-resources"]
-        ));
-        assert!(!is_device_plugin(&other, &["/", "/sys"]));
-        assert!(!is_device_plugin(&BTreeMap::new(), &[]));
+        let none = BTreeMap::new();
+        fn pod<'a>(
+            labels: &'a BTreeMap<String, String>,
+            paths: &[&'a str],
+            names: &[&'a str],
+        ) -> PluginPod<'a> {
+            PluginPod {
+                labels,
+                host_paths: paths.to_vec(),
+                names: names.to_vec(),
+            }
+        }
+        let dir = DEVICE_PLUGIN_DIR;
+        let operator = [
+            "kube-amd-gpu",
+            "amd-gpu-device-plugin-x7k2p",
+            "rocm/k8s-device-plugin",
+        ];
+        let rdma = ["kube-system", "rdma-shared-dp-ds-1", "mellanox/k8s-rdma"];
+        let csi = ["kube-system", "amd-csi-node", "csi"];
+        let cases = [
+            (pod(&amd, &[], &[]), true),
+            (pod(&other, &[dir], &operator), true),
+            (
+                pod(
+                    &other,
+                    &[dir],
+                    &["kube-system", "gpu-plugin", "example/plugin"],
+                ),
+                false,
+            ),
+            (pod(&other, &[dir], &rdma), false),
+            (pod(&other, &["/var/lib/kubelet"], &csi), false),
+            (
+                pod(&other, &["/var/lib/kubelet/pod-resources"], &operator),
+                false,
+            ),
+            (pod(&none, &["/", "/sys"], &operator), false),
+        ];
+        for (i, (p, want)) in cases.iter().enumerate() {
+            assert_eq!(is_device_plugin(p), *want, "case {i}: {p:?}");
+        }
+        assert_eq!(cases.len(), 7);
     }
 
     /// Names that would address something else, or are not names, are refused; real ones
