@@ -307,19 +307,7 @@ fn node_names_keep_their_distinguishing_part() {
 
 /// `partop sim start` of a quick scenario, at `state`.
 fn sim_node(state: &Path, scenario: &str) {
-    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
-    let toml = state.with_file_name("scenario.toml");
-    std::fs::write(&toml, scenario).unwrap();
-    let o = run(
-        partop()
-            .env("PARTOP_SIM_AMD_SMI_COST", "off")
-            .args(["sim", "start"])
-            .arg(&toml)
-            .arg("--state")
-            .arg(state),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    common::sim_start(state, scenario);
 }
 
 fn modes(state: &Path) -> String {

@@ -65,6 +65,47 @@ fn every_document_is_accepted_by_a_real_api_server() {
     assert!(checked >= 8, "only {checked} documents");
 }
 
+/// Binds `role` to the limited user (alone: the previous binding is deleted first).
+fn bind(cp: &ControlPlane, role: &str) {
+    let _ = cp.kubectl(
+        &cp.admin(),
+        &[
+            "delete",
+            "clusterrolebinding",
+            "partop-test",
+            "--ignore-not-found",
+        ],
+    );
+    let (ok, out) = cp.kubectl(
+        &cp.admin(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "partop-test",
+            &format!("--clusterrole={role}"),
+            &format!("--user={LIMITED_USER}"),
+        ],
+    );
+    assert!(ok, "{out}");
+}
+
+/// Whether the limited user may `verb` `resource` (`pods/eviction` asked as a subresource, not
+/// as a pod called eviction) in namespace `ns` (None: every namespace); and what kubectl said.
+fn can_i(cp: &ControlPlane, verb: &str, resource: &str, ns: Option<&str>) -> (bool, String) {
+    let mut args = vec!["auth".to_string(), "can-i".into(), verb.into()];
+    match resource.split_once('/') {
+        Some((r, sub)) => args.extend([r.to_string(), format!("--subresource={sub}")]),
+        None => args.push(resource.into()),
+    }
+    match ns {
+        Some(n) => args.extend(["-n".into(), n.to_string()]),
+        None => args.push("-A".into()),
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, out) = cp.kubectl(&cp.limited(), &args);
+    (out.trim().starts_with("yes"), out)
+}
+
 #[test]
 fn each_role_grants_what_the_docs_say_and_nothing_wider() {
     let cp = ControlPlane::start();
@@ -100,41 +141,10 @@ fn each_role_grants_what_the_docs_say_and_nothing_wider() {
     let mut bound = "";
     for (role, verb, resource, allowed) in cases {
         if *role != bound {
-            let _ = cp.kubectl(
-                &cp.admin(),
-                &[
-                    "delete",
-                    "clusterrolebinding",
-                    "partop-test",
-                    "--ignore-not-found",
-                ],
-            );
-            let (ok, out) = cp.kubectl(
-                &cp.admin(),
-                &[
-                    "create",
-                    "clusterrolebinding",
-                    "partop-test",
-                    &format!("--clusterrole={role}"),
-                    &format!("--user={LIMITED_USER}"),
-                ],
-            );
-            assert!(ok, "{out}");
+            bind(&cp, role);
             bound = role;
         }
-        // A subresource is asked as one (`pods/eviction` would name a pod called eviction).
-        let mut args = vec!["auth", "can-i", verb];
-        let sub;
-        match resource.split_once('/') {
-            Some((r, s)) => {
-                sub = format!("--subresource={s}");
-                args.extend([r, sub.as_str()]);
-            }
-            None => args.push(resource),
-        }
-        args.push("-A");
-        let (_, out) = cp.kubectl(&cp.limited(), &args);
-        let got = out.trim().starts_with("yes");
+        let (got, out) = can_i(&cp, verb, resource, None);
         assert_eq!(got, *allowed, "{role}: can-i {verb} {resource} said {out}");
     }
     eprintln!("{} verb checks over 3 roles", cases.len());
@@ -168,41 +178,16 @@ fn each_role_grants_what_the_docs_say_and_nothing_wider() {
             asked.push(k);
         }
     }
-    let _ = cp.kubectl(
-        &cp.admin(),
-        &[
-            "delete",
-            "clusterrolebinding",
-            "partop-test",
-            "--ignore-not-found",
-        ],
-    );
-    let (ok, out) = cp.kubectl(
-        &cp.admin(),
-        &[
-            "create",
-            "clusterrolebinding",
-            "partop-test",
-            "--clusterrole=partop-change",
-            &format!("--user={LIMITED_USER}"),
-        ],
-    );
-    assert!(ok, "{out}");
+    bind(&cp, "partop-change");
     let mut refused = Vec::new();
     for (verb, resource, ns) in &asked {
-        let mut args = vec!["auth".to_string(), "can-i".into(), verb.clone()];
-        match resource.split_once('/') {
-            Some((r, sub)) => args.extend([r.to_string(), format!("--subresource={sub}")]),
-            None => args.push(resource.clone()),
-        }
-        if ns.is_empty() {
-            args.push("-A".into());
-        } else {
-            args.extend(["-n".into(), ns.clone()]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (_, out) = cp.kubectl(&cp.limited(), &args);
-        if !out.trim().starts_with("yes") {
+        let (ok, _) = can_i(
+            &cp,
+            verb,
+            resource,
+            Some(ns.as_str()).filter(|n| !n.is_empty()),
+        );
+        if !ok {
             refused.push(format!("{verb} {resource} {ns}"));
         }
     }

@@ -16,21 +16,10 @@ use std::time::{Duration, Instant};
 const ONE: &str = "\n[[workload]]\nname = \"a\"\nkind = \"batch\"\ngpu = 0\npartition = 0\nvram_gb = 10\nbusy = 40\ncomm = \"python3\"\n";
 
 fn sim_node(state: &Path, name: &str) {
-    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
-    let toml = state.with_file_name("scenario.toml");
     // A slow reload, so the first rollout is still running when the second comes.
     let scenario =
         quick(name, "7.0.2", "SPX", "NPS1", ONE).replace("reload_secs = 0.3", "reload_secs = 3");
-    std::fs::write(&toml, scenario).unwrap();
-    let o = run(
-        partop()
-            .args(["sim", "start"])
-            .arg(&toml)
-            .arg("--state")
-            .arg(state),
-        "",
-    );
-    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    common::sim_start(state, &scenario);
 }
 
 fn compute(state: &Path) -> String {

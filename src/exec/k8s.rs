@@ -680,6 +680,17 @@ fn cordon_owner(node: &Node) -> Option<String> {
         .cloned()
 }
 
+/// Whether the node is cordoned, and which partop change holds the cordon: the mark holds
+/// only while the node is cordoned (one a bare `kubectl uncordon` left holds nothing).
+fn cordon_state(node: &Node) -> (bool, Option<String>) {
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    (cordoned, cordon_owner(node).filter(|_| cordoned))
+}
+
 /// Whether the cordon held by `held` is `owner`'s: the same change, or a cordon an earlier
 /// partop marked without naming its change (`true`), which any change may take over as before.
 fn owns(held: &str, owner: &str) -> bool {
@@ -704,14 +715,7 @@ impl NodeOps {
         // reads again and finds the first's mark).
         for _ in 0..5 {
             let node = self.get_node().await?;
-            let cordoned = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false);
-            // The mark holds only while the node is cordoned: one left by a `kubectl
-            // uncordon` (the printed undo) holds nothing.
-            let held = cordon_owner(&node).filter(|_| cordoned);
+            let (cordoned, held) = cordon_state(&node);
             if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
                 return Err(K8sError::Held(format!(
                     "{} is cordoned by another partop change ({}): one change at a time; let it finish or resume it (its journal names it), or, if it was abandoned, undo its cordon: kubectl uncordon {}; nothing was changed",
@@ -793,12 +797,7 @@ impl NodeOps {
     /// or someone else's, is left).
     pub async fn uncordon_owned(&self, owner: &str) -> Result<String, K8sError> {
         let node = self.get_node().await?;
-        let cordoned = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        let held = cordon_owner(&node).filter(|_| cordoned);
+        let (cordoned, held) = cordon_state(&node);
         if let Some(other) = held.as_deref().filter(|h| !owns(h, owner)) {
             return Ok(format!(
                 "{} is cordoned by another partop change ({}): left cordoned",

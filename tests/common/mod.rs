@@ -252,3 +252,20 @@ pub fn guide_node() -> String {
         "reload_secs = 0.3\ntime_scale = 0.05\n",
     )
 }
+
+/// `partop sim start` of scenario text `scenario` at `state` (its TOML written beside it).
+pub fn sim_start(state: &Path, scenario: &str) {
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let toml = state.with_file_name("scenario.toml");
+    std::fs::write(&toml, scenario).unwrap();
+    let o = run(
+        partop()
+            .env("PARTOP_SIM_AMD_SMI_COST", "off")
+            .args(["sim", "start"])
+            .arg(&toml)
+            .arg("--state")
+            .arg(state),
+        "",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+}
