@@ -140,9 +140,10 @@ fn said(mut c: std::process::Command, say: &(dyn Fn(String) + Sync)) -> Result<(
             if let Ok(mut v) = last.lock()
                 && !l.trim().is_empty()
             {
+                // Every line reached the view as it came: the failure keeps only the last (the
+                // command's own summary), not a second copy of the others.
+                v.clear();
                 v.push(l.clone());
-                let over = v.len().saturating_sub(3);
-                v.drain(..over);
             }
             say(l);
         }

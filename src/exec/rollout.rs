@@ -755,11 +755,8 @@ pub fn plan_on(
     if code == Some(0) {
         return serde_json::from_str::<Plan>(&o).map_err(|x| format!("not a plan: {x}"));
     }
-    Err(ssh_reason(code, &e, false).replace("before a sample", "")
-        + &e.lines()
-            .last()
-            .map(|l| format!(" ({l})"))
-            .unwrap_or_default())
+    // The reason already names the node's last line: said once.
+    Err(ssh_reason(code, &e, false).replace(" before a sample", ""))
 }
 
 /// The `[i/n] …` lines of a node's apply.
